@@ -1,0 +1,41 @@
+// Device memory allocators.
+//
+// The CPU allocator hands out 64-byte aligned blocks (one cache line, one AVX-512
+// vector). The CUDA allocator is a stream-ordered caching allocator; its implementation
+// lives behind core/cuda_runtime.h so that this header stays free of CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/device.h"
+
+namespace tessera {
+
+// Byte counters an allocator keeps; `peak_allocated` is the high-water mark since the
+// last reset_peak().
+struct AllocatorStats {
+  int64_t allocated = 0;       // bytes handed out and not yet returned
+  int64_t reserved = 0;        // bytes held from the system (>= allocated when caching)
+  int64_t peak_allocated = 0;  // maximum of `allocated`
+  int64_t num_allocs = 0;      // number of allocate() calls
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns a block of at least `nbytes` bytes (nullptr for 0 bytes); throws on failure.
+  virtual void* allocate(size_t nbytes) = 0;
+  // Returns a block obtained from allocate() with the same `nbytes`.
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  virtual AllocatorStats stats() const = 0;
+  virtual void reset_peak() = 0;
+};
+
+inline constexpr size_t kCpuAlignment = 64;
+
+// The allocator of a device. The CPU allocator always exists; asking for a CUDA device
+// throws when Tessera was built without CUDA or no such device is present.
+Allocator& allocator_for(Device device);
+
+}  // namespace tessera

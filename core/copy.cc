@@ -1,0 +1,99 @@
+// Tensor::copy_ and Tensor::fill_: memory movement between any layouts, dtypes and
+// devices. The one place where elements are converted between dtypes.
+#include <cstring>
+
+#include "core/cuda_runtime.h"
+#include "core/dispatch.h"
+#include "core/grad_mode.h"
+#include "core/strided_loop.h"
+#include "core/tensor.h"
+
+namespace tessera {
+namespace {
+
+void copy_cpu(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    char* d = static_cast<char*>(dst.raw_data());
+    const char* s = static_cast<const char*>(src.raw_data());
+    const int64_t bytes = static_cast<int64_t>(dst.nbytes());
+    parallel_for(bytes, 1 << 20, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
+    return;
+  }
+  const LoopPlan<2> plan = plan_loop<2>(
+      dst.shape(), {dst.strides(), src.strides()},
+      {static_cast<int64_t>(dst.itemsize()), static_cast<int64_t>(src.itemsize())});
+  dispatch_all(dst.dtype(), [&](auto dtag) {
+    using D = typename decltype(dtag)::type;
+    dispatch_all(src.dtype(), [&](auto stag) {
+      using S = typename decltype(stag)::type;
+      for_each_row<2>(plan, {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
+                      [](const std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& st) {
+                        char* d = p[0];
+                        const char* s = p[1];
+                        for (int64_t i = 0; i < n; ++i) {
+                          *reinterpret_cast<D*>(d + i * st[0]) =
+                              convert<D>(*reinterpret_cast<const S*>(s + i * st[1]));
+                        }
+                      });
+    });
+  });
+}
+
+void copy_with_cuda(const Tensor& dst, const Tensor& src) {
+  const bool same_layout = dst.dtype() == src.dtype() && dst.is_contiguous() &&
+                           src.is_contiguous() && dst.shape() == src.shape();
+  if (dst.device().is_cuda() && src.device().is_cuda()) {
+    TS_CHECK(dst.device() == src.device(), "[copy_] copies between two CUDA devices go through ",
+             "the host: expected one device, found ", dst.device(), " and ", src.device());
+    cuda::copy_strided({dst.raw_data(), dst.dtype(), dst.strides()},
+                       {src.raw_data(), src.dtype(), src.strides()}, dst.shape(),
+                       dst.device().index);
+    return;
+  }
+  if (same_layout) {
+    const bool to_device = dst.device().is_cuda();
+    cuda::memcpy(dst.raw_data(), src.raw_data(), dst.nbytes(),
+                 to_device ? cuda::CopyKind::host_to_device : cuda::CopyKind::device_to_host,
+                 (to_device ? dst : src).device().index);
+    return;
+  }
+  // Different layouts across the host/device boundary: convert on the source side into a
+  // contiguous staging tensor of dst's dtype, move the bytes, then scatter on dst's side.
+  Tensor staged = make_tensor(dst.shape(), dst.dtype(), src.device());
+  staged.copy_(src);
+  Tensor moved = make_tensor(dst.shape(), dst.dtype(), dst.device());
+  moved.copy_(staged);
+  dst.copy_(moved);
+}
+
+}  // namespace
+
+const Tensor& Tensor::copy_(const Tensor& src) const {
+  TS_CHECK(src.defined(), "[copy_] expected a defined source tensor, found an undefined one");
+  const Shape& want = shape();
+  Shape b = broadcast_shapes(want, src.shape(), "copy_");
+  TS_CHECK(b == want, "[copy_] source shape ", shape_str(src.shape()),
+           " does not broadcast to destination shape ", shape_str(want));
+  Tensor s = src.detach();
+  if (s.shape() != want) {
+    NoGradGuard no_grad;
+    s = s.expand(want);
+  }
+  if (numel() == 0) return *this;
+  if (device().is_cpu() && s.device().is_cpu()) {
+    copy_cpu(*this, s);
+  } else {
+    copy_with_cuda(*this, s);
+  }
+  return *this;
+}
+
+const Tensor& Tensor::fill_(double value) const {
+  if (numel() == 0) return *this;
+  // A one-element source broadcast over this view reuses copy_'s loops on every device.
+  Tensor one = make_tensor({}, DType::f64, Device::cpu());
+  *one.data_ptr<double>() = value;
+  return copy_(one.to(device()));
+}
+
+}  // namespace tessera

@@ -1,0 +1,11 @@
+// Strided, dtype-converting copy on the current CUDA device (core/cuda/copy_kernel.cu).
+#pragma once
+
+#include "core/cuda_runtime.h"
+
+namespace tessera::cuda {
+
+// dst[i] = cast(src[i]) for every index of `shape` (rank <= 8); asynchronous.
+void launch_copy_strided(const StridedView& dst, const StridedView& src, const Shape& shape);
+
+}  // namespace tessera::cuda

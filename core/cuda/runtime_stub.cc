@@ -1,0 +1,23 @@
+// core/cuda_runtime.h for builds without the CUDA toolkit: every device call throws.
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+
+namespace tessera::cuda {
+namespace {
+[[noreturn]] void built_without_cuda(const char* what) {
+  TS_FAIL("[cuda] ", what, ": Tessera was built without CUDA (nvcc was not found, or ",
+          "--config=cpu was given); rebuild on a machine with the CUDA toolkit");
+}
+}  // namespace
+
+bool is_built() { return false; }
+int device_count() { return 0; }
+void check_device(int) { built_without_cuda("no CUDA device"); }
+Allocator& allocator(int) { built_without_cuda("cannot allocate device memory"); }
+void memcpy(void*, const void*, size_t, CopyKind, int) { built_without_cuda("cannot copy"); }
+void copy_strided(const StridedView&, const StridedView&, const Shape&, int) {
+  built_without_cuda("cannot copy");
+}
+void synchronize(int) { built_without_cuda("cannot synchronize"); }
+
+}  // namespace tessera::cuda

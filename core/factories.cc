@@ -1,0 +1,103 @@
+#include "core/factories.h"
+
+#include <cmath>
+
+#include "core/dispatch.h"
+#include "core/parallel.h"
+
+namespace tessera {
+namespace {
+
+// Fills a contiguous CPU f64 buffer of n values from Philox words: value(i, word) where
+// word is the 32-bit draw for element i. Block-parallel; reproducible for any thread count.
+template <class F>
+void fill_from_philox(double* out, int64_t n, const Generator& gen, uint64_t offset, F&& value) {
+  const int64_t blocks = (n + 3) / 4;
+  parallel_for(blocks, 4096, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const std::array<uint32_t, 4> w = philox4x32(offset + static_cast<uint64_t>(b), 0, gen.seed());
+      value(out, b * 4, std::min<int64_t>(4, n - b * 4), w);
+    }
+  });
+}
+
+Tensor finish_random(const Tensor& f64, TensorOptions options) {
+  return f64.to(options.dtype).to(options.device);
+}
+
+}  // namespace
+
+Tensor empty(const Shape& shape, TensorOptions options) {
+  return make_tensor(shape, options.dtype, options.device);
+}
+
+Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
+
+Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
+
+Tensor full(const Shape& shape, double value, TensorOptions options) {
+  Tensor t = empty(shape, options);
+  t.fill_(value);
+  return t;
+}
+
+Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
+
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  TS_CHECK(step != 0.0, "[arange] expected a non-zero step, found 0");
+  TS_CHECK(std::isfinite(start) && std::isfinite(end), "[arange] expected finite bounds, found [",
+           start, ", ", end, ")");
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+  Tensor t = make_tensor({n}, DType::f64, Device::cpu());
+  double* p = t.data_ptr<double>();
+  for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * step;
+  return t.to(options.dtype).to(options.device);
+}
+
+Tensor rand(const Shape& shape, Generator& gen, TensorOptions options, double low, double high) {
+  TS_CHECK(is_floating(options.dtype), "[rand] expected a floating dtype, found ",
+           dtype_name(options.dtype));
+  const int64_t n = numel_of(shape);
+  const uint64_t offset = gen.reserve(static_cast<uint64_t>(n));
+  Tensor t = make_tensor(shape, DType::f64, Device::cpu());
+  fill_from_philox(t.data_ptr<double>(), n, gen, offset,
+                   [&](double* out, int64_t i0, int64_t count, const std::array<uint32_t, 4>& w) {
+                     for (int64_t j = 0; j < count; ++j) {
+                       out[i0 + j] = low + (high - low) * uniform_from_bits(w[j]);
+                     }
+                   });
+  return finish_random(t, options);
+}
+
+Tensor randn(const Shape& shape, Generator& gen, TensorOptions options, double mean, double stddev) {
+  TS_CHECK(is_floating(options.dtype), "[randn] expected a floating dtype, found ",
+           dtype_name(options.dtype));
+  const int64_t n = numel_of(shape);
+  const uint64_t offset = gen.reserve(static_cast<uint64_t>(n));
+  Tensor t = make_tensor(shape, DType::f64, Device::cpu());
+  // Box-Muller: words (0, 1) give elements 0 and 1 of a block, words (2, 3) elements 2, 3.
+  fill_from_philox(t.data_ptr<double>(), n, gen, offset,
+                   [&](double* out, int64_t i0, int64_t count, const std::array<uint32_t, 4>& w) {
+                     for (int64_t j = 0; j < count; j += 2) {
+                       const double u1 = (static_cast<double>(w[j] >> 8) + 1.0) / 16777216.0;
+                       const double u2 = static_cast<double>(w[j + 1] >> 8) / 16777216.0;
+                       const double r = std::sqrt(-2.0 * std::log(u1));
+                       out[i0 + j] = mean + stddev * r * std::cos(2.0 * M_PI * u2);
+                       if (j + 1 < count) out[i0 + j + 1] = mean + stddev * r * std::sin(2.0 * M_PI * u2);
+                     }
+                   });
+  return finish_random(t, options);
+}
+
+Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device,
+                 std::function<void(void*)> deleter) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::from_blob(data, static_cast<size_t>(numel_of(shape)) * itemsize(dtype),
+                                     device, std::move(deleter));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+}  // namespace tessera

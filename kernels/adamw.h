@@ -1,0 +1,27 @@
+// Fused Adam/AdamW step with DeepSpeed FusedAdam semantics.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace tessera::kernels {
+
+struct AdamWParams {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t step = 1;             // 1-based step count after this update
+  bool bias_correction = true;
+  bool adam_w_mode = true;      // true: decoupled decay (AdamW); false: L2 added to grad
+};
+
+// In place: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd p)   (adam_w_mode; else g += wd p first)
+// All four tensors contiguous with one shape; param, exp_avg, exp_avg_sq f32 (or f64).
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                const Tensor& exp_avg_sq, const AdamWParams& p);
+
+}  // namespace tessera::kernels

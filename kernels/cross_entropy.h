@@ -1,0 +1,22 @@
+// Fused softmax cross-entropy: the probability tensor is never materialized in forward.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace tessera::kernels {
+
+struct CrossEntropyOutput {
+  Tensor loss;  // ()  mean over rows whose target != ignore_index (0 when none count)
+  Tensor lse;   // (N) log-sum-exp of each row, saved for backward
+};
+
+CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& targets,
+                                 int64_t ignore_index = -100);  // (N, V), (N) i32|i64
+
+// dlogits = (softmax(logits) - onehot(target)) * dloss / count; ignored rows get 0.
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t ignore_index = -100);  // -> (N, V)
+
+}  // namespace tessera::kernels

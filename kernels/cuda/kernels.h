@@ -1,0 +1,69 @@
+// CUDA entry points of every kernel family, with the signatures of the public
+// kernels/<family>.h functions. Inputs are already validated and on one CUDA device.
+//
+// This build defines them in kernels/cuda/stub.cc, which throws: without CUDA, "built
+// without CUDA"; with it, "no CUDA kernel yet" until the CUDA backend's kernels land.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/dropout.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/index.h"
+#include "kernels/layer_norm.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
+#include "kernels/softmax.h"
+
+namespace tessera::kernels::cuda {
+
+Tensor unary(UnaryOp op, const Tensor& x);
+Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y);
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+Tensor compare(CompareOp op, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim);
+MaxResult max(const Tensor& x, int64_t dim, bool keepdim);
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
+
+Tensor softmax(const Tensor& x);
+Tensor log_softmax(const Tensor& x);
+Tensor softmax_backward(const Tensor& dy, const Tensor& y);
+Tensor log_softmax_backward(const Tensor& dy, const Tensor& y);
+
+LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd);
+
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_embeddings);
+
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
+
+CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& targets,
+                                 int64_t ignore_index);
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t ignore_index);
+
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
+Tensor dropout_backward(const Tensor& dy, double p, uint64_t seed, uint64_t offset);
+
+AttentionOutput causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                         const Tensor& v, const Tensor& out, const Tensor& lse,
+                                         double scale);
+
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                const Tensor& exp_avg_sq, const AdamWParams& p);
+
+}  // namespace tessera::kernels::cuda

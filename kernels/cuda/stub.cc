@@ -1,0 +1,61 @@
+// Placeholder CUDA kernels: each throws a clear error (see kernels/cuda/kernels.h).
+#include "core/cuda_runtime.h"
+#include "kernels/cuda/kernels.h"
+
+namespace tessera::kernels::cuda {
+namespace {
+[[noreturn]] void missing(const char* op) {
+  if (!tessera::cuda::is_built()) {
+    TS_FAIL("[", op, "] cannot run on a CUDA tensor: Tessera was built without CUDA");
+  }
+  TS_FAIL("[", op, "] has no CUDA kernel yet: expected CPU tensors, found a CUDA tensor");
+}
+}  // namespace
+
+Tensor unary(UnaryOp op, const Tensor&) { missing(unary_name(op)); }
+Tensor unary_backward(UnaryOp op, const Tensor&, const Tensor&, const Tensor&) {
+  missing(unary_name(op));
+}
+Tensor binary(BinaryOp op, const Tensor&, const Tensor&) { missing(binary_name(op)); }
+Tensor compare(CompareOp op, const Tensor&, const Tensor&) { missing(compare_name(op)); }
+Tensor where(const Tensor&, const Tensor&, const Tensor&) { missing("where"); }
+Tensor sum(const Tensor&, const std::vector<int64_t>&, bool) { missing("sum"); }
+Tensor var(const Tensor&, const std::vector<int64_t>&, int64_t, bool) { missing("var"); }
+MaxResult max(const Tensor&, int64_t, bool) { missing("max"); }
+Tensor matmul(const Tensor&, const Tensor&, bool, bool) { missing("matmul"); }
+Tensor softmax(const Tensor&) { missing("softmax"); }
+Tensor log_softmax(const Tensor&) { missing("log_softmax"); }
+Tensor softmax_backward(const Tensor&, const Tensor&) { missing("softmax_backward"); }
+Tensor log_softmax_backward(const Tensor&, const Tensor&) { missing("log_softmax_backward"); }
+LayerNormOutput layer_norm(const Tensor&, const Tensor&, const Tensor&, double) {
+  missing("layer_norm");
+}
+LayerNormGrads layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                   const Tensor&) {
+  missing("layer_norm_backward");
+}
+Tensor embedding(const Tensor&, const Tensor&) { missing("embedding"); }
+Tensor embedding_backward(const Tensor&, const Tensor&, int64_t) { missing("embedding_backward"); }
+Tensor cat(const std::vector<Tensor>&, int64_t) { missing("cat"); }
+Tensor index_select(const Tensor&, int64_t, const Tensor&) { missing("index_select"); }
+void index_add_(const Tensor&, int64_t, const Tensor&, const Tensor&) { missing("index_add_"); }
+CrossEntropyOutput cross_entropy(const Tensor&, const Tensor&, int64_t) {
+  missing("cross_entropy");
+}
+Tensor cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t) {
+  missing("cross_entropy_backward");
+}
+Tensor dropout(const Tensor&, double, uint64_t, uint64_t) { missing("dropout"); }
+Tensor dropout_backward(const Tensor&, double, uint64_t, uint64_t) { missing("dropout_backward"); }
+AttentionOutput causal_attention(const Tensor&, const Tensor&, const Tensor&, double) {
+  missing("causal_attention");
+}
+AttentionGrads causal_attention_backward(const Tensor&, const Tensor&, const Tensor&,
+                                         const Tensor&, const Tensor&, const Tensor&, double) {
+  missing("causal_attention_backward");
+}
+void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWParams&) {
+  missing("adamw_step");
+}
+
+}  // namespace tessera::kernels::cuda

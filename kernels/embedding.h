@@ -1,0 +1,17 @@
+// Embedding lookup and its gradient (scatter-add of rows).
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace tessera::kernels {
+
+// out[..., :] = weight[ids[...], :]; an id outside [0, V) is an error naming the id and
+// its position.
+Tensor embedding(const Tensor& weight, const Tensor& ids);  // (V, C), (...) i32|i64 -> (..., C)
+// dweight[v, :] = sum of grad rows whose id is v.
+Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
+                          int64_t num_embeddings);  // (..., C), (...) -> (V, C)
+
+}  // namespace tessera::kernels

@@ -1,0 +1,16 @@
+// Matrix multiplication through Eigen's GEMM (CPU) or cuBLAS (CUDA).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace tessera::kernels {
+
+// out = op(a) @ op(b), op = transpose of the last two dims when the flag is set.
+//   a: (..., M, K), or (..., K, M) with trans_a
+//   b: (K, N), or (N, K) with trans_b; or batched (..., K, N) / (..., N, K) with the same
+//      leading dims as a
+//   out: (..., M, N)
+// A 2-D b is shared by every batch of a (one large GEMM when a is contiguous).
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+
+}  // namespace tessera::kernels

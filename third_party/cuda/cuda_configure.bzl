@@ -1,0 +1,42 @@
+"""Detects the CUDA toolkit and exposes it as @local_config_cuda.
+
+The generated repository always exists. `defs.bzl` says whether nvcc was found, so the
+CUDA backend builds whenever the toolkit is installed and the CPU-only stub is used
+otherwise. Environment: CUDA_PATH (default /usr/local/cuda); TESSERA_REQUIRE_CUDA=1
+(set by --config=cuda) turns a missing toolkit into a build error.
+"""
+
+_HEADERS_BUILD = """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "cuda_headers",
+    hdrs = glob(["include/*.h", "include/*.hpp", "include/crt/**"]),
+    includes = ["include"],
+)
+
+cc_library(
+    name = "cudart",
+    linkopts = ["-L{lib}", "-lcudart_static", "-ldl", "-lpthread", "-lrt"],
+    deps = [":cuda_headers"],
+)
+"""
+
+def _cuda_configure_impl(rctx):
+    cuda_path = rctx.os.environ.get("CUDA_PATH", "/usr/local/cuda")
+    nvcc = rctx.path(cuda_path + "/bin/nvcc")
+    found = nvcc.exists
+    if not found and rctx.os.environ.get("TESSERA_REQUIRE_CUDA", "0") == "1":
+        fail("--config=cuda needs the CUDA toolkit: expected nvcc at %s, found nothing (set CUDA_PATH)" % nvcc)
+    if found:
+        rctx.symlink(cuda_path + "/include", "include")
+        rctx.file("BUILD", _HEADERS_BUILD.replace("{lib}", cuda_path + "/lib64"))
+    else:
+        rctx.file("BUILD", "package(default_visibility = [\"//visibility:public\"])\n")
+    rctx.file("defs.bzl", "CUDA_FOUND = %s\nNVCC = \"%s\"\n" % (found, nvcc))
+
+cuda_configure = repository_rule(
+    implementation = _cuda_configure_impl,
+    environ = ["CUDA_PATH", "TESSERA_REQUIRE_CUDA"],
+    local = True,
+)
