@@ -19,22 +19,23 @@ void copy_cpu(const Tensor& dst, const Tensor& src) {
     parallel_for(bytes, 1 << 20, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
     return;
   }
-  const LoopPlan<2> plan = plan_loop<2>(
-      dst.shape(), {dst.strides(), src.strides()},
-      {static_cast<int64_t>(dst.itemsize()), static_cast<int64_t>(src.itemsize())});
+  const LoopPlan<2> plan =
+      plan_loop<2>(dst.shape(), {dst.strides(), src.strides()},
+                   {static_cast<int64_t>(dst.itemsize()), static_cast<int64_t>(src.itemsize())});
   dispatch_all(dst.dtype(), [&](auto dtag) {
     using D = typename decltype(dtag)::type;
     dispatch_all(src.dtype(), [&](auto stag) {
       using S = typename decltype(stag)::type;
-      for_each_row<2>(plan, {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
-                      [](const std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& st) {
-                        char* d = p[0];
-                        const char* s = p[1];
-                        for (int64_t i = 0; i < n; ++i) {
-                          *reinterpret_cast<D*>(d + i * st[0]) =
-                              convert<D>(*reinterpret_cast<const S*>(s + i * st[1]));
-                        }
-                      });
+      for_each_row<2>(
+          plan, {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
+          [](const std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& st) {
+            char* d = p[0];
+            const char* s = p[1];
+            for (int64_t i = 0; i < n; ++i) {
+              *reinterpret_cast<D*>(d + i * st[0]) =
+                  convert<D>(*reinterpret_cast<const S*>(s + i * st[1]));
+            }
+          });
     });
   });
 }

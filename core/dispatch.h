@@ -20,14 +20,22 @@ struct TypeTag {
 template <class F>
 decltype(auto) dispatch_all(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::f32: return f(TypeTag<float>{});
-    case DType::f16: return f(TypeTag<Half>{});
-    case DType::bf16: return f(TypeTag<BFloat16>{});
-    case DType::f64: return f(TypeTag<double>{});
-    case DType::i32: return f(TypeTag<int32_t>{});
-    case DType::i64: return f(TypeTag<int64_t>{});
-    case DType::u8: return f(TypeTag<uint8_t>{});
-    case DType::boolean: return f(TypeTag<bool>{});
+    case DType::f32:
+      return f(TypeTag<float>{});
+    case DType::f16:
+      return f(TypeTag<Half>{});
+    case DType::bf16:
+      return f(TypeTag<BFloat16>{});
+    case DType::f64:
+      return f(TypeTag<double>{});
+    case DType::i32:
+      return f(TypeTag<int32_t>{});
+    case DType::i64:
+      return f(TypeTag<int64_t>{});
+    case DType::u8:
+      return f(TypeTag<uint8_t>{});
+    case DType::boolean:
+      return f(TypeTag<bool>{});
   }
   TS_INTERNAL_ASSERT(false, "unknown dtype ", static_cast<int>(dtype));
 }
@@ -36,8 +44,10 @@ decltype(auto) dispatch_all(DType dtype, F&& f) {
 template <class F>
 decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case DType::f32: return f(TypeTag<float>{});
-    case DType::f64: return f(TypeTag<double>{});
+    case DType::f32:
+      return f(TypeTag<float>{});
+    case DType::f64:
+      return f(TypeTag<double>{});
     default:
       TS_FAIL("[", op, "] expected dtype f32 or f64, found ", dtype_name(dtype));
   }
@@ -47,8 +57,10 @@ decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
 template <class F>
 decltype(auto) dispatch_index(DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case DType::i32: return f(TypeTag<int32_t>{});
-    case DType::i64: return f(TypeTag<int64_t>{});
+    case DType::i32:
+      return f(TypeTag<int32_t>{});
+    case DType::i64:
+      return f(TypeTag<int64_t>{});
     default:
       TS_FAIL("[", op, "] expected index dtype i32 or i64, found ", dtype_name(dtype));
   }

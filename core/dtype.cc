@@ -6,28 +6,44 @@ namespace tessera {
 
 size_t itemsize(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::f64: return 8;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::u8: return 1;
-    case DType::boolean: return 1;
+    case DType::f32:
+      return 4;
+    case DType::f16:
+      return 2;
+    case DType::bf16:
+      return 2;
+    case DType::f64:
+      return 8;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
+    case DType::u8:
+      return 1;
+    case DType::boolean:
+      return 1;
   }
   TS_INTERNAL_ASSERT(false, "unknown dtype ", static_cast<int>(dtype));
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::f64: return "f64";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::u8: return "u8";
-    case DType::boolean: return "bool";
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::f64:
+      return "f64";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::u8:
+      return "u8";
+    case DType::boolean:
+      return "bool";
   }
   TS_INTERNAL_ASSERT(false, "unknown dtype ", static_cast<int>(dtype));
 }
@@ -37,13 +53,11 @@ DType parse_dtype(std::string_view name) {
                   DType::u8, DType::boolean}) {
     if (dtype_name(d) == name) return d;
   }
-  TS_FAIL("[dtype] expected one of f32, f16, bf16, f64, i32, i64, u8, bool; found \"", name,
-          "\"");
+  TS_FAIL("[dtype] expected one of f32, f16, bf16, f64, i32, i64, u8, bool; found \"", name, "\"");
 }
 
 bool is_floating(DType dtype) {
-  return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16 ||
-         dtype == DType::f64;
+  return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16 || dtype == DType::f64;
 }
 
 }  // namespace tessera

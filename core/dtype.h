@@ -25,41 +25,73 @@ bool is_floating(DType dtype);
 template <DType D>
 struct CppTypeOf;
 template <>
-struct CppTypeOf<DType::f32> { using type = float; };
+struct CppTypeOf<DType::f32> {
+  using type = float;
+};
 template <>
-struct CppTypeOf<DType::f16> { using type = Half; };
+struct CppTypeOf<DType::f16> {
+  using type = Half;
+};
 template <>
-struct CppTypeOf<DType::bf16> { using type = BFloat16; };
+struct CppTypeOf<DType::bf16> {
+  using type = BFloat16;
+};
 template <>
-struct CppTypeOf<DType::f64> { using type = double; };
+struct CppTypeOf<DType::f64> {
+  using type = double;
+};
 template <>
-struct CppTypeOf<DType::i32> { using type = int32_t; };
+struct CppTypeOf<DType::i32> {
+  using type = int32_t;
+};
 template <>
-struct CppTypeOf<DType::i64> { using type = int64_t; };
+struct CppTypeOf<DType::i64> {
+  using type = int64_t;
+};
 template <>
-struct CppTypeOf<DType::u8> { using type = uint8_t; };
+struct CppTypeOf<DType::u8> {
+  using type = uint8_t;
+};
 template <>
-struct CppTypeOf<DType::boolean> { using type = bool; };
+struct CppTypeOf<DType::boolean> {
+  using type = bool;
+};
 
 // DType of a C++ type; compile error for unsupported types.
 template <class T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::f32; }
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
 template <>
-constexpr DType dtype_of<Half>() { return DType::f16; }
+constexpr DType dtype_of<Half>() {
+  return DType::f16;
+}
 template <>
-constexpr DType dtype_of<BFloat16>() { return DType::bf16; }
+constexpr DType dtype_of<BFloat16>() {
+  return DType::bf16;
+}
 template <>
-constexpr DType dtype_of<double>() { return DType::f64; }
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
 template <>
-constexpr DType dtype_of<int32_t>() { return DType::i32; }
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
 template <>
-constexpr DType dtype_of<int64_t>() { return DType::i64; }
+constexpr DType dtype_of<int64_t>() {
+  return DType::i64;
+}
 template <>
-constexpr DType dtype_of<uint8_t>() { return DType::u8; }
+constexpr DType dtype_of<uint8_t>() {
+  return DType::u8;
+}
 template <>
-constexpr DType dtype_of<bool>() { return DType::boolean; }
+constexpr DType dtype_of<bool>() {
+  return DType::boolean;
+}
 
 // Converts between element types through double (exact for every supported type
 // except the 64-bit integers above 2^53, which are not used as values).

@@ -35,21 +35,21 @@ namespace detail {
 }  // namespace tessera
 
 // Throws tessera::Error with the concatenated message when `cond` is false.
-#define TS_CHECK(cond, ...)                                         \
-  do {                                                              \
-    if (!(cond)) [[unlikely]] {                                     \
+#define TS_CHECK(cond, ...)                                            \
+  do {                                                                 \
+    if (!(cond)) [[unlikely]] {                                        \
       ::tessera::detail::throw_error(::tessera::str_cat(__VA_ARGS__)); \
-    }                                                               \
+    }                                                                  \
   } while (0)
 
 // Unconditionally throws tessera::Error.
 #define TS_FAIL(...) ::tessera::detail::throw_error(::tessera::str_cat(__VA_ARGS__))
 
 // An invariant of Tessera itself; failing it is a bug in Tessera, and the message says so.
-#define TS_INTERNAL_ASSERT(cond, ...)                                                    \
-  do {                                                                                   \
-    if (!(cond)) [[unlikely]] {                                                          \
-      ::tessera::detail::throw_internal(__FILE__, __LINE__, #cond,                       \
+#define TS_INTERNAL_ASSERT(cond, ...)                                                       \
+  do {                                                                                      \
+    if (!(cond)) [[unlikely]] {                                                             \
+      ::tessera::detail::throw_internal(__FILE__, __LINE__, #cond,                          \
                                         ::tessera::str_cat("" __VA_OPT__(, ) __VA_ARGS__)); \
-    }                                                                                    \
+    }                                                                                       \
   } while (0)

@@ -15,7 +15,8 @@ void fill_from_philox(double* out, int64_t n, const Generator& gen, uint64_t off
   const int64_t blocks = (n + 3) / 4;
   parallel_for(blocks, 4096, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      const std::array<uint32_t, 4> w = philox4x32(offset + static_cast<uint64_t>(b), 0, gen.seed());
+      const std::array<uint32_t, 4> w =
+          philox4x32(offset + static_cast<uint64_t>(b), 0, gen.seed());
       value(out, b * 4, std::min<int64_t>(4, n - b * 4), w);
     }
   });
@@ -69,7 +70,8 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions options, double lo
   return finish_random(t, options);
 }
 
-Tensor randn(const Shape& shape, Generator& gen, TensorOptions options, double mean, double stddev) {
+Tensor randn(const Shape& shape, Generator& gen, TensorOptions options, double mean,
+             double stddev) {
   TS_CHECK(is_floating(options.dtype), "[randn] expected a floating dtype, found ",
            dtype_name(options.dtype));
   const int64_t n = numel_of(shape);
@@ -83,7 +85,8 @@ Tensor randn(const Shape& shape, Generator& gen, TensorOptions options, double m
                        const double u2 = static_cast<double>(w[j + 1] >> 8) / 16777216.0;
                        const double r = std::sqrt(-2.0 * std::log(u1));
                        out[i0 + j] = mean + stddev * r * std::cos(2.0 * M_PI * u2);
-                       if (j + 1 < count) out[i0 + j + 1] = mean + stddev * r * std::sin(2.0 * M_PI * u2);
+                       if (j + 1 < count)
+                         out[i0 + j + 1] = mean + stddev * r * std::sin(2.0 * M_PI * u2);
                      }
                    });
   return finish_random(t, options);

@@ -16,8 +16,8 @@ namespace tessera {
 
 template <size_t K>
 struct LoopPlan {
-  Shape shape;                           // coalesced dims, innermost last; never empty
-  std::array<Strides, K> byte_strides;   // per operand, same rank as `shape`
+  Shape shape;                          // coalesced dims, innermost last; never empty
+  std::array<Strides, K> byte_strides;  // per operand, same rank as `shape`
 };
 
 // `strides` are in elements, `itemsizes` in bytes; all operands have `shape`.
@@ -31,8 +31,7 @@ LoopPlan<K> plan_loop(const Shape& shape, const std::array<Strides, K>& strides,
     if (shape[i] == 1) continue;
     bool merge = !plan.shape.empty();
     for (size_t k = 0; merge && k < K; ++k) {
-      merge = strides[k][i] * itemsizes[k] ==
-              plan.byte_strides[k].front() * plan.shape.front();
+      merge = strides[k][i] * itemsizes[k] == plan.byte_strides[k].front() * plan.shape.front();
     }
     if (merge) {
       plan.shape.front() *= shape[i];

@@ -128,8 +128,8 @@ std::vector<T> Tensor::to_vector() const {
   return out;
 }
 
-#define TS_INSTANTIATE_ACCESS(T)                   \
-  template T Tensor::item<T>() const;              \
+#define TS_INSTANTIATE_ACCESS(T)      \
+  template T Tensor::item<T>() const; \
   template std::vector<T> Tensor::to_vector<T>() const;
 TS_INSTANTIATE_ACCESS(float)
 TS_INSTANTIATE_ACCESS(double)
@@ -218,7 +218,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   TS_CHECK(dim() > 0, "[narrow] expected at least one dim, found a scalar");
   const int64_t n = shape()[d];
   TS_CHECK(start >= 0 && length >= 0 && start + length <= n, "[narrow] range [", start, ", ",
-           start + length, ") out of bounds for dim ", d, " of size ", n, " in ", shape_str(shape()));
+           start + length, ") out of bounds for dim ", d, " of size ", n, " in ",
+           shape_str(shape()));
   Shape s = shape();
   s[d] = length;
   return make_view("narrow", std::move(s), strides(), storage_offset() + start * strides()[d]);
@@ -294,7 +295,8 @@ Tensor Tensor::squeeze() const {
 
 Tensor Tensor::squeeze(int64_t d) const {
   d = normalize_dim(d, dim(), "squeeze");
-  if (dim() == 0 || shape()[d] != 1) return make_view("squeeze", shape(), strides(), storage_offset());
+  if (dim() == 0 || shape()[d] != 1)
+    return make_view("squeeze", shape(), strides(), storage_offset());
   Shape s = shape();
   Strides st = strides();
   s.erase(s.begin() + d);
@@ -370,7 +372,8 @@ bool Tensor::requires_grad() const {
 }
 
 Tensor& Tensor::set_requires_grad(bool requires_grad) {
-  TS_CHECK(is_leaf(), "[set_requires_grad] expected a leaf tensor; this one was produced by an op "
+  TS_CHECK(is_leaf(),
+           "[set_requires_grad] expected a leaf tensor; this one was produced by an op "
            "(use detach() to make a new leaf)");
   TS_CHECK(!requires_grad || is_floating(dtype()),
            "[set_requires_grad] only floating-point tensors can require grad, found dtype ",

@@ -32,11 +32,11 @@ class Tensor;
 // Gradient state of a tensor; created when a tensor first takes part in autograd.
 struct AutogradMeta {
   bool requires_grad = false;
-  std::shared_ptr<Tensor> grad;       // accumulated gradient of a leaf (or retained)
-  std::shared_ptr<Node> grad_fn;      // the node that produced this tensor; null for leaves
-  uint32_t output_nr = 0;             // which output of grad_fn this tensor is
+  std::shared_ptr<Tensor> grad;          // accumulated gradient of a leaf (or retained)
+  std::shared_ptr<Node> grad_fn;         // the node that produced this tensor; null for leaves
+  uint32_t output_nr = 0;                // which output of grad_fn this tensor is
   std::weak_ptr<Node> grad_accumulator;  // a leaf's accumulation node, shared by all uses
-  bool retains_grad = false;          // a non-leaf that keeps its .grad (retain_grad())
+  bool retains_grad = false;             // a non-leaf that keeps its .grad (retain_grad())
   // Called with the leaf's accumulated gradient once per backward, after accumulation.
   std::vector<std::function<void(Tensor&)>> post_accumulate_hooks;
 };
@@ -64,7 +64,7 @@ class Tensor {
   const Shape& shape() const { return checked().shape; }
   const Strides& strides() const { return checked().strides; }
   int64_t dim() const { return static_cast<int64_t>(checked().shape.size()); }
-  int64_t size(int64_t dim) const;    // negative dims count from the end
+  int64_t size(int64_t dim) const;  // negative dims count from the end
   int64_t stride(int64_t dim) const;
   int64_t numel() const;
   int64_t storage_offset() const { return checked().offset; }

@@ -13,9 +13,9 @@ struct AdamWParams {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
-  int64_t step = 1;             // 1-based step count after this update
+  int64_t step = 1;  // 1-based step count after this update
   bool bias_correction = true;
-  bool adam_w_mode = true;      // true: decoupled decay (AdamW); false: L2 added to grad
+  bool adam_w_mode = true;  // true: decoupled decay (AdamW); false: L2 added to grad
 };
 
 // In place: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;

@@ -41,9 +41,9 @@ class CachingAllocator final : public Allocator {
         release_cached_locked();
         status = cudaMalloc(&ptr, size);
       }
-      TS_CHECK(status == cudaSuccess, "[cuda allocator] cudaMalloc of ", size, " bytes on cuda:",
-               device_, " failed: ", cudaGetErrorString(status), " (", stats_.allocated,
-               " bytes allocated, ", stats_.reserved, " reserved)");
+      TS_CHECK(status == cudaSuccess, "[cuda allocator] cudaMalloc of ", size,
+               " bytes on cuda:", device_, " failed: ", cudaGetErrorString(status), " (",
+               stats_.allocated, " bytes allocated, ", stats_.reserved, " reserved)");
       stats_.reserved += static_cast<int64_t>(size);
     }
     stats_.allocated += static_cast<int64_t>(size);
@@ -109,8 +109,8 @@ void check_device(int index) {
   const int n = device_count();
   TS_CHECK(n > 0, "[cuda] no CUDA device: expected a GPU for cuda:", index,
            ", found none (cudaGetDeviceCount reports 0 or no driver is loaded)");
-  TS_CHECK(index >= 0 && index < n, "[cuda] no CUDA device cuda:", index, ": expected an index in [0, ",
-           n, ")");
+  TS_CHECK(index >= 0 && index < n, "[cuda] no CUDA device cuda:", index,
+           ": expected an index in [0, ", n, ")");
 }
 
 Allocator& allocator(int index) {

@@ -50,8 +50,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
 
-CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& targets,
-                                 int64_t ignore_index);
+CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
                               const Tensor& lse, int64_t ignore_index);
 

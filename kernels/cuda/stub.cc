@@ -50,8 +50,8 @@ Tensor dropout_backward(const Tensor&, double, uint64_t, uint64_t) { missing("dr
 AttentionOutput causal_attention(const Tensor&, const Tensor&, const Tensor&, double) {
   missing("causal_attention");
 }
-AttentionGrads causal_attention_backward(const Tensor&, const Tensor&, const Tensor&,
-                                         const Tensor&, const Tensor&, const Tensor&, double) {
+AttentionGrads causal_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         const Tensor&, const Tensor&, double) {
   missing("causal_attention_backward");
 }
 void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWParams&) {
