@@ -36,7 +36,6 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;         // the node that produced this tensor; null for leaves
   uint32_t output_nr = 0;                // which output of grad_fn this tensor is
   std::weak_ptr<Node> grad_accumulator;  // a leaf's accumulation node, shared by all uses
-  bool retains_grad = false;             // a non-leaf that keeps its .grad (retain_grad())
   // Called with the leaf's accumulated gradient once per backward, after accumulation.
   std::vector<std::function<void(Tensor&)>> post_accumulate_hooks;
 };

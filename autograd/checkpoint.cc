@@ -1,0 +1,64 @@
+#include "autograd/checkpoint.h"
+
+#include "autograd/engine.h"
+#include "autograd/record.h"
+#include "core/grad_mode.h"
+
+namespace tessera {
+
+TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs,
+                      const std::vector<Generator*>& rngs) {
+  if (!GradMode::is_enabled()) return fn(inputs);
+  std::vector<uint64_t> offsets;
+  for (Generator* g : rngs) offsets.push_back(g->offset());
+  TensorList outputs;
+  {
+    NoGradGuard no_grad;
+    outputs = fn(inputs);
+  }
+  // The segment may use parameters that require grad even when no input does.
+  TensorList detached;
+  std::vector<bool> inputs_require;
+  for (const Tensor& t : inputs) {
+    detached.push_back(t.detach());
+    inputs_require.push_back(t.requires_grad());
+  }
+  auto node = std::make_shared<FunctionNode>(
+      "checkpoint", [fn, detached, inputs_require, rngs, offsets](const TensorList& grads) {
+        // Rewind the generators, recompute with recording on, and backpropagate.
+        std::vector<uint64_t> resume;
+        for (size_t i = 0; i < rngs.size(); ++i) {
+          resume.push_back(rngs[i]->offset());
+          rngs[i]->set_offset(offsets[i]);
+        }
+        TensorList leaves;
+        for (size_t i = 0; i < detached.size(); ++i) {
+          Tensor leaf = detached[i].detach();
+          if (inputs_require[i]) leaf.set_requires_grad(true);
+          leaves.push_back(leaf);
+        }
+        TensorList recomputed;
+        {
+          EnableGradGuard enable;
+          recomputed = fn(leaves);
+        }
+        for (size_t i = 0; i < rngs.size(); ++i) rngs[i]->set_offset(resume[i]);
+        TensorList roots, seeds;
+        for (size_t i = 0; i < recomputed.size(); ++i) {
+          if (recomputed[i].requires_grad()) {
+            roots.push_back(recomputed[i]);
+            seeds.push_back(grads[i]);
+          }
+        }
+        if (!roots.empty()) backward(roots, seeds);
+        TensorList input_grads;
+        for (const Tensor& leaf : leaves)
+          input_grads.push_back(leaf.requires_grad() ? leaf.grad() : Tensor());
+        return input_grads;
+      });
+  // Record even when no input requires grad: parameters inside fn still need theirs.
+  record(node, inputs, outputs);
+  return outputs;
+}
+
+}  // namespace tessera

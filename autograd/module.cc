@@ -1,0 +1,98 @@
+#include "autograd/module.h"
+
+#include <map>
+
+#include "core/grad_mode.h"
+
+namespace tessera {
+
+void Module::register_parameter(std::string name, Tensor& param, Placement placement) {
+  TS_CHECK(param.defined(), "[Module] parameter \"", name, "\" is undefined");
+  if (!param.requires_grad()) param.set_requires_grad(true);
+  params_.push_back({std::move(name), &param, placement});
+}
+
+void Module::register_buffer(std::string name, Tensor& buffer) {
+  TS_CHECK(buffer.defined(), "[Module] buffer \"", name, "\" is undefined");
+  buffers_.emplace_back(std::move(name), &buffer);
+}
+
+void Module::register_module(std::string name, Module& child) {
+  TS_CHECK(&child != this, "[Module] a module cannot be its own child (\"", name, "\")");
+  children_.emplace_back(std::move(name), &child);
+}
+
+void Module::collect(const std::string& prefix, std::vector<NamedParameter>* params,
+                     StateDict* buffers) const {
+  for (const ParamEntry& p : params_) {
+    if (params) params->push_back({prefix + p.name, *p.tensor, p.placement});
+  }
+  for (const auto& [name, b] : buffers_) {
+    if (buffers) buffers->emplace_back(prefix + name, *b);
+  }
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", params, buffers);
+}
+
+std::vector<NamedParameter> Module::named_parameters() const {
+  std::vector<NamedParameter> out;
+  collect("", &out, nullptr);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (NamedParameter& p : named_parameters()) out.push_back(p.tensor);
+  return out;
+}
+
+StateDict Module::state_dict() const {
+  std::vector<NamedParameter> params;
+  StateDict buffers;
+  collect("", &params, &buffers);
+  StateDict out;
+  for (NamedParameter& p : params) out.emplace_back(p.name, p.tensor);
+  for (auto& b : buffers) out.push_back(b);
+  return out;
+}
+
+void Module::load_state_dict(const StateDict& state, bool strict) {
+  const StateDict own = state_dict();
+  std::map<std::string, const Tensor*> given;
+  for (const auto& [name, t] : state) {
+    TS_CHECK(given.emplace(name, &t).second, "[load_state_dict] duplicate entry \"", name, "\"");
+  }
+  std::string problems;
+  auto note = [&](const std::string& p) { problems += (problems.empty() ? "" : "; ") + p; };
+  for (const auto& [name, t] : own) {
+    auto it = given.find(name);
+    if (it == given.end()) {
+      note(str_cat("missing \"", name, "\""));
+      continue;
+    }
+    const Tensor& src = *it->second;
+    if (src.shape() != t.shape() || src.dtype() != t.dtype()) {
+      note(str_cat("\"", name, "\" expected ", dtype_name(t.dtype()), " ", shape_str(t.shape()),
+                   ", found ", dtype_name(src.dtype()), " ", shape_str(src.shape())));
+    }
+    given.erase(it);
+  }
+  if (strict) {
+    for (const auto& [name, t] : given) note(str_cat("unexpected \"", name, "\""));
+  }
+  TS_CHECK(problems.empty(), "[load_state_dict] ", problems);
+  NoGradGuard no_grad;
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : state) by_name.emplace(name, &t);
+  for (const auto& [name, t] : own) t.copy_(*by_name.at(name));
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::zero_grad() {
+  for (NamedParameter& p : named_parameters()) p.tensor.set_grad(Tensor());
+}
+
+}  // namespace tessera

@@ -1,0 +1,99 @@
+// Module: the base of layers and models, with hierarchical parameter names.
+//
+// A module registers its parameters (Tensor members) and its child modules (members,
+// by reference) under names; named_parameters() walks the tree and joins names with
+// dots, Hugging Face style: "h.3.attn.c_attn.weight". Modules are neither copyable nor
+// movable because the registry points at their members.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tessera {
+
+// How a parameter is laid out across a model-parallel group.
+struct Placement {
+  enum class Kind : uint8_t { replicated, sharded };
+  Kind kind = Kind::replicated;
+  int64_t dim = 0;  // the split dim when sharded
+};
+
+struct NamedParameter {
+  std::string name;
+  Tensor tensor;
+  Placement placement;
+};
+
+// Name -> tensor, in registration order.
+using StateDict = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Parameters of this module and all descendants, in registration order (depth first).
+  std::vector<NamedParameter> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  // Parameters and buffers by full name.
+  StateDict state_dict() const;
+  // Copies values into this module's parameters and buffers. Every problem (missing or,
+  // when `strict`, unexpected names; shape or dtype mismatches) is found before anything is
+  // written, and reported together in one error.
+  void load_state_dict(const StateDict& state, bool strict = true);
+  // Training mode for this module and its descendants (dropout is active in training).
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Drops the accumulated gradients of all parameters.
+  void zero_grad();
+
+ protected:
+  // Registers a member tensor as a parameter (it becomes a leaf that requires grad).
+  void register_parameter(std::string name, Tensor& param, Placement placement = {});
+  // Registers a member tensor that is saved in the state dict but not trained.
+  void register_buffer(std::string name, Tensor& buffer);
+  // Registers a member module as a child named `name`.
+  void register_module(std::string name, Module& child);
+
+ private:
+  struct ParamEntry {
+    std::string name;
+    Tensor* tensor;
+    Placement placement;
+  };
+  void collect(const std::string& prefix, std::vector<NamedParameter>* params,
+               StateDict* buffers) const;
+
+  std::vector<ParamEntry> params_;
+  std::vector<std::pair<std::string, Tensor*>> buffers_;
+  std::vector<std::pair<std::string, Module*>> children_;
+  bool training_ = true;
+};
+
+// An indexed list of owned child modules named "0", "1", ...
+class ModuleList : public Module {
+ public:
+  // Takes ownership of `module` and registers it under the next index.
+  template <class M>
+  M& push_back(std::unique_ptr<M> module) {
+    M& ref = *module;
+    register_module(std::to_string(items_.size()), ref);
+    items_.push_back(std::move(module));
+    return ref;
+  }
+  size_t size() const { return items_.size(); }
+  Module& operator[](size_t i) const { return *items_.at(i); }
+
+ private:
+  std::vector<std::unique_ptr<Module>> items_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,60 @@
+// Matrix products: forward and backward side by side.
+#include "autograd/ops/linalg.h"
+
+#include "autograd/record.h"
+#include "kernels/elementwise.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
+
+namespace tessera {
+namespace {
+
+// All leading dims folded into rows: (..., C) -> (R, C).
+Tensor rows_of(const Tensor& t) { return t.reshape({-1, t.size(-1)}); }
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Tensor out = kernels::matmul(a, b);
+  record_function("matmul", {a, b}, {&out},
+                  [a = a.detach(), b = b.detach(), ra = a.requires_grad(),
+                   rb = b.requires_grad()](const TensorList& g) -> TensorList {
+                    Tensor da =
+                        ra ? kernels::matmul(g[0], b, false, true) : Tensor();  // (..., M, K)
+                    Tensor db;
+                    if (rb) {
+                      db = b.dim() == 2 && a.dim() > 2
+                               ? kernels::matmul(rows_of(a), rows_of(g[0]), true, false)  // (K, N)
+                               : kernels::matmul(a, g[0], true, false);  // (..., K, N)
+                    }
+                    return {da, db};
+                  });
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  TS_CHECK(weight.dim() == 2, "[linear] expected a 2-D weight (out, in), found shape ",
+           shape_str(weight.shape()));
+  TS_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
+           "[linear] input features differ: ", shape_str(x.shape()), " vs weight ",
+           shape_str(weight.shape()));
+  Tensor y = kernels::matmul(x, weight, false, true);
+  if (bias.defined()) {
+    TS_CHECK(bias.shape() == Shape{weight.size(0)}, "[linear] expected bias of shape (",
+             weight.size(0), "), found ", shape_str(bias.shape()));
+    y = kernels::binary(kernels::BinaryOp::add, y, bias);
+  }
+  record_function(
+      "linear", {x, weight, bias}, {&y},
+      [x = x.detach(), w = weight.detach(), rx = x.requires_grad(), rw = weight.requires_grad(),
+       has_bias = bias.defined()](const TensorList& g) -> TensorList {
+        Tensor dx = rx ? kernels::matmul(g[0], w) : Tensor();                     // (..., in)
+        Tensor dw = rw ? kernels::matmul(rows_of(g[0]), rows_of(x), true, false)  // (out, in)
+                       : Tensor();
+        Tensor db = has_bias ? kernels::sum(rows_of(g[0]), {0}, false) : Tensor();
+        return {dx, dw, db};
+      });
+  return y;
+}
+
+}  // namespace tessera

@@ -1,0 +1,91 @@
+// Neural-network ops: forward and backward side by side, on fused kernels.
+#include "autograd/ops/nn.h"
+
+#include <cmath>
+
+#include "autograd/record.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/dropout.h"
+#include "kernels/embedding.h"
+#include "kernels/layer_norm.h"
+#include "kernels/softmax.h"
+
+namespace tessera {
+
+Tensor softmax(const Tensor& x) {
+  Tensor y = kernels::softmax(x);
+  record_function("softmax", {x}, {&y}, [y = y.detach()](const TensorList& g) {
+    return TensorList{kernels::softmax_backward(g[0], y)};
+  });
+  return y;
+}
+
+Tensor log_softmax(const Tensor& x) {
+  Tensor y = kernels::log_softmax(x);
+  record_function("log_softmax", {x}, {&y}, [y = y.detach()](const TensorList& g) {
+    return TensorList{kernels::log_softmax_backward(g[0], y)};
+  });
+  return y;
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  kernels::LayerNormOutput r = kernels::layer_norm(x, weight, bias, eps);
+  record_function("layer_norm", {x, weight, bias}, {&r.y},
+                  [x = x.detach(), w = weight.defined() ? weight.detach() : Tensor(), mean = r.mean,
+                   rstd = r.rstd](const TensorList& g) {
+                    kernels::LayerNormGrads d =
+                        kernels::layer_norm_backward(g[0], x, w, mean, rstd);
+                    return TensorList{d.dx, d.dweight, d.dbias};
+                  });
+  return r.y;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  Tensor out = kernels::embedding(weight, ids);
+  record_function("embedding", {weight}, {&out},
+                  [ids = ids.detach(), rows = weight.size(0)](const TensorList& g) {
+                    return TensorList{kernels::embedding_backward(g[0], ids, rows)};
+                  });
+  return out;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  kernels::CrossEntropyOutput r = kernels::cross_entropy(logits, targets, ignore_index);
+  record_function("cross_entropy", {logits}, {&r.loss},
+                  [logits = logits.detach(), targets = targets.detach(), lse = r.lse,
+                   ignore_index](const TensorList& g) {
+                    return TensorList{
+                        kernels::cross_entropy_backward(g[0], logits, targets, lse, ignore_index)};
+                  });
+  return r.loss;
+}
+
+Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
+  TS_CHECK(p >= 0.0 && p < 1.0, "[dropout] expected p in [0, 1), found ", p);
+  if (!training || p == 0.0) return x;
+  const uint64_t seed = gen.seed();
+  const uint64_t offset = gen.reserve(static_cast<uint64_t>(x.numel()));
+  Tensor y = kernels::dropout(x, p, seed, offset);
+  record_function("dropout", {x}, {&y}, [p, seed, offset](const TensorList& g) {
+    return TensorList{kernels::dropout_backward(g[0], p, seed, offset)};
+  });
+  return y;
+}
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  TS_CHECK(q.dim() == 4, "[causal_attention] expected q of shape (B, H, T, D), found ",
+           shape_str(q.shape()));
+  if (scale <= 0.0) scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  kernels::AttentionOutput r = kernels::causal_attention(q, k, v, scale);
+  record_function("causal_attention", {q, k, v}, {&r.out},
+                  [q = q.detach(), k = k.detach(), v = v.detach(), out = r.out.detach(),
+                   lse = r.lse, scale](const TensorList& g) {
+                    kernels::AttentionGrads d =
+                        kernels::causal_attention_backward(g[0], q, k, v, out, lse, scale);
+                    return TensorList{d.dq, d.dk, d.dv};
+                  });
+  return r.out;
+}
+
+}  // namespace tessera

@@ -1,0 +1,34 @@
+// Differentiable neural-network ops with fused kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+
+namespace tessera {
+
+Tensor softmax(const Tensor& x);      // over the last dim: (..., V) -> (..., V)
+Tensor log_softmax(const Tensor& x);  // over the last dim: (..., V) -> (..., V)
+
+// Normalizes over the last dim; weight and bias (C) may be undefined.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  double eps = 1e-5);  // (..., C) -> (..., C)
+
+// Rows of `weight` picked by `ids` (i32|i64; not differentiated).
+Tensor embedding(const Tensor& weight, const Tensor& ids);  // (V, C), (...) -> (..., C)
+
+// Mean softmax cross-entropy over rows whose target != ignore_index.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
+                     int64_t ignore_index = -100);  // (N, V), (N) -> ()
+
+// Zeroes each element with probability p and scales the rest by 1/(1-p); the mask comes
+// from `gen` (advanced) and is regenerated, not stored, for backward. Identity when
+// !training or p == 0.
+Tensor dropout(const Tensor& x, double p, Generator& gen, bool training = true);
+
+// Causal scaled dot-product attention; scale defaults to 1/sqrt(D) when <= 0.
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                        double scale = 0.0);  // (B, H, T, D) x3 -> (B, H, T, D)
+
+}  // namespace tessera

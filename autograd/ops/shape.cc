@@ -1,0 +1,138 @@
+// Views, joins and gathers: forward and backward side by side.
+#include "autograd/ops/shape.h"
+
+#include <numeric>
+
+#include "autograd/ops/broadcast.h"
+#include "autograd/record.h"
+#include "core/factories.h"
+#include "kernels/index.h"
+
+namespace tessera {
+namespace {
+
+// Records a view whose gradient is g reshaped back to x's shape.
+Tensor reshaping_view(const char* name, const Tensor& x, Tensor out) {
+  record_function(name, {x}, {&out}, [shape = x.shape()](const TensorList& g) {
+    return TensorList{g[0].reshape(shape)};
+  });
+  return out;
+}
+
+// Records a view of a sub-range of x: the gradient is zeros with g written into the same
+// sub-range, which `take` selects from a tensor of x's shape.
+template <class Take>
+Tensor sub_range_view(const char* name, const Tensor& x, Take take) {
+  Tensor out = take(x.detach());
+  record_function(name, {x}, {&out}, [shape = x.shape(), take](const TensorList& g) {
+    Tensor grad = zeros(shape, {g[0].dtype(), g[0].device()});
+    take(grad).copy_(g[0]);
+    return TensorList{grad};
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor reshape(const Tensor& x, const Shape& shape) {
+  return reshaping_view("reshape", x, x.detach().reshape(shape));
+}
+
+Tensor view(const Tensor& x, const Shape& shape) {
+  return reshaping_view("view", x, x.detach().view(shape));
+}
+
+Tensor squeeze(const Tensor& x, int64_t dim) {
+  return reshaping_view("squeeze", x, x.detach().squeeze(dim));
+}
+
+Tensor unsqueeze(const Tensor& x, int64_t dim) {
+  return reshaping_view("unsqueeze", x, x.detach().unsqueeze(dim));
+}
+
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  Tensor out = x.detach().transpose(dim0, dim1);
+  record_function("transpose", {x}, {&out}, [dim0, dim1](const TensorList& g) {
+    return TensorList{g[0].transpose(dim0, dim1)};
+  });
+  return out;
+}
+
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
+  Tensor out = x.detach().permute(dims);
+  std::vector<int64_t> inverse(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    inverse[normalize_dim(dims[i], x.dim(), "permute")] = static_cast<int64_t>(i);
+  }
+  record_function("permute", {x}, {&out},
+                  [inverse](const TensorList& g) { return TensorList{g[0].permute(inverse)}; });
+  return out;
+}
+
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
+  return sub_range_view("narrow", x, [=](const Tensor& t) { return t.narrow(dim, start, length); });
+}
+
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  return sub_range_view("slice", x,
+                        [=](const Tensor& t) { return t.slice(dim, start, end, step); });
+}
+
+Tensor select(const Tensor& x, int64_t dim, int64_t index) {
+  return sub_range_view("select", x, [=](const Tensor& t) { return t.select(dim, index); });
+}
+
+Tensor expand(const Tensor& x, const Shape& shape) {
+  Tensor out = x.detach().expand(shape);
+  record_function("expand", {x}, {&out},
+                  [in = x.shape()](const TensorList& g) { return TensorList{sum_to(g[0], in)}; });
+  return out;
+}
+
+Tensor contiguous(const Tensor& x) {
+  if (x.is_contiguous()) return x;
+  Tensor out = x.detach().contiguous();
+  record_function("contiguous", {x}, {&out}, [](const TensorList& g) { return TensorList{g[0]}; });
+  return out;
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  Tensor out = x.detach().to(dtype);
+  record_function("cast", {x}, {&out},
+                  [from = x.dtype()](const TensorList& g) { return TensorList{g[0].to(from)}; });
+  return out;
+}
+
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+  Tensor out = kernels::cat(xs, dim);
+  std::vector<int64_t> sizes;
+  for (const Tensor& t : xs) sizes.push_back(t.size(dim));
+  if (!needs_grad(xs)) return out;
+  auto node = std::make_shared<FunctionNode>(
+      "cat", [sizes, dim](const TensorList& g) { return kernels::split(g[0], sizes, dim); });
+  record(node, xs, {&out});
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  std::vector<Tensor> outs = kernels::split(x.detach(), sizes, dim);
+  if (!needs_grad({&x})) return outs;
+  auto node = std::make_shared<FunctionNode>(
+      "split", [dim](const TensorList& g) { return TensorList{kernels::cat(g, dim)}; });
+  record(node, {x}, outs);
+  return outs;
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  Tensor out = kernels::index_select(x, dim, index);
+  record_function("index_select", {x}, {&out},
+                  [shape = x.shape(), dim, index = index.detach()](const TensorList& g) {
+                    Tensor grad = zeros(shape, {g[0].dtype(), g[0].device()});
+                    kernels::index_add_(grad, dim, index, g[0]);
+                    return TensorList{grad};
+                  });
+  return out;
+}
+
+}  // namespace tessera

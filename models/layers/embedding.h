@@ -1,0 +1,20 @@
+// Embedding table: rows of "weight" (num_embeddings, dim) looked up by id.
+#pragma once
+
+#include "autograd/module.h"
+
+namespace tessera {
+
+class Embedding : public Module {
+ public:
+  // "weight" is zero-initialized: models initialize by parameter name.
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype = DType::f32);
+  Tensor forward(const Tensor& ids) const;  // (...) i32|i64 -> (..., dim)
+
+  Tensor& weight() { return weight_; }
+
+ private:
+  Tensor weight_;
+};
+
+}  // namespace tessera

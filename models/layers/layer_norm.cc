@@ -1,0 +1,19 @@
+#include "models/layers/layer_norm.h"
+
+#include "autograd/ops/nn.h"
+#include "core/factories.h"
+
+namespace tessera {
+
+LayerNorm::LayerNorm(int64_t dim, double eps, bool bias, DType dtype)
+    : eps_(eps), weight_(ones({dim}, {dtype})) {
+  register_parameter("weight", weight_);
+  if (bias) {
+    bias_ = zeros({dim}, {dtype});
+    register_parameter("bias", bias_);
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight_, bias_, eps_); }
+
+}  // namespace tessera

@@ -1,0 +1,23 @@
+// Layer normalization over the last dim with optional affine "weight" and "bias".
+#pragma once
+
+#include "autograd/module.h"
+
+namespace tessera {
+
+class LayerNorm : public Module {
+ public:
+  // weight = 1 and bias = 0 as in PyTorch; `bias` false keeps only the weight.
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true, DType dtype = DType::f32);
+  Tensor forward(const Tensor& x) const;  // (..., dim) -> (..., dim)
+
+  Tensor& weight() { return weight_; }
+  Tensor& bias() { return bias_; }
+
+ private:
+  double eps_;
+  Tensor weight_;
+  Tensor bias_;
+};
+
+}  // namespace tessera

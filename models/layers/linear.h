@@ -1,0 +1,23 @@
+// Linear layer, PyTorch nn.Linear layout: y = x W^T + b.
+#pragma once
+
+#include "autograd/module.h"
+
+namespace tessera {
+
+class Linear : public Module {
+ public:
+  // Parameters "weight" (out, in) and, when `bias`, "bias" (out), zero-initialized:
+  // models initialize by parameter name (see the model's init).
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, DType dtype = DType::f32);
+  Tensor forward(const Tensor& x) const;  // (..., in) -> (..., out)
+
+  Tensor& weight() { return weight_; }
+  Tensor& bias() { return bias_; }
+
+ private:
+  Tensor weight_;
+  Tensor bias_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,131 @@
+// The backward engine: accumulation, retain_graph, no-grad, hooks and seeds.
+#include "autograd/engine.h"
+
+#include <catch2/catch.hpp>
+
+#include "autograd/ops.h"
+#include "autograd/record.h"
+#include "core/factories.h"
+#include "core/grad_mode.h"
+
+namespace tessera {
+namespace {
+
+Tensor leaf(std::vector<double> v) {
+  Tensor t = from_vector(v);
+  t.set_requires_grad(true);
+  return t;
+}
+
+TEST_CASE("a leaf used twice gets the sum of both paths", "[engine]") {
+  Tensor x = leaf({1.0, -2.0, 3.0});
+  Tensor y = sum(add(mul(x, x), x));  // d/dx = 2x + 1
+  backward(y);
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3.0, -3.0, 7.0});
+}
+
+TEST_CASE("gradients accumulate across backward calls until cleared", "[engine]") {
+  Tensor x = leaf({2.0});
+  backward(mul(x, x));
+  backward(mul(x, x));
+  CHECK(x.grad().item<double>() == 8.0);
+  x.set_grad(Tensor());
+  backward(mul(x, scalar_like(x, 5.0)));
+  CHECK(x.grad().item<double>() == 5.0);
+}
+
+TEST_CASE("a leaf's gradient does not alias another leaf's", "[engine]") {
+  Tensor a = leaf({1.0, 2.0});
+  Tensor b = leaf({3.0, 4.0});
+  backward(sum(add(a, b)));  // both receive the same incoming tensor
+  a.grad().fill_(0.0);
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{1.0, 1.0});
+}
+
+TEST_CASE("the graph is freed after backward unless retained", "[engine]") {
+  Tensor x = leaf({0.5});
+  Tensor y = exp(x);
+  backward(y, Tensor(), /*retain_graph=*/true);
+  backward(y);  // allowed: the first call retained the graph
+  CHECK(x.grad().item<double>() == Approx(2.0 * std::exp(0.5)));
+  REQUIRE_THROWS_WITH(backward(y),
+                      Catch::Contains("already freed") && Catch::Contains("retain_graph"));
+}
+
+TEST_CASE("no-grad mode records nothing", "[engine]") {
+  Tensor x = leaf({1.0});
+  Tensor y;
+  {
+    NoGradGuard guard;
+    y = exp(x);
+  }
+  CHECK_FALSE(y.requires_grad());
+  CHECK(y.is_leaf());
+  Tensor z = exp(x);
+  CHECK(z.requires_grad());
+  CHECK_FALSE(z.is_leaf());
+}
+
+TEST_CASE("implicit seeds need one-element roots; explicit seeds must match", "[engine]") {
+  Tensor x = leaf({1.0, 2.0});
+  Tensor y = mul(x, scalar_like(x, 3.0));
+  REQUIRE_THROWS_WITH(backward(y), Catch::Contains("one-element root") && Catch::Contains("(2)"));
+  REQUIRE_THROWS_WITH(backward(y, from_vector<double>({1.0})),
+                      Catch::Contains("does not match root"));
+  backward(y, from_vector<double>({1.0, -1.0}));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3.0, -3.0});
+  REQUIRE_THROWS_WITH(backward(from_vector<double>({1.0})),
+                      Catch::Contains("does not require grad"));
+}
+
+TEST_CASE("post-accumulate hooks run once per backward with the summed gradient", "[engine]") {
+  Tensor x = leaf({1.0, 2.0});
+  int calls = 0;
+  std::vector<double> seen;
+  register_post_accumulate_hook(x, [&](Tensor& g) {
+    ++calls;
+    seen = g.to_vector<double>();
+  });
+  backward(sum(add(mul(x, x), x)));
+  CHECK(calls == 1);
+  CHECK(seen == std::vector<double>{3.0, 5.0});
+  Tensor y = exp(x);
+  REQUIRE_THROWS_WITH(register_post_accumulate_hook(y, [](Tensor&) {}),
+                      Catch::Contains("expected a leaf"));
+}
+
+TEST_CASE("later nodes run first: hooks fire in reverse order of use", "[engine]") {
+  Tensor a = leaf({1.0});
+  Tensor b = leaf({2.0});
+  std::vector<char> order;
+  register_post_accumulate_hook(a, [&](Tensor&) { order.push_back('a'); });
+  register_post_accumulate_hook(b, [&](Tensor&) { order.push_back('b'); });
+  Tensor h = exp(mul(a, a));    // a is used first
+  Tensor out = sum(mul(h, b));  // b last: its gradient is ready first
+  backward(out);
+  CHECK(order == std::vector<char>{'b', 'a'});
+}
+
+TEST_CASE("raw views of a tensor that requires grad are refused under grad mode", "[engine]") {
+  Tensor x = leaf({1.0, 2.0, 3.0, 4.0});
+  REQUIRE_THROWS_WITH(x.view({2, 2}),
+                      Catch::Contains("[view]") && Catch::Contains("tessera::view"));
+  Tensor v = view(x, {2, 2});  // the differentiable view
+  backward(sum(mul(v, v)));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2.0, 4.0, 6.0, 8.0});
+  NoGradGuard guard;
+  CHECK(x.view({2, 2}).shape() == Shape{2, 2});
+}
+
+TEST_CASE("a view shares storage with its base and its gradient flows back", "[engine]") {
+  Tensor x = leaf({1.0, 2.0, 3.0, 4.0, 5.0, 6.0});
+  Tensor m = view(x, {2, 3});
+  Tensor t = transpose(m, 0, 1);
+  CHECK(t.storage().data() == x.storage().data());
+  backward(sum(mul(t, from_vector<double>({1, 2, 3, 4, 5, 6}, {3, 2}))));
+  // t[j][i] = m[i][j]; weight of m[i][j] is w[j][i] = 1 + 2 j + i.
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 3, 5, 2, 4, 6});
+}
+
+}  // namespace
+}  // namespace tessera
