@@ -27,8 +27,7 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
   if (!meta.grad) {
     // Own the gradient: an incoming tensor may be shared with other leaves' gradients.
     meta.grad = std::make_shared<Tensor>(
-        incoming.is_contiguous() && incoming.impl()->storage.use_count() == 1 ? incoming
-                                                                              : incoming.clone());
+        incoming.is_contiguous() && incoming.is_unique() ? incoming : incoming.clone());
   } else {
     // In place, so a gradient that views a larger buffer (ZeRO's flat gradients) stays one.
     meta.grad->copy_(kernels::binary(kernels::BinaryOp::add, *meta.grad, incoming));

@@ -1,56 +1,24 @@
 #include "core/allocator.h"
 
-#include <algorithm>
-#include <atomic>
 #include <cstdlib>
-#include <new>
 
+#include "core/caching_allocator.h"
 #include "core/cuda_runtime.h"
-#include "core/error.h"
 
 namespace tessera {
-namespace {
-
-class CpuAllocator final : public Allocator {
- public:
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    const size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    void* ptr = std::aligned_alloc(kCpuAlignment, rounded);
-    TS_CHECK(ptr != nullptr, "[cpu allocator] out of memory: could not allocate ", nbytes,
-             " bytes (", stats().allocated, " bytes already allocated)");
-    const int64_t now = allocated_.fetch_add(static_cast<int64_t>(nbytes)) + nbytes;
-    int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
-    num_allocs_.fetch_add(1);
-    return ptr;
-  }
-
-  void deallocate(void* ptr, size_t nbytes) override {
-    if (ptr == nullptr) return;
-    std::free(ptr);
-    allocated_.fetch_sub(static_cast<int64_t>(nbytes));
-  }
-
-  AllocatorStats stats() const override {
-    const int64_t a = allocated_.load();
-    return {a, a, peak_.load(), num_allocs_.load()};
-  }
-
-  void reset_peak() override { peak_.store(allocated_.load()); }
-
- private:
-  std::atomic<int64_t> allocated_{0};
-  std::atomic<int64_t> peak_{0};
-  std::atomic<int64_t> num_allocs_{0};
-};
-
-}  // namespace
 
 Allocator& allocator_for(Device device) {
   if (device.is_cpu()) {
-    static CpuAllocator cpu;
+    // 64-byte aligned blocks; blocks of 1 MiB and more are cached (Note [Block cache]).
+    static CachingAllocator cpu(
+        "cpu allocator",
+        {.small_unit = kCpuAlignment,
+         .large_unit = size_t{64} << 10,
+         .large_min = size_t{1} << 20,
+         .min_cached = size_t{1} << 20,
+         .max_cached = size_t{4} << 30},
+        [](size_t n) { return std::aligned_alloc(kCpuAlignment, n); },
+        [](void* p) { std::free(p); });
     return cpu;
   }
   return cuda::allocator(device.index);

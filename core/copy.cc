@@ -26,7 +26,7 @@ void copy_cpu(const Tensor& dst, const Tensor& src) {
     using D = typename decltype(dtag)::type;
     dispatch_all(src.dtype(), [&](auto stag) {
       using S = typename decltype(stag)::type;
-      for_each_row<2>(
+      for_each_span<2>(
           plan, {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
           [](const std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& st) {
             char* d = p[0];
@@ -71,6 +71,11 @@ void copy_with_cuda(const Tensor& dst, const Tensor& src) {
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
   TS_CHECK(src.defined(), "[copy_] expected a defined source tensor, found an undefined one");
+  for (int64_t d = 0; d < dim(); ++d) {
+    TS_CHECK(strides()[d] != 0 || shape()[d] <= 1, "[copy_] destination ", shape_str(shape()),
+             " with strides ", shape_str(strides()),
+             " is expanded: several elements share one memory location");
+  }
   const Shape& want = shape();
   Shape b = broadcast_shapes(want, src.shape(), "copy_");
   TS_CHECK(b == want, "[copy_] source shape ", shape_str(src.shape()),

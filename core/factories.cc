@@ -1,5 +1,6 @@
 #include "core/factories.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/dispatch.h"
@@ -20,6 +21,38 @@ void fill_from_philox(double* out, int64_t n, const Generator& gen, uint64_t off
       value(out, b * 4, std::min<int64_t>(4, n - b * 4), w);
     }
   });
+}
+
+// The largest value of the 16-bit float type H below `high`.
+template <class H>
+double largest_below_16(double high) {
+  H h(static_cast<float>(high));
+  while (static_cast<double>(static_cast<float>(h)) >= high) {
+    // One step towards -inf in the sign-magnitude encoding.
+    h.bits = static_cast<uint16_t>(h.bits == 0         ? 0x8001
+                                   : (h.bits & 0x8000) ? h.bits + 1
+                                                       : h.bits - 1);
+  }
+  return static_cast<float>(h);
+}
+
+// The largest value of floating `dtype` below `high`. A draw just under `high` can round
+// up to `high` itself when stored (1 - 2^-24 is 1.0 in f16), which [low, high) forbids.
+double largest_below(double high, DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return std::nextafter(high, -INFINITY);
+    case DType::f32: {
+      const float f = static_cast<float>(high);
+      return static_cast<double>(f) < high ? f : std::nextafter(f, -INFINITY);
+    }
+    case DType::f16:
+      return largest_below_16<Half>(high);
+    case DType::bf16:
+      return largest_below_16<BFloat16>(high);
+    default:
+      TS_INTERNAL_ASSERT(false, "largest_below of non-floating dtype ", dtype_name(dtype));
+  }
 }
 
 Tensor finish_random(const Tensor& f64, TensorOptions options) {
@@ -61,10 +94,12 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions options, double lo
   const int64_t n = numel_of(shape);
   const uint64_t offset = gen.reserve(static_cast<uint64_t>(n));
   Tensor t = make_tensor(shape, DType::f64, Device::cpu());
+  const double top = largest_below(high, options.dtype);
   fill_from_philox(t.data_ptr<double>(), n, gen, offset,
                    [&](double* out, int64_t i0, int64_t count, const std::array<uint32_t, 4>& w) {
                      for (int64_t j = 0; j < count; ++j) {
-                       out[i0 + j] = low + (high - low) * uniform_from_bits(w[j]);
+                       const double v = low + (high - low) * uniform_from_bits(w[j]);
+                       out[i0 + j] = top >= low ? std::min(v, top) : v;
                      }
                    });
   return finish_random(t, options);
@@ -101,6 +136,19 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device,
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+
+Tensor from_vector(const std::vector<bool>& values, const Shape& shape) {
+  TS_CHECK(numel_of(shape) == static_cast<int64_t>(values.size()), "[from_vector] shape ",
+           shape_str(shape), " needs ", numel_of(shape), " values, found ", values.size());
+  Tensor t = make_tensor(shape, DType::boolean, Device::cpu());
+  bool* p = t.data_ptr<bool>();
+  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  return t;
+}
+
+Tensor from_vector(const std::vector<bool>& values) {
+  return from_vector(values, {static_cast<int64_t>(values.size())});
 }
 
 }  // namespace tessera

@@ -39,6 +39,10 @@ Tensor randn(const Shape& shape, Generator& gen, TensorOptions options = {}, dou
 Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device = Device::cpu(),
                  std::function<void(void*)> deleter = {});
 
+// A CPU bool tensor holding `values` with `shape` (std::vector<bool> has no data()).
+Tensor from_vector(const std::vector<bool>& values, const Shape& shape);
+Tensor from_vector(const std::vector<bool>& values);
+
 // A CPU tensor holding a copy of `values` with `shape` (1-D when omitted).
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape) {

@@ -140,15 +140,18 @@ TS_INSTANTIATE_ACCESS(int64_t)
 TS_INSTANTIATE_ACCESS(uint8_t)
 #undef TS_INSTANTIATE_ACCESS
 
+// Through the bool dtype first: non-zero is true (0.5 must not truncate to false via u8).
 template <>
 std::vector<bool> Tensor::to_vector<bool>() const {
-  std::vector<uint8_t> bytes = to(DType::u8).to_vector<uint8_t>();
+  std::vector<uint8_t> bytes = to(DType::boolean).to_vector<uint8_t>();
   return std::vector<bool>(bytes.begin(), bytes.end());
 }
 
 template <>
 bool Tensor::item<bool>() const {
-  return to(DType::u8).item<uint8_t>() != 0;
+  TS_CHECK(numel() == 1, "[item] expected a tensor with one element, found shape ",
+           shape_str(shape()));
+  return to_vector<bool>()[0];
 }
 
 void Tensor::check_raw_view(const char* op) const {
@@ -273,6 +276,7 @@ Tensor Tensor::expand(const Shape& new_shape) const {
     }
     const int64_t old = shape()[i - lead];
     const int64_t want = new_shape[i] == -1 ? old : new_shape[i];
+    TS_CHECK(want >= 0, "[expand] expected sizes >= 0 or -1, found ", shape_str(new_shape));
     TS_CHECK(want == old || old == 1, "[expand] cannot expand ", shape_str(shape()), " to ",
              shape_str(new_shape), ": dim ", i, " is ", old, ", not 1");
     s[i] = want;
@@ -324,6 +328,8 @@ Tensor Tensor::as_strided(const Shape& new_shape, const Strides& new_strides,
   for (size_t i = 0; i < new_shape.size(); ++i) {
     TS_CHECK(new_strides[i] >= 0, "[as_strided] expected non-negative strides, found ",
              shape_str(new_strides));
+    TS_CHECK(new_shape[i] >= 0, "[as_strided] expected non-negative sizes, found ",
+             shape_str(new_shape));
     if (new_shape[i] == 0) last = offset - 1;
     if (last >= offset) last += (new_shape[i] - 1) * new_strides[i];
   }

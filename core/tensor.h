@@ -58,6 +58,8 @@ class Tensor {
   TensorImpl* impl() const { return impl_.get(); }
   // True when both handles name the same TensorImpl.
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  // True when this handle is the only one to its TensorImpl and its storage.
+  bool is_unique() const { return impl_.use_count() == 1 && impl_->storage.use_count() == 1; }
 
   // ---- metadata -------------------------------------------------------------------------
   const Shape& shape() const { return checked().shape; }

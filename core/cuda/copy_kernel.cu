@@ -56,27 +56,51 @@ __device__ uint16_t float_to_bf16(float f) {
 // DType order of core/dtype.h: f32, f16, bf16, f64, i32, i64, u8, bool.
 __device__ double load(const char* p, int dtype) {
   switch (dtype) {
-    case 0: return *reinterpret_cast<const float*>(p);
-    case 1: return half_to_float(*reinterpret_cast<const uint16_t*>(p));
-    case 2: return __uint_as_float(uint32_t(*reinterpret_cast<const uint16_t*>(p)) << 16);
-    case 3: return *reinterpret_cast<const double*>(p);
-    case 4: return *reinterpret_cast<const int32_t*>(p);
-    case 5: return double(*reinterpret_cast<const int64_t*>(p));
-    case 6: return *reinterpret_cast<const uint8_t*>(p);
-    default: return *reinterpret_cast<const uint8_t*>(p) != 0 ? 1.0 : 0.0;
+    case 0:
+      return *reinterpret_cast<const float*>(p);
+    case 1:
+      return half_to_float(*reinterpret_cast<const uint16_t*>(p));
+    case 2:
+      return __uint_as_float(uint32_t(*reinterpret_cast<const uint16_t*>(p)) << 16);
+    case 3:
+      return *reinterpret_cast<const double*>(p);
+    case 4:
+      return *reinterpret_cast<const int32_t*>(p);
+    case 5:
+      return double(*reinterpret_cast<const int64_t*>(p));
+    case 6:
+      return *reinterpret_cast<const uint8_t*>(p);
+    default:
+      return *reinterpret_cast<const uint8_t*>(p) != 0 ? 1.0 : 0.0;
   }
 }
 
 __device__ void store(char* p, int dtype, double v) {
   switch (dtype) {
-    case 0: *reinterpret_cast<float*>(p) = float(v); break;
-    case 1: *reinterpret_cast<uint16_t*>(p) = float_to_half(float(v)); break;
-    case 2: *reinterpret_cast<uint16_t*>(p) = float_to_bf16(float(v)); break;
-    case 3: *reinterpret_cast<double*>(p) = v; break;
-    case 4: *reinterpret_cast<int32_t*>(p) = int32_t(v); break;
-    case 5: *reinterpret_cast<int64_t*>(p) = int64_t(v); break;
-    case 6: *reinterpret_cast<uint8_t*>(p) = uint8_t(v); break;
-    default: *reinterpret_cast<uint8_t*>(p) = v != 0.0; break;
+    case 0:
+      *reinterpret_cast<float*>(p) = float(v);
+      break;
+    case 1:
+      *reinterpret_cast<uint16_t*>(p) = float_to_half(float(v));
+      break;
+    case 2:
+      *reinterpret_cast<uint16_t*>(p) = float_to_bf16(float(v));
+      break;
+    case 3:
+      *reinterpret_cast<double*>(p) = v;
+      break;
+    case 4:
+      *reinterpret_cast<int32_t*>(p) = int32_t(v);
+      break;
+    case 5:
+      *reinterpret_cast<int64_t*>(p) = int64_t(v);
+      break;
+    case 6:
+      *reinterpret_cast<uint8_t*>(p) = uint8_t(v);
+      break;
+    default:
+      *reinterpret_cast<uint8_t*>(p) = v != 0.0;
+      break;
   }
 }
 

@@ -1,0 +1,37 @@
+#include "kernels/checks.h"
+
+namespace tessera::kernels {
+
+void check_defined(const char* op, const char* name, const Tensor& t) {
+  TS_CHECK(t.defined(), "[", op, "] expected ", name, " to be a defined tensor, found undefined");
+}
+
+void check_floating(const char* op, const char* name, const Tensor& t) {
+  TS_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, "[", op, "] expected ", name,
+           " of dtype f32 or f64, found ", dtype_name(t.dtype()));
+}
+
+void check_same_dtype(const char* op, const char* name_a, const Tensor& a, const char* name_b,
+                      const Tensor& b) {
+  TS_CHECK(a.dtype() == b.dtype(), "[", op, "] dtypes differ: ", name_a, " ", dtype_name(a.dtype()),
+           " vs ", name_b, " ", dtype_name(b.dtype()));
+}
+
+void check_same_device(const char* op, const char* name_a, const Tensor& a, const char* name_b,
+                       const Tensor& b) {
+  TS_CHECK(a.device() == b.device(), "[", op, "] devices differ: ", name_a, " on ",
+           a.device().str(), " vs ", name_b, " on ", b.device().str());
+}
+
+void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b,
+                      const Tensor& b) {
+  TS_CHECK(a.shape() == b.shape(), "[", op, "] shapes differ: ", name_a, " ", shape_str(a.shape()),
+           " vs ", name_b, " ", shape_str(b.shape()));
+}
+
+void check_shape(const char* op, const char* name, const Tensor& t, const Shape& shape) {
+  TS_CHECK(t.shape() == shape, "[", op, "] expected ", name, " of shape ", shape_str(shape),
+           ", found ", shape_str(t.shape()));
+}
+
+}  // namespace tessera::kernels

@@ -1,0 +1,113 @@
+#include "kernels/cpu/cross_entropy.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/factories.h"
+#include "core/parallel.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+template <class T>
+using Row = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using ConstRow = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// Rows per parallel_for chunk, so that each chunk touches at least ~32K elements.
+int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 32768 / cols); }
+
+// The targets as int64, each checked to be in [0, V) or ignore_index.
+std::vector<int64_t> read_targets(const char* op, const Tensor& targets_in, int64_t vocab,
+                                  int64_t ignore_index) {  // (N) i32|i64
+  const Tensor targets = targets_in.detach().contiguous();
+  std::vector<int64_t> out(static_cast<size_t>(targets.numel()));
+  dispatch_index(targets.dtype(), op, [&](auto tag) {
+    using I = typename decltype(tag)::type;
+    const I* p = targets.data_ptr<I>();
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i] = p[i];
+      TS_CHECK(out[i] == ignore_index || (out[i] >= 0 && out[i] < vocab), "[", op,
+               "] expected targets in [0, ", vocab, ") or ignore_index ", ignore_index, ", found ",
+               out[i], " at row ", i);
+    }
+  });
+  return out;
+}
+
+int64_t count_rows(const std::vector<int64_t>& targets, int64_t ignore_index) {
+  return std::count_if(targets.begin(), targets.end(),
+                       [&](int64_t t) { return t != ignore_index; });
+}
+
+}  // namespace
+
+CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_in,
+                                 int64_t ignore_index) {
+  const Tensor logits = logits_in.detach().contiguous();  // (N, V)
+  const int64_t rows = logits.size(0);
+  const int64_t vocab = logits.size(1);
+  const std::vector<int64_t> targets =
+      read_targets("cross_entropy", targets_in, vocab, ignore_index);
+  const int64_t count = count_rows(targets, ignore_index);
+  CrossEntropyOutput out;
+  out.lse = empty({rows}, {logits.dtype(), logits.device()});
+  // Per-row losses summed in order afterwards: the loss does not depend on thread timing.
+  std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);
+  dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = logits.data_ptr<T>();
+    T* plse = out.lse.data_ptr<T>();
+    parallel_for(rows, row_grain(vocab), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const ConstRow<T> xr(px + r * vocab, vocab);
+        const T max = xr.maxCoeff();
+        const T lse = max + std::log((xr - max).exp().sum());
+        plse[r] = lse;
+        if (targets[r] != ignore_index) row_loss[r] = lse - xr[targets[r]];
+      }
+    });
+  });
+  double total = 0.0;
+  for (double l : row_loss) total += l;
+  out.loss = scalar_tensor(count > 0 ? total / count : 0.0, {logits.dtype(), logits.device()});
+  return out;
+}
+
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
+                              const Tensor& targets_in, const Tensor& lse_in,
+                              int64_t ignore_index) {
+  const Tensor logits = logits_in.detach().contiguous();  // (N, V)
+  const Tensor lse = lse_in.detach().contiguous();        // (N)
+  const int64_t rows = logits.size(0);
+  const int64_t vocab = logits.size(1);
+  const std::vector<int64_t> targets =
+      read_targets("cross_entropy_backward", targets_in, vocab, ignore_index);
+  const int64_t count = count_rows(targets, ignore_index);
+  const double scale = count > 0 ? dloss.item<double>() / count : 0.0;
+  Tensor dlogits = empty(logits.shape(), {logits.dtype(), logits.device()});  // (N, V)
+  dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = logits.data_ptr<T>();
+    const T* plse = lse.data_ptr<T>();
+    T* pdx = dlogits.data_ptr<T>();
+    const T s = static_cast<T>(scale);
+    parallel_for(rows, row_grain(vocab), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        Row<T> dxr(pdx + r * vocab, vocab);
+        if (targets[r] == ignore_index) {
+          dxr.setZero();
+          continue;
+        }
+        dxr = (ConstRow<T>(px + r * vocab, vocab) - plse[r]).exp() * s;
+        dxr[targets[r]] -= s;
+      }
+    });
+  });
+  return dlogits;
+}
+
+}  // namespace tessera::kernels::cpu

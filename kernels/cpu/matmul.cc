@@ -1,0 +1,168 @@
+#include "kernels/cpu/matmul.h"
+
+#include <Eigen/Core>
+#include <optional>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/factories.h"
+#include "core/parallel.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+// Note [Matrix operands without copies]
+// GEMM reads a matrix in place when one of its last two dims has unit stride: a row-major
+// matrix, or a column-major one (a transposed view), each with a leading dimension so that
+// rows of a wider tensor (a narrow() of the last dim) need no copy either. The trans flag
+// and the stored order combine into the storage order of op(X) as Eigen sees it, so four
+// GEMM variants per dtype cover every layout and flag. Other layouts (expanded, or strided
+// in both dims) are copied to contiguous first.
+
+template <class T, int Order>
+using ConstMatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>,
+                                  Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class T>
+using RowMatrixMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+// One op(X) as GEMM reads it.
+struct Operand {
+  Tensor t;        // the tensor read: the input, or its contiguous copy
+  bool row_major;  // storage order of each op(X) matrix
+  int64_t ld;      // elements between consecutive rows (row-major) or columns (column-major)
+};
+
+Operand make_operand(const Tensor& x, bool trans) {  // (..., R, C), detached
+  const int64_t rows = x.size(-2);
+  const int64_t cols = x.size(-1);
+  const int64_t row_stride = x.stride(-2);
+  const int64_t col_stride = x.stride(-1);
+  if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= cols)) {
+    return {x, !trans, rows == 1 ? cols : row_stride};
+  }
+  if ((rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= rows)) {
+    return {x, trans, cols == 1 ? rows : col_stride};
+  }
+  return {x.contiguous(), !trans, cols};
+}
+
+// Offset in elements of every matrix of x over its leading dims, in row-major batch order.
+std::vector<int64_t> batch_offsets(const Tensor& x) {  // (..., R, C)
+  const int64_t nd = x.dim() - 2;
+  int64_t count = 1;
+  for (int64_t d = 0; d < nd; ++d) count *= x.size(d);
+  std::vector<int64_t> offsets(count);
+  std::vector<int64_t> idx(nd, 0);
+  int64_t offset = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    offsets[i] = offset;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      offset += x.stride(d);
+      if (++idx[d] < x.size(d)) break;
+      offset -= x.stride(d) * x.size(d);
+      idx[d] = 0;
+    }
+  }
+  return offsets;
+}
+
+// When all rows of a, over its leading dims and its row dim, are one stride apart and
+// unit-strided inside, that stride: a is then one tall (batch * M, K) row-major matrix.
+std::optional<int64_t> tall_row_stride(const Tensor& a) {  // (..., M, K)
+  const int64_t k = a.size(-1);
+  if (k != 1 && a.stride(-1) != 1) return std::nullopt;
+  int64_t stride = k;  // the leading dimension when a has a single row
+  int64_t span = 0;    // rows covered by the non-trivial dims seen so far
+  for (int64_t d = a.dim() - 2; d >= 0; --d) {
+    if (a.size(d) == 1) continue;
+    if (span == 0) {
+      stride = a.stride(d);
+      span = 1;
+    } else if (a.stride(d) != stride * span) {
+      return std::nullopt;
+    }
+    span *= a.size(d);
+  }
+  if (stride < k) return std::nullopt;  // overlapping (expanded) rows
+  return stride;
+}
+
+template <class T, int OrderA, int OrderB>
+void gemm_kernel(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t m, int64_t n,
+                 int64_t k) {
+  ConstMatrixMap<T, OrderA> A(a, m, k, Eigen::OuterStride<>(lda));
+  ConstMatrixMap<T, OrderB> B(b, k, n, Eigen::OuterStride<>(ldb));
+  RowMatrixMap<T> C(c, m, n);
+  C.noalias() = A * B;
+}
+
+// c = op(a) @ op(b) for one (M, K) x (K, N) product into a contiguous (M, N) c.
+template <class T>
+void gemm(const T* a, bool a_row_major, int64_t lda, const T* b, bool b_row_major, int64_t ldb,
+          T* c, int64_t m, int64_t n, int64_t k) {
+  constexpr int kRow = Eigen::RowMajor;
+  constexpr int kCol = Eigen::ColMajor;
+  if (a_row_major && b_row_major) {
+    gemm_kernel<T, kRow, kRow>(a, lda, b, ldb, c, m, n, k);
+  } else if (a_row_major) {
+    gemm_kernel<T, kRow, kCol>(a, lda, b, ldb, c, m, n, k);
+  } else if (b_row_major) {
+    gemm_kernel<T, kCol, kRow>(a, lda, b, ldb, c, m, n, k);
+  } else {
+    gemm_kernel<T, kCol, kCol>(a, lda, b, ldb, c, m, n, k);
+  }
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b) {
+  const Tensor a = a_in.detach();  // (..., M, K) or (..., K, M)
+  const Tensor b = b_in.detach();  // (K, N) or (N, K), or batched like a
+  const int64_t m = trans_a ? a.size(-1) : a.size(-2);
+  const int64_t k = trans_a ? a.size(-2) : a.size(-1);
+  const int64_t n = trans_b ? b.size(-2) : b.size(-1);
+  Shape out_shape(a.shape().begin(), a.shape().end() - 2);
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  Tensor out = empty(out_shape, {a.dtype(), a.device()});  // (..., M, N)
+  if (out.numel() == 0) return out;
+  if (k == 0) {
+    out.fill_(0.0);
+    return out;
+  }
+  dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* c = out.data_ptr<T>();
+    const Operand ob = make_operand(b, trans_b);
+    const T* pb = ob.t.template data_ptr<T>();
+    if (b.dim() == 2 && !trans_a) {
+      if (const std::optional<int64_t> lda = tall_row_stride(a)) {
+        gemm<T>(a.data_ptr<T>(), true, *lda, pb, ob.row_major, ob.ld, c, out.numel() / n, n, k);
+        return;
+      }
+    }
+    const Operand oa = make_operand(a, trans_a);
+    const T* pa = oa.t.template data_ptr<T>();
+    const std::vector<int64_t> a_offsets = batch_offsets(oa.t);
+    const std::vector<int64_t> b_offsets =
+        b.dim() == 2 ? std::vector<int64_t>(a_offsets.size(), 0) : batch_offsets(ob.t);
+    const auto run = [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        gemm<T>(pa + a_offsets[i], oa.row_major, oa.ld, pb + b_offsets[i], ob.row_major, ob.ld,
+                c + i * m * n, m, n, k);
+      }
+    };
+    // Note [Batched GEMM threading]: with at least one batch per thread, threads take
+    // whole batches; Eigen then sees the parallel region and runs each GEMM on one thread,
+    // so the two never oversubscribe. Fewer batches run in turn, each threaded by Eigen.
+    const int64_t batches = static_cast<int64_t>(a_offsets.size());
+    if (batches >= num_threads()) {
+      parallel_for(batches, 1, run);
+    } else {
+      run(0, batches);
+    }
+  });
+  return out;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,0 +1,11 @@
+// CPU matrix multiplication through Eigen's GEMM (see kernels/matmul.h).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace tessera::kernels::cpu {
+
+// a: (..., M, K) or (..., K, M); b: (K, N) / (N, K) or batched like a -> (..., M, N).
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
+
+}  // namespace tessera::kernels::cpu

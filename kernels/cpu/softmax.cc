@@ -1,0 +1,76 @@
+#include "kernels/cpu/softmax.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+
+#include "core/dispatch.h"
+#include "core/factories.h"
+#include "core/parallel.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+template <class T>
+using Row = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using ConstRow = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// Rows per parallel_for chunk, so that each chunk touches at least ~32K elements.
+int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(cols, 1)); }
+
+// Calls fn(a_row, b_row, out_row) on every last-dim row, rows split across threads, and
+// returns the new contiguous output. a and b are (..., V) of one dtype; an undefined b
+// passes a's row in its place.
+template <class Fn>
+Tensor map_rows(const char* op, const Tensor& a_in, const Tensor& b_in, Fn&& fn) {
+  const Tensor a = a_in.detach().contiguous();
+  const Tensor b = b_in.defined() ? b_in.detach().contiguous() : Tensor();
+  Tensor out = empty(a.shape(), {a.dtype(), a.device()});
+  if (out.numel() == 0) return out;
+  const int64_t cols = a.size(-1);
+  const int64_t rows = a.numel() / cols;
+  dispatch_floating(a.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* pa = a.data_ptr<T>();
+    const T* pb = b.defined() ? b.data_ptr<T>() : nullptr;
+    T* po = out.data_ptr<T>();
+    parallel_for(rows, row_grain(cols), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t at = r * cols;
+        fn(ConstRow<T>(pa + at, cols), ConstRow<T>(pb == nullptr ? pa : pb + at, cols),
+           Row<T>(po + at, cols));
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x) {
+  return map_rows("softmax", x, Tensor(), [](auto xr, auto, auto yr) {
+    yr = (xr - xr.maxCoeff()).exp();
+    yr *= 1 / yr.sum();
+  });
+}
+
+Tensor log_softmax(const Tensor& x) {
+  return map_rows("log_softmax", x, Tensor(), [](auto xr, auto, auto yr) {
+    const auto max = xr.maxCoeff();
+    yr = (xr - max).exp();
+    yr = xr - (max + std::log(yr.sum()));
+  });
+}
+
+Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
+  return map_rows("softmax_backward", dy, y,
+                  [](auto dyr, auto yr, auto dxr) { dxr = yr * (dyr - (dyr * yr).sum()); });
+}
+
+Tensor log_softmax_backward(const Tensor& dy, const Tensor& y) {
+  return map_rows("log_softmax_backward", dy, y,
+                  [](auto dyr, auto yr, auto dxr) { dxr = dyr - yr.exp() * dyr.sum(); });
+}
+
+}  // namespace tessera::kernels::cpu

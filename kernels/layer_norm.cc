@@ -1,0 +1,64 @@
+// Validation and the device switch of layer normalization.
+#include "kernels/layer_norm.h"
+
+#include <cmath>
+
+#include "kernels/checks.h"
+#include "kernels/cpu/layer_norm.h"
+#include "kernels/cuda/kernels.h"
+
+namespace tessera::kernels {
+namespace {
+
+// x is a floating (..., C) tensor; a defined `t` is a (C) tensor of x's dtype and device.
+void check_x_and_param(const char* op, const Tensor& x, const char* name, const Tensor& t) {
+  if (!t.defined()) return;
+  check_same_dtype(op, "x", x, name, t);
+  check_same_device(op, "x", x, name, t);
+  check_shape(op, name, t, {x.size(-1)});
+}
+
+// The row statistics are (...) tensors of x's dtype and device.
+void check_stat(const char* op, const Tensor& x, const char* name, const Tensor& t) {
+  check_defined(op, name, t);
+  check_same_dtype(op, "x", x, name, t);
+  check_same_device(op, "x", x, name, t);
+  check_shape(op, name, t, Shape(x.shape().begin(), x.shape().end() - 1));
+}
+
+void check_x(const char* op, const Tensor& x) {  // (..., C)
+  check_defined(op, "x", x);
+  check_floating(op, "x", x);
+  TS_CHECK(x.dim() >= 1, "[", op, "] expected x with at least 1 dim, found ", shape_str(x.shape()));
+}
+
+}  // namespace
+
+LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  constexpr const char* op = "layer_norm";
+  check_x(op, x);
+  check_x_and_param(op, x, "weight", weight);
+  check_x_and_param(op, x, "bias", bias);
+  TS_CHECK(weight.defined() || !bias.defined(),
+           "[layer_norm] expected a weight with the bias, found a bias without weight");
+  TS_CHECK(std::isfinite(eps) && eps >= 0, "[layer_norm] expected eps >= 0, found ", eps);
+  if (x.device().is_cuda()) return cuda::layer_norm(x, weight, bias, eps);
+  return cpu::layer_norm(x, weight, bias, eps);
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd) {
+  constexpr const char* op = "layer_norm_backward";
+  check_x(op, x);
+  check_defined(op, "dy", dy);
+  check_same_dtype(op, "x", x, "dy", dy);
+  check_same_device(op, "x", x, "dy", dy);
+  check_same_shape(op, "x", x, "dy", dy);
+  check_x_and_param(op, x, "weight", weight);
+  check_stat(op, x, "mean", mean);
+  check_stat(op, x, "rstd", rstd);
+  if (x.device().is_cuda()) return cuda::layer_norm_backward(dy, x, weight, mean, rstd);
+  return cpu::layer_norm_backward(dy, x, weight, mean, rstd);
+}
+
+}  // namespace tessera::kernels

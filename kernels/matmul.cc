@@ -1,0 +1,33 @@
+#include "kernels/matmul.h"
+
+#include "kernels/checks.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cuda/kernels.h"
+
+namespace tessera::kernels {
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  constexpr const char* op = "matmul";
+  check_defined(op, "a", a);
+  check_defined(op, "b", b);
+  check_floating(op, "a", a);
+  check_same_dtype(op, "a", a, "b", b);
+  check_same_device(op, "a", a, "b", b);
+  TS_CHECK(a.dim() >= 2, "[matmul] expected a with at least 2 dims, found ", shape_str(a.shape()));
+  TS_CHECK(b.dim() == 2 || b.dim() == a.dim(), "[matmul] expected b with 2 dims or as many as a ",
+           shape_str(a.shape()), ", found ", shape_str(b.shape()));
+  if (b.dim() > 2) {
+    const Shape a_batch(a.shape().begin(), a.shape().end() - 2);
+    const Shape b_batch(b.shape().begin(), b.shape().end() - 2);
+    TS_CHECK(a_batch == b_batch, "[matmul] batch dimensions differ: ", shape_str(a.shape()), " vs ",
+             shape_str(b.shape()));
+  }
+  const int64_t k_a = trans_a ? a.size(-2) : a.size(-1);
+  const int64_t k_b = trans_b ? b.size(-1) : b.size(-2);
+  TS_CHECK(k_a == k_b, "[matmul] inner dimensions differ: ", shape_str(a.shape()), " vs ",
+           shape_str(b.shape()), trans_a ? " (trans_a)" : "", trans_b ? " (trans_b)" : "");
+  if (a.device().is_cuda()) return cuda::matmul(a, b, trans_a, trans_b);
+  return cpu::matmul(a, b, trans_a, trans_b);
+}
+
+}  // namespace tessera::kernels

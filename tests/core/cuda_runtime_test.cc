@@ -1,0 +1,53 @@
+#include "core/cuda_runtime.h"
+
+#include <catch2/catch.hpp>
+
+#include "core/device.h"
+#include "core/factories.h"
+
+using Catch::Matchers::Contains;
+using tessera::Device;
+using tessera::DeviceType;
+
+TEST_CASE("Device::parse accepts cpu, cuda and cuda:N", "[device]") {
+  CHECK(Device::parse("cpu") == Device::cpu());
+  CHECK(Device::parse("cuda") == Device::cuda(0));
+  CHECK(Device::parse("cuda:0") == Device::cuda(0));
+  CHECK(Device::parse("cuda:3") == Device::cuda(3));
+  CHECK(Device::parse("cuda:12").index == 12);
+  CHECK(Device::parse("cuda:3").type == DeviceType::cuda);
+  CHECK(Device::cuda(2).str() == "cuda:2");
+  CHECK(Device::cpu().str() == "cpu");
+  CHECK(Device::cpu().is_cpu());
+  CHECK_FALSE(Device::cpu().is_cuda());
+  CHECK(Device::cuda(1) != Device::cuda(0));
+  for (const char* bad : {"", "gpu", "CPU", "cuda:", "cuda:-1", "cuda:1x", "cuda: 1", "cuda0",
+                          "cpu:0", "cuda:99999999999"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(Device::parse(bad),
+                      Contains("[device] expected \"cpu\", \"cuda\" or \"cuda:N\"; found \"" +
+                               std::string(bad) + "\""));
+  }
+}
+
+TEST_CASE("CUDA tensors fail clearly without a GPU", "[cuda]") {
+  if (tessera::cuda::device_count() > 0) {
+    // A GPU is present: a round trip through it must work instead.
+    tessera::Tensor t = tessera::arange(6).view({2, 3});
+    tessera::Tensor g = t.to(Device::cuda(0));
+    CHECK(g.device() == Device::cuda(0));
+    CHECK(g.to(Device::cpu()).to_vector<float>() == t.to_vector<float>());
+    return;
+  }
+  const std::string expected = tessera::cuda::is_built() ? "no CUDA device" : "built without CUDA";
+  CHECK_THROWS_WITH(tessera::zeros({2}, {tessera::DType::f32, Device::cuda(0)}),
+                    Contains(expected));
+  CHECK_THROWS_WITH(tessera::empty({2}, {tessera::DType::f16, Device::cuda(1)}),
+                    Contains(expected));
+  CHECK_THROWS_WITH(tessera::arange(4).to(Device::cuda(0)), Contains(expected));
+  CHECK_THROWS_WITH(tessera::cuda::check_device(0), Contains(expected));
+  CHECK_THROWS_WITH(tessera::allocator_for(Device::cuda(0)), Contains(expected));
+  CHECK(tessera::cuda::device_count() == 0);
+  // The CPU keeps working after the failures.
+  CHECK(tessera::ones({2}).to_vector<float>() == std::vector<float>{1, 1});
+}

@@ -1,0 +1,203 @@
+#include "kernels/attention.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "core/factories.h"
+
+namespace tessera {
+namespace {
+
+using kernels::causal_attention;
+using kernels::causal_attention_backward;
+
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+// Materializes the full masked (T, T) score matrix of every head in double, and the
+// textbook gradients: dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = scale dS K,
+// dK = scale dS^T Q, dV = P^T dO.
+Reference reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                    double scale) {
+  const std::vector<double> Q = q.to_vector<double>(), K = k.to_vector<double>(),
+                            V = v.to_vector<double>(), dO = dout.to_vector<double>();
+  const int64_t heads = q.size(0) * q.size(1), T = q.size(2), D = q.size(3);
+  Reference r;
+  r.out.assign(Q.size(), 0.0);
+  r.dq.assign(Q.size(), 0.0);
+  r.dk.assign(Q.size(), 0.0);
+  r.dv.assign(Q.size(), 0.0);
+  r.lse.assign(heads * T, 0.0);
+  for (int64_t h = 0; h < heads; ++h) {
+    const int64_t o = h * T * D;
+    std::vector<double> P(T * T, 0.0), dP(T * T, 0.0), dS(T * T, 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> s(T, -INFINITY);
+      double max = -INFINITY;
+      for (int64_t j = 0; j <= t; ++j) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < D; ++d) dot += Q[o + t * D + d] * K[o + j * D + d];
+        s[j] = scale * dot;
+        max = std::max(max, s[j]);
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j < T; ++j) sum += std::exp(s[j] - max);  // exp(-inf) = 0
+      r.lse[h * T + t] = max + std::log(sum);
+      for (int64_t j = 0; j < T; ++j) P[t * T + j] = std::exp(s[j] - r.lse[h * T + t]);
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      double rowsum = 0.0;
+      for (int64_t j = 0; j < T; ++j) {
+        for (int64_t d = 0; d < D; ++d) {
+          r.out[o + t * D + d] += P[t * T + j] * V[o + j * D + d];
+          dP[t * T + j] += dO[o + t * D + d] * V[o + j * D + d];
+        }
+        rowsum += dP[t * T + j] * P[t * T + j];
+      }
+      for (int64_t j = 0; j < T; ++j) dS[t * T + j] = P[t * T + j] * (dP[t * T + j] - rowsum);
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < T; ++j) {
+        for (int64_t d = 0; d < D; ++d) {
+          r.dq[o + t * D + d] += scale * dS[t * T + j] * K[o + j * D + d];
+          r.dk[o + j * D + d] += scale * dS[t * T + j] * Q[o + t * D + d];
+          r.dv[o + j * D + d] += P[t * T + j] * dO[o + t * D + d];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+// Runs forward and backward and compares all five results with the reference.
+void check(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, double scale,
+           double tol) {
+  const Reference want = reference(q, k, v, dout, scale);
+  const kernels::AttentionOutput fwd = causal_attention(q, k, v, scale);
+  REQUIRE(fwd.out.shape() == q.shape());
+  REQUIRE(fwd.lse.shape() == Shape{q.size(0), q.size(1), q.size(2)});
+  REQUIRE(max_abs_diff(fwd.out.to_vector<double>(), want.out) <= tol);
+  REQUIRE(max_abs_diff(fwd.lse.to_vector<double>(), want.lse) <= tol);
+  const kernels::AttentionGrads g =
+      causal_attention_backward(dout, q, k, v, fwd.out, fwd.lse, scale);
+  REQUIRE(max_abs_diff(g.dq.to_vector<double>(), want.dq) <= tol);
+  REQUIRE(max_abs_diff(g.dk.to_vector<double>(), want.dk) <= tol);
+  REQUIRE(max_abs_diff(g.dv.to_vector<double>(), want.dv) <= tol);
+}
+
+}  // namespace
+
+TEST_CASE("causal_attention matches the materialized reference", "[attention]") {
+  Generator gen(1);
+  const Shape shape{2, 3, 7, 5};
+  const double scale = 1 / std::sqrt(5.0);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const double tol = dtype == DType::f32 ? 1e-5 : 1e-12;
+    const Tensor q = randn(shape, gen, {dtype});
+    const Tensor k = randn(shape, gen, {dtype});
+    const Tensor v = randn(shape, gen, {dtype});
+    const Tensor dout = randn(shape, gen, {dtype});
+    check(q, k, v, dout, scale, tol);
+    check(q, k, v, dout, 2.5, 10 * tol);  // peaked probabilities
+  }
+}
+
+TEST_CASE("causal_attention reads heads split out of (B, T, H, D)", "[attention]") {
+  Generator gen(2);
+  const Shape bthd{2, 7, 3, 5};
+  const Tensor q = randn(bthd, gen, {DType::f64}).transpose(1, 2);
+  const Tensor k = randn(bthd, gen, {DType::f64}).transpose(1, 2);
+  const Tensor v = randn(bthd, gen, {DType::f64}).transpose(1, 2);
+  const Tensor dout = randn(bthd, gen, {DType::f64}).transpose(1, 2);
+  REQUIRE_FALSE(q.is_contiguous());
+  check(q, k, v, dout, 0.4, 1e-12);
+}
+
+TEST_CASE("causal_attention over many heads and a longer sequence", "[attention]") {
+  Generator gen(3);
+  const Shape shape{2, 4, 67, 16};
+  const Tensor q = randn(shape, gen);
+  const Tensor k = randn(shape, gen);
+  const Tensor v = randn(shape, gen);
+  const Tensor dout = randn(shape, gen);
+  check(q, k, v, dout, 0.25, 2e-5);
+}
+
+TEST_CASE("causal_attention of one position returns v", "[attention]") {
+  Generator gen(4);
+  const Tensor q = randn({1, 2, 1, 3}, gen);
+  const Tensor v = randn({1, 2, 1, 3}, gen);
+  const kernels::AttentionOutput fwd = causal_attention(q, randn({1, 2, 1, 3}, gen), v, 1.0);
+  REQUIRE(fwd.out.to_vector<double>() == v.to_vector<double>());
+}
+
+TEST_CASE("causal_attention backward matches finite differences", "[attention]") {
+  Generator gen(5);
+  const Shape shape{1, 2, 5, 3};
+  const Tensor q = randn(shape, gen, {DType::f64});
+  const Tensor k = randn(shape, gen, {DType::f64});
+  const Tensor v = randn(shape, gen, {DType::f64});
+  const Tensor dout = randn(shape, gen, {DType::f64});
+  const double scale = 0.7;
+  const kernels::AttentionOutput fwd = causal_attention(q, k, v, scale);
+  const kernels::AttentionGrads g =
+      causal_attention_backward(dout, q, k, v, fwd.out, fwd.lse, scale);
+  const std::vector<double> dov = dout.to_vector<double>();
+  // Perturbs input `which` (0: q, 1: k, 2: v) and returns sum(dout * out).
+  const auto loss = [&](int which, const std::vector<double>& values) {
+    const Tensor t = from_vector(values, shape);
+    const Tensor out =
+        causal_attention(which == 0 ? t : q, which == 1 ? t : k, which == 2 ? t : v, scale).out;
+    const std::vector<double> ov = out.to_vector<double>();
+    double l = 0.0;
+    for (size_t i = 0; i < ov.size(); ++i) l += dov[i] * ov[i];
+    return l;
+  };
+  const Tensor inputs[] = {q, k, v};
+  const Tensor grads[] = {g.dq, g.dk, g.dv};
+  for (int which = 0; which < 3; ++which) {
+    std::vector<double> x = inputs[which].to_vector<double>();
+    std::vector<double> fd(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double saved = x[i];
+      x[i] = saved + 1e-6;
+      const double up = loss(which, x);
+      x[i] = saved - 1e-6;
+      const double down = loss(which, x);
+      x[i] = saved;
+      fd[i] = (up - down) / 2e-6;
+    }
+    REQUIRE(max_abs_diff(grads[which].to_vector<double>(), fd) <= 1e-8);
+  }
+}
+
+TEST_CASE("causal_attention rejects bad inputs", "[attention]") {
+  const Tensor q = zeros({2, 3, 7, 5});
+  REQUIRE_THROWS_WITH(
+      causal_attention(q, zeros({2, 3, 6, 5}), q, 1.0),
+      Catch::Contains("[causal_attention] shapes differ: q (2, 3, 7, 5) vs k (2, 3, 6, 5)"));
+  REQUIRE_THROWS_WITH(
+      causal_attention(zeros({3, 7, 5}), zeros({3, 7, 5}), zeros({3, 7, 5}), 1.0),
+      Catch::Contains("[causal_attention] expected q of shape (B, H, T, D), found (3, 7, 5)"));
+  REQUIRE_THROWS_WITH(causal_attention(q, q, zeros({2, 3, 7, 5}, {DType::f64}), 1.0),
+                      Catch::Contains("[causal_attention] dtypes differ: q f32 vs v f64"));
+  REQUIRE_THROWS_WITH(causal_attention(q, q, q, INFINITY),
+                      Catch::Contains("[causal_attention] expected a finite scale"));
+  REQUIRE_THROWS_WITH(
+      causal_attention_backward(q, q, q, q, q, zeros({2, 3, 5}), 1.0),
+      Catch::Contains("[causal_attention_backward] expected lse of shape (2, 3, 7), found "
+                      "(2, 3, 5)"));
+  REQUIRE_THROWS_WITH(causal_attention_backward(q, q, q, q, Tensor(), zeros({2, 3, 7}), 1.0),
+                      Catch::Contains("[causal_attention_backward] expected out to be a defined"));
+}
+
+}  // namespace tessera

@@ -1,0 +1,221 @@
+#include "kernels/matmul.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "core/factories.h"
+#include "core/grad_mode.h"
+
+namespace tessera {
+namespace {
+
+using kernels::matmul;
+
+// op(a) @ op(b) in double with naive loops; a: (..., R, C), b: 2-D or batched like a.
+std::vector<double> reference(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const std::vector<double> av = a.to_vector<double>();
+  const std::vector<double> bv = b.to_vector<double>();
+  const int64_t ar = a.size(-2), ac = a.size(-1), br = b.size(-2), bc = b.size(-1);
+  const int64_t m = trans_a ? ac : ar;
+  const int64_t k = trans_a ? ar : ac;
+  const int64_t n = trans_b ? br : bc;
+  int64_t batches = 1;
+  for (int64_t d = 0; d + 2 < a.dim(); ++d) batches *= a.size(d);
+  std::vector<double> out(batches * m * n, 0.0);
+  for (int64_t t = 0; t < batches; ++t) {
+    const int64_t ao = t * ar * ac;
+    const int64_t bo = b.dim() > 2 ? t * br * bc : 0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t l = 0; l < k; ++l) {
+          const double x = trans_a ? av[ao + l * ac + i] : av[ao + i * ac + l];
+          const double y = trans_b ? bv[bo + j * bc + l] : bv[bo + l * bc + j];
+          acc += x * y;
+        }
+        out[(t * m + i) * n + j] = acc;
+      }
+    }
+  }
+  return out;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+double tolerance(DType dtype) { return dtype == DType::f32 ? 1e-4 : 1e-12; }
+
+// Checks matmul against the reference, including the output shape.
+void check(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double tol) {
+  const Tensor out = matmul(a, b, trans_a, trans_b);
+  Shape want(a.shape().begin(), a.shape().end() - 2);
+  want.push_back(trans_a ? a.size(-1) : a.size(-2));
+  want.push_back(trans_b ? b.size(-2) : b.size(-1));
+  REQUIRE(out.shape() == want);
+  REQUIRE(out.is_contiguous());
+  REQUIRE(out.dtype() == a.dtype());
+  REQUIRE(max_abs_diff(out.to_vector<double>(), reference(a, b, trans_a, trans_b)) <= tol);
+}
+
+// Shape of a stored operand: (rows, cols), swapped when the flag transposes it.
+Shape stored(Shape batch, int64_t rows, int64_t cols, bool trans) {
+  batch.push_back(trans ? cols : rows);
+  batch.push_back(trans ? rows : cols);
+  return batch;
+}
+
+constexpr int64_t M = 3, K = 7, N = 5;
+
+}  // namespace
+
+TEST_CASE("matmul 2-D, every trans combination, f32 and f64", "[matmul]") {
+  Generator gen(1);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Tensor a = randn(stored({}, M, K, ta), gen, {dtype});
+        const Tensor b = randn(stored({}, K, N, tb), gen, {dtype});
+        check(a, b, ta, tb, tolerance(dtype));
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul batched a with a shared 2-D b", "[matmul]") {
+  Generator gen(2);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Tensor a = randn(stored({2, 3}, M, K, ta), gen, {dtype});
+        const Tensor b = randn(stored({}, K, N, tb), gen, {dtype});
+        check(a, b, ta, tb, tolerance(dtype));
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul batched a and b", "[matmul]") {
+  Generator gen(3);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Tensor a = randn(stored({4}, M, K, ta), gen, {dtype});
+        const Tensor b = randn(stored({4}, K, N, tb), gen, {dtype});
+        check(a, b, ta, tb, tolerance(dtype));
+        // More batches than threads: threads take whole batches.
+        const Tensor a4 = randn(stored({3, 5}, 33, 17, ta), gen, {dtype});
+        const Tensor b4 = randn(stored({3, 5}, 17, 9, tb), gen, {dtype});
+        check(a4, b4, ta, tb, tolerance(dtype));
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul at sizes beyond Eigen's blocking", "[matmul]") {
+  Generator gen(4);
+  const Tensor a = randn({2, 130, 300}, gen, {DType::f64});
+  const Tensor b = randn({300, 257}, gen, {DType::f64});
+  check(a, b, false, false, 1e-10);
+  check(a.to(DType::f32), b.to(DType::f32), false, false, 1e-3);
+  const Tensor bt = randn({2, 257, 300}, gen, {DType::f32});
+  check(a.to(DType::f32), bt, false, true, 1e-3);
+}
+
+TEST_CASE("matmul reads non-contiguous operands", "[matmul]") {
+  Generator gen(5);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const double tol = tolerance(dtype);
+    const Tensor b = randn({K, N}, gen, {dtype});
+    SECTION("transposed views, with and without flags") {
+      const Tensor at = randn({K, M}, gen, {dtype}).transpose(0, 1);  // (M, K) column-major
+      const Tensor bt = randn({N, K}, gen, {dtype}).transpose(0, 1);  // (K, N) column-major
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          const Tensor a_op = ta ? randn({M, K}, gen, {dtype}).transpose(0, 1) : at;
+          const Tensor b_op = tb ? randn({K, N}, gen, {dtype}).transpose(0, 1) : bt;
+          check(a_op, b_op, ta, tb, tol);
+        }
+      }
+    }
+    SECTION("rows of a wider tensor (narrow of the last dim)") {
+      const Tensor wide = randn({2, 4, M, K + 3}, gen, {dtype});
+      check(wide.narrow(3, 2, K), b, false, false, tol);
+      check(wide.narrow(3, 1, K).narrow(1, 1, 2), b, false, false, tol);
+      const Tensor wide_b = randn({K, N + 4}, gen, {dtype});
+      check(wide.narrow(3, 2, K), wide_b.narrow(1, 3, N), false, false, tol);
+    }
+    SECTION("permuted batch dims") {
+      const Tensor tbc = randn({M, 4, K}, gen, {dtype});  // (T, B, C)
+      check(tbc.transpose(0, 1), b, false, false, tol);
+      check(tbc.transpose(0, 1), b.transpose(0, 1).contiguous(), false, true, tol);
+      const Tensor batched_b = randn({4, K, N}, gen, {dtype});
+      check(tbc.transpose(0, 1), batched_b, false, false, tol);
+    }
+    SECTION("layouts that need a copy: expanded and strided in both dims") {
+      const Tensor row = randn({1, N}, gen, {dtype});
+      check(randn({M, K}, gen, {dtype}), row.expand({K, N}), false, false, tol);
+      const Tensor big = randn({2 * M, 2 * K}, gen, {dtype});
+      const Tensor strided = big.slice(0, 0, 2 * M, 2).slice(1, 0, 2 * K, 2);  // (M, K)
+      check(strided, b, false, false, tol);
+      check(strided, randn({M, N}, gen, {dtype}), true, false, tol);
+      check(randn({M, 1, K}, gen, {dtype}).expand({M, 4, K}), b, false, false, tol);
+    }
+    SECTION("single rows and columns") {
+      check(randn({1, K}, gen, {dtype}), b, false, false, tol);
+      check(randn({M, K}, gen, {dtype}), randn({K, 1}, gen, {dtype}), false, false, tol);
+      check(randn({K, M}, gen, {dtype}).narrow(1, 1, 1), b, true, false, tol);
+      check(randn({4, 1, K}, gen, {dtype}), b, false, false, tol);
+    }
+  }
+}
+
+TEST_CASE("matmul of empty operands", "[matmul]") {
+  const Tensor zero_k = matmul(ones({M, 0}), ones({0, N}));
+  REQUIRE(zero_k.shape() == Shape{M, N});
+  for (double v : zero_k.to_vector<double>()) REQUIRE(v == 0.0);
+  REQUIRE(matmul(ones({0, K}), ones({K, N})).shape() == Shape{0, N});
+  REQUIRE(matmul(ones({2, 0, M, K}), ones({K, N})).shape() == Shape{2, 0, M, N});
+}
+
+TEST_CASE("matmul reads inputs that require grad without recording", "[matmul]") {
+  Generator gen(6);
+  Tensor a = randn({M, K}, gen);
+  a.set_requires_grad(true);
+  Tensor row = randn({1, N}, gen);
+  row.set_requires_grad(true);
+  Tensor b;
+  {
+    NoGradGuard guard;
+    b = row.expand({K, N});  // stride 0: matmul must copy it
+  }
+  REQUIRE(GradMode::is_enabled());
+  check(a, b, false, false, 1e-4);
+}
+
+TEST_CASE("matmul rejects mismatched operands", "[matmul]") {
+  REQUIRE_THROWS_WITH(matmul(ones({4, 5}), ones({6, 2})),
+                      Catch::Contains("[matmul] inner dimensions differ: (4, 5) vs (6, 2)"));
+  REQUIRE_THROWS_WITH(matmul(ones({4, 5}), ones({2, 6}), false, true),
+                      Catch::Contains("[matmul] inner dimensions differ: (4, 5) vs (2, 6)"));
+  REQUIRE_THROWS_WITH(matmul(ones({2, 4, 5}), ones({3, 5, 2})),
+                      Catch::Contains("[matmul] batch dimensions differ: (2, 4, 5) vs (3, 5, 2)"));
+  REQUIRE_THROWS_WITH(
+      matmul(ones({2, 2, 4, 5}), ones({2, 5, 2})),
+      Catch::Contains("[matmul] expected b with 2 dims or as many as a (2, 2, 4, 5), "
+                      "found (2, 5, 2)"));
+  REQUIRE_THROWS_WITH(matmul(ones({5}), ones({5, 2})),
+                      Catch::Contains("[matmul] expected a with at least 2 dims, found (5)"));
+  REQUIRE_THROWS_WITH(matmul(ones({4, 5}), ones({5, 2}, {DType::f64})),
+                      Catch::Contains("[matmul] dtypes differ: a f32 vs b f64"));
+  REQUIRE_THROWS_WITH(matmul(ones({4, 5}, {DType::i32}), ones({5, 2}, {DType::i32})),
+                      Catch::Contains("[matmul] expected a of dtype f32 or f64, found i32"));
+  REQUIRE_THROWS_WITH(matmul(Tensor(), ones({5, 2})),
+                      Catch::Contains("[matmul] expected a to be a defined tensor"));
+}
+
+}  // namespace tessera

@@ -1,0 +1,144 @@
+// CPU kernel benchmark: matmul GFLOP/s against raw Eigen GEMM, and the bandwidth of the
+// memory-bound kernels against a plain memcpy of the same bytes, all measured in one run
+// so that a noisy machine still gives stable ratios.
+//
+//   bazel run //tools/bench:cpu_kernels_bench [-- --reps N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/factories.h"
+#include "core/parallel.h"
+#include "kernels/adamw.h"
+#include "kernels/elementwise.h"
+#include "kernels/layer_norm.h"
+#include "kernels/matmul.h"
+#include "kernels/softmax.h"
+#include "tools/bench/eigen_reference.h"
+
+namespace tessera {
+namespace {
+
+// Median wall time of `reps` runs after one warm-up, in seconds.
+double time_it(int reps, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void bench_matmul(int reps) {
+  struct Gemm {
+    int64_t m, k, n;
+  };
+  const std::vector<Gemm> shapes = {
+      {256, 768, 2304}, {256, 768, 3072}, {256, 3072, 768}, {256, 768, 50304}, {2048, 2048, 2048}};
+  std::printf("\nmatmul: x (M, K) @ W^T, W (N, K) as in nn.Linear; GFLOP/s\n");
+  std::printf("%-20s %8s %12s %12s %8s\n", "M x K x N", "threads", "tessera", "raw Eigen", "ratio");
+  Generator gen(1);
+  for (const Gemm& s : shapes) {
+    Tensor a = randn({s.m, s.k}, gen);
+    Tensor b = randn({s.n, s.k}, gen);
+    Tensor c = empty({s.m, s.n});
+    const double flop = 2.0 * s.m * s.n * s.k;
+    const int r = flop > 1e10 ? std::max(1, reps / 3) : reps;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      const double t_ours = time_it(r, [&] { kernels::matmul(a, b, false, true); });
+      const double t_ref = time_it(r, [&] {
+        bench::eigen_gemm_nt(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), s.m,
+                             s.n, s.k);
+      });
+      const std::string shape =
+          std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
+      std::printf("%-20s %8d %12.1f %12.1f %8.3f\n", shape.c_str(), threads, flop / t_ours / 1e9,
+                  flop / t_ref / 1e9, t_ref / t_ours);
+    }
+  }
+}
+
+// Time of a memcpy moving `bytes` (each byte read once and written once).
+double memcpy_time(int reps, size_t bytes) {
+  std::vector<char> src(bytes, 1), dst(bytes);
+  return time_it(reps, [&] {
+    char* d = dst.data();
+    const char* s = src.data();
+    parallel_for(static_cast<int64_t>(bytes), 1 << 20,
+                 [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
+  });
+}
+
+void bench_bandwidth(int reps) {
+  std::printf(
+      "\nmemory-bound kernels: GB/s of reads + writes; reference memcpy of the same bytes\n");
+  std::printf("%-34s %8s %10s %10s %8s\n", "kernel", "threads", "kernel", "memcpy", "ratio");
+  Generator gen(2);
+  struct Case {
+    std::string name;
+    double traffic;  // bytes read + written
+    std::function<void()> run;
+  };
+  const int64_t rows = 8192, c = 768;
+  Tensor x = randn({rows, c}, gen);
+  Tensor w = randn({c}, gen), bias = randn({c}, gen);
+  Tensor logits = randn({1024, 8192}, gen);
+  Tensor act = randn({8 << 20}, gen);
+  const int64_t n_params = 32 << 20;
+  Tensor p = randn({n_params}, gen), g = randn({n_params}, gen);
+  Tensor m = zeros({n_params}), v = zeros({n_params});
+  kernels::AdamWParams hp;
+  hp.weight_decay = 0.1;
+  const double f = sizeof(float);
+  std::vector<Case> cases = {
+      {"layer_norm fwd (8192, 768)", 2.0 * rows * c * f,
+       [&] { kernels::layer_norm(x, w, bias, 1e-5); }},
+      {"softmax fwd (1024, 8192)", 2.0 * logits.numel() * f, [&] { kernels::softmax(logits); }},
+      {"gelu fwd (8M)", 2.0 * act.numel() * f,
+       [&] { kernels::unary(kernels::UnaryOp::gelu, act); }},
+      {"adamw step (32M params)", 7.0 * n_params * f, [&] { kernels::adamw_step(p, g, m, v, hp); }},
+  };
+  for (const Case& k : cases) {
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      const double t = time_it(reps, k.run);
+      const double t_ref = memcpy_time(reps, static_cast<size_t>(k.traffic / 2));
+      std::printf("%-34s %8d %10.1f %10.1f %8.3f\n", k.name.c_str(), threads, k.traffic / t / 1e9,
+                  k.traffic / t_ref / 1e9, t_ref / t);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  int reps = 9;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--reps" && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "cpu_kernels_bench: unknown argument \"%s\"; expected --reps N\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  if (reps < 1) {
+    std::fprintf(stderr, "cpu_kernels_bench: expected --reps >= 1, found %d\n", reps);
+    return 2;
+  }
+  std::printf("Tessera CPU kernel benchmark (median of %d runs; ratio = reference time / ours)\n",
+              reps);
+  tessera::bench_matmul(reps);
+  tessera::bench_bandwidth(reps);
+  return 0;
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs everything Tessera's build, tests and tools need on a Debian 12 machine.
+# Idempotent: packages already present are skipped, so a second run is quick.
+#
+# The CUDA toolkit (nvcc, cuBLAS, cuDNN, NCCL) is not a Debian package here; when it is
+# installed at /usr/local/cuda (or $CUDA_PATH) the build compiles the CUDA backend too.
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap     # Bazel 4.2, runs offline with the stand-ins in third_party/
+  g++                 # C++20 compiler
+  libeigen3-dev       # CPU GEMM and vectorized math (kernels/cpu only)
+  libspdlog-dev       # logging
+  libfmt-dev          # spdlog's formatting library
+  nlohmann-json3-dev  # JSON configs
+  catch2              # unit tests (Catch2 v2, header-only)
+  libopenmpi-dev      # MPI communicator (multi-process data parallelism)
+  openmpi-bin         # mpirun
+  clang-format        # code style
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
+else
+  echo "setup: all ${#packages[@]} packages present"
+fi
+
+if command -v "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" >/dev/null; then
+  echo "setup: CUDA toolkit found at ${CUDA_PATH:-/usr/local/cuda}: the CUDA backend will be built"
+else
+  echo "setup: no CUDA toolkit: building the CPU backend only"
+fi
