@@ -83,7 +83,9 @@ auto unary_expr(const X& x) {
     return x.binaryExpr(Vec<T>::Zero(x.size()),
                         Eigen::internal::scalar_max_op<T, T, Eigen::PropagateNaN>());
   } else if constexpr (Op == UnaryOp::gelu) {
-    return T(0.5) * x * (T(1) + (T(kGeluScale) * (x + T(kGeluCubic) * x.cube())).tanh());
+    // 0.5 x (1 + tanh(z)) = x / (1 + exp(-2z)): one vectorized exp instead of tanh, and
+    // exact limits (x for large x, -0 for very negative x).
+    return x * (T(2 * kGeluScale) * (x + T(kGeluCubic) * x.cube())).logistic();
   } else {
     static_assert(Op == UnaryOp::sigmoid);
     return x.logistic();

@@ -50,8 +50,18 @@ Tensor map_rows(const char* op, const Tensor& a_in, const Tensor& b_in, Fn&& fn)
 
 Tensor softmax(const Tensor& x) {
   return map_rows("softmax", x, Tensor(), [](auto xr, auto, auto yr) {
-    yr = (xr - xr.maxCoeff()).exp();
-    yr *= 1 / yr.sum();
+    using T = typename decltype(yr)::Scalar;
+    const T max = xr.maxCoeff();
+    // exp and sum block by block, so the sum reads values still in L1.
+    constexpr int64_t kBlock = 1024;
+    T sum = 0;
+    for (int64_t j = 0; j < xr.size(); j += kBlock) {
+      const int64_t len = std::min<int64_t>(kBlock, xr.size() - j);
+      auto yb = yr.segment(j, len);
+      yb = (xr.segment(j, len) - max).exp();
+      sum += yb.sum();
+    }
+    yr *= 1 / sum;
   });
 }
 
