@@ -1,19 +1,14 @@
 #include "kernels/cpu/adamw.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "kernels/cpu/eigen_types.h"
 
 namespace tessera::kernels::cpu {
 namespace {
-
-template <class T>
-using Span = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using ConstSpan = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 // Note [AdamW in cache-sized blocks]
 // Each Eigen statement below is one fused loop; running them over blocks that fit in L1
@@ -45,10 +40,10 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
     parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
       for (int64_t b = i0; b < i1; b += kBlock) {
         const int64_t len = std::min(kBlock, i1 - b);
-        Span<T> w(pp + b, len);
-        Span<T> m(pm + b, len);
-        Span<T> v(pv + b, len);
-        const ConstSpan<T> g(pg + b, len);
+        ArrayMap<T> w(pp + b, len);
+        ArrayMap<T> m(pm + b, len);
+        ArrayMap<T> v(pv + b, len);
+        const ConstArrayMap<T> g(pg + b, len);
         if (l2) {
           // L2 mode folds the decay into the gradient.
           const auto g_l2 = g + wd * w;

@@ -1,11 +1,11 @@
 #include "kernels/cpu/attention.h"
 
-#include <Eigen/Core>
 #include <cmath>
 
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/cpu/eigen_types.h"
 
 namespace tessera::kernels::cpu {
 namespace {

@@ -1,6 +1,5 @@
 #include "kernels/cpu/cross_entropy.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -8,14 +7,10 @@
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/cpu/eigen_types.h"
 
 namespace tessera::kernels::cpu {
 namespace {
-
-template <class T>
-using Row = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using ConstRow = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 // Rows per parallel_for chunk, so that each chunk touches at least ~32K elements.
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 32768 / cols); }
@@ -63,7 +58,7 @@ CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_
     T* plse = out.lse.data_ptr<T>();
     parallel_for(rows, row_grain(vocab), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const ConstRow<T> xr(px + r * vocab, vocab);
+        const ConstArrayMap<T> xr(px + r * vocab, vocab);
         const T max = xr.maxCoeff();
         const T lse = max + std::log((xr - max).exp().sum());
         plse[r] = lse;
@@ -97,12 +92,12 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
     const T s = static_cast<T>(scale);
     parallel_for(rows, row_grain(vocab), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        Row<T> dxr(pdx + r * vocab, vocab);
+        ArrayMap<T> dxr(pdx + r * vocab, vocab);
         if (targets[r] == ignore_index) {
           dxr.setZero();
           continue;
         }
-        dxr = (ConstRow<T>(px + r * vocab, vocab) - plse[r]).exp() * s;
+        dxr = (ConstArrayMap<T>(px + r * vocab, vocab) - plse[r]).exp() * s;
         dxr[targets[r]] -= s;
       }
     });

@@ -11,37 +11,24 @@
 #include <cmath>
 #include <type_traits>
 
-// GCC 12's AVX-512 intrinsics self-initialize placeholders (`__Y = __Y`), which its
-// -Wuninitialized flags inside Eigen's packet math (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <Eigen/Core>
-#pragma GCC diagnostic pop
-
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/strided_loop.h"
+#include "kernels/cpu/eigen_types.h"
 
 namespace tessera::kernels::cpu {
 namespace {
 
 template <class T>
-using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
-template <class T>
-using OutMap = Eigen::Map<Vec<T>>;
-template <class T>
-using InMap = Eigen::Map<const Vec<T>>;
-template <class T>
-using StridedMap = Eigen::Map<const Vec<T>, 0, Eigen::InnerStride<>>;
+using StridedMap = Eigen::Map<const ArrayX<T>, 0, Eigen::InnerStride<>>;
 
 template <class T>
-OutMap<T> out_map(char* p, int64_t n) {
-  return OutMap<T>(reinterpret_cast<T*>(p), n);
+ArrayMap<T> out_map(char* p, int64_t n) {
+  return ArrayMap<T>(reinterpret_cast<T*>(p), n);
 }
 template <class T>
-InMap<T> in_map(const char* p, int64_t n) {
-  return InMap<T>(reinterpret_cast<const T*>(p), n);
+ConstArrayMap<T> in_map(const char* p, int64_t n) {
+  return ConstArrayMap<T>(reinterpret_cast<const T*>(p), n);
 }
 template <class T>
 StridedMap<T> strided_map(const char* p, int64_t n, int64_t byte_stride) {
@@ -80,7 +67,7 @@ auto unary_expr(const X& x) {
     return x.tanh();
   } else if constexpr (Op == UnaryOp::relu) {
     // PropagateNaN: relu(NaN) is NaN, as in torch.
-    return x.binaryExpr(Vec<T>::Zero(x.size()),
+    return x.binaryExpr(ArrayX<T>::Zero(x.size()),
                         Eigen::internal::scalar_max_op<T, T, Eigen::PropagateNaN>());
   } else if constexpr (Op == UnaryOp::gelu) {
     // 0.5 x (1 + tanh(z)) = x / (1 + exp(-2z)): one vectorized exp instead of tanh, and
@@ -124,7 +111,7 @@ void unary_backward_expr(O&& out, const G& g, const X& x, const Y& y) {
     out = (x > T(0)).select(g, T(0));  // relu'(0) = 0
   } else if constexpr (Op == UnaryOp::gelu) {
     // tanh is evaluated once into a span-sized temporary, then reused twice.
-    const Vec<T> t = (T(kGeluScale) * (x + T(kGeluCubic) * x.cube())).tanh();
+    const ArrayX<T> t = (T(kGeluScale) * (x + T(kGeluCubic) * x.cube())).tanh();
     out = g * (T(0.5) * (T(1) + t) + T(0.5 * kGeluScale) * x * (T(1) - t.square()) *
                                          (T(1) + T(3 * kGeluCubic) * x.square()));
   } else {
@@ -176,9 +163,11 @@ void binary_span(const std::array<char*, 3>& p, int64_t n, const std::array<int6
   if (dense_a && dense_b) {
     out_map<T>(p[0], n) = binary_expr<Op>(in_map<T>(p[1], n), in_map<T>(p[2], n));
   } else if (dense_a && st[2] == 0) {
-    out_map<T>(p[0], n) = binary_expr<Op>(in_map<T>(p[1], n), Vec<T>::Constant(n, load<T>(p[2])));
+    out_map<T>(p[0], n) =
+        binary_expr<Op>(in_map<T>(p[1], n), ArrayX<T>::Constant(n, load<T>(p[2])));
   } else if (st[1] == 0 && dense_b) {
-    out_map<T>(p[0], n) = binary_expr<Op>(Vec<T>::Constant(n, load<T>(p[1])), in_map<T>(p[2], n));
+    out_map<T>(p[0], n) =
+        binary_expr<Op>(ArrayX<T>::Constant(n, load<T>(p[1])), in_map<T>(p[2], n));
   } else {
     out_map<T>(p[0], n) =
         binary_expr<Op>(strided_map<T>(p[1], n, st[1]), strided_map<T>(p[2], n, st[2]));

@@ -1,22 +1,15 @@
 #include "kernels/cpu/layer_norm.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/cpu/eigen_types.h"
 
 namespace tessera::kernels::cpu {
 namespace {
-
-template <class T>
-using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
-template <class T>
-using Row = Eigen::Map<Vec<T>>;
-template <class T>
-using ConstRow = Eigen::Map<const Vec<T>>;
 
 constexpr int64_t kGrain = 32768;  // elements per parallel chunk, at least
 
@@ -54,8 +47,8 @@ LayerNormOutput layer_norm(const Tensor& x_in, const Tensor& weight_in, const Te
     const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1));
     parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const ConstRow<T> xr(px + r * cols, cols);
-        Row<T> yr(py + r * cols, cols);
+        const ConstArrayMap<T> xr(px + r * cols, cols);
+        ArrayMap<T> yr(py + r * cols, cols);
         const T mean = xr.mean();
         const T rstd = 1 / std::sqrt((xr - mean).square().mean() + static_cast<T>(eps));
         pmean[r] = mean;
@@ -63,9 +56,9 @@ LayerNormOutput layer_norm(const Tensor& x_in, const Tensor& weight_in, const Te
         if (pw == nullptr) {
           yr = (xr - mean) * rstd;
         } else if (pb == nullptr) {
-          yr = (xr - mean) * rstd * ConstRow<T>(pw, cols);
+          yr = (xr - mean) * rstd * ConstArrayMap<T>(pw, cols);
         } else {
-          yr = (xr - mean) * rstd * ConstRow<T>(pw, cols) + ConstRow<T>(pb, cols);
+          yr = (xr - mean) * rstd * ConstArrayMap<T>(pw, cols) + ConstArrayMap<T>(pb, cols);
         }
       }
     });
@@ -110,28 +103,29 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     dweight_parts.setZero();
     dbias_parts.setZero();
     parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
-      Vec<T> xhat(cols);
-      Vec<T> dxhat(cols);
+      ArrayX<T> xhat(cols);
+      ArrayX<T> dxhat(cols);
       for (int64_t c = c0; c < c1; ++c) {
         for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
-          const ConstRow<T> dyr(pdy + r * cols, cols);
-          xhat = (ConstRow<T>(px + r * cols, cols) - pmean[r]) * prstd[r];
+          const ConstArrayMap<T> dyr(pdy + r * cols, cols);
+          xhat = (ConstArrayMap<T>(px + r * cols, cols) - pmean[r]) * prstd[r];
           if (pw == nullptr) {
             dxhat = dyr;
           } else {
-            dxhat = dyr * ConstRow<T>(pw, cols);
+            dxhat = dyr * ConstArrayMap<T>(pw, cols);
             dweight_parts.col(c) += dyr * xhat;
             dbias_parts.col(c) += dyr;
           }
           const T mean_dxhat = dxhat.mean();
           const T mean_dxhat_xhat = (dxhat * xhat).mean();
-          Row<T>(pdx + r * cols, cols) = prstd[r] * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+          ArrayMap<T>(pdx + r * cols, cols) =
+              prstd[r] * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
         }
       }
     });
     if (pw != nullptr) {
-      Row<T>(grads.dweight.data_ptr<T>(), cols) = dweight_parts.rowwise().sum();
-      Row<T>(grads.dbias.data_ptr<T>(), cols) = dbias_parts.rowwise().sum();
+      ArrayMap<T>(grads.dweight.data_ptr<T>(), cols) = dweight_parts.rowwise().sum();
+      ArrayMap<T>(grads.dbias.data_ptr<T>(), cols) = dbias_parts.rowwise().sum();
     }
   });
   return grads;

@@ -1,12 +1,12 @@
 #include "kernels/cpu/matmul.h"
 
-#include <Eigen/Core>
 #include <optional>
 #include <vector>
 
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/cpu/eigen_types.h"
 
 namespace tessera::kernels::cpu {
 namespace {

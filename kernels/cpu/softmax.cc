@@ -1,20 +1,15 @@
 #include "kernels/cpu/softmax.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/cpu/eigen_types.h"
 
 namespace tessera::kernels::cpu {
 namespace {
-
-template <class T>
-using Row = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using ConstRow = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 // Rows per parallel_for chunk, so that each chunk touches at least ~32K elements.
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(cols, 1)); }
@@ -38,8 +33,8 @@ Tensor map_rows(const char* op, const Tensor& a_in, const Tensor& b_in, Fn&& fn)
     parallel_for(rows, row_grain(cols), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t at = r * cols;
-        fn(ConstRow<T>(pa + at, cols), ConstRow<T>(pb == nullptr ? pa : pb + at, cols),
-           Row<T>(po + at, cols));
+        fn(ConstArrayMap<T>(pa + at, cols), ConstArrayMap<T>(pb == nullptr ? pa : pb + at, cols),
+           ArrayMap<T>(po + at, cols));
       }
     });
   });
