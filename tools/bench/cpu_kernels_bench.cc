@@ -24,17 +24,25 @@
 namespace tessera {
 namespace {
 
-// Median wall time of `reps` runs after one warm-up, in seconds.
-double time_it(int reps, const std::function<void()>& fn) {
-  fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
+// Median wall times of `reps` runs each of `a` and `b`, after one warm-up each. The runs
+// alternate, so drift in the machine's speed (shared, throttled VMs) hits both alike.
+std::pair<double, double> time_pair(int reps, const std::function<void()>& a,
+                                    const std::function<void()>& b) {
+  auto once = [](const std::function<void()>& fn) {
     const auto start = std::chrono::steady_clock::now();
     fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  once(a);
+  once(b);
+  std::vector<double> ta, tb;
+  for (int i = 0; i < reps; ++i) {
+    ta.push_back(once(a));
+    tb.push_back(once(b));
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
 }
 
 void bench_matmul(int reps) {
@@ -54,11 +62,12 @@ void bench_matmul(int reps) {
     const int r = flop > 1e10 ? std::max(1, reps / 3) : reps;
     for (int threads : {1, 2}) {
       set_num_threads(threads);
-      const double t_ours = time_it(r, [&] { kernels::matmul(a, b, false, true); });
-      const double t_ref = time_it(r, [&] {
-        bench::eigen_gemm_nt(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), s.m,
-                             s.n, s.k);
-      });
+      const auto [t_ours, t_ref] = time_pair(
+          r, [&] { kernels::matmul(a, b, false, true); },
+          [&] {
+            bench::eigen_gemm_nt(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), s.m,
+                                 s.n, s.k);
+          });
       const std::string shape =
           std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
       std::printf("%-20s %8d %12.1f %12.1f %8.3f\n", shape.c_str(), threads, flop / t_ours / 1e9,
@@ -67,15 +76,14 @@ void bench_matmul(int reps) {
   }
 }
 
-// Time of a memcpy moving `bytes` (each byte read once and written once).
-double memcpy_time(int reps, size_t bytes) {
-  std::vector<char> src(bytes, 1), dst(bytes);
-  return time_it(reps, [&] {
+// A memcpy moving `bytes` (each byte read once and written once), split across threads.
+std::function<void()> memcpy_of(std::vector<char>& src, std::vector<char>& dst) {
+  return [&src, &dst] {
     char* d = dst.data();
     const char* s = src.data();
-    parallel_for(static_cast<int64_t>(bytes), 1 << 20,
+    parallel_for(static_cast<int64_t>(src.size()), 1 << 20,
                  [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
-  });
+  };
 }
 
 void bench_bandwidth(int reps) {
@@ -110,8 +118,8 @@ void bench_bandwidth(int reps) {
   for (const Case& k : cases) {
     for (int threads : {1, 2}) {
       set_num_threads(threads);
-      const double t = time_it(reps, k.run);
-      const double t_ref = memcpy_time(reps, static_cast<size_t>(k.traffic / 2));
+      std::vector<char> src(static_cast<size_t>(k.traffic / 2), 1), dst(src.size());
+      const auto [t, t_ref] = time_pair(reps, k.run, memcpy_of(src, dst));
       std::printf("%-34s %8d %10.1f %10.1f %8.3f\n", k.name.c_str(), threads, k.traffic / t / 1e9,
                   k.traffic / t_ref / 1e9, t_ref / t);
     }
