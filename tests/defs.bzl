@@ -6,7 +6,7 @@ def tessera_tests(deps, tags = [], data = []):
         native.cc_test(
             name = src[:-len(".cc")],
             srcs = [src],
-            deps = deps + ["//tests:catch_main", "@catch2"],
+            deps = deps + ["//tests:catch_main", "//tests:testing", "@catch2"],
             tags = tags,
             data = data,
         )

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <string>
 
+#include "tests/testing.h"
+
 using Catch::Matchers::Contains;
 using tessera::JsonObjectReader;
 using tessera::parse_json;
@@ -12,17 +14,7 @@ using Json = nlohmann::json;
 
 namespace {
 
-// The message of the tessera::Error that `f` throws (fails the test when none is thrown).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const tessera::Error& e) {
-    return e.what();
-  }
-  FAIL("expected a tessera::Error");
-  return "";
-}
+using tessera::testing::error_of;
 
 }  // namespace
 

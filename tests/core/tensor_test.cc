@@ -6,6 +6,7 @@
 
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "tests/testing.h"
 
 using Catch::Matchers::Contains;
 using tessera::DType;
@@ -15,6 +16,8 @@ using tessera::Tensor;
 
 namespace {
 
+using tessera::testing::error_of;
+
 const DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64,
                             DType::i32, DType::i64, DType::u8,   DType::boolean};
 
@@ -22,17 +25,6 @@ const DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64,
 Tensor iota(const Shape& shape) { return tessera::arange(tessera::numel_of(shape)).view(shape); }
 
 std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const tessera::Error& e) {
-    return e.what();
-  }
-  FAIL("expected a tessera::Error");
-  return "";
-}
 
 bool same_storage(const Tensor& a, const Tensor& b) {
   return a.storage().data() == b.storage().data();

@@ -5,9 +5,12 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "tests/testing.h"
 
 namespace tessera {
 namespace {
+
+using tessera::testing::max_abs_diff;
 
 using kernels::causal_attention;
 using kernels::causal_attention_backward;
@@ -69,13 +72,6 @@ Reference reference(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     }
   }
   return r;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double d = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
 }
 
 // Runs forward and backward and compares all five results with the reference.

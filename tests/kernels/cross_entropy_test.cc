@@ -5,9 +5,12 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "tests/testing.h"
 
 namespace tessera {
 namespace {
+
+using tessera::testing::max_abs_diff;
 
 using kernels::cross_entropy;
 using kernels::cross_entropy_backward;
@@ -48,13 +51,6 @@ Reference reference(const Tensor& logits, const std::vector<int64_t>& targets,
     }
   }
   return out;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double d = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
 }
 
 std::vector<double> scaled(std::vector<double> v, double s) {

@@ -9,11 +9,14 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "tests/testing.h"
 
 using namespace tessera;
 using namespace tessera::kernels;
 
 namespace {
+
+using tessera::testing::require_close;
 
 enum class Layout { contiguous, transposed, broadcast };
 
@@ -44,21 +47,6 @@ Tensor make(int64_t rows, int64_t cols, Layout layout, DType dtype, Generator& g
 }
 
 double tolerance(DType dtype) { return dtype == DType::f32 ? 2e-5 : 1e-12; }
-
-// Every element within tol * (1 + |want|); NaN matches NaN.
-void require_close(const Tensor& got_t, const std::vector<double>& want, double tol) {
-  const std::vector<double> got = got_t.to_vector<double>();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    const bool ok = std::isnan(want[i])
-                        ? std::isnan(got[i])
-                        : std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i]));
-    if (!ok) {
-      INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
-      REQUIRE(ok);
-    }
-  }
-}
 
 double gelu_ref(double x) {
   const double k = std::sqrt(2.0 / M_PI);

@@ -6,9 +6,12 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "tests/testing.h"
 
 namespace tessera {
 namespace {
+
+using tessera::testing::max_abs_diff;
 
 using kernels::layer_norm;
 using kernels::layer_norm_backward;
@@ -43,13 +46,6 @@ Reference reference(const Tensor& x, const std::vector<double>& w, const std::ve
 
 std::vector<double> values(const Tensor& t) {
   return t.defined() ? t.to_vector<double>() : std::vector<double>();
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double d = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
 }
 
 double tolerance(DType dtype) { return dtype == DType::f32 ? 1e-5 : 1e-12; }

@@ -6,9 +6,12 @@
 
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "tests/testing.h"
 
 namespace tessera {
 namespace {
+
+using tessera::testing::max_abs_diff;
 
 using kernels::matmul;
 
@@ -39,13 +42,6 @@ std::vector<double> reference(const Tensor& a, const Tensor& b, bool trans_a, bo
     }
   }
   return out;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double d = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
 }
 
 double tolerance(DType dtype) { return dtype == DType::f32 ? 1e-4 : 1e-12; }

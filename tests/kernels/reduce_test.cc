@@ -7,11 +7,14 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "tests/testing.h"
 
 using namespace tessera;
 using namespace tessera::kernels;
 
 namespace {
+
+using tessera::testing::require_close;
 
 // The values of x grouped by output element: groups[o] lists, in row-major order, the
 // elements that reduce into output o when the dims in `mask` are reduced.
@@ -65,20 +68,6 @@ double var_ref(const std::vector<double>& g, int64_t correction) {
   double s = 0;
   for (double v : g) s += (v - m) * (v - m);
   return s / static_cast<double>(static_cast<int64_t>(g.size()) - correction);
-}
-
-void require_close(const Tensor& got_t, const std::vector<double>& want, double tol) {
-  const std::vector<double> got = got_t.to_vector<double>();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    const bool ok = std::isnan(want[i])
-                        ? std::isnan(got[i])
-                        : std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i]));
-    if (!ok) {
-      INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
-      REQUIRE(ok);
-    }
-  }
 }
 
 Shape expected_shape(const Shape& shape, const std::vector<int64_t>& dims, bool keepdim) {

@@ -5,9 +5,12 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "tests/testing.h"
 
 namespace tessera {
 namespace {
+
+using tessera::testing::max_abs_diff;
 
 using kernels::log_softmax;
 using kernels::log_softmax_backward;
@@ -30,13 +33,6 @@ std::vector<double> reference(const Tensor& x, bool log) {
     }
   }
   return out;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double d = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
 }
 
 double tolerance(DType dtype) { return dtype == DType::f32 ? 1e-5 : 1e-13; }
