@@ -6,22 +6,24 @@
 #include "core/error.h"
 
 namespace tessera::optim {
+namespace {
+
+// The warmup fraction at t < W': ln(t + 1) / ln(W') (log) or t / W' (linear).
+double warmup_fraction(int64_t t, int64_t steps, WarmupType type) {
+  if (type == WarmupType::linear) return static_cast<double>(t) / static_cast<double>(steps);
+  return std::log(static_cast<double>(t + 1)) / std::log(static_cast<double>(steps));
+}
+
+}  // namespace
 
 WarmupLR::WarmupLR(WarmupParams p) : p_(p), steps_(std::max<int64_t>(2, p.warmup_num_steps)) {
   TS_CHECK(p.warmup_num_steps >= 0, "[WarmupLR] expected warmup_num_steps >= 0, found ",
            p.warmup_num_steps);
 }
 
-double WarmupLR::warmup_gamma(int64_t t) const {
-  if (p_.warmup_type == WarmupType::linear) {
-    return static_cast<double>(t) / static_cast<double>(steps_);
-  }
-  return std::log(static_cast<double>(t + 1)) / std::log(static_cast<double>(steps_));
-}
-
 double WarmupLR::lr_at(int64_t t) const {
   if (t < 0) return p_.warmup_min_lr;
-  const double gamma = t < steps_ ? warmup_gamma(t) : 1.0;
+  const double gamma = t < steps_ ? warmup_fraction(t, steps_, p_.warmup_type) : 1.0;
   return p_.warmup_min_lr + (p_.warmup_max_lr - p_.warmup_min_lr) * gamma;
 }
 
@@ -34,7 +36,7 @@ WarmupDecayLR::WarmupDecayLR(WarmupParams p, int64_t total_num_steps)
 double WarmupDecayLR::lr_at(int64_t t) const {
   if (t < 0) return p_.warmup_min_lr;
   const double gamma =
-      t < steps_ ? warmup_gamma(t)
+      t < steps_ ? warmup_fraction(t, steps_, p_.warmup_type)
                  : std::max(0.0, static_cast<double>(total_ - t) /
                                      static_cast<double>(std::max<int64_t>(1, total_ - steps_)));
   return p_.warmup_min_lr + (p_.warmup_max_lr - p_.warmup_min_lr) * gamma;
@@ -50,10 +52,7 @@ double WarmupCosineLR::lr_at(int64_t t) const {
   if (t < 0) return 0.0;
   double ratio;
   if (t < steps_) {
-    const double gamma =
-        p_.warmup_type == WarmupType::linear
-            ? static_cast<double>(t) / static_cast<double>(steps_)
-            : std::log(static_cast<double>(t + 1)) / std::log(static_cast<double>(steps_));
+    const double gamma = warmup_fraction(t, steps_, p_.warmup_type);
     ratio = p_.warmup_min_ratio + (1.0 - p_.warmup_min_ratio) * gamma;
   } else {
     const double progress =

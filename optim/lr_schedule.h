@@ -42,7 +42,6 @@ class WarmupLR : public LrSchedule {
   std::string name() const override { return "WarmupLR"; }
 
  protected:
-  double warmup_gamma(int64_t t) const;  // for t < W'
   WarmupParams p_;
   int64_t steps_;  // W'
 };

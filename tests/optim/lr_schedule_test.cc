@@ -42,8 +42,9 @@ TEST_CASE("WarmupCosineLR scales the optimizer's lr", "[lr]") {
   CHECK(s.lr_at(-1) == 0.0);
   CHECK(s.lr_at(0) == 0.0);
   CHECK(s.lr_at(9) == Approx(2.0));
-  CHECK(s.lr_at(10) == Approx(2.0 * 0.9755307053217621).epsilon(1e-12));  // progress 1/10 into the cosine
-  CHECK(s.lr_at(19) == Approx(2.0 * 1e-4));              // the end: cos(pi)
+  CHECK(s.lr_at(10) ==
+        Approx(2.0 * 0.9755307053217621).epsilon(1e-12));  // progress 1/10 into the cosine
+  CHECK(s.lr_at(19) == Approx(2.0 * 1e-4));                // the end: cos(pi)
   WarmupCosineLR floor_ratio({20, 0.25, 10, 1e-4, WarmupType::linear}, 1.0);
   CHECK(floor_ratio.lr_at(0) == Approx(0.25));
   CHECK(floor_ratio.lr_at(4) == Approx(0.25 + 0.75 * 0.4));
