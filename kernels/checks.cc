@@ -34,4 +34,13 @@ void check_shape(const char* op, const char* name, const Tensor& t, const Shape&
            ", found ", shape_str(t.shape()));
 }
 
+void check_like_param(const char* op, const Tensor& param, const char* name, const Tensor& t) {
+  check_defined(op, name, t);
+  check_same_dtype(op, "param", param, name, t);
+  check_same_device(op, "param", param, name, t);
+  check_same_shape(op, "param", param, name, t);
+  TS_CHECK(t.is_contiguous(), "[", op, "] expected a contiguous ", name, ", found strides ",
+           shape_str(t.strides()), " for shape ", shape_str(t.shape()));
+}
+
 }  // namespace tessera::kernels

@@ -17,5 +17,7 @@ void check_same_device(const char* op, const char* name_a, const Tensor& a, cons
 void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b,
                       const Tensor& b);
 void check_shape(const char* op, const char* name, const Tensor& t, const Shape& shape);
+// An optimizer operand: defined, contiguous, with param's dtype, device and shape.
+void check_like_param(const char* op, const Tensor& param, const char* name, const Tensor& t);
 
 }  // namespace tessera::kernels

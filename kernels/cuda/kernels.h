@@ -15,9 +15,12 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/index.h"
+#include "kernels/lamb.h"
 #include "kernels/layer_norm.h"
 #include "kernels/matmul.h"
+#include "kernels/norm.h"
 #include "kernels/reduce.h"
+#include "kernels/sgd.h"
 #include "kernels/softmax.h"
 
 namespace tessera::kernels::cuda {
@@ -64,5 +67,12 @@ AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, co
 
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                 const Tensor& exp_avg_sq, const AdamWParams& p);
+double lamb_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                 const Tensor& exp_avg_sq, const LambParams& p);
+void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+              const SgdParams& p);
+
+double squared_norm(const Tensor& x);
+void scale_(const Tensor& x, double factor);
 
 }  // namespace tessera::kernels::cuda

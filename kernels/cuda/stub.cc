@@ -57,5 +57,13 @@ AttentionGrads causal_attention_backward(const Tensor&, const Tensor&, const Ten
 void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWParams&) {
   missing("adamw_step");
 }
+double lamb_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const LambParams&) {
+  missing("lamb_step");
+}
+void sgd_step(const Tensor&, const Tensor&, const Tensor&, const SgdParams&) {
+  missing("sgd_step");
+}
+double squared_norm(const Tensor&) { missing("squared_norm"); }
+void scale_(const Tensor&, double) { missing("scale_"); }
 
 }  // namespace tessera::kernels::cuda

@@ -12,6 +12,7 @@ class Embedding : public Module {
   Tensor forward(const Tensor& ids) const;  // (...) i32|i64 -> (..., dim)
 
   Tensor& weight() { return weight_; }
+  const Tensor& weight() const { return weight_; }
 
  private:
   Tensor weight_;

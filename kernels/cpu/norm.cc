@@ -1,0 +1,48 @@
+#include "kernels/cpu/norm.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/parallel.h"
+#include "kernels/cpu/eigen_types.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+constexpr int64_t kGrain = 1 << 16;
+
+}  // namespace
+
+double squared_norm(const Tensor& x_in) {
+  const Tensor x = x_in.contiguous();
+  const int64_t n = x.numel();
+  const int64_t chunks = (n + kGrain - 1) / kGrain;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+  dispatch_floating(x.dtype(), "squared_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = x.data_ptr<T>();
+    parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t b = c * kGrain;
+        const ConstArrayMap<T> a(px + b, std::min(kGrain, n - b));
+        partial[c] = a.template cast<double>().square().sum();
+      }
+    });
+  });
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+void scale_(const Tensor& x, double factor) {
+  dispatch_floating(x.dtype(), "scale_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* px = x.data_ptr<T>();
+    const T f = static_cast<T>(factor);
+    parallel_for(x.numel(), kGrain,
+                 [&](int64_t i0, int64_t i1) { ArrayMap<T>(px + i0, i1 - i0) *= f; });
+  });
+}
+
+}  // namespace tessera::kernels::cpu

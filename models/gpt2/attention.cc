@@ -1,0 +1,67 @@
+#include "models/gpt2/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/ops.h"
+#include "core/factories.h"
+
+namespace tessera {
+
+CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen)
+    : n_head_(cfg.n_head),
+      c_attn_(cfg.n_embd, 3 * cfg.n_embd, cfg.bias),
+      c_proj_(cfg.n_embd, cfg.n_embd, cfg.bias),
+      resid_dropout_(cfg.dropout, gen) {
+  register_module("c_attn", c_attn_);
+  register_module("c_proj", c_proj_);
+  register_module("resid_dropout", resid_dropout_);
+}
+
+std::vector<Tensor> CausalSelfAttention::heads(const Tensor& x) const {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+  const Tensor qkv = c_attn_.forward(x);  // (B, T, 3C)
+  std::vector<Tensor> parts = split(qkv, {c, c, c}, 2);
+  for (Tensor& p : parts) {
+    p = transpose(view(contiguous(p), {b, t, n_head_, c / n_head_}), 1, 2);  // (B, H, T, D)
+  }
+  return parts;
+}
+
+Tensor CausalSelfAttention::merge_heads(const Tensor& y) const {
+  const int64_t b = y.size(0), t = y.size(2);
+  const Tensor merged = reshape(transpose(y, 1, 2), {b, t, n_head_ * y.size(3)});  // (B, T, C)
+  return resid_dropout_.forward(c_proj_.forward(merged));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) const {
+  const std::vector<Tensor> qkv = heads(x);
+  return merge_heads(causal_attention(qkv[0], qkv[1], qkv[2]));
+}
+
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
+                                           int64_t start) const {
+  const int64_t t = x.size(1);
+  TS_CHECK(start + t <= cache_k.size(2), "[CausalSelfAttention] KV cache holds ", cache_k.size(2),
+           " positions, found ", start + t, " needed");
+  const std::vector<Tensor> qkv = heads(x);
+  cache_k.narrow(2, start, t).copy_(qkv[1]);
+  cache_v.narrow(2, start, t).copy_(qkv[2]);
+  const int64_t total = start + t;
+  const Tensor k = cache_k.narrow(2, 0, total);  // (B, H, S, D)
+  const Tensor v = cache_v.narrow(2, 0, total);  // (B, H, S, D)
+  const double scale = 1.0 / std::sqrt(static_cast<double>(x.size(2) / n_head_));
+  Tensor scores = matmul(qkv[0], transpose(k, 2, 3)) * scale;  // (B, H, T, S)
+  if (t > 1) {
+    // New row i sits at position start + i and sees keys s <= start + i.
+    std::vector<bool> visible(static_cast<size_t>(t * total));
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t s = 0; s < total; ++s) visible[i * total + s] = s <= start + i;
+    }
+    scores = where(from_vector(visible, {t, total}).to(x.device()), scores,
+                   scalar_like(scores, -std::numeric_limits<double>::infinity()));
+  }
+  return merge_heads(matmul(softmax(scores), v));  // (B, H, T, D) -> (B, T, C)
+}
+
+}  // namespace tessera

@@ -1,0 +1,34 @@
+// GPT-2 causal self-attention: one fused QKV projection, heads, output projection.
+#pragma once
+
+#include "autograd/module.h"
+#include "models/gpt2/config.h"
+#include "models/layers/dropout.h"
+#include "models/layers/linear.h"
+
+namespace tessera {
+
+class CausalSelfAttention : public Module {
+ public:
+  // Children "c_attn" (C -> 3C: q, k, v in that order) and "c_proj" (C -> C); dropout on
+  // the output draws from `gen`.
+  CausalSelfAttention(const GptConfig& cfg, Generator& gen);
+
+  Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+  // Inference over new positions [cache_k/v length, + T): appends their keys and values
+  // at `start` in the (B, H, capacity, D) buffers and attends over all cached positions.
+  Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
+                        int64_t start) const;  // (B, T, C) -> (B, T, C)
+
+ private:
+  // (B, T, C) -> q, k, v each (B, H, T, D).
+  std::vector<Tensor> heads(const Tensor& x) const;
+  Tensor merge_heads(const Tensor& y) const;  // (B, H, T, D) -> (B, T, C) through c_proj
+
+  int64_t n_head_;
+  Linear c_attn_;
+  Linear c_proj_;
+  Dropout resid_dropout_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,29 @@
+// One pre-LayerNorm GPT-2 transformer block.
+#pragma once
+
+#include "autograd/module.h"
+#include "models/gpt2/attention.h"
+#include "models/gpt2/config.h"
+#include "models/gpt2/mlp.h"
+#include "models/layers/layer_norm.h"
+
+namespace tessera {
+
+class Block : public Module {
+ public:
+  // Children "ln_1", "attn", "ln_2", "mlp" (Hugging Face names); dropout draws from `gen`.
+  Block(const GptConfig& cfg, Generator& gen);
+  // x + attn(ln_1(x)), then + mlp(ln_2(.)).
+  Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+  // forward() for inference with a KV cache (see CausalSelfAttention::forward_cached).
+  Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
+                        int64_t start) const;  // (B, T, C) -> (B, T, C)
+
+ private:
+  LayerNorm ln_1_;
+  CausalSelfAttention attn_;
+  LayerNorm ln_2_;
+  Mlp mlp_;
+};
+
+}  // namespace tessera

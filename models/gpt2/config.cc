@@ -1,0 +1,87 @@
+#include "models/gpt2/config.h"
+
+#include <array>
+#include <map>
+#include <optional>
+
+#include "core/error.h"
+
+namespace tessera {
+
+int64_t GptConfig::num_parameters() const {
+  const int64_t c = n_embd;
+  const int64_t b = bias ? 1 : 0;
+  const int64_t per_layer = 2 * (c + b * c)          // ln_1, ln_2
+                            + 3 * c * c + b * 3 * c  // c_attn
+                            + c * c + b * c          // attn.c_proj
+                            + 4 * c * c + b * 4 * c  // c_fc
+                            + 4 * c * c + b * c;     // mlp.c_proj
+  const int64_t head = tie_word_embeddings ? 0 : padded_vocab_size() * c;
+  return padded_vocab_size() * c + block_size * c + n_layer * per_layer + (c + b * c) + head;
+}
+
+void GptConfig::validate() const {
+  TS_CHECK(vocab_size > 0 && vocab_size <= (int64_t{1} << 31),
+           "[gpt2] vocab_size: expected an integer in [1, 2^31], found ", vocab_size);
+  TS_CHECK(block_size > 0, "[gpt2] block_size: expected an integer > 0, found ", block_size);
+  TS_CHECK(n_layer > 0, "[gpt2] n_layer: expected an integer > 0, found ", n_layer);
+  TS_CHECK(n_head > 0, "[gpt2] n_head: expected an integer > 0, found ", n_head);
+  TS_CHECK(n_embd > 0 && n_embd % n_head == 0,
+           "[gpt2] n_embd: expected a positive multiple of n_head (", n_head, "), found ", n_embd);
+  TS_CHECK(dropout >= 0.0 && dropout < 1.0, "[gpt2] dropout: expected a number in [0, 1), found ",
+           dropout);
+  TS_CHECK(layer_norm_eps > 0.0, "[gpt2] layer_norm_eps: expected a number > 0, found ",
+           layer_norm_eps);
+}
+
+GptConfig GptConfig::preset(const std::string& name) {
+  // (n_layer, n_head, n_embd) of the released GPT-2 checkpoints.
+  static const std::map<std::string, std::array<int64_t, 3>> kPresets = {
+      {"gpt2", {12, 12, 768}},
+      {"gpt2-medium", {24, 16, 1024}},
+      {"gpt2-large", {36, 20, 1280}},
+      {"gpt2-xl", {48, 25, 1600}},
+  };
+  const auto it = kPresets.find(name);
+  TS_CHECK(it != kPresets.end(), "[gpt2] unknown preset \"", name,
+           "\"; expected one of gpt2, gpt2-medium, gpt2-large, gpt2-xl");
+  GptConfig cfg;
+  cfg.n_layer = it->second[0];
+  cfg.n_head = it->second[1];
+  cfg.n_embd = it->second[2];
+  return cfg;
+}
+
+GptConfig GptConfig::from_json(JsonObjectReader model) {
+  model.required_one_of("type", {"gpt2"});
+  const std::optional<std::string> preset_name = model.optional<std::string>("preset");
+  GptConfig cfg = preset_name ? preset(*preset_name) : GptConfig{};
+  cfg.vocab_size = model.get_in_range<int64_t>("vocab_size", cfg.vocab_size, 1, int64_t{1} << 31);
+  cfg.block_size = model.get_in_range<int64_t>("block_size", cfg.block_size, 1, 1 << 20);
+  cfg.n_layer = model.get_in_range<int64_t>("n_layer", cfg.n_layer, 1, 1024);
+  cfg.n_head = model.get_in_range<int64_t>("n_head", cfg.n_head, 1, 1024);
+  cfg.n_embd = model.get_in_range<int64_t>("n_embd", cfg.n_embd, 1, 1 << 16);
+  cfg.dropout = model.get_in_range<double>("dropout", cfg.dropout, 0.0, 0.99);
+  cfg.bias = model.get<bool>("bias", cfg.bias);
+  cfg.tie_word_embeddings = model.get<bool>("tie_word_embeddings", cfg.tie_word_embeddings);
+  cfg.layer_norm_eps = model.get_in_range<double>("layer_norm_eps", cfg.layer_norm_eps, 1e-12, 1.0);
+  TS_CHECK(cfg.n_embd % cfg.n_head == 0, "[config] ", model.key_path("n_embd"),
+           ": expected a multiple of n_head (", cfg.n_head, "), found ", cfg.n_embd);
+  cfg.validate();
+  return cfg;
+}
+
+nlohmann::json GptConfig::to_json() const {
+  return {{"type", "gpt2"},
+          {"vocab_size", vocab_size},
+          {"block_size", block_size},
+          {"n_layer", n_layer},
+          {"n_head", n_head},
+          {"n_embd", n_embd},
+          {"dropout", dropout},
+          {"bias", bias},
+          {"tie_word_embeddings", tie_word_embeddings},
+          {"layer_norm_eps", layer_norm_eps}};
+}
+
+}  // namespace tessera

@@ -1,0 +1,41 @@
+// GPT-2 family hyperparameters, presets and the `model` section of a run config.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/json.h"
+
+namespace tessera {
+
+struct GptConfig {
+  int64_t vocab_size = 50257;  // real tokens; the embedding is padded (padded_vocab_size)
+  int64_t block_size = 1024;   // longest sequence (rows of the position embedding)
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_embd = 768;
+  double dropout = 0.0;             // on embeddings, attention output and MLP output
+  bool bias = true;                 // biases in Linear and LayerNorm
+  bool tie_word_embeddings = true;  // the LM head reuses transformer.wte.weight
+  double layer_norm_eps = 1e-5;
+
+  // vocab_size rounded up to a multiple of 128 (GEMM-friendly; padding rows are never
+  // predicted: the loss and sampling use the first vocab_size logits only).
+  int64_t padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
+  int64_t head_dim() const { return n_embd / n_head; }
+  // Parameters with the padded vocabulary (what the model allocates).
+  int64_t num_parameters() const;
+  // Throws one line naming the first inconsistent field (n_embd % n_head, sizes <= 0, ...).
+  void validate() const;
+
+  // "gpt2" (124M), "gpt2-medium" (350M), "gpt2-large" (774M), "gpt2-xl" (1558M); throws
+  // for any other name, listing the presets.
+  static GptConfig preset(const std::string& name);
+  // Reads the `model` section: {"type": "gpt2", "preset": name?, then any field above to
+  // override}. Unknown keys are left for the caller's finish().
+  static GptConfig from_json(JsonObjectReader model);
+  // The same fields as JSON (for checkpoint manifests and safetensors metadata).
+  nlohmann::json to_json() const;
+};
+
+}  // namespace tessera

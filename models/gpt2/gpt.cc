@@ -1,0 +1,124 @@
+#include "models/gpt2/gpt.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "autograd/checkpoint.h"
+#include "autograd/ops.h"
+#include "core/factories.h"
+#include "core/grad_mode.h"
+
+namespace tessera {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+Gpt::Transformer::Transformer(const GptConfig& cfg, Generator& gen)
+    : wte(cfg.padded_vocab_size(), cfg.n_embd),
+      wpe(cfg.block_size, cfg.n_embd),
+      drop(cfg.dropout, gen),
+      ln_f(cfg.n_embd, cfg.layer_norm_eps, cfg.bias) {
+  register_module("wte", wte);
+  register_module("wpe", wpe);
+  register_module("drop", drop);
+  for (int64_t i = 0; i < cfg.n_layer; ++i) h.push_back(std::make_unique<Block>(cfg, gen));
+  register_module("h", h);
+  register_module("ln_f", ln_f);
+}
+
+Gpt::Gpt(const GptConfig& cfg, uint64_t seed)
+    : cfg_((cfg.validate(), cfg)),
+      dropout_gen_(Generator::for_name(seed, "dropout")),
+      transformer_(cfg, dropout_gen_) {
+  register_module("transformer", transformer_);
+  if (!cfg.tie_word_embeddings) {
+    lm_head_ = zeros({cfg.padded_vocab_size(), cfg.n_embd});
+    register_parameter("lm_head.weight", lm_head_);
+  }
+  init_weights(seed);
+}
+
+void Gpt::init_weights(uint64_t seed) {
+  NoGradGuard no_grad;
+  const double std = 0.02;
+  const double residual_std = std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
+  for (const NamedParameter& p : named_parameters()) {
+    Tensor t = p.tensor;
+    const std::string& name = p.name;
+    if (ends_with(name, ".bias")) {
+      t.fill_(0.0);
+    } else if (name.find(".ln_") != std::string::npos) {
+      t.fill_(1.0);  // LayerNorm weights: ln_1, ln_2, ln_f
+    } else {
+      const bool residual = ends_with(name, "c_proj.weight");
+      Generator gen = Generator::for_name(seed, name);
+      t.copy_(randn(t.shape(), gen, {t.dtype()}, 0.0, residual ? residual_std : std));
+    }
+  }
+  const int64_t pad = cfg_.padded_vocab_size() - cfg_.vocab_size;
+  if (pad > 0) {
+    transformer_.wte.weight().narrow(0, cfg_.vocab_size, pad).fill_(0.0);
+    if (lm_head_.defined()) lm_head_.narrow(0, cfg_.vocab_size, pad).fill_(0.0);
+  }
+}
+
+Tensor Gpt::embed(const Tensor& idx, int64_t start) const {
+  TS_CHECK(idx.dim() == 2, "[gpt2] expected token ids of shape (B, T), found ",
+           shape_str(idx.shape()));
+  const int64_t t = idx.size(1);
+  TS_CHECK(start + t <= cfg_.block_size, "[gpt2] sequence of ", start + t,
+           " positions exceeds block_size ", cfg_.block_size);
+  const Tensor pos = arange(static_cast<double>(start), static_cast<double>(start + t), 1.0,
+                            {DType::i64, idx.device()});
+  const Tensor x = transformer_.wte.forward(idx) + transformer_.wpe.forward(pos);  // (B, T, C)
+  return transformer_.drop.forward(x);
+}
+
+Tensor Gpt::head(const Tensor& x) const {
+  const Tensor h = transformer_.ln_f.forward(x);
+  return matmul(h, transpose(cfg_.tie_word_embeddings ? transformer_.wte.weight() : lm_head_, 0,
+                             1));  // (B, T, C) x (C, Vp)
+}
+
+Tensor Gpt::forward(const Tensor& idx) const {
+  Tensor x = embed(idx, 0);
+  for (size_t i = 0; i < transformer_.h.size(); ++i) {
+    const Block& b = block(i);
+    if (checkpoint_blocks_ && GradMode::is_enabled()) {
+      x = checkpoint([&b](const TensorList& in) { return TensorList{b.forward(in[0])}; }, {x},
+                     {&dropout_gen_})[0];
+    } else {
+      x = b.forward(x);
+    }
+  }
+  return head(x);
+}
+
+Tensor Gpt::loss(const Tensor& logits, const Tensor& targets) const {
+  TS_CHECK(logits.dim() == 3 && targets.dim() == 2 && logits.size(0) == targets.size(0) &&
+               logits.size(1) == targets.size(1),
+           "[gpt2] loss expects logits (B, T, Vp) and targets (B, T), found ",
+           shape_str(logits.shape()), " and ", shape_str(targets.shape()));
+  const int64_t rows = logits.size(0) * logits.size(1);
+  const Tensor real =
+      logits.size(2) == cfg_.vocab_size ? logits : narrow(logits, 2, 0, cfg_.vocab_size);
+  return cross_entropy(reshape(real, {rows, cfg_.vocab_size}), reshape(targets, {rows}));
+}
+
+Tensor Gpt::forward_cached(const Tensor& idx, KvCache& cache) const {
+  NoGradGuard no_grad;
+  Tensor x = embed(idx, cache.length);
+  for (size_t i = 0; i < transformer_.h.size(); ++i) {
+    x = block(i).forward_cached(x, cache.keys[i], cache.values[i], cache.length);
+  }
+  cache.length += idx.size(1);
+  return head(x);
+}
+
+}  // namespace tessera

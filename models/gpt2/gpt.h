@@ -1,0 +1,76 @@
+// The GPT-2 language model, with Hugging Face parameter names.
+//
+//   Gpt model(GptConfig::preset("gpt2"), /*seed=*/1337);
+//   Tensor logits = model.forward(idx);           // (B, T) -> (B, T, Vp)
+//   Tensor loss = model.loss(logits, targets);     // mean cross-entropy
+//
+// Parameters: transformer.wte.weight (Vp, C), transformer.wpe.weight (block_size, C),
+// transformer.h.{i}.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}.*,
+// transformer.ln_f.*, and lm_head.weight (Vp, C) only when the head is not tied. Linear
+// weights use the (out, in) layout; models/gpt2/hf_weights.h converts to Hugging Face's
+// transposed Conv1D layout.
+#pragma once
+
+#include <cstdint>
+
+#include "autograd/module.h"
+#include "core/philox.h"
+#include "models/gpt2/block.h"
+#include "models/gpt2/config.h"
+#include "models/gpt2/kv_cache.h"
+#include "models/layers/dropout.h"
+#include "models/layers/embedding.h"
+#include "models/layers/layer_norm.h"
+
+namespace tessera {
+
+class Gpt : public Module {
+ public:
+  // Builds the model and initializes it with init_weights(seed); dropout masks come from
+  // a Philox stream keyed by `seed` as well.
+  Gpt(const GptConfig& cfg, uint64_t seed);
+
+  // GPT-2 initialization, a function of (seed, parameter name) only: N(0, 0.02) for
+  // weights and embeddings, N(0, 0.02 / sqrt(2 n_layer)) for the residual projections
+  // (attn.c_proj.weight, mlp.c_proj.weight), LayerNorm weight 1, biases 0, and zero
+  // rows for the vocabulary padding.
+  void init_weights(uint64_t seed);
+
+  Tensor forward(const Tensor& idx) const;  // (B, T) i32|i64 -> logits (B, T, Vp)
+  // Mean cross-entropy over the first vocab_size logits (padding is never predicted).
+  Tensor loss(const Tensor& logits, const Tensor& targets) const;  // (B, T, Vp), (B, T) -> ()
+  // Inference: logits of the new positions idx (B, T) placed after the cache's contents,
+  // whose keys and values it appends. No graph is recorded.
+  Tensor forward_cached(const Tensor& idx, KvCache& cache) const;  // -> (B, T, Vp)
+
+  // Recompute each block in backward instead of storing its activations.
+  void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
+
+  const GptConfig& config() const { return cfg_; }
+  // The dropout stream (its offset is part of a checkpoint's exact-resume state).
+  Generator& dropout_generator() { return dropout_gen_; }
+
+ private:
+  // The "transformer" child: embeddings, blocks and the final LayerNorm.
+  struct Transformer : Module {
+    Transformer(const GptConfig& cfg, Generator& gen);
+    Embedding wte;
+    Embedding wpe;
+    Dropout drop;
+    ModuleList h;
+    LayerNorm ln_f;
+  };
+
+  Tensor embed(const Tensor& idx, int64_t start) const;  // (B, T) -> (B, T, C)
+  Tensor head(const Tensor& x) const;                    // (B, T, C) -> (B, T, Vp)
+  const Block& block(size_t i) const { return static_cast<const Block&>(transformer_.h[i]); }
+
+  GptConfig cfg_;
+  // Mutable: a forward pass in training draws dropout masks (the layers hold pointers).
+  mutable Generator dropout_gen_;
+  Transformer transformer_;
+  Tensor lm_head_;  // (Vp, C), defined only when the head is not tied
+  bool checkpoint_blocks_ = false;
+};
+
+}  // namespace tessera

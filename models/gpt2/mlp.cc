@@ -1,0 +1,20 @@
+#include "models/gpt2/mlp.h"
+
+#include "autograd/ops.h"
+
+namespace tessera {
+
+Mlp::Mlp(const GptConfig& cfg, Generator& gen)
+    : c_fc_(cfg.n_embd, 4 * cfg.n_embd, cfg.bias),
+      c_proj_(4 * cfg.n_embd, cfg.n_embd, cfg.bias),
+      dropout_(cfg.dropout, gen) {
+  register_module("c_fc", c_fc_);
+  register_module("c_proj", c_proj_);
+  register_module("dropout", dropout_);
+}
+
+Tensor Mlp::forward(const Tensor& x) const {
+  return dropout_.forward(c_proj_.forward(gelu(c_fc_.forward(x))));
+}
+
+}  // namespace tessera

@@ -1,0 +1,31 @@
+#include "optim/adam.h"
+
+#include "kernels/adamw.h"
+
+namespace tessera::optim {
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
+    : Optimizer(std::move(groups)), options_(options) {}
+
+bool Adam::set_momentum(double beta1) {
+  options_.beta1 = beta1;
+  return true;
+}
+
+void Adam::step() {
+  const int64_t t = step_count() + 1;
+  for (const ParamGroup& g : groups_) {
+    const kernels::AdamWParams ap{
+        g.lr, options_.beta1,           options_.beta2,      options_.eps, g.weight_decay,
+        t,    options_.bias_correction, options_.adam_w_mode};
+    for (const NamedParameter& p : g.params) {
+      const Tensor grad = p.tensor.grad();
+      if (!grad.defined()) continue;
+      kernels::adamw_step(p.tensor, grad.contiguous(), state("exp_avg", p), state("exp_avg_sq", p),
+                          ap);
+    }
+  }
+  advance();
+}
+
+}  // namespace tessera::optim

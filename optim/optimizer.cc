@@ -1,0 +1,147 @@
+#include "optim/optimizer.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "core/error.h"
+#include "core/factories.h"
+
+namespace tessera::optim {
+
+std::vector<ParamGroup> decay_groups(const std::vector<NamedParameter>& params, double lr,
+                                     double weight_decay, bool exclude_1d,
+                                     const std::vector<std::string>& exclude_names) {
+  ParamGroup decay{{}, lr, weight_decay};
+  ParamGroup no_decay{{}, lr, 0.0};
+  for (const NamedParameter& p : params) {
+    bool excluded = exclude_1d && p.tensor.dim() < 2;
+    for (const std::string& pattern : exclude_names) {
+      excluded = excluded || p.name.find(pattern) != std::string::npos;
+    }
+    (excluded ? no_decay : decay).params.push_back(p);
+  }
+  std::vector<ParamGroup> groups;
+  if (!decay.params.empty()) groups.push_back(std::move(decay));
+  if (!no_decay.params.empty()) groups.push_back(std::move(no_decay));
+  return groups;
+}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  std::set<std::string> seen;
+  for (const ParamGroup& g : groups_) {
+    for (const NamedParameter& p : g.params) {
+      TS_CHECK(p.tensor.defined(), "[optimizer] parameter \"", p.name, "\" is undefined");
+      TS_CHECK(seen.insert(p.name).second, "[optimizer] parameter \"", p.name,
+               "\" appears in more than one place; expected each parameter once");
+    }
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (const ParamGroup& g : groups_) {
+    for (const NamedParameter& p : g.params) p.tensor.set_grad(Tensor());
+  }
+}
+
+void Optimizer::set_lr(double lr) {
+  for (ParamGroup& g : groups_) g.lr = lr;
+}
+
+int64_t Optimizer::index_of(const NamedParameter& p) const {
+  int64_t i = 0;
+  for (const ParamGroup& g : groups_) {
+    for (const NamedParameter& q : g.params) {
+      if (q.name == p.name) return i;
+      ++i;
+    }
+  }
+  TS_INTERNAL_ASSERT(false, "parameter ", p.name, " is not in the optimizer");
+  return -1;
+}
+
+bool Optimizer::has_state(const std::string& kind, const NamedParameter& p) const {
+  for (const auto& [k, tensors] : state_) {
+    if (k == kind) return tensors[index_of(p)].defined();
+  }
+  return false;
+}
+
+Tensor& Optimizer::state(const std::string& kind, const NamedParameter& p) {
+  auto it =
+      std::find_if(state_.begin(), state_.end(), [&](const auto& e) { return e.first == kind; });
+  if (it == state_.end()) {
+    int64_t n = 0;
+    for (const ParamGroup& g : groups_) n += static_cast<int64_t>(g.params.size());
+    state_.emplace_back(kind, std::vector<Tensor>(static_cast<size_t>(n)));
+    it = std::prev(state_.end());
+  }
+  Tensor& t = it->second[index_of(p)];
+  if (!t.defined()) t = zeros(p.tensor.shape(), {p.tensor.dtype(), p.tensor.device()});
+  return t;
+}
+
+StateDict Optimizer::state_dict() const {
+  StateDict out;
+  out.emplace_back("step", scalar_tensor(static_cast<double>(step_count_), {DType::i64}));
+  for (const std::string& kind : state_names()) {
+    const auto it =
+        std::find_if(state_.begin(), state_.end(), [&](const auto& e) { return e.first == kind; });
+    if (it == state_.end()) continue;
+    size_t i = 0;
+    for (const ParamGroup& g : groups_) {
+      for (const NamedParameter& p : g.params) {
+        if (it->second[i].defined()) out.emplace_back(kind + "." + p.name, it->second[i]);
+        ++i;
+      }
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const StateDict& saved) {
+  std::map<std::string, const NamedParameter*> by_name;
+  for (const ParamGroup& g : groups_) {
+    for (const NamedParameter& p : g.params) by_name[p.name] = &p;
+  }
+  const std::vector<std::string> kinds = state_names();
+  // Validate everything first so that a bad checkpoint leaves the optimizer untouched.
+  struct Target {
+    std::string kind;
+    const NamedParameter* param;
+    Tensor value;
+  };
+  std::vector<Target> targets;
+  std::optional<int64_t> step;
+  for (const auto& [key, t] : saved) {
+    if (key == "step") {
+      TS_CHECK(t.dtype() == DType::i64 && t.numel() == 1, "[", name(),
+               "] state \"step\": expected one i64, found ", dtype_name(t.dtype()), " ",
+               shape_str(t.shape()));
+      step = t.contiguous().data_ptr<int64_t>()[0];
+      continue;
+    }
+    const size_t dot = key.find('.');
+    const std::string kind = key.substr(0, dot);
+    std::string known;
+    for (const std::string& k : kinds) known += (known.empty() ? "" : ", ") + k;
+    TS_CHECK(dot != std::string::npos && std::count(kinds.begin(), kinds.end(), kind) == 1, "[",
+             name(), "] unexpected optimizer state \"", key,
+             "\"; expected <kind>.<parameter name> with kind one of: ", known);
+    const auto it = by_name.find(key.substr(dot + 1));
+    TS_CHECK(it != by_name.end(), "[", name(), "] optimizer state \"", key,
+             "\" names no parameter of this model");
+    const Tensor& p = it->second->tensor;
+    TS_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype(), "[", name(), "] optimizer state \"",
+             key, "\": expected ", dtype_name(p.dtype()), " ", shape_str(p.shape()), ", found ",
+             dtype_name(t.dtype()), " ", shape_str(t.shape()));
+    targets.push_back({kind, it->second, t});
+  }
+  TS_CHECK(step.has_value(), "[", name(), "] optimizer state has no \"step\"");
+  state_.clear();
+  for (const Target& t : targets) state(t.kind, *t.param).copy_(t.value);
+  step_count_ = *step;
+}
+
+}  // namespace tessera::optim

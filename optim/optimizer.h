@@ -1,0 +1,78 @@
+// Optimizer: parameter groups, gradient bookkeeping and state for exact resume.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autograd/module.h"
+#include "core/tensor.h"
+
+namespace tessera::optim {
+
+// Parameters that share hyperparameters. Names key the optimizer state in checkpoints.
+struct ParamGroup {
+  std::vector<NamedParameter> params;
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+};
+
+// Splits `params` into a decayed group and a group with weight_decay 0: parameters with
+// fewer than 2 dims (biases, LayerNorm weights) when `exclude_1d`, and any whose name
+// contains one of `exclude_names`. Empty groups are dropped.
+std::vector<ParamGroup> decay_groups(const std::vector<NamedParameter>& params, double lr,
+                                     double weight_decay, bool exclude_1d,
+                                     const std::vector<std::string>& exclude_names);
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<ParamGroup> groups);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter from its .grad(); parameters without a grad are skipped.
+  virtual void step() = 0;
+  virtual std::string name() const = 0;
+
+  // Drops every parameter's gradient.
+  void zero_grad();
+  // Sets the learning rate of every group (what LR schedules drive).
+  void set_lr(double lr);
+  double lr() const { return groups_.empty() ? 0.0 : groups_.front().lr; }
+  // The first-moment coefficient that OneCycle cycles (Adam beta1, SGD momentum); false
+  // when the optimizer has none.
+  virtual bool set_momentum(double beta1) { return false; }
+
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  // Optimizer steps taken.
+  int64_t step_count() const { return step_count_; }
+
+  // Everything needed to continue bit for bit: per-parameter state tensors named
+  // "<state>.<param name>" (e.g. "exp_avg.transformer.wte.weight") plus "step", a 0-dim
+  // i64 tensor. Tensors are the live buffers, not copies.
+  StateDict state_dict() const;
+  // Restores state_dict() output; names, shapes and dtypes must match exactly, and all are
+  // checked before anything is written.
+  void load_state_dict(const StateDict& saved);
+
+ protected:
+  // Called by state_dict()/load_state_dict(): the state kinds this optimizer keeps for a
+  // parameter, created (zero-filled, like the parameter) on first use.
+  virtual std::vector<std::string> state_names() const = 0;
+  Tensor& state(const std::string& kind, const NamedParameter& p);
+  // Whether state(kind, p) exists yet (SGD starts its momentum buffer from the gradient).
+  bool has_state(const std::string& kind, const NamedParameter& p) const;
+  void advance() { ++step_count_; }
+
+  std::vector<ParamGroup> groups_;
+
+ private:
+  // kind -> per parameter, in group order.
+  std::vector<std::pair<std::string, std::vector<Tensor>>> state_;
+  int64_t step_count_ = 0;
+  // Position of each parameter in group order, by name.
+  int64_t index_of(const NamedParameter& p) const;
+};
+
+}  // namespace tessera::optim
