@@ -109,7 +109,8 @@ double LRRangeTest::lr_at(int64_t t) const {
   return p_.lr_range_test_min_lr * (1.0 + p_.lr_range_test_step_rate * interval);
 }
 
-LrScheduler::LrScheduler(std::unique_ptr<LrSchedule> schedule) : schedule_(std::move(schedule)) {
+LrScheduler::LrScheduler(std::shared_ptr<const LrSchedule> schedule)
+    : schedule_(std::move(schedule)) {
   TS_CHECK(schedule_ != nullptr, "[LrScheduler] expected a schedule, found none");
 }
 

@@ -128,10 +128,21 @@ class LRRangeTest final : public LrSchedule {
   LRRangeTestParams p_;
 };
 
+// A constant learning rate: what a config without a `scheduler` section trains with.
+class ConstantLR final : public LrSchedule {
+ public:
+  explicit ConstantLR(double lr) : lr_(lr) {}
+  double lr_at(int64_t) const override { return lr_; }
+  std::string name() const override { return "ConstantLR"; }
+
+ private:
+  double lr_;
+};
+
 // A schedule and its position t (Note [Schedule time]); t is what checkpoints save.
 class LrScheduler {
  public:
-  explicit LrScheduler(std::unique_ptr<LrSchedule> schedule);
+  explicit LrScheduler(std::shared_ptr<const LrSchedule> schedule);
   // Advances to the next optimizer step.
   void step() { ++t_; }
   double lr() const { return schedule_->lr_at(t_); }
@@ -141,7 +152,7 @@ class LrScheduler {
   const LrSchedule& schedule() const { return *schedule_; }
 
  private:
-  std::unique_ptr<LrSchedule> schedule_;
+  std::shared_ptr<const LrSchedule> schedule_;
   int64_t t_ = -1;
 };
 

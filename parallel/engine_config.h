@@ -1,0 +1,57 @@
+// The DeepSpeed engine keys of a run config: batch triple, optimizer, scheduler, clipping,
+// precision, ZeRO stage, activation checkpointing, logging cadence.
+//
+// Keys have DeepSpeed's meaning and defaults (shared/reference/deepspeed.md section 1);
+// unlike DeepSpeed, every key is validated (Note [Strict config reading] in core/json.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "core/json.h"
+#include "optim/config.h"
+
+namespace tessera::parallel {
+
+struct BatchConfig {
+  int64_t train_batch_size = 0;                // samples per optimizer step, all ranks
+  int64_t train_micro_batch_size_per_gpu = 0;  // samples per forward/backward on one rank
+  int64_t gradient_accumulation_steps = 0;     // micro-batches per optimizer step
+};
+
+// DeepSpeed's _set_batch_related_parameters + _batch_assertion: fills the missing member of
+// the triple by floor division over `dp_world_size`, then checks the invariant with
+// DeepSpeed's messages, e.g. "Check batch related parameters. train_batch_size is not equal
+// to micro_batch_per_gpu * gradient_acc_step * world_size 32 != 3 * 2 * 4".
+BatchConfig resolve_batch(std::optional<int64_t> train_batch_size,
+                          std::optional<int64_t> micro_batch_per_gpu,
+                          std::optional<int64_t> gradient_accumulation_steps,
+                          int64_t dp_world_size);
+
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool contiguous_memory_optimization = false;
+  std::optional<int64_t> number_checkpoints;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
+struct EngineConfig {
+  BatchConfig batch;
+  optim::OptimizerConfig optimizer;
+  // The `scheduler` section; absent means a constant learning rate.
+  std::shared_ptr<const optim::LrSchedule> scheduler;
+  double gradient_clipping = 0.0;  // 0: no clipping (DeepSpeed's code default)
+  int64_t steps_per_print = 10;    // DeepSpeed's documented default
+  int64_t zero_stage = 0;
+  bool wall_clock_breakdown = false;
+  ActivationCheckpointingConfig activation_checkpointing;
+};
+
+// Reads the engine keys from the root of a run config (other sections are left for the
+// caller's finish()). fp16/bf16 enabled on a CPU-only run is refused with "needs the CUDA
+// backend"; ZeRO stages above 0 are refused until the data-parallel engine exists.
+EngineConfig parse_engine_config(JsonObjectReader& root, int64_t dp_world_size, bool cuda);
+
+}  // namespace tessera::parallel

@@ -1,0 +1,98 @@
+#include "tools/bench/fma_peak.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+
+namespace tessera::bench {
+namespace {
+
+// Note [Measuring the FMA peak]
+// Each thread runs 16 independent accumulator registers through acc = acc * a + b, enough
+// chains to cover the FMA latency (4 cycles) on two ports; the chain loop is unrolled so the
+// accumulators stay in registers. Intrinsics, not plain C++: in ISO C++ mode GCC does not
+// contract a * b + c into an FMA.
+constexpr int kChains = 16;
+
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+double run(int64_t iters) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(1.0f + 0.01f * c);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+  }
+  __m512 s = acc[0];
+  for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
+  return _mm512_reduce_add_ps(s);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int kLanes = 8;
+double run(int64_t iters) {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(1.0f + 0.01f * c);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+  }
+  alignas(32) float out[8];
+  __m256 s = acc[0];
+  for (int c = 1; c < kChains; ++c) s = _mm256_add_ps(s, acc[c]);
+  _mm256_store_ps(out, s);
+  double total = 0;
+  for (float v : out) total += v;
+  return total;
+}
+#else
+constexpr int kLanes = 1;
+double run(int64_t iters) {
+  float acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = 1.0f + 0.01f * c;
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kChains; ++c) acc[c] = std::fma(acc[c], 0.999999f, 1e-7f);
+  }
+  double total = 0;
+  for (float v : acc) total += v;
+  return total;
+}
+#endif
+
+}  // namespace
+
+double measure_fma_peak(int threads, double seconds) {
+  if (threads <= 0) threads = omp_get_max_threads();
+  // Calibrate on one thread, then time all threads together.
+  int64_t iters = 1 << 16;
+  for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    volatile double sink = run(iters);
+    (void)sink;
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (dt > seconds / 4) {
+      iters = static_cast<int64_t>(static_cast<double>(iters) * seconds / dt);
+      break;
+    }
+    iters *= 4;
+  }
+  double best = 0;
+  for (int rep = 0; rep < 2; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double sink = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    sink += run(iters);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (sink == 42.0) return 0;  // keeps the work alive
+    best = std::max(best, 2.0 * kLanes * kChains * static_cast<double>(iters) * threads / dt);
+  }
+  return best;
+}
+
+}  // namespace tessera::bench

@@ -1,0 +1,182 @@
+#include "tools/trainer/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "models/io/safetensors.h"
+
+namespace tessera::train {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kFormat = "tessera-checkpoint";
+constexpr int64_t kVersion = 1;
+const std::vector<std::string> kFiles = {"model.safetensors", "optimizer.safetensors",
+                                         "state.json"};
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  write_file_atomically(path, [&](const WriteBytes& write) { write(text.data(), text.size()); });
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  TS_CHECK(fd >= 0, "[checkpoint] cannot open directory ", dir.string(), " to sync it");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  TS_CHECK(rc == 0, "[checkpoint] fsync of directory ", dir.string(), " failed");
+}
+
+// Steps of the committed checkpoints under `root`, ascending.
+std::vector<int64_t> committed_steps(const fs::path& root) {
+  std::vector<int64_t> steps;
+  if (!fs::is_directory(root)) return steps;
+  for (const fs::directory_entry& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    long long step = 0;
+    char tail = 0;
+    if (e.is_directory() && std::sscanf(name.c_str(), "step_%lld%c", &step, &tail) == 1 &&
+        name == step_name(step) && fs::exists(e.path() / "manifest.json")) {
+      steps.push_back(step);
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+}  // namespace
+
+std::string file_fnv1a64(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TS_CHECK(in, "[checkpoint] cannot read ", path);
+  uint64_t h = 0xcbf29ce484222325ull;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const std::streamsize n = in.gcount();
+    for (std::streamsize i = 0; i < n; ++i) {
+      h = (h ^ static_cast<unsigned char>(buf[i])) * 0x100000001b3ull;
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+CheckpointDir::CheckpointDir(std::string root, int64_t keep_last)
+    : root_(std::move(root)), keep_last_(keep_last) {}
+
+std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents) const {
+  const fs::path root(root_);
+  fs::create_directories(root);
+  // Leftovers of saves that crashed before their rename.
+  for (const fs::directory_entry& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".step_", 0) == 0) fs::remove_all(e.path());
+  }
+  const std::string name = step_name(step);
+  const fs::path tmp = root / ("." + name + ".tmp");
+  const fs::path final_dir = root / name;
+  fs::create_directories(tmp);
+  write_safetensors((tmp / "model.safetensors").string(), contents.model);
+  write_safetensors((tmp / "optimizer.safetensors").string(), contents.optimizer);
+  write_text((tmp / "state.json").string(), contents.state.dump(1) + "\n");
+  nlohmann::json files = nlohmann::json::array();
+  for (const std::string& f : kFiles) {
+    const fs::path p = tmp / f;
+    files.push_back({{"name", f},
+                     {"bytes", static_cast<int64_t>(fs::file_size(p))},
+                     {"fnv1a64", file_fnv1a64(p.string())}});
+  }
+  const nlohmann::json manifest = {
+      {"format", kFormat}, {"version", kVersion}, {"step", step}, {"files", files}};
+  write_text((tmp / "manifest.json").string(), manifest.dump(1) + "\n");
+  fsync_dir(tmp);
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-save of the same step
+  fs::rename(tmp, final_dir);
+  fsync_dir(root);
+  write_text((root / "latest").string(), name + "\n");
+  prune();
+  return final_dir.string();
+}
+
+void CheckpointDir::prune() const {
+  if (keep_last_ <= 0) return;
+  const std::vector<int64_t> steps = committed_steps(root_);
+  const std::optional<std::string> newest = latest();
+  for (size_t i = 0; i + static_cast<size_t>(keep_last_) < steps.size(); ++i) {
+    const fs::path dir = fs::path(root_) / step_name(steps[i]);
+    if (newest && fs::path(*newest) == dir) continue;
+    fs::remove_all(dir);
+  }
+}
+
+std::optional<std::string> CheckpointDir::latest() const {
+  const fs::path pointer = fs::path(root_) / "latest";
+  if (!fs::exists(pointer)) return std::nullopt;
+  std::ifstream in(pointer);
+  std::string name;
+  std::getline(in, name);
+  const fs::path dir = fs::path(root_) / name;
+  TS_CHECK(!name.empty() && name.find('/') == std::string::npos && fs::is_directory(dir),
+           "[checkpoint] ", pointer.string(), " names \"", name,
+           "\"; expected a checkpoint directory beside it");
+  return dir.string();
+}
+
+CheckpointContents load_checkpoint(const std::string& dir) {
+  const fs::path d(dir);
+  TS_CHECK(fs::is_directory(d), "[checkpoint] expected a checkpoint directory, found no directory ",
+           dir);
+  const fs::path manifest_path = d / "manifest.json";
+  TS_CHECK(fs::exists(manifest_path), "[checkpoint] ", dir,
+           " has no manifest.json: the save did not complete; expected a committed checkpoint");
+  const nlohmann::json manifest = parse_json_file(manifest_path.string());
+  JsonObjectReader m(manifest, "checkpoint", "$");
+  TS_CHECK(m.required<std::string>("format") == kFormat, "[checkpoint] ", manifest_path.string(),
+           ": expected format \"", kFormat, "\"");
+  const int64_t version = m.required<int64_t>("version");
+  TS_CHECK(version == kVersion, "[checkpoint] ", manifest_path.string(), ": expected version ",
+           kVersion, ", found ", version);
+  m.required<int64_t>("step");
+  std::vector<std::string> listed;
+  for (JsonObjectReader f : m.objects("files")) {
+    const std::string name = f.required<std::string>("name");
+    const int64_t bytes = f.required<int64_t>("bytes");
+    const std::string hash = f.required<std::string>("fnv1a64");
+    const fs::path p = d / name;
+    TS_CHECK(fs::exists(p), "[checkpoint] ", p.string(), " is listed in the manifest but missing");
+    const int64_t size = static_cast<int64_t>(fs::file_size(p));
+    TS_CHECK(size == bytes, "[checkpoint] ", p.string(), ": expected ", bytes,
+             " bytes (manifest), found ", size);
+    const std::string found = file_fnv1a64(p.string());
+    TS_CHECK(found == hash, "[checkpoint] ", p.string(), ": checksum mismatch, expected fnv1a64 ",
+             hash, ", found ", found, " (the file changed after the save)");
+    listed.push_back(name);
+  }
+  m.finish();
+  for (const std::string& f : kFiles) {
+    TS_CHECK(std::count(listed.begin(), listed.end(), f) == 1, "[checkpoint] ",
+             manifest_path.string(), ": expected the manifest to list ", f);
+  }
+  CheckpointContents c;
+  c.model = read_safetensors((d / "model.safetensors").string()).tensors;
+  c.optimizer = read_safetensors((d / "optimizer.safetensors").string()).tensors;
+  c.state = parse_json_file((d / "state.json").string());
+  return c;
+}
+
+}  // namespace tessera::train

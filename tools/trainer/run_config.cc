@@ -1,0 +1,86 @@
+#include "tools/trainer/run_config.h"
+
+#include <filesystem>
+#include <limits>
+
+#include "core/error.h"
+
+namespace tessera::train {
+namespace {
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+DataConfig read_data(JsonObjectReader d, int64_t block_size) {
+  DataConfig c;
+  c.train = d.required<std::string>("train");
+  c.val = d.get<std::string>("val", "");
+  c.tokenizer = d.get<std::string>(
+      "tokenizer", (std::filesystem::path(c.train).parent_path() / "tokenizer.json").string());
+  c.random = d.get_one_of("sampling", "random", {"random", "sequential"}) == "random";
+  c.seq_len = d.get_in_range<int64_t>("seq_len", block_size, 1, block_size);
+  return c;
+}
+
+TrainerConfig read_trainer(JsonObjectReader t, const std::string& run_dir) {
+  TrainerConfig c;
+  const std::optional<int64_t> steps = t.optional<int64_t>("steps");
+  c.epochs = t.optional<double>("epochs");
+  TS_CHECK(steps.has_value() != c.epochs.has_value(), "[config] ", t.path(),
+           ": expected exactly one of \"steps\" and \"epochs\", found ",
+           steps ? "both" : "neither");
+  if (steps) {
+    TS_CHECK(*steps >= 1, "[config] ", t.key_path("steps"), ": expected an integer >= 1, found ",
+             *steps);
+    c.steps = *steps;
+  } else {
+    TS_CHECK(*c.epochs > 0, "[config] ", t.key_path("epochs"), ": expected a number > 0, found ",
+             *c.epochs);
+  }
+  c.eval_interval = t.get_in_range<int64_t>("eval_interval", 0, 0, kMax);
+  c.eval_batches = t.get_in_range<int64_t>("eval_batches", c.eval_batches, 1, kMax);
+  c.seed = static_cast<uint64_t>(t.get_in_range<int64_t>("seed", 1337, 0, kMax));
+  c.log_dir = t.get<std::string>("log_dir", run_dir);
+  c.checkpoint_dir = t.get<std::string>("checkpoint_dir", run_dir + "/checkpoints");
+  c.checkpoint_interval = t.get_in_range<int64_t>("checkpoint_interval", 0, 0, kMax);
+  c.keep_last = t.get_in_range<int64_t>("keep_last", c.keep_last, 0, kMax);
+  c.threads = t.get_in_range<int64_t>("threads", 0, 0, 4096);
+  c.no_decay_1d = t.get<bool>("no_decay_1d", true);
+  c.no_decay_names = t.get<std::vector<std::string>>("no_decay_names", {});
+  JsonObjectReader s = t.object("sample");
+  c.sample.tokens = s.get_in_range<int64_t>("tokens", 0, 0, kMax);
+  c.sample.prompt = s.get<std::string>("prompt", c.sample.prompt);
+  c.sample.temperature = s.get_in_range<double>("temperature", 1.0, 1e-6, 100.0);
+  c.sample.top_k = s.get_in_range<int64_t>("top_k", 0, 0, kMax);
+  c.sample.top_p = s.get_in_range<double>("top_p", 1.0, 1e-6, 1.0);
+  return c;
+}
+
+}  // namespace
+
+RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
+                           const std::string& default_run_dir) {
+  TS_CHECK(doc.is_object(), "[config] ", source, ": expected a JSON object at the top, found ",
+           describe_json(doc));
+  RunConfig c;
+  c.source = source;
+  c.json = doc;
+  JsonObjectReader root(doc, "config");
+  c.engine = parallel::parse_engine_config(root, /*dp_world_size=*/1, /*cuda=*/false);
+  JsonObjectReader model = root.required_object("model");
+  c.model = GptConfig::from_json(model);
+  c.checkpoint_activations = model.get<bool>("checkpoint_activations", false);
+  c.init_from = model.get<std::string>("init_from", "");
+  c.data = read_data(root.required_object("data"), c.model.block_size);
+  c.trainer = read_trainer(root.object("trainer"), default_run_dir);
+  root.finish();
+  c.warnings = root.warnings();
+  return c;
+}
+
+RunConfig load_run_config(const std::string& path) {
+  const nlohmann::json doc = parse_json_file(path);
+  const std::string stem = std::filesystem::path(path).stem().string();
+  return parse_run_config(doc, path, ".runs/" + stem);
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,294 @@
+#include "tools/trainer/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "autograd/engine.h"
+#include "core/factories.h"
+#include "core/grad_mode.h"
+#include "core/logging.h"
+#include "core/parallel.h"
+#include "models/gpt2/hf_weights.h"
+#include "models/gpt2/llmc_weights.h"
+#include "models/gpt2/sampler.h"
+#include "optim/clip.h"
+#include "optim/config.h"
+#include "tools/bench/fma_peak.h"
+
+namespace tessera::train {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double scalar_of(const Tensor& t) { return t.to_vector<double>().at(0); }
+
+// Training FLOPs per token, PaLM appendix B: 6N + 12 L H Q T (N counts every parameter).
+double flops_per_token(const GptConfig& c, int64_t seq_len) {
+  return 6.0 * static_cast<double>(c.num_parameters()) +
+         12.0 * static_cast<double>(c.n_layer * c.n_head * c.head_dim() * seq_len);
+}
+
+std::string format_duration(double s) {
+  const int64_t t = static_cast<int64_t>(s);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(t / 3600),
+                static_cast<long long>(t / 60 % 60), static_cast<long long>(t % 60));
+  return buf;
+}
+
+int64_t shard_tokens(const std::vector<std::string>& paths) {
+  int64_t n = 0;
+  for (const std::string& p : paths) n += (static_cast<int64_t>(fs::file_size(p)) - 1024) / 2;
+  return n;
+}
+
+// Loads `path` into `model`: Hugging Face GPT-2 safetensors, or an llm.c checkpoint (.bin).
+void load_initial_weights(Gpt& model, const std::string& path) {
+  const GptConfig& cfg = model.config();
+  if (path.size() > 4 && path.substr(path.size() - 4) == ".bin") {
+    const LlmcCheckpoint ck = read_llmc_checkpoint(path);
+    TS_CHECK(ck.config.n_layer == cfg.n_layer && ck.config.n_embd == cfg.n_embd &&
+                 ck.config.padded_vocab_size() == cfg.padded_vocab_size(),
+             "[train] ", path, " holds a GPT-2 with ", ck.config.n_layer, " layers, width ",
+             ck.config.n_embd, ", vocab ", ck.config.vocab_size, "; the config's model has ",
+             cfg.n_layer, ", ", cfg.n_embd, ", ", cfg.vocab_size);
+    model.load_state_dict(ck.state);
+  } else {
+    model.load_state_dict(load_hf_safetensors(path, cfg));
+  }
+}
+
+}  // namespace
+
+Trainer::Trainer(RunConfig config, ResumeMode resume) : cfg_(std::move(config)) {
+  for (const std::string& w : cfg_.warnings) log_warn("{}", w);
+  const TrainerConfig& t = cfg_.trainer;
+  if (t.threads > 0) set_num_threads(static_cast<int>(t.threads));
+  const parallel::BatchConfig& batch = cfg_.engine.batch;
+
+  model_ = std::make_unique<Gpt>(cfg_.model, t.seed);
+  model_->set_activation_checkpointing(cfg_.checkpoint_activations);
+  if (!cfg_.init_from.empty()) load_initial_weights(*model_, cfg_.init_from);
+  const optim::OptimizerConfig& oc = cfg_.engine.optimizer;
+  optimizer_ = optim::make_optimizer(
+      oc, optim::decay_groups(model_->named_parameters(), oc.lr, oc.weight_decay, t.no_decay_1d,
+                              t.no_decay_names));
+  scheduler_ = std::make_unique<optim::LrScheduler>(
+      cfg_.engine.scheduler ? cfg_.engine.scheduler : std::make_shared<optim::ConstantLR>(oc.lr));
+
+  data::LoaderOptions lo;
+  lo.batch_size = batch.train_micro_batch_size_per_gpu;
+  lo.seq_len = cfg_.data.seq_len;
+  lo.seed = t.seed;
+  lo.mode = cfg_.data.random ? data::LoaderMode::kRandom : data::LoaderMode::kSequential;
+  lo.vocab_size = cfg_.model.vocab_size;
+  train_loader_ = std::make_unique<data::DataLoader>(cfg_.data.train, lo);
+  if (!cfg_.data.val.empty()) {
+    data::LoaderOptions vo = lo;
+    vo.mode = data::LoaderMode::kSequential;
+    val_loader_ = std::make_unique<data::DataLoader>(cfg_.data.val, vo);
+  }
+  if (fs::exists(cfg_.data.tokenizer)) {
+    tokenizer_ = data::load_tokenizer(cfg_.data.tokenizer);
+    TS_CHECK(tokenizer_->vocab_size() <= cfg_.model.vocab_size, "[train] ", cfg_.data.tokenizer,
+             " has ", tokenizer_->vocab_size(), " tokens; expected at most model.vocab_size (",
+             cfg_.model.vocab_size, ")");
+  } else if (t.sample.tokens > 0) {
+    TS_FAIL("[train] trainer.sample needs a tokenizer; expected ", cfg_.data.tokenizer,
+            " (data.tokenizer), found no file");
+  }
+
+  const int64_t tokens_per_step = batch.train_batch_size * cfg_.data.seq_len;
+  total_steps_ = t.epochs
+                     ? static_cast<int64_t>(std::ceil(
+                           *t.epochs * static_cast<double>(shard_tokens(train_loader_->shards())) /
+                           static_cast<double>(tokens_per_step)))
+                     : t.steps;
+
+  checkpoints_ = std::make_unique<CheckpointDir>(t.checkpoint_dir, t.keep_last);
+  std::optional<std::string> latest;
+  if (resume != ResumeMode::never) latest = checkpoints_->latest();
+  TS_CHECK(resume != ResumeMode::required || latest.has_value(),
+           "[train] --resume: expected a "
+           "checkpoint in ",
+           t.checkpoint_dir, ", found no \"latest\" there");
+  if (latest) {
+    restore(load_checkpoint(*latest));
+    log_info("resumed from {} at step {}", *latest, step_);
+  }
+  metrics_ = std::make_unique<MetricsLog>(t.log_dir, latest ? step_ : -1);
+}
+
+Trainer::~Trainer() = default;
+
+nlohmann::json Trainer::state_json() const {
+  return {{"step", step_},
+          {"scheduler_last_batch_iteration", scheduler_->last_batch_iteration()},
+          {"loader", train_loader_->state().to_json()},
+          {"dropout_offset", model_->dropout_generator().offset()},
+          {"model", cfg_.model.to_json()},
+          {"config", cfg_.json}};
+}
+
+void Trainer::restore(const CheckpointContents& c) {
+  JsonObjectReader s(c.state, "checkpoint");
+  const nlohmann::json* saved_model = s.raw("model");
+  TS_CHECK(saved_model != nullptr && *saved_model == cfg_.model.to_json(),
+           "[train] the checkpoint's "
+           "model ",
+           saved_model ? saved_model->dump() : "(none)", " differs from the config's ",
+           cfg_.model.to_json().dump(), "; expected the same model to resume");
+  s.raw("config");
+  const int64_t step = s.required_in_range<int64_t>("step", 0, std::numeric_limits<int64_t>::max());
+  const int64_t t = s.required<int64_t>("scheduler_last_batch_iteration");
+  const data::LoaderState loader =
+      data::LoaderState::from_json(*s.raw("loader"), "checkpoint loader");
+  const uint64_t offset = s.required<int64_t>("dropout_offset");
+  s.finish();
+  // Validate-then-write: load_state_dict checks every tensor before changing any.
+  model_->load_state_dict(c.model);
+  optimizer_->load_state_dict(c.optimizer);
+  scheduler_->set_last_batch_iteration(t);
+  train_loader_->restore(loader);
+  model_->dropout_generator().set_offset(offset);
+  step_ = step;
+}
+
+double Trainer::train_step() {
+  const int64_t gas = cfg_.engine.batch.gradient_accumulation_steps;
+  optimizer_->set_lr(scheduler_->lr());
+  if (const std::optional<double> beta1 = scheduler_->beta1()) optimizer_->set_momentum(*beta1);
+  optimizer_->zero_grad();
+  double loss_sum = 0.0;
+  for (int64_t micro = 0; micro < gas; ++micro) {
+    const data::Batch b = train_loader_->next();
+    const Tensor loss = model_->loss(model_->forward(b.inputs), b.targets);
+    loss_sum += scalar_of(loss);
+    // The mean over micro-batches, as DeepSpeed scales each micro-batch's loss by 1/GAS.
+    backward(loss, scalar_tensor(1.0 / static_cast<double>(gas)));
+  }
+  last_grad_norm_ = optim::clip_grad_norm(model_->parameters(), cfg_.engine.gradient_clipping);
+  optimizer_->step();
+  scheduler_->step();
+  ++step_;
+  return loss_sum / static_cast<double>(gas);
+}
+
+double Trainer::evaluate() {
+  NoGradGuard no_grad;
+  model_->eval();
+  val_loader_->reset();
+  double total = 0.0;
+  for (int64_t i = 0; i < cfg_.trainer.eval_batches; ++i) {
+    const data::Batch b = val_loader_->next();
+    total += scalar_of(model_->loss(model_->forward(b.inputs), b.targets));
+  }
+  model_->train();
+  return total / static_cast<double>(cfg_.trainer.eval_batches);
+}
+
+void Trainer::save_checkpoint() {
+  CheckpointContents c{model_->state_dict(), optimizer_->state_dict(), state_json()};
+  const std::string dir = checkpoints_->save(step_, c);
+  log_info("checkpoint {}", dir);
+}
+
+void Trainer::sample_text() {
+  const SampleConfig& s = cfg_.trainer.sample;
+  model_->eval();
+  const std::vector<int32_t> prompt = tokenizer_->encode(s.prompt);
+  SamplingOptions so{s.temperature, s.top_k, s.top_p, cfg_.trainer.seed};
+  const std::vector<int32_t> ids = sample(*model_, prompt, s.tokens, so);
+  std::fprintf(stdout, "---- sample (%lld tokens) ----\n%s%s\n----\n",
+               static_cast<long long>(s.tokens), s.prompt.c_str(), tokenizer_->decode(ids).c_str());
+  std::fflush(stdout);
+  model_->train();
+}
+
+TrainResult Trainer::run() {
+  const TrainerConfig& t = cfg_.trainer;
+  const auto start = Clock::now();
+  const int64_t tokens_per_step = cfg_.engine.batch.train_batch_size * cfg_.data.seq_len;
+  const double peak = bench::measure_fma_peak(num_threads());
+  const double flops = flops_per_token(cfg_.model, cfg_.data.seq_len);
+  log_info(
+      "model: GPT-2 {} layers, {} heads, width {}, {} parameters; {} steps of {} tokens; "
+      "FMA peak {:.0f} GFLOP/s on {} threads",
+      cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd, cfg_.model.num_parameters(),
+      total_steps_, tokens_per_step, peak / 1e9, num_threads());
+  const bool bar = ::isatty(STDERR_FILENO) != 0;
+  TrainResult result;
+  double window_time = 0.0, train_time = 0.0;
+  int64_t window_steps = 0, timed_steps = 0;
+  const int64_t first = step_;
+  while (step_ < total_steps_) {
+    const auto t0 = Clock::now();
+    const double loss = train_step();
+    const double dt = seconds_since(t0);
+    TS_CHECK(std::isfinite(loss), "[train] step ", step_, ": the loss is ", loss,
+             "; expected a finite number (lower the learning rate or enable gradient_clipping)");
+    result.last_loss = loss;
+    window_time += dt;
+    ++window_steps;
+    if (step_ > first + 1) train_time += dt, ++timed_steps;  // the first step warms caches
+    const double step_s = timed_steps > 0 ? train_time / timed_steps : dt;
+    const double tok_s = static_cast<double>(tokens_per_step) / (window_time / window_steps);
+    const double mfu = tok_s * flops / peak;
+    nlohmann::json rec = {{"kind", "train"},
+                          {"step", step_},
+                          {"loss", loss},
+                          {"lr", optimizer_->lr()},
+                          {"grad_norm", last_grad_norm_},
+                          {"tokens_per_s", tok_s},
+                          {"mfu", mfu},
+                          {"elapsed_s", seconds_since(start)}};
+    metrics_->write(rec);
+    if (step_ % cfg_.engine.steps_per_print == 0 || step_ == total_steps_) {
+      if (bar) std::fprintf(stderr, "\r\033[K");
+      log_info(
+          "step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | MFU "
+          "{:.1f}% | ETA {}",
+          step_, total_steps_, loss, optimizer_->lr(), last_grad_norm_, tok_s, 100 * mfu,
+          format_duration(step_s * static_cast<double>(total_steps_ - step_)));
+      window_time = 0.0;
+      window_steps = 0;
+    } else if (bar) {
+      const int width = 30;
+      const int filled = static_cast<int>(width * step_ / total_steps_);
+      std::fprintf(stderr, "\r[%s%s] %lld/%lld loss %.4f", std::string(filled, '#').c_str(),
+                   std::string(width - filled, '.').c_str(), static_cast<long long>(step_),
+                   static_cast<long long>(total_steps_), loss);
+      std::fflush(stderr);
+    }
+    const bool last = step_ == total_steps_;
+    if (val_loader_ && ((t.eval_interval > 0 && step_ % t.eval_interval == 0) || last)) {
+      const double val = evaluate();
+      result.val_loss = val;
+      metrics_->write({{"kind", "eval"},
+                       {"step", step_},
+                       {"val_loss", val},
+                       {"elapsed_s", seconds_since(start)}});
+      log_info("step {}: val loss {:.4f}", step_, val);
+    }
+    if ((t.checkpoint_interval > 0 && step_ % t.checkpoint_interval == 0) || last) {
+      save_checkpoint();
+    }
+  }
+  result.steps = step_;
+  if (t.sample.tokens > 0 && tokenizer_) sample_text();
+  result.seconds = seconds_since(start);
+  log_info("done: {} steps in {:.1f} s{}", step_, result.seconds,
+           result.val_loss ? fmt::format(", val loss {:.4f}", *result.val_loss) : "");
+  return result;
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,70 @@
+// The training loop of tools/train: model, optimizer, schedule, data, evaluation, metrics,
+// checkpoints and exact resume, all from one RunConfig.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "models/gpt2/gpt.h"
+#include "optim/optimizer.h"
+#include "tools/data/loader.h"
+#include "tools/data/tokenizer.h"
+#include "tools/trainer/checkpoint.h"
+#include "tools/trainer/metrics.h"
+#include "tools/trainer/run_config.h"
+
+namespace tessera::train {
+
+enum class ResumeMode : uint8_t {
+  automatic,  // continue from `latest` when a checkpoint exists
+  required,   // continue from `latest`; error when there is none
+  never,      // start from step 0 (existing checkpoints are overwritten as steps recur)
+};
+
+struct TrainResult {
+  int64_t steps = 0;               // optimizer steps completed
+  double last_loss = 0;            // training loss of the last step
+  std::optional<double> val_loss;  // the final evaluation
+  double seconds = 0;              // wall time of this invocation
+};
+
+// Note [Exact resume]
+// A checkpoint holds the parameters, the optimizer moments and step, the schedule position,
+// the dropout stream's offset and the data cursor; the loop is otherwise a pure function of
+// those and the config (fixed thread count, statically partitioned kernels). So a run killed
+// at any point and resumed from `latest` computes the same losses and weights, bit for bit,
+// as one that was never interrupted.
+class Trainer {
+ public:
+  Trainer(RunConfig config, ResumeMode resume);
+  ~Trainer();
+
+  // Trains to the configured step count, evaluating, logging and checkpointing on the way,
+  // then samples text when the config asks for it.
+  TrainResult run();
+
+ private:
+  double train_step();  // one optimizer step; returns the mean micro-batch loss
+  double evaluate();    // mean validation loss over eval_batches batches
+  void save_checkpoint();
+  void restore(const CheckpointContents& c);
+  nlohmann::json state_json() const;
+  void sample_text();
+
+  RunConfig cfg_;
+  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LrScheduler> scheduler_;
+  std::unique_ptr<data::DataLoader> train_loader_;
+  std::unique_ptr<data::DataLoader> val_loader_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  std::unique_ptr<CheckpointDir> checkpoints_;
+  std::unique_ptr<MetricsLog> metrics_;
+  int64_t step_ = 0;  // optimizer steps done
+  int64_t total_steps_ = 0;
+  double last_grad_norm_ = 0;
+};
+
+}  // namespace tessera::train
