@@ -59,3 +59,31 @@ else
   done
   rm -rf "$tmp"
 fi
+
+# Tiny Shakespeare, tokenized for the configs in configs/ (.data/ is ignored by git). The
+# text comes from $TESSERA_SHAKESPEARE, a local copy beside the checkout, or its public URL.
+cd "$(dirname "$0")/.."
+text=.data/tinyshakespeare.txt
+if [[ ! -s $text ]]; then
+  mkdir -p .data
+  for src in "${TESSERA_SHAKESPEARE:-}" ../shared/data/tinyshakespeare.txt \
+             /work/shared/data/tinyshakespeare.txt; do
+    if [[ -n $src && -s $src ]]; then cp "$src" "$text.part"; break; fi
+  done
+  if [[ ! -s $text.part ]]; then
+    echo "setup: downloading tinyshakespeare"
+    curl -fsSL -o "$text.part" \
+      https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt
+  fi
+  mv "$text.part" "$text"
+fi
+prepared() { [[ -s .data/$1/tokenizer.json ]]; }
+if ! prepared shakespeare_char || ! prepared shakespeare_gpt2; then
+  bazel build -c opt //tools:prepare_data
+  prepared shakespeare_char ||
+    bazel-bin/tools/prepare_data --input "$text" --output .data/shakespeare_char --tokenizer char
+  prepared shakespeare_gpt2 ||
+    bazel-bin/tools/prepare_data --input "$text" --output .data/shakespeare_gpt2 --tokenizer gpt2
+else
+  echo "setup: Shakespeare shards present in .data/"
+fi

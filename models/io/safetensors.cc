@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/factories.h"
 #include "core/json.h"
 
@@ -300,43 +301,6 @@ void write_safetensors(const std::string& path, const StateDict& tensors,
     write(text.data(), text.size());
     for (const Tensor& c : data) write(c.raw_data(), c.nbytes());
   });
-}
-
-void write_file_atomically(const std::string& path,
-                           const std::function<void(const WriteBytes& write)>& body) {
-  const std::string where = str_cat("[write] ", path, ": ");
-  const std::filesystem::path target(path);
-  TS_CHECK(target.has_filename(), where, "expected a file path, found a directory path");
-  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
-  Fd fd(::mkstemp(tmp.data()));
-  TS_CHECK(fd.get() >= 0, where, "cannot create a temporary file in ", dir.string(), ": ",
-           errno_str());
-  try {
-    TS_CHECK(::fchmod(fd.get(), 0644) == 0, where, "fchmod failed: ", errno_str());
-    const WriteBytes write = [&](const void* bytes, size_t n) {
-      const char* p = static_cast<const char*>(bytes);
-      while (n > 0) {
-        const ssize_t put = ::write(fd.get(), p, std::min<size_t>(n, size_t{1} << 30));
-        if (put < 0 && errno == EINTR) continue;
-        TS_CHECK(put > 0, where, "write to ", tmp, " failed: ", errno_str());
-        p += put;
-        n -= static_cast<size_t>(put);
-      }
-    };
-    body(write);
-    TS_CHECK(::fsync(fd.get()) == 0, where, "fsync of ", tmp, " failed: ", errno_str());
-    TS_CHECK(fd.close() == 0, where, "close of ", tmp, " failed: ", errno_str());
-    TS_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, where, "rename from ", tmp,
-             " failed: ", errno_str());
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  // Make the rename itself durable.
-  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  TS_CHECK(dir_fd.get() >= 0 && ::fsync(dir_fd.get()) == 0, where, "fsync of directory ",
-           dir.string(), " failed: ", errno_str());
 }
 
 }  // namespace tessera

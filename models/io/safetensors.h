@@ -36,16 +36,8 @@ SafetensorsFile read_safetensors(const std::string& path);
 // Writes `tensors` (any device and layout; copied to contiguous CPU) in the given order,
 // with `metadata` as "__metadata__" (omitted when empty). The header is padded with spaces
 // so the data section starts at a multiple of 8. Rejects duplicate and empty names,
-// undefined tensors and the reserved name "__metadata__". Atomic: see write_file_atomically.
+// undefined tensors and the reserved name "__metadata__". Atomic: see core/file_io.h.
 void write_safetensors(const std::string& path, const StateDict& tensors,
                        const std::map<std::string, std::string>& metadata = {});
-
-// Writes a file atomically: `body` receives a function that appends bytes to a temporary
-// file in the same directory as `path`; the file is then fsync'ed and renamed over `path`
-// (and the directory fsync'ed), so readers see the old file or the complete new one. On
-// any error the temporary file is removed and `path` is untouched.
-using WriteBytes = std::function<void(const void* data, size_t nbytes)>;
-void write_file_atomically(const std::string& path,
-                           const std::function<void(const WriteBytes& write)>& body);
 
 }  // namespace tessera

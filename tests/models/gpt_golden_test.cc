@@ -132,8 +132,9 @@ TEST_CASE("five AdamW steps match torch.optim.AdamW", "[golden]") {
       require_all_close(params.at(name).narrow(0, part * c, c).contiguous(),
                         want.narrow(0, part * c, c).contiguous(), 1e-4, 3e-5, "final " + name);
     }
-    require_all_close(params.at(name).narrow(0, c, c).contiguous(), want.narrow(0, c, c).contiguous(),
-                      0.0, 5 * 3e-3 * 1.01, "final key bias " + name);
+    require_all_close(params.at(name).narrow(0, c, c).contiguous(),
+                      want.narrow(0, c, c).contiguous(), 0.0, 5 * 3e-3 * 1.01,
+                      "final key bias " + name);
   }
 }
 

@@ -1,11 +1,12 @@
 // GPT-2 model structure: presets, parameter count, name-keyed initialization, the KV cache.
+#include "models/gpt2/gpt.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
 
 #include "core/factories.h"
 #include "core/grad_mode.h"
-#include "models/gpt2/gpt.h"
 #include "tests/testing.h"
 
 namespace tessera {
@@ -28,7 +29,8 @@ TEST_CASE("the gpt2 preset has GPT-2 124M's parameter count") {
   CHECK(c.padded_vocab_size() == 50304);
   CHECK(c.num_parameters() == 124475904);  // llm.c's count with the padded vocabulary
   CHECK(GptConfig::preset("gpt2-xl").n_embd == 1600);
-  CHECK_THAT(error_of([] { GptConfig::preset("gpt3"); }), Catch::Contains("unknown preset \"gpt3\""));
+  CHECK_THAT(error_of([] { GptConfig::preset("gpt3"); }),
+             Catch::Contains("unknown preset \"gpt3\""));
   Gpt model(tiny(), 1);
   int64_t n = 0;
   for (const Tensor& p : model.parameters()) n += p.numel();
@@ -104,7 +106,9 @@ TEST_CASE("forward_cached with a KV cache gives the full forward's logits") {
                              full.select(1, row).contiguous().to_vector<double>(), 2e-5);
     }
   }
-  CHECK_THAT(error_of([&] { model.forward_cached(from_vector(ids, {1, t}), cache); }),
+  CHECK_THAT(error_of([&] {
+               model.forward_cached(from_vector(ids, {1, t}), cache);
+             }),
              Catch::Contains("exceeds block_size 12"));
 }
 

@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "tools/data/atomic_file.h"
+#include "core/file_io.h"
 
 namespace tessera::data {
 

@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "tools/data/atomic_file.h"
+#include "core/file_io.h"
 #include "tools/data/char_tokenizer.h"
 #include "tools/data/gpt2_bpe.h"
 

@@ -1,8 +1,5 @@
 #include "tools/trainer/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/json.h"
 #include "models/io/safetensors.h"
 
@@ -30,14 +28,6 @@ std::string step_name(int64_t step) {
 
 void write_text(const std::string& path, const std::string& text) {
   write_file_atomically(path, [&](const WriteBytes& write) { write(text.data(), text.size()); });
-}
-
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  TS_CHECK(fd >= 0, "[checkpoint] cannot open directory ", dir.string(), " to sync it");
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  TS_CHECK(rc == 0, "[checkpoint] fsync of directory ", dir.string(), " failed");
 }
 
 // Steps of the committed checkpoints under `root`, ascending.
@@ -104,10 +94,10 @@ std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents
   const nlohmann::json manifest = {
       {"format", kFormat}, {"version", kVersion}, {"step", step}, {"files", files}};
   write_text((tmp / "manifest.json").string(), manifest.dump(1) + "\n");
-  fsync_dir(tmp);
+  fsync_directory(tmp.string());
   if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-save of the same step
   fs::rename(tmp, final_dir);
-  fsync_dir(root);
+  fsync_directory(root.string());
   write_text((root / "latest").string(), name + "\n");
   prune();
   return final_dir.string();
@@ -137,7 +127,7 @@ std::optional<std::string> CheckpointDir::latest() const {
   return dir.string();
 }
 
-CheckpointContents load_checkpoint(const std::string& dir) {
+CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer) {
   const fs::path d(dir);
   TS_CHECK(fs::is_directory(d), "[checkpoint] expected a checkpoint directory, found no directory ",
            dir);
@@ -157,6 +147,8 @@ CheckpointContents load_checkpoint(const std::string& dir) {
     const std::string name = f.required<std::string>("name");
     const int64_t bytes = f.required<int64_t>("bytes");
     const std::string hash = f.required<std::string>("fnv1a64");
+    listed.push_back(name);
+    if (!with_optimizer && name == "optimizer.safetensors") continue;
     const fs::path p = d / name;
     TS_CHECK(fs::exists(p), "[checkpoint] ", p.string(), " is listed in the manifest but missing");
     const int64_t size = static_cast<int64_t>(fs::file_size(p));
@@ -165,7 +157,6 @@ CheckpointContents load_checkpoint(const std::string& dir) {
     const std::string found = file_fnv1a64(p.string());
     TS_CHECK(found == hash, "[checkpoint] ", p.string(), ": checksum mismatch, expected fnv1a64 ",
              hash, ", found ", found, " (the file changed after the save)");
-    listed.push_back(name);
   }
   m.finish();
   for (const std::string& f : kFiles) {
@@ -174,7 +165,9 @@ CheckpointContents load_checkpoint(const std::string& dir) {
   }
   CheckpointContents c;
   c.model = read_safetensors((d / "model.safetensors").string()).tensors;
-  c.optimizer = read_safetensors((d / "optimizer.safetensors").string()).tensors;
+  if (with_optimizer) {
+    c.optimizer = read_safetensors((d / "optimizer.safetensors").string()).tensors;
+  }
   c.state = parse_json_file((d / "state.json").string());
   return c;
 }

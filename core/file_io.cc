@@ -1,0 +1,88 @@
+#include "core/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace tessera {
+namespace {
+
+std::string errno_str() { return std::strerror(errno); }
+
+// Owns a file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closes now, returning close()'s result (errors from delayed writes show up here).
+  int close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+void fsync_directory(const std::string& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  TS_CHECK(fd.get() >= 0 && ::fsync(fd.get()) == 0, "[write] fsync of directory ", dir,
+           " failed: ", errno_str());
+}
+
+void write_file_atomically(const std::string& path,
+                           const std::function<void(const WriteBytes& write)>& body) {
+  const std::string where = str_cat("[write] ", path, ": ");
+  const std::filesystem::path target(path);
+  TS_CHECK(target.has_filename(), where, "expected a file path, found a directory path");
+  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  Fd fd(::mkstemp(tmp.data()));
+  TS_CHECK(fd.get() >= 0, where, "cannot create a temporary file in ", dir.string(), ": ",
+           errno_str());
+  try {
+    TS_CHECK(::fchmod(fd.get(), 0644) == 0, where, "fchmod failed: ", errno_str());
+    const WriteBytes write = [&](const void* bytes, size_t n) {
+      const char* p = static_cast<const char*>(bytes);
+      while (n > 0) {
+        const ssize_t put = ::write(fd.get(), p, std::min<size_t>(n, size_t{1} << 30));
+        if (put < 0 && errno == EINTR) continue;
+        TS_CHECK(put > 0, where, "write to ", tmp, " failed: ", errno_str());
+        p += put;
+        n -= static_cast<size_t>(put);
+      }
+    };
+    body(write);
+    TS_CHECK(::fsync(fd.get()) == 0, where, "fsync of ", tmp, " failed: ", errno_str());
+    TS_CHECK(fd.close() == 0, where, "close of ", tmp, " failed: ", errno_str());
+    TS_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, where, "rename from ", tmp,
+             " failed: ", errno_str());
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  fsync_directory(dir.string());
+}
+
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& parts) {
+  write_file_atomically(path, [&](const WriteBytes& write) {
+    for (const std::string_view p : parts) write(p.data(), p.size());
+  });
+}
+
+}  // namespace tessera

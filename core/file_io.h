@@ -1,0 +1,28 @@
+// Durable file writing: readers see either the old file or the complete new one.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessera {
+
+// Appends `nbytes` at `data` to the file being written.
+using WriteBytes = std::function<void(const void* data, size_t nbytes)>;
+
+// Writes a file atomically: `body` receives a function that appends bytes to a temporary
+// file in the same directory as `path` (".<name>.tmp.XXXXXX"); the file is then fsync'ed,
+// renamed over `path`, and the directory fsync'ed. On any error (including one thrown by
+// `body`) the temporary file is removed, `path` is untouched, and tessera::Error names the
+// path and the failing call.
+void write_file_atomically(const std::string& path,
+                           const std::function<void(const WriteBytes& write)>& body);
+// The same for a file made of `parts`, concatenated.
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& parts);
+
+// fsync()s a directory, making renames and creations inside it durable.
+void fsync_directory(const std::string& dir);
+
+}  // namespace tessera
