@@ -29,8 +29,8 @@ void read_betas(JsonObjectReader& params, double* beta1, double* beta2) {
   if (!betas) return;
   TS_CHECK(betas->size() == 2 && (*betas)[0] >= 0 && (*betas)[0] < 1 && (*betas)[1] >= 0 &&
                (*betas)[1] < 1,
-           "[config] ", params.key_path("betas"),
-           ": expected two numbers in [0, 1), found an array of ", betas->size());
+           "[config] ", params.key_path("betas"), ": expected two numbers in [0, 1), found ",
+           params.raw("betas")->dump());
   *beta1 = (*betas)[0];
   *beta2 = (*betas)[1];
 }

@@ -38,6 +38,10 @@ struct ActivationCheckpointingConfig {
 };
 
 struct EngineConfig {
+  // The batch keys as written; `batch` is resolved from them by finish_engine_config().
+  std::optional<int64_t> train_batch_size;
+  std::optional<int64_t> train_micro_batch_size_per_gpu;
+  std::optional<int64_t> gradient_accumulation_steps;
   BatchConfig batch;
   optim::OptimizerConfig optimizer;
   // The `scheduler` section; absent means a constant learning rate.
@@ -51,7 +55,11 @@ struct EngineConfig {
 
 // Reads the engine keys from the root of a run config (other sections are left for the
 // caller's finish()). fp16/bf16 enabled on a CPU-only run is refused with "needs the CUDA
-// backend"; ZeRO stages above 0 are refused until the data-parallel engine exists.
-EngineConfig parse_engine_config(JsonObjectReader& root, int64_t dp_world_size, bool cuda);
+// backend"; ZeRO stages above 0 are refused until the data-parallel engine exists; the
+// DeepSpeed features Tessera does not have yet are refused by name.
+EngineConfig parse_engine_config(JsonObjectReader& root, bool cuda);
+// Resolves the batch triple over `dp_world_size` ranks. Call it after the root reader's
+// finish(), so that a misspelt batch key is reported as unknown rather than as missing.
+void finish_engine_config(EngineConfig& config, int64_t dp_world_size);
 
 }  // namespace tessera::parallel

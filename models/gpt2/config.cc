@@ -20,17 +20,17 @@ int64_t GptConfig::num_parameters() const {
   return padded_vocab_size() * c + block_size * c + n_layer * per_layer + (c + b * c) + head;
 }
 
-void GptConfig::validate() const {
-  TS_CHECK(vocab_size > 0 && vocab_size <= (int64_t{1} << 31),
-           "[gpt2] vocab_size: expected an integer in [1, 2^31], found ", vocab_size);
-  TS_CHECK(block_size > 0, "[gpt2] block_size: expected an integer > 0, found ", block_size);
-  TS_CHECK(n_layer > 0, "[gpt2] n_layer: expected an integer > 0, found ", n_layer);
-  TS_CHECK(n_head > 0, "[gpt2] n_head: expected an integer > 0, found ", n_head);
-  TS_CHECK(n_embd > 0 && n_embd % n_head == 0,
-           "[gpt2] n_embd: expected a positive multiple of n_head (", n_head, "), found ", n_embd);
-  TS_CHECK(dropout >= 0.0 && dropout < 1.0, "[gpt2] dropout: expected a number in [0, 1), found ",
+void GptConfig::validate(const std::string& where) const {
+  TS_CHECK(vocab_size > 0 && vocab_size <= (int64_t{1} << 31), where,
+           "vocab_size: expected an integer in [1, 2^31], found ", vocab_size);
+  TS_CHECK(block_size > 0, where, "block_size: expected an integer > 0, found ", block_size);
+  TS_CHECK(n_layer > 0, where, "n_layer: expected an integer > 0, found ", n_layer);
+  TS_CHECK(n_head > 0, where, "n_head: expected an integer > 0, found ", n_head);
+  TS_CHECK(n_embd > 0 && n_embd % n_head == 0, where,
+           "n_embd: expected a positive multiple of n_head (", n_head, "), found ", n_embd);
+  TS_CHECK(dropout >= 0.0 && dropout < 1.0, where, "dropout: expected a number in [0, 1), found ",
            dropout);
-  TS_CHECK(layer_norm_eps > 0.0, "[gpt2] layer_norm_eps: expected a number > 0, found ",
+  TS_CHECK(layer_norm_eps > 0.0, where, "layer_norm_eps: expected a number > 0, found ",
            layer_norm_eps);
 }
 
@@ -65,9 +65,8 @@ GptConfig GptConfig::from_json(JsonObjectReader model) {
   cfg.bias = model.get<bool>("bias", cfg.bias);
   cfg.tie_word_embeddings = model.get<bool>("tie_word_embeddings", cfg.tie_word_embeddings);
   cfg.layer_norm_eps = model.get_in_range<double>("layer_norm_eps", cfg.layer_norm_eps, 1e-12, 1.0);
-  TS_CHECK(cfg.n_embd % cfg.n_head == 0, "[config] ", model.key_path("n_embd"),
-           ": expected a multiple of n_head (", cfg.n_head, "), found ", cfg.n_embd);
-  cfg.validate();
+  model.finish();
+  cfg.validate("[config] " + model.path() + ".");
   return cfg;
 }
 

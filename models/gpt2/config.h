@@ -25,14 +25,16 @@ struct GptConfig {
   int64_t head_dim() const { return n_embd / n_head; }
   // Parameters with the padded vocabulary (what the model allocates).
   int64_t num_parameters() const;
-  // Throws one line naming the first inconsistent field (n_embd % n_head, sizes <= 0, ...).
-  void validate() const;
+  // Throws one line naming the first inconsistent field (n_embd % n_head, sizes <= 0, ...);
+  // each message starts with `where` followed by the field name.
+  void validate(const std::string& where = "[gpt2] ") const;
 
   // "gpt2" (124M), "gpt2-medium" (350M), "gpt2-large" (774M), "gpt2-xl" (1558M); throws
   // for any other name, listing the presets.
   static GptConfig preset(const std::string& name);
   // Reads the `model` section: {"type": "gpt2", "preset": name?, then any field above to
-  // override}. Unknown keys are left for the caller's finish().
+  // override}, checking each value's type and range. Then it calls finish() on the section
+  // (read any extra keys first) and validate().
   static GptConfig from_json(JsonObjectReader model);
   // The same fields as JSON (for checkpoint manifests and safetensors metadata).
   nlohmann::json to_json() const;

@@ -52,7 +52,9 @@ class CheckpointDir {
 
 // Reads a checkpoint directory after checking every file against its manifest; errors name
 // the file and what was expected and found (a missing manifest means an incomplete save).
-CheckpointContents load_checkpoint(const std::string& dir);
+// Without `with_optimizer` (generation, evaluation), optimizer.safetensors is neither
+// checked nor read and the contents' optimizer is empty.
+CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer = true);
 
 // FNV-1a 64 of a file's bytes, as 16 hex digits.
 std::string file_fnv1a64(const std::string& path);

@@ -25,17 +25,6 @@ TrainerConfig read_trainer(JsonObjectReader t, const std::string& run_dir) {
   TrainerConfig c;
   const std::optional<int64_t> steps = t.optional<int64_t>("steps");
   c.epochs = t.optional<double>("epochs");
-  TS_CHECK(steps.has_value() != c.epochs.has_value(), "[config] ", t.path(),
-           ": expected exactly one of \"steps\" and \"epochs\", found ",
-           steps ? "both" : "neither");
-  if (steps) {
-    TS_CHECK(*steps >= 1, "[config] ", t.key_path("steps"), ": expected an integer >= 1, found ",
-             *steps);
-    c.steps = *steps;
-  } else {
-    TS_CHECK(*c.epochs > 0, "[config] ", t.key_path("epochs"), ": expected a number > 0, found ",
-             *c.epochs);
-  }
   c.eval_interval = t.get_in_range<int64_t>("eval_interval", 0, 0, kMax);
   c.eval_batches = t.get_in_range<int64_t>("eval_batches", c.eval_batches, 1, kMax);
   c.seed = static_cast<uint64_t>(t.get_in_range<int64_t>("seed", 1337, 0, kMax));
@@ -52,6 +41,20 @@ TrainerConfig read_trainer(JsonObjectReader t, const std::string& run_dir) {
   c.sample.temperature = s.get_in_range<double>("temperature", 1.0, 1e-6, 100.0);
   c.sample.top_k = s.get_in_range<int64_t>("top_k", 0, 0, kMax);
   c.sample.top_p = s.get_in_range<double>("top_p", 1.0, 1e-6, 1.0);
+  // Every key of the section has been read: a misspelled key (`"step": 100`) is the error to
+  // report, not "neither steps nor epochs" that follows from it.
+  t.finish();
+  TS_CHECK(steps.has_value() != c.epochs.has_value(), "[config] ", t.path(),
+           ": expected exactly one of \"steps\" and \"epochs\", found ",
+           steps ? "both" : "neither");
+  if (steps) {
+    TS_CHECK(*steps >= 1, "[config] ", t.key_path("steps"), ": expected an integer >= 1, found ",
+             *steps);
+    c.steps = *steps;
+  } else {
+    TS_CHECK(*c.epochs > 0, "[config] ", t.key_path("epochs"), ": expected a number > 0, found ",
+             *c.epochs);
+  }
   return c;
 }
 
@@ -65,14 +68,18 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   c.source = source;
   c.json = doc;
   JsonObjectReader root(doc, "config");
-  c.engine = parallel::parse_engine_config(root, /*dp_world_size=*/1, /*cuda=*/false);
+  c.engine = parallel::parse_engine_config(root, /*cuda=*/false);
   JsonObjectReader model = root.required_object("model");
-  c.model = GptConfig::from_json(model);
   c.checkpoint_activations = model.get<bool>("checkpoint_activations", false);
   c.init_from = model.get<std::string>("init_from", "");
+  c.model = GptConfig::from_json(model);
   c.data = read_data(root.required_object("data"), c.model.block_size);
   c.trainer = read_trainer(root.object("trainer"), default_run_dir);
   root.finish();
+  // Cross-key checks come after finish(): a misspelt key is the error to report, not the
+  // inconsistency its default causes.
+  parallel::finish_engine_config(c.engine, /*dp_world_size=*/1);
+  c.model.validate("[config] $.model.");
   c.warnings = root.warnings();
   return c;
 }

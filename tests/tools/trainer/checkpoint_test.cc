@@ -1,0 +1,226 @@
+// Checkpoint directories: save/latest/load round trips, pruning, and the errors for files
+// that changed, went missing or were cut short after the save (Note [Atomic checkpoints]).
+#include "tools/trainer/checkpoint.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/factories.h"
+#include "tests/testing.h"
+
+namespace tessera::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Catch::Contains;
+using testing::error_of;
+
+// An empty directory `name` under the test's temporary directory.
+fs::path fresh_dir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const fs::path dir = fs::path(tmp != nullptr ? tmp : fs::temp_directory_path()) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_all(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+// Small contents whose values depend on `step`.
+CheckpointContents contents(int64_t step) {
+  const float s = static_cast<float>(step);
+  CheckpointContents c;
+  c.model = {
+      {"transformer.wte.weight", from_vector<float>({s, 1.5f, -2.f, 0.25f, 3.f, -0.f}, {3, 2})},
+      {"transformer.ln_f.bias", from_vector<float>({0.5f, s})}};
+  c.optimizer = {{"step", from_vector<int64_t>({step})},
+                 {"exp_avg.transformer.wte.weight",
+                  from_vector<double>({1e-8, 2e-8, 3e-8, 4e-8, 5e-8, s}, {3, 2})}};
+  c.state = {{"step", step}, {"loader", {{"shard", 0}, {"position", 4096 + step}}}};
+  return c;
+}
+
+void require_equal(const StateDict& got, const StateDict& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(want[i].first);
+    CHECK(got[i].first == want[i].first);
+    CHECK(got[i].second.dtype() == want[i].second.dtype());
+    CHECK(got[i].second.shape() == want[i].second.shape());
+    CHECK(got[i].second.to_vector<double>() == want[i].second.to_vector<double>());
+  }
+}
+
+std::vector<std::string> entries(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST_CASE("save, latest and load round-trip the contents", "[checkpoint]") {
+  const fs::path root = fresh_dir("round_trip") / "ckpt";
+  const CheckpointDir ckpt(root.string(), 0);
+  CHECK_FALSE(ckpt.latest().has_value());  // no directory yet
+
+  const std::string dir = ckpt.save(7, contents(7));
+  CHECK(dir == (root / "step_00000007").string());
+  CHECK(read_all(root / "latest") == "step_00000007\n");
+  REQUIRE(ckpt.latest() == dir);
+  CHECK(entries(dir) == std::vector<std::string>{"manifest.json", "model.safetensors",
+                                                 "optimizer.safetensors", "state.json"});
+
+  const CheckpointContents c = load_checkpoint(*ckpt.latest());
+  const CheckpointContents want = contents(7);
+  require_equal(c.model, want.model);
+  require_equal(c.optimizer, want.optimizer);
+  CHECK(c.state == want.state);
+
+  // The manifest lists every file with its size and hash.
+  const nlohmann::json manifest = nlohmann::json::parse(read_all(fs::path(dir) / "manifest.json"));
+  CHECK(manifest["format"] == "tessera-checkpoint");
+  CHECK(manifest["step"] == 7);
+  REQUIRE(manifest["files"].size() == 3);
+  for (const nlohmann::json& f : manifest["files"]) {
+    const fs::path p = fs::path(dir) / f["name"].get<std::string>();
+    CHECK(f["bytes"] == static_cast<int64_t>(fs::file_size(p)));
+    CHECK(f["fnv1a64"] == file_fnv1a64(p.string()));
+  }
+
+  // A later save moves `latest`; saving a step again replaces it.
+  ckpt.save(9, contents(9));
+  CHECK(read_all(root / "latest") == "step_00000009\n");
+  require_equal(load_checkpoint(*ckpt.latest()).model, contents(9).model);
+  CheckpointContents again = contents(9);
+  again.state["step"] = 90;
+  ckpt.save(9, again);
+  CHECK(load_checkpoint(*ckpt.latest()).state["step"] == 90);
+  CHECK(entries(root) == std::vector<std::string>{"latest", "step_00000007", "step_00000009"});
+}
+
+TEST_CASE("keep_last prunes the oldest checkpoints", "[checkpoint]") {
+  const fs::path root = fresh_dir("prune");
+  const CheckpointDir ckpt(root.string(), 2);
+  for (int64_t step : {10, 20, 30, 40}) ckpt.save(step, contents(step));
+  CHECK(entries(root) == std::vector<std::string>{"latest", "step_00000030", "step_00000040"});
+  CHECK(ckpt.latest() == (root / "step_00000040").string());
+  require_equal(load_checkpoint((root / "step_00000030").string()).model, contents(30).model);
+
+  // keep_last 0 keeps everything.
+  const fs::path all = fresh_dir("prune_none");
+  const CheckpointDir keep_all(all.string(), 0);
+  for (int64_t step : {1, 2, 3}) keep_all.save(step, contents(step));
+  CHECK(entries(all) ==
+        std::vector<std::string>{"latest", "step_00000001", "step_00000002", "step_00000003"});
+}
+
+TEST_CASE("a leftover temporary directory of a crashed save is removed by the next save",
+          "[checkpoint]") {
+  const fs::path root = fresh_dir("leftover");
+  const CheckpointDir ckpt(root.string(), 0);
+  ckpt.save(10, contents(10));
+  // A save of step 20 that died before its rename.
+  fs::create_directories(root / ".step_00000020.tmp");
+  write_all(root / ".step_00000020.tmp" / "model.safetensors", "half a file");
+  CHECK(ckpt.latest() == (root / "step_00000010").string());  // not the leftover
+  ckpt.save(30, contents(30));
+  CHECK(entries(root) == std::vector<std::string>{"latest", "step_00000010", "step_00000030"});
+}
+
+TEST_CASE("a checkpoint whose files changed after the save is refused", "[checkpoint]") {
+  const fs::path root = fresh_dir("damaged");
+  const CheckpointDir ckpt(root.string(), 0);
+  const fs::path dir = ckpt.save(5, contents(5));
+  const fs::path model = dir / "model.safetensors";
+  const std::string good = read_all(model);
+  const std::string hash = file_fnv1a64(model.string());
+
+  SECTION("a flipped byte") {
+    std::string bad = good;
+    bad[bad.size() - 3] ^= 0x10;  // inside the data section: still a valid safetensors file
+    write_all(model, bad);
+    CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
+          "[checkpoint] " + model.string() + ": checksum mismatch, expected fnv1a64 " + hash +
+              ", found " + file_fnv1a64(model.string()) + " (the file changed after the save)");
+  }
+  SECTION("a truncated file") {
+    write_all(model, good.substr(0, good.size() - 8));
+    CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
+          "[checkpoint] " + model.string() + ": expected " + std::to_string(good.size()) +
+              " bytes (manifest), found " + std::to_string(good.size() - 8));
+  }
+  SECTION("a missing file") {
+    fs::remove(dir / "state.json");
+    CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
+          "[checkpoint] " + (dir / "state.json").string() +
+              " is listed in the manifest but missing");
+  }
+  SECTION("a damaged optimizer file does not stop reading the model alone") {
+    const fs::path opt = dir / "optimizer.safetensors";
+    std::string bad = read_all(opt);
+    bad.back() ^= 0x01;
+    write_all(opt, bad);
+    CHECK_THAT(error_of([&] { load_checkpoint(dir.string()); }),
+               Contains(opt.string() + ": checksum mismatch"));
+    const CheckpointContents c = load_checkpoint(dir.string(), /*with_optimizer=*/false);
+    require_equal(c.model, contents(5).model);
+    CHECK(c.optimizer.empty());
+  }
+}
+
+TEST_CASE("an incomplete save and a dangling latest pointer are errors", "[checkpoint]") {
+  const fs::path root = fresh_dir("incomplete");
+  const CheckpointDir ckpt(root.string(), 0);
+  const fs::path dir = ckpt.save(3, contents(3));
+
+  fs::remove(dir / "manifest.json");
+  CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
+        "[checkpoint] " + dir.string() +
+            " has no manifest.json: the save did not complete; expected a committed checkpoint");
+  CHECK(error_of([&] { load_checkpoint((root / "step_00000004").string()); }) ==
+        "[checkpoint] expected a checkpoint directory, found no directory " +
+            (root / "step_00000004").string());
+
+  write_all(root / "latest", "step_00000099\n");
+  CHECK(error_of([&] { ckpt.latest(); }) ==
+        "[checkpoint] " + (root / "latest").string() +
+            " names \"step_00000099\"; expected a checkpoint directory beside it");
+  write_all(root / "latest", "../step_00000003\n");
+  CHECK_THAT(error_of([&] { ckpt.latest(); }),
+             Contains("names \"../step_00000003\"; expected a checkpoint directory beside it"));
+  write_all(root / "latest", "");
+  CHECK_THAT(error_of([&] { ckpt.latest(); }),
+             Contains("names \"\"; expected a checkpoint directory beside it"));
+}
+
+TEST_CASE("file_fnv1a64 is FNV-1a 64 of the bytes", "[checkpoint]") {
+  const fs::path dir = fresh_dir("fnv");
+  write_all(dir / "empty", "");
+  write_all(dir / "a", "a");
+  write_all(dir / "foobar", "foobar");
+  // Reference values of the FNV-1a 64 test suite.
+  CHECK(file_fnv1a64((dir / "empty").string()) == "cbf29ce484222325");
+  CHECK(file_fnv1a64((dir / "a").string()) == "af63dc4c8601ec8c");
+  CHECK(file_fnv1a64((dir / "foobar").string()) == "85944171f73967e8");
+  CHECK_THAT(error_of([&] { file_fnv1a64((dir / "missing").string()); }),
+             Contains("[checkpoint] cannot read " + (dir / "missing").string()));
+}
+
+}  // namespace
+}  // namespace tessera::train

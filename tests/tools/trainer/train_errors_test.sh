@@ -1,0 +1,126 @@
+#!/bin/sh
+# tools/train refuses bad flags (exit code 2, the message and the usage) and bad configs and
+# data files (exit code 1, one line naming the JSON path or the file), before it writes a
+# checkpoint or a log.
+set -eu
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+RUNFILES="${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-tessera}"
+TRAIN="$RUNFILES/tools/train"
+PREPARE="$RUNFILES/tools/prepare_data"
+[ -x "$TRAIN" ] || fail "no train binary at $TRAIN"
+[ -x "$PREPARE" ] || fail "no prepare_data binary at $PREPARE"
+
+WORK="${TEST_TMPDIR:-$(mktemp -d)}/train_errors"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK"
+
+awk 'BEGIN { for (i = 0; i < 3000; i++) printf "line %d: the quick brown fox jumps over the lazy dog.\n", i }' >text.txt
+"$PREPARE" --input text.txt --output data --tokenizer char >prepare.log 2>&1 ||
+  fail "prepare_data failed: $(cat prepare.log)"
+VOCAB=$(sed -n 's/^prepare_data: .*vocab size \([0-9]*\).*/\1/p' prepare.log)
+[ -n "$VOCAB" ] || fail "no vocab size in the prepare_data output: $(cat prepare.log)"
+
+# A shard whose header is 1024 zero bytes (no magic), followed by valid tokens.
+head -c 1024 /dev/zero >data/nomagic.bin
+tail -c +1025 data/train_000000.bin >>data/nomagic.bin
+
+# config NAME VOCAB TRAIN [EXTRA]: writes NAME.json (a valid tiny run with model.vocab_size
+# VOCAB and data.train TRAIN; EXTRA is spliced into the top-level object).
+config() {
+  cat >"$1.json" <<EOF
+{
+  "train_batch_size": 4,
+  ${4:-}
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+  "model": {"type": "gpt2", "vocab_size": $2, "block_size": 16, "n_layer": 1, "n_head": 2,
+            "n_embd": 16},
+  "data": {"train": "$3", "val": "data/val_*.bin"},
+  "trainer": {"steps": 3, "threads": 1, "log_dir": "runs/$1",
+              "checkpoint_dir": "runs/$1/ckpt"}
+}
+EOF
+}
+
+# expect NAME CODE WANT: runs train on NAME.json; checks the exit code, that stderr is one
+# line (exit code 1) containing WANT, and that no checkpoint and no log were written.
+expect() {
+  code=0
+  "$TRAIN" --config "$1.json" >"$1.out" 2>"$1.err" || code=$?
+  [ "$code" -eq "$2" ] || fail "$1: exit code $code, expected $2; stderr: $(cat "$1.err")"
+  lines=$(wc -l <"$1.err")
+  [ "$lines" -eq 1 ] || fail "$1: expected a one-line message, found $lines lines: $(cat "$1.err")"
+  grep -qF -- "$3" "$1.err" || fail "$1: the message does not contain '$3': $(cat "$1.err")"
+  [ ! -e "runs/$1" ] || fail "$1: the failed run created runs/$1"
+  echo "ok $1: $(cat "$1.err")"
+}
+
+# A valid config runs (so that the failures below are the ones intended).
+config good "$VOCAB" "data/train_*.bin"
+"$TRAIN" --config good.json >good.out 2>&1 || fail "the valid config failed: $(tail -n 3 good.out)"
+[ -f runs/good/ckpt/latest ] || fail "the valid run wrote no checkpoint"
+
+# Bad flags: exit code 2, the message first, then the usage.
+for args in "--config good.json --bogus" "--config" "--config good.json --resume --no-resume" \
+  "good.json" ""; do
+  code=0
+  # shellcheck disable=SC2086 # split on purpose
+  "$TRAIN" $args >flags.out 2>flags.err || code=$?
+  [ "$code" -eq 2 ] || fail "train $args: exit code $code, expected 2: $(cat flags.err)"
+  grep -q '^usage: train --config FILE' flags.err || fail "train $args: no usage on stderr"
+done
+"$TRAIN" --config good.json --bogus 2>flags.err || true
+[ "$(head -n 1 flags.err)" = "train: unknown flag --bogus" ] ||
+  fail "unknown flag: first line is '$(head -n 1 flags.err)'"
+"$TRAIN" 2>flags.err || true
+[ "$(head -n 1 flags.err)" = "train: --config is required" ] ||
+  fail "no --config: first line is '$(head -n 1 flags.err)'"
+"$TRAIN" --help >help.out 2>&1 || fail "--help exited with $?"
+grep -q '^usage: train' help.out || fail "--help printed no usage"
+
+# Bad configs.
+config unknown_key "$VOCAB" "data/train_*.bin" '"gradient_acumulation_steps": 1,'
+expect unknown_key 1 \
+  'train: error: [config] unknown key $.gradient_acumulation_steps; did you mean "gradient_accumulation_steps"?'
+config nested_key "$VOCAB" "data/train_*.bin" '"zero_optimization": {"stage": 0, "stag3": 1},'
+expect nested_key 1 'unknown key $.zero_optimization.stag3; did you mean "stage"?'
+config wrong_type "$VOCAB" "data/train_*.bin" '"gradient_clipping": "1.0",'
+expect wrong_type 1 '[config] $.gradient_clipping: expected number, found string "1.0"'
+config batch "$VOCAB" "data/train_*.bin" '"train_micro_batch_size_per_gpu": 3,'
+expect batch 1 'Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 4 != 3 * 1 * 1'
+config fp16 "$VOCAB" "data/train_*.bin" '"fp16": {"enabled": true},'
+expect fp16 1 '$.fp16.enabled: mixed precision needs the CUDA backend'
+printf '{"train_batch_size": 4, "train_batch_size": 8}\n' >duplicate.json
+expect duplicate 1 'duplicate.json: duplicate key "train_batch_size" in $'
+expect missing_file 1 '[json] cannot open "missing_file.json"'
+
+# Bad data files.
+config nomagic "$VOCAB" "data/nomagic.bin"
+expect nomagic 1 '[shard] "data/nomagic.bin": header[0] (magic) expected 20240520, found 0'
+config no_shards "$VOCAB" "data/nothing_*.bin"
+expect no_shards 1 '[loader] expected at least one file matching "data/nothing_*.bin", found none'
+head -c 1100 data/train_000000.bin >data/truncated.bin
+config truncated "$VOCAB" "data/truncated.bin"
+expect truncated 1 '[shard] "data/truncated.bin": file size expected'
+# A model vocabulary smaller than the data's: the first token out of range is named by file
+# and byte offset.
+config vocab $((VOCAB - 4)) "data/train_*.bin"
+expect vocab 1 "[shard] \"data/train_000000.bin\": token "
+grep -q "(byte offset [0-9]*) expected < vocab size $((VOCAB - 4)), found [0-9]*" vocab.err ||
+  fail "vocab: the message does not name the byte offset: $(cat vocab.err)"
+
+# --resume without a checkpoint is an error too, and creates nothing.
+config no_ckpt "$VOCAB" "data/train_*.bin"
+code=0
+"$TRAIN" --config no_ckpt.json --resume >no_ckpt.out 2>no_ckpt.err || code=$?
+[ "$code" -eq 1 ] || fail "--resume without a checkpoint: exit code $code, expected 1"
+grep -qF -- '[train] --resume: expected a checkpoint in runs/no_ckpt/ckpt, found no "latest" there' \
+  no_ckpt.err || fail "--resume without a checkpoint: $(cat no_ckpt.err)"
+[ ! -e runs/no_ckpt/ckpt ] || fail "--resume without a checkpoint created runs/no_ckpt/ckpt"
+
+echo PASS
