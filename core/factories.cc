@@ -9,10 +9,11 @@
 namespace tessera {
 namespace {
 
-// Fills a contiguous CPU f64 buffer of n values from Philox words: value(i, word) where
-// word is the 32-bit draw for element i. Block-parallel; reproducible for any thread count.
-template <class F>
-void fill_from_philox(double* out, int64_t n, const Generator& gen, uint64_t offset, F&& value) {
+// Fills a contiguous CPU buffer of n values from Philox words: value(out, i0, count, words)
+// writes elements i0 .. i0 + count of one 4-word block. Block-parallel; reproducible for any
+// thread count.
+template <class T, class F>
+void fill_from_philox(T* out, int64_t n, const Generator& gen, uint64_t offset, F&& value) {
   const int64_t blocks = (n + 3) / 4;
   parallel_for(blocks, 4096, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
@@ -105,25 +106,44 @@ Tensor rand(const Shape& shape, Generator& gen, TensorOptions options, double lo
   return finish_random(t, options);
 }
 
+namespace {
+
+// Box-Muller on Philox words, computed in f64 and stored as T: words (0, 1) give elements 0
+// and 1 of a block, words (2, 3) elements 2 and 3.
+template <class T>
+void fill_normal(T* out, int64_t n, const Generator& gen, uint64_t offset, double mean,
+                 double stddev) {
+  fill_from_philox(
+      out, n, gen, offset, [&](T* o, int64_t i0, int64_t count, const std::array<uint32_t, 4>& w) {
+        for (int64_t j = 0; j < count; j += 2) {
+          const double u1 = (static_cast<double>(w[j] >> 8) + 1.0) / 16777216.0;
+          const double u2 = static_cast<double>(w[j + 1] >> 8) / 16777216.0;
+          const double r = std::sqrt(-2.0 * std::log(u1));
+          o[i0 + j] = static_cast<T>(mean + stddev * r * std::cos(2.0 * M_PI * u2));
+          if (j + 1 < count) {
+            o[i0 + j + 1] = static_cast<T>(mean + stddev * r * std::sin(2.0 * M_PI * u2));
+          }
+        }
+      });
+}
+
+}  // namespace
+
 Tensor randn(const Shape& shape, Generator& gen, TensorOptions options, double mean,
              double stddev) {
   TS_CHECK(is_floating(options.dtype), "[randn] expected a floating dtype, found ",
            dtype_name(options.dtype));
   const int64_t n = numel_of(shape);
   const uint64_t offset = gen.reserve(static_cast<uint64_t>(n));
+  // f32 directly (no f64 staging copy: model initialization draws hundreds of MB); the
+  // values equal the f64 draws rounded to f32.
+  if (options.dtype == DType::f32) {
+    Tensor t = make_tensor(shape, DType::f32, Device::cpu());
+    fill_normal(t.data_ptr<float>(), n, gen, offset, mean, stddev);
+    return t.to(options.device);
+  }
   Tensor t = make_tensor(shape, DType::f64, Device::cpu());
-  // Box-Muller: words (0, 1) give elements 0 and 1 of a block, words (2, 3) elements 2, 3.
-  fill_from_philox(t.data_ptr<double>(), n, gen, offset,
-                   [&](double* out, int64_t i0, int64_t count, const std::array<uint32_t, 4>& w) {
-                     for (int64_t j = 0; j < count; j += 2) {
-                       const double u1 = (static_cast<double>(w[j] >> 8) + 1.0) / 16777216.0;
-                       const double u2 = static_cast<double>(w[j + 1] >> 8) / 16777216.0;
-                       const double r = std::sqrt(-2.0 * std::log(u1));
-                       out[i0 + j] = mean + stddev * r * std::cos(2.0 * M_PI * u2);
-                       if (j + 1 < count)
-                         out[i0 + j + 1] = mean + stddev * r * std::sin(2.0 * M_PI * u2);
-                     }
-                   });
+  fill_normal(t.data_ptr<double>(), n, gen, offset, mean, stddev);
   return finish_random(t, options);
 }
 

@@ -38,6 +38,8 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
 
 int num_threads() { return omp_get_max_threads(); }
 
+bool in_parallel_region() { return omp_in_parallel() != 0; }
+
 void set_num_threads(int n) {
   TS_CHECK(n >= 1, "[set_num_threads] expected at least 1 thread, found ", n);
   omp_set_num_threads(n);

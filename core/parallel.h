@@ -12,6 +12,8 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
 
 // Threads used by parallel_for and Eigen (OpenMP's max threads).
 int num_threads();
+// True inside a parallel_for body (or any OpenMP parallel region): work there runs inline.
+bool in_parallel_region();
 void set_num_threads(int n);
 
 }  // namespace tessera

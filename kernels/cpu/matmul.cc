@@ -1,5 +1,6 @@
 #include "kernels/cpu/matmul.h"
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -23,7 +24,8 @@ template <class T, int Order>
 using ConstMatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>,
                                   Eigen::Unaligned, Eigen::OuterStride<>>;
 template <class T>
-using RowMatrixMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+using RowMatrixMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>,
+                                Eigen::Unaligned, Eigen::OuterStride<>>;
 
 // One op(X) as GEMM reads it.
 struct Operand {
@@ -87,13 +89,50 @@ std::optional<int64_t> tall_row_stride(const Tensor& a) {  // (..., M, K)
   return stride;
 }
 
+// Note [GEMM threading]
+// Eigen's own threading splits one GEMM across threads but zeroes the whole output on the
+// calling thread first and scales poorly on wide products such as the LM head (256 x 768 x
+// 50304). Instead each thread computes a block of output columns (or rows, when the
+// product is taller than wide) with a one-thread Eigen GEMM: Eigen runs single-threaded
+// inside a parallel region, and every thread zeroes only its own block.
+constexpr int64_t kMinThreadedFlops = int64_t{1} << 22;
+constexpr int64_t kSplitAlign = 16;  // block edges at multiples of 16 elements (64 bytes)
+
+template <class T, int OrderA, int OrderB>
+void gemm_block(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc, int64_t m,
+                int64_t n, int64_t k) {
+  ConstMatrixMap<T, OrderA> A(a, m, k, Eigen::OuterStride<>(lda));
+  ConstMatrixMap<T, OrderB> B(b, k, n, Eigen::OuterStride<>(ldb));
+  RowMatrixMap<T> C(c, m, n, Eigen::OuterStride<>(ldc));
+  C.noalias() = A * B;
+}
+
 template <class T, int OrderA, int OrderB>
 void gemm_kernel(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t m, int64_t n,
                  int64_t k) {
-  ConstMatrixMap<T, OrderA> A(a, m, k, Eigen::OuterStride<>(lda));
-  ConstMatrixMap<T, OrderB> B(b, k, n, Eigen::OuterStride<>(ldb));
-  RowMatrixMap<T> C(c, m, n);
-  C.noalias() = A * B;
+  const int64_t threads = in_parallel_region() ? 1 : num_threads();
+  if (threads == 1 || m * n * k < kMinThreadedFlops) {
+    gemm_block<T, OrderA, OrderB>(a, lda, b, ldb, c, n, m, n, k);
+    return;
+  }
+  const bool split_cols = n >= m;
+  const int64_t extent = split_cols ? n : m;
+  const int64_t chunk =
+      ((extent + threads - 1) / threads + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+  const int64_t parts = (extent + chunk - 1) / chunk;
+  parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t lo = p * chunk;
+      const int64_t len = std::min(chunk, extent - lo);
+      if (split_cols) {  // columns lo.. of op(B) and of C
+        const T* bp = OrderB == Eigen::RowMajor ? b + lo : b + lo * ldb;
+        gemm_block<T, OrderA, OrderB>(a, lda, bp, ldb, c + lo, n, m, len, k);
+      } else {  // rows lo.. of op(A) and of C
+        const T* ap = OrderA == Eigen::RowMajor ? a + lo * lda : a + lo;
+        gemm_block<T, OrderA, OrderB>(ap, lda, b, ldb, c + lo * n, n, len, n, k);
+      }
+    }
+  });
 }
 
 // c = op(a) @ op(b) for one (M, K) x (K, N) product into a contiguous (M, N) c.
