@@ -16,31 +16,20 @@ namespace {
 
 std::string errno_str() { return std::strerror(errno); }
 
-// Owns a file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closes now, returning close()'s result (errors from delayed writes show up here).
-  int close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int UniqueFd::close() {
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  return rc;
+}
+
 void fsync_directory(const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   TS_CHECK(fd.get() >= 0 && ::fsync(fd.get()) == 0, "[write] fsync of directory ", dir,
            " failed: ", errno_str());
 }
@@ -52,7 +41,7 @@ void write_file_atomically(const std::string& path,
   TS_CHECK(target.has_filename(), where, "expected a file path, found a directory path");
   const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
   std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
-  Fd fd(::mkstemp(tmp.data()));
+  UniqueFd fd(::mkstemp(tmp.data()));
   TS_CHECK(fd.get() >= 0, where, "cannot create a temporary file in ", dir.string(), ": ",
            errno_str());
   try {

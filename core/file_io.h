@@ -22,6 +22,21 @@ void write_file_atomically(const std::string& path,
 // The same for a file made of `parts`, concatenated.
 void write_file_atomically(const std::string& path, const std::vector<std::string_view>& parts);
 
+// Owns a POSIX file descriptor (closed on destruction; -1 means none).
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd();
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+  // Closes now and returns close()'s result: errors of delayed writes show up here.
+  int close();
+
+ private:
+  int fd_;
+};
+
 // fsync()s a directory, making renames and creations inside it durable.
 void fsync_directory(const std::string& dir);
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/file_io.h"
 #include "core/factories.h"
+#include "core/file_io.h"
 #include "core/json.h"
 
 namespace tessera {
@@ -44,27 +44,6 @@ const char* safetensors_name(DType dtype) {
   }
   TS_INTERNAL_ASSERT(false, "dtype ", dtype_name(dtype), " has no safetensors name");
 }
-
-// Closes a file descriptor on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closes now, returning close()'s result (errors from delayed writes show up here).
-  int close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
 
 std::string errno_str() { return std::strerror(errno); }
 
@@ -201,7 +180,7 @@ void check_layout(const std::vector<Entry>& sorted, uint64_t data_bytes, uint64_
 
 SafetensorsFile read_safetensors(const std::string& path) {
   const std::string where = str_cat("[safetensors] ", path, ": ");
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   TS_CHECK(fd.get() >= 0, where, "cannot open: ", errno_str());
   struct stat st;
   TS_CHECK(::fstat(fd.get(), &st) == 0, where, "cannot stat: ", errno_str());

@@ -1,7 +1,8 @@
 // Tessera's GPT-2 against PyTorch: the same weights (tools/golden/make_gpt_golden.py) give
 // the same logits, loss, every parameter gradient, and the same losses and weights over
 // five AdamW steps. The model is odd-sized (3 layers, 3 heads, C=48, V=101 padded to 128,
-// T=17) so that no shape coincidence can hide a transposition or a padding bug.
+// T=17) so that no shape coincidence can hide a transposition or a padding bug. The first
+// case checks the file itself: every tensor converts to Tessera's layout.
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
@@ -136,6 +137,64 @@ TEST_CASE("five AdamW steps match torch.optim.AdamW", "[golden]") {
                       want.narrow(0, c, c).contiguous(), 0.0, 5 * 3e-3 * 1.01,
                       "final key bias " + name);
   }
+}
+
+// The tensors whose names start with `prefix`, with the prefix removed.
+StateDict with_prefix(const StateDict& sd, const std::string& prefix) {
+  StateDict out;
+  for (const auto& [n, t] : sd) {
+    if (n.rfind(prefix, 0) == 0) out.emplace_back(n.substr(prefix.size()), t);
+  }
+  return out;
+}
+
+TEST_CASE("the golden file converts to Tessera's GPT state dict", "[golden]") {
+  const SafetensorsFile file = read_safetensors(kGolden);
+  const GptConfig cfg = golden_config();
+  REQUIRE(cfg.padded_vocab_size() == 128);
+  const auto expected = gpt_parameter_shapes(cfg);
+
+  // Initial weights (the "transformer." names), gradients and final weights.
+  for (const std::string prefix : {"", "grad.", "final."}) {
+    INFO("prefix \"" << prefix << "\"");
+    StateDict hf = with_prefix(file.tensors, prefix + "transformer.");
+    for (auto& [n, t] : hf) n = "transformer." + n;
+    CHECK(hf.size() == expected.size());
+    const StateDict ours = hf_to_tessera(hf, cfg);
+    REQUIRE(ours.size() == expected.size());
+    for (size_t i = 0; i < ours.size(); ++i) {
+      CHECK(ours[i].first == expected[i].first);
+      CHECK(ours[i].second.shape() == expected[i].second);
+      CHECK(ours[i].second.dtype() == DType::f32);
+    }
+    const Tensor wte = ours[0].second;
+    REQUIRE(wte.shape() == Shape{128, 48});
+    CHECK(wte.narrow(0, 101, 27).to_vector<double>() == std::vector<double>(27 * 48, 0.0));
+    CHECK(wte.narrow(0, 0, 101).to_vector<double>() == hf.at(0).second.to_vector<double>());
+  }
+
+  std::map<std::string, Tensor> golden;
+  for (const auto& [n, t] : with_prefix(file.tensors, "golden.")) golden.emplace(n, t);
+  REQUIRE(golden.size() == 5);
+  CHECK(golden.at("idx").dtype() == DType::i64);
+  CHECK(golden.at("idx").shape() == Shape{2, 17});
+  CHECK(golden.at("targets").dtype() == DType::i64);
+  CHECK(golden.at("targets").shape() == Shape{2, 17});
+  for (int64_t v : golden.at("idx").to_vector<int64_t>()) CHECK((v >= 0 && v < 101));
+  for (int64_t v : golden.at("targets").to_vector<int64_t>()) CHECK((v >= 0 && v < 101));
+  CHECK(golden.at("logits").shape() == Shape{2, 17, 101});
+  CHECK(golden.at("loss").dim() == 0);
+  CHECK(golden.at("adamw_losses").shape() == Shape{5});
+  // The first AdamW loss is the recorded loss; training on one batch lowers it.
+  const std::vector<float> losses = golden.at("adamw_losses").to_vector<float>();
+  CHECK(losses[0] == golden.at("loss").item<float>());
+  CHECK(losses[4] < losses[0]);
+
+  // The metadata carries the config, which infer_hf_config confirms against the shapes.
+  const GptConfig inferred =
+      infer_hf_config(file.tensors, file.metadata);  // golden.*, grad.*, final.* are ignored
+  CHECK(inferred.to_json() == cfg.to_json());
+  CHECK(file.metadata.count("optimizer") == 1);
 }
 
 }  // namespace

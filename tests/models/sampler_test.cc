@@ -13,6 +13,7 @@
 #include "core/grad_mode.h"
 #include "core/philox.h"
 #include "tests/testing.h"
+#include "tests/tiny_gpt.h"
 
 namespace tessera {
 namespace {
@@ -128,30 +129,9 @@ TEST_CASE("huge padding logits are never sampled", "[sampler]") {
   }
 }
 
-GptConfig tiny() {
-  GptConfig c;
-  c.vocab_size = 13;
-  c.block_size = 16;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  return c;
-}
+GptConfig tiny() { return testing::tiny_gpt_config(13); }
 
-// A tiny model with weights scaled up so that its logits are far apart: greedy choices do
-// not hinge on rounding differences between the cached and the full forward.
-std::unique_ptr<Gpt> spread_model(uint64_t seed) {
-  auto model = std::make_unique<Gpt>(tiny(), seed);
-  NoGradGuard no_grad;
-  for (const NamedParameter& p : model->named_parameters()) {
-    if (p.tensor.dim() != 2) continue;
-    std::vector<float> v = p.tensor.detach().to_vector<float>();
-    for (float& x : v) x *= 25.0f;
-    p.tensor.copy_(from_vector(v, p.tensor.shape()));
-  }
-  model->eval();
-  return model;
-}
+std::unique_ptr<Gpt> spread_model(uint64_t seed) { return testing::spread_gpt(tiny(), seed); }
 
 // The argmax over the real vocabulary of the last position's logits, recomputed with a
 // full forward over `context`; checks that the choice is not a near tie.

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "core/json.h"
+#include "tests/test_files.h"
 #include "tests/testing.h"
-#include "tests/tools/data/test_files.h"
 
 using Catch::Matchers::Contains;
 using tessera::data::CharTokenizer;

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_files.h"
 #include "tests/testing.h"
-#include "tests/tools/data/test_files.h"
 
 using Catch::Matchers::Contains;
 using tessera::data::gpt2_byte_encoder;

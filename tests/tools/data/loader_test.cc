@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_files.h"
 #include "tests/testing.h"
-#include "tests/tools/data/test_files.h"
 #include "tools/data/shard.h"
 
 using Catch::Matchers::Contains;

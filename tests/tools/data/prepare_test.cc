@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_files.h"
 #include "tests/testing.h"
-#include "tests/tools/data/test_files.h"
 #include "tools/data/char_tokenizer.h"
 #include "tools/data/gpt2_bpe.h"
 #include "tools/data/shard.h"

@@ -16,7 +16,9 @@
 #include "models/gpt2/hf_weights.h"
 #include "models/gpt2/sampler.h"
 #include "models/io/safetensors.h"
+#include "tests/test_files.h"
 #include "tests/testing.h"
+#include "tests/tiny_gpt.h"
 #include "tools/data/char_tokenizer.h"
 #include "tools/data/gpt2_bpe.h"
 #include "tools/sampling/model_source.h"
@@ -28,45 +30,16 @@ namespace {
 namespace fs = std::filesystem;
 using Catch::Contains;
 using testing::error_of;
+using testing::fresh_dir;
+using testing::read_bytes;
 
 // The tokenizer of the tests: 10 bytes, token id i is kChars[i].
 constexpr const char* kChars = "\n abcdefgh";
 
-fs::path fresh_dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const fs::path dir = fs::path(tmp != nullptr ? tmp : fs::temp_directory_path()) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+GptConfig tiny() { return testing::tiny_gpt_config(10); }
 
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-GptConfig tiny() {
-  GptConfig c;
-  c.vocab_size = 10;
-  c.block_size = 16;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  return c;
-}
-
-// A model whose weights are far from the zero-ish init, so that samples are not uniform.
 std::unique_ptr<Gpt> trained_looking_model(uint64_t seed) {
-  auto model = std::make_unique<Gpt>(tiny(), seed);
-  NoGradGuard no_grad;
-  for (const NamedParameter& p : model->named_parameters()) {
-    if (p.tensor.dim() != 2) continue;
-    std::vector<float> v = p.tensor.detach().to_vector<float>();
-    for (float& x : v) x *= 25.0f;
-    p.tensor.copy_(from_vector(v, p.tensor.shape()));
-  }
-  model->eval();
-  return model;
+  return testing::spread_gpt(tiny(), seed);
 }
 
 // A checkpoint root under `dir` holding step 7 of `model`, with a run config whose
@@ -113,7 +86,7 @@ Run run_generate(const std::string& args) {
                           (dir / "err").string() + "'";
   const int status = std::system(cmd.c_str());
   REQUIRE(WIFEXITED(status));
-  return {WEXITSTATUS(status), read_all(dir / "out"), read_all(dir / "err")};
+  return {WEXITSTATUS(status), read_bytes(dir / "out"), read_bytes(dir / "err")};
 }
 
 std::string decode(const std::vector<int32_t>& ids) {

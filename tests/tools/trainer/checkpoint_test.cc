@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "tests/test_files.h"
 #include "tests/testing.h"
 
 namespace tessera::train {
@@ -18,21 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 using Catch::Contains;
 using testing::error_of;
-
-// An empty directory `name` under the test's temporary directory.
-fs::path fresh_dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const fs::path dir = fs::path(tmp != nullptr ? tmp : fs::temp_directory_path()) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in.good());
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using testing::fresh_dir;
+using testing::read_bytes;
 
 void write_all(const fs::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -81,7 +69,7 @@ TEST_CASE("save, latest and load round-trip the contents", "[checkpoint]") {
 
   const std::string dir = ckpt.save(7, contents(7));
   CHECK(dir == (root / "step_00000007").string());
-  CHECK(read_all(root / "latest") == "step_00000007\n");
+  CHECK(read_bytes(root / "latest") == "step_00000007\n");
   REQUIRE(ckpt.latest() == dir);
   CHECK(entries(dir) == std::vector<std::string>{"manifest.json", "model.safetensors",
                                                  "optimizer.safetensors", "state.json"});
@@ -93,7 +81,8 @@ TEST_CASE("save, latest and load round-trip the contents", "[checkpoint]") {
   CHECK(c.state == want.state);
 
   // The manifest lists every file with its size and hash.
-  const nlohmann::json manifest = nlohmann::json::parse(read_all(fs::path(dir) / "manifest.json"));
+  const nlohmann::json manifest =
+      nlohmann::json::parse(read_bytes(fs::path(dir) / "manifest.json"));
   CHECK(manifest["format"] == "tessera-checkpoint");
   CHECK(manifest["step"] == 7);
   REQUIRE(manifest["files"].size() == 3);
@@ -105,7 +94,7 @@ TEST_CASE("save, latest and load round-trip the contents", "[checkpoint]") {
 
   // A later save moves `latest`; saving a step again replaces it.
   ckpt.save(9, contents(9));
-  CHECK(read_all(root / "latest") == "step_00000009\n");
+  CHECK(read_bytes(root / "latest") == "step_00000009\n");
   require_equal(load_checkpoint(*ckpt.latest()).model, contents(9).model);
   CheckpointContents again = contents(9);
   again.state["step"] = 90;
@@ -148,7 +137,7 @@ TEST_CASE("a checkpoint whose files changed after the save is refused", "[checkp
   const CheckpointDir ckpt(root.string(), 0);
   const fs::path dir = ckpt.save(5, contents(5));
   const fs::path model = dir / "model.safetensors";
-  const std::string good = read_all(model);
+  const std::string good = read_bytes(model);
   const std::string hash = file_fnv1a64(model.string());
 
   SECTION("a flipped byte") {
@@ -173,7 +162,7 @@ TEST_CASE("a checkpoint whose files changed after the save is refused", "[checkp
   }
   SECTION("a damaged optimizer file does not stop reading the model alone") {
     const fs::path opt = dir / "optimizer.safetensors";
-    std::string bad = read_all(opt);
+    std::string bad = read_bytes(opt);
     bad.back() ^= 0x01;
     write_all(opt, bad);
     CHECK_THAT(error_of([&] { load_checkpoint(dir.string()); }),

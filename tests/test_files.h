@@ -1,4 +1,4 @@
-// Files for the data tests: a fresh directory per test, and raw reads and writes.
+// Files for tests: a fresh directory per test, and raw reads and writes.
 #pragma once
 
 #include <catch2/catch.hpp>
