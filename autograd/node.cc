@@ -1,6 +1,7 @@
 #include "autograd/node.h"
 
 #include "core/grad_mode.h"
+#include "kernels/blas1.h"
 #include "kernels/elementwise.h"
 
 namespace tessera {
@@ -30,7 +31,11 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
         incoming.is_contiguous() && incoming.is_unique() ? incoming : incoming.clone());
   } else {
     // In place, so a gradient that views a larger buffer (ZeRO's flat gradients) stays one.
-    meta.grad->copy_(kernels::binary(kernels::BinaryOp::add, *meta.grad, incoming));
+    if (meta.grad->is_contiguous() && meta.grad->dtype() == incoming.dtype()) {
+      kernels::axpy_(*meta.grad, incoming);
+    } else {
+      meta.grad->copy_(kernels::binary(kernels::BinaryOp::add, *meta.grad, incoming));
+    }
   }
   for (auto& hook : meta.post_accumulate_hooks) hook(*meta.grad);
   return {};

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/norm.h"
+#include "kernels/blas1.h"
 
 namespace tessera::optim {
 

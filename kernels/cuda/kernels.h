@@ -10,6 +10,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/blas1.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
@@ -18,7 +19,6 @@
 #include "kernels/lamb.h"
 #include "kernels/layer_norm.h"
 #include "kernels/matmul.h"
-#include "kernels/norm.h"
 #include "kernels/reduce.h"
 #include "kernels/sgd.h"
 #include "kernels/softmax.h"
@@ -74,5 +74,6 @@ void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_bu
 
 double squared_norm(const Tensor& x);
 void scale_(const Tensor& x, double factor);
+void axpy_(const Tensor& y, const Tensor& x, double alpha);
 
 }  // namespace tessera::kernels::cuda

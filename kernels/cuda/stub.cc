@@ -65,5 +65,6 @@ void sgd_step(const Tensor&, const Tensor&, const Tensor&, const SgdParams&) {
 }
 double squared_norm(const Tensor&) { missing("squared_norm"); }
 void scale_(const Tensor&, double) { missing("scale_"); }
+void axpy_(const Tensor&, const Tensor&, double) { missing("axpy_"); }
 
 }  // namespace tessera::kernels::cuda

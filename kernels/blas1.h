@@ -1,4 +1,5 @@
-// Squared L2 norms and in-place scaling: the pieces of global-norm gradient clipping.
+// Level-1 vector kernels: squared L2 norms, in-place scaling and accumulation (gradient
+// clipping, gradient accumulation).
 #pragma once
 
 #include "core/tensor.h"
@@ -9,5 +10,8 @@ namespace tessera::kernels {
 double squared_norm(const Tensor& x);  // (*) floating, any strides -> scalar
 // x *= factor, in place; x contiguous floating.
 void scale_(const Tensor& x, double factor);
+// y += alpha * x, in place; y contiguous floating, x of y's dtype, device and shape (any
+// strides).
+void axpy_(const Tensor& y, const Tensor& x, double alpha = 1.0);
 
 }  // namespace tessera::kernels

@@ -1,4 +1,4 @@
-#include "kernels/cpu/norm.h"
+#include "kernels/cpu/blas1.h"
 
 #include <algorithm>
 #include <vector>
@@ -42,6 +42,24 @@ void scale_(const Tensor& x, double factor) {
     const T f = static_cast<T>(factor);
     parallel_for(x.numel(), kGrain,
                  [&](int64_t i0, int64_t i1) { ArrayMap<T>(px + i0, i1 - i0) *= f; });
+  });
+}
+
+void axpy_(const Tensor& y, const Tensor& x, double alpha) {
+  dispatch_floating(y.dtype(), "axpy_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* py = y.data_ptr<T>();
+    const T* px = x.data_ptr<T>();
+    const T a = static_cast<T>(alpha);
+    parallel_for(y.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+      ArrayMap<T> out(py + i0, i1 - i0);
+      const ConstArrayMap<T> in(px + i0, i1 - i0);
+      if (a == T(1)) {
+        out += in;
+      } else {
+        out += a * in;
+      }
+    });
   });
 }
 

@@ -1,11 +1,13 @@
-// CPU norm kernels (see kernels/norm.h).
+// CPU norm kernels (see kernels/blas1.h).
 #pragma once
 
-#include "kernels/norm.h"
+#include "kernels/blas1.h"
 
 namespace tessera::kernels::cpu {
 
 double squared_norm(const Tensor& x);
 void scale_(const Tensor& x, double factor);
+// y and x contiguous.
+void axpy_(const Tensor& y, const Tensor& x, double alpha);
 
 }  // namespace tessera::kernels::cpu
