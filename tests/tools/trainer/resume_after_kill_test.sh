@@ -10,21 +10,10 @@
 # config file, so that even state.json (which embeds the config) must match byte for byte.
 set -eu
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
 RUNFILES="${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-tessera}"
-TRAIN="$RUNFILES/tools/train"
-PREPARE="$RUNFILES/tools/prepare_data"
-[ -x "$TRAIN" ] || fail "no train binary at $TRAIN"
-[ -x "$PREPARE" ] || fail "no prepare_data binary at $PREPARE"
-
 WORK="${TEST_TMPDIR:-$(mktemp -d)}/resume_after_kill"
-rm -rf "$WORK"
-mkdir -p "$WORK/a" "$WORK/b"
-cd "$WORK"
+. "$RUNFILES/tests/tools/trainer/tool_env.sh"
+mkdir -p a b
 
 THREADS="${1:-1}" # trainer.threads (the first argument); losses must not depend on timing
 STEPS=200         # optimizer steps of each run

@@ -4,21 +4,9 @@
 # checkpoint or a log.
 set -eu
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
 RUNFILES="${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-tessera}"
-TRAIN="$RUNFILES/tools/train"
-PREPARE="$RUNFILES/tools/prepare_data"
-[ -x "$TRAIN" ] || fail "no train binary at $TRAIN"
-[ -x "$PREPARE" ] || fail "no prepare_data binary at $PREPARE"
-
 WORK="${TEST_TMPDIR:-$(mktemp -d)}/train_errors"
-rm -rf "$WORK"
-mkdir -p "$WORK"
-cd "$WORK"
+. "$RUNFILES/tests/tools/trainer/tool_env.sh"
 
 awk 'BEGIN { for (i = 0; i < 3000; i++) printf "line %d: the quick brown fox jumps over the lazy dog.\n", i }' >text.txt
 "$PREPARE" --input text.txt --output data --tokenizer char >prepare.log 2>&1 ||
