@@ -33,6 +33,20 @@ std::vector<int64_t> read_targets(const char* op, const Tensor& targets_in, int6
   return out;
 }
 
+// Logits whose rows are unit-strided are read in place with their row stride (the first V
+// columns of padded (N, Vp) logits need no copy); any other layout is copied.
+Tensor row_readable(const Tensor& logits_in) {  // (N, V)
+  const Tensor logits = logits_in.detach();
+  const bool in_place = (logits.size(1) <= 1 || logits.stride(1) == 1) &&
+                        (logits.size(0) <= 1 || logits.stride(0) >= logits.size(1));
+  return in_place ? logits : logits.contiguous();
+}
+
+// Elements between the starts of consecutive rows.
+int64_t row_stride(const Tensor& logits) {
+  return logits.size(0) <= 1 ? logits.size(1) : logits.stride(0);
+}
+
 int64_t count_rows(const std::vector<int64_t>& targets, int64_t ignore_index) {
   return std::count_if(targets.begin(), targets.end(),
                        [&](int64_t t) { return t != ignore_index; });
@@ -42,9 +56,10 @@ int64_t count_rows(const std::vector<int64_t>& targets, int64_t ignore_index) {
 
 CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_in,
                                  int64_t ignore_index) {
-  const Tensor logits = logits_in.detach().contiguous();  // (N, V)
+  const Tensor logits = row_readable(logits_in);  // (N, V), rows ld apart
   const int64_t rows = logits.size(0);
   const int64_t vocab = logits.size(1);
+  const int64_t ld = row_stride(logits);
   const std::vector<int64_t> targets =
       read_targets("cross_entropy", targets_in, vocab, ignore_index);
   const int64_t count = count_rows(targets, ignore_index);
@@ -58,7 +73,7 @@ CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_
     T* plse = out.lse.data_ptr<T>();
     parallel_for(rows, row_grain(vocab), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const ConstArrayMap<T> xr(px + r * vocab, vocab);
+        const ConstArrayMap<T> xr(px + r * ld, vocab);
         const T max = xr.maxCoeff();
         const T lse = max + std::log((xr - max).exp().sum());
         plse[r] = lse;
@@ -75,15 +90,16 @@ CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
                               const Tensor& targets_in, const Tensor& lse_in,
                               int64_t ignore_index) {
-  const Tensor logits = logits_in.detach().contiguous();  // (N, V)
-  const Tensor lse = lse_in.detach().contiguous();        // (N)
+  const Tensor logits = row_readable(logits_in);    // (N, V), rows ld apart
+  const Tensor lse = lse_in.detach().contiguous();  // (N)
   const int64_t rows = logits.size(0);
   const int64_t vocab = logits.size(1);
+  const int64_t ld = row_stride(logits);
   const std::vector<int64_t> targets =
       read_targets("cross_entropy_backward", targets_in, vocab, ignore_index);
   const int64_t count = count_rows(targets, ignore_index);
   const double scale = count > 0 ? dloss.item<double>() / count : 0.0;
-  Tensor dlogits = empty(logits.shape(), {logits.dtype(), logits.device()});  // (N, V)
+  Tensor dlogits = empty(logits.shape(), {logits.dtype(), logits.device()});  // (N, V) dense
   dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = logits.data_ptr<T>();
@@ -97,7 +113,7 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
           dxr.setZero();
           continue;
         }
-        dxr = (ConstArrayMap<T>(px + r * vocab, vocab) - plse[r]).exp() * s;
+        dxr = (ConstArrayMap<T>(px + r * ld, vocab) - plse[r]).exp() * s;
         dxr[targets[r]] -= s;
       }
     });
