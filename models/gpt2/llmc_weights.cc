@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/file_io.h"
 #include "core/factories.h"
+#include "core/file_io.h"
 #include "core/grad_mode.h"
 #include "models/gpt2/hf_weights.h"
 #include "models/io/safetensors.h"

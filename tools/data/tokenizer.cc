@@ -1,8 +1,8 @@
 #include "tools/data/tokenizer.h"
 
 #include "core/error.h"
-#include "core/json.h"
 #include "core/file_io.h"
+#include "core/json.h"
 #include "tools/data/char_tokenizer.h"
 #include "tools/data/gpt2_bpe.h"
 
