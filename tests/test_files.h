@@ -11,13 +11,17 @@
 
 namespace tessera::testing {
 
-// An empty directory named `name` under the test's temporary directory ($TEST_TMPDIR
-// under Bazel), emptied first when it exists.
-inline std::filesystem::path fresh_dir(const std::string& name) {
+// `name` under the test's temporary directory ($TEST_TMPDIR under Bazel).
+inline std::filesystem::path temp_path(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::filesystem::path root =
       tmp != nullptr ? std::filesystem::path(tmp) : std::filesystem::temp_directory_path();
-  const std::filesystem::path dir = root / name;
+  return root / name;
+}
+
+// An empty directory temp_path(name), emptied first when it exists.
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  const std::filesystem::path dir = temp_path(name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

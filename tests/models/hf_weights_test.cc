@@ -12,17 +12,13 @@
 #include "core/factories.h"
 #include "models/gpt2/gpt.h"
 #include "models/io/safetensors.h"
+#include "tests/test_files.h"
 #include "tests/testing.h"
 
 namespace tessera {
 namespace {
 
 using testing::error_of;
-
-std::string tmp_path(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return (std::filesystem::path(dir ? dir : "/tmp") / name).string();
-}
 
 GptConfig tiny_config() {
   GptConfig cfg;
@@ -302,7 +298,7 @@ TEST_CASE("infer_hf_config reads sizes off the shapes", "[hf_weights]") {
 TEST_CASE("save_hf_safetensors and load_hf_safetensors round-trip a Gpt model", "[hf_weights]") {
   const GptConfig cfg = tiny_config();
   Gpt a(cfg, 1);
-  const std::string path = tmp_path("gpt_hf.safetensors");
+  const std::string path = testing::temp_path("gpt_hf.safetensors").string();
   save_hf_safetensors(path, a.state_dict(), cfg);
 
   // The file is in Hugging Face's layout and says what it holds.

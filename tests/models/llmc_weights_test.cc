@@ -15,28 +15,13 @@
 #include "core/factories.h"
 #include "models/gpt2/gpt.h"
 #include "models/gpt2/hf_weights.h"
+#include "tests/test_files.h"
 #include "tests/testing.h"
 
 namespace tessera {
 namespace {
 
 using testing::error_of;
-
-std::string tmp_path(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return (std::filesystem::path(dir ? dir : "/tmp") / name).string();
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_all(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
 
 GptConfig tiny_config() {
   GptConfig cfg;
@@ -113,9 +98,9 @@ void set_header(std::string& bytes, int index, int32_t value) {
 TEST_CASE("write_llmc_checkpoint writes llm.c's layout and reads back", "[llmc]") {
   const GptConfig cfg = tiny_config();
   const StateDict sd = random_state(cfg);
-  const std::string path = tmp_path("tiny.bin");
+  const std::string path = testing::temp_path("tiny.bin").string();
   write_llmc_checkpoint(path, sd, cfg);
-  const std::string bytes = read_all(path);
+  const std::string bytes = testing::read_bytes(path);
   // 128*4 + 5*4 + 2*(12*4 + 4*4*4*2 ... ) parameters: count them from the config.
   int64_t n_params = 0;
   for (const auto& [n, s] : gpt_parameter_shapes(cfg)) n_params += numel_of(s);
@@ -138,7 +123,7 @@ TEST_CASE("write_llmc_checkpoint writes llm.c's layout and reads back", "[llmc]"
 TEST_CASE("a Gpt model round-trips through an llm.c checkpoint", "[llmc]") {
   const GptConfig cfg = tiny_config();
   Gpt a(cfg, 3);
-  const std::string path = tmp_path("gpt.bin");
+  const std::string path = testing::temp_path("gpt.bin").string();
   write_llmc_checkpoint(path, a.state_dict(), cfg);
   Gpt b(cfg, 4);
   b.load_state_dict(read_llmc_checkpoint(path).state);
@@ -149,8 +134,8 @@ TEST_CASE("a Gpt model round-trips through an llm.c checkpoint", "[llmc]") {
 TEST_CASE("bf16 checkpoints (version 5) are read as f32", "[llmc]") {
   const GptConfig cfg = tiny_config();
   const StateDict sd = random_state(cfg);
-  const std::string path = tmp_path("tiny_bf16.bin");
-  write_all(path, llmc_bytes(sd, cfg, 128, true));
+  const std::string path = testing::temp_path("tiny_bf16.bin").string();
+  testing::write_bytes(path, llmc_bytes(sd, cfg, 128, true));
   const LlmcCheckpoint ck = read_llmc_checkpoint(path);
   REQUIRE(ck.state.size() == sd.size());
   for (size_t i = 0; i < sd.size(); ++i) {
@@ -167,8 +152,8 @@ TEST_CASE("a file padded differently is re-padded to the config's size", "[llmc]
   const StateDict sd = random_state(cfg);
   for (int32_t vp : {10, 64, 256}) {
     INFO("padded_vocab_size " << vp);
-    const std::string path = tmp_path("repad.bin");
-    write_all(path, llmc_bytes(sd, cfg, vp, false));
+    const std::string path = testing::temp_path("repad.bin").string();
+    testing::write_bytes(path, llmc_bytes(sd, cfg, vp, false));
     const LlmcCheckpoint ck = read_llmc_checkpoint(path);
     const Tensor wte = ck.state.at(0).second;
     REQUIRE(wte.shape() == Shape{128, 4});
@@ -180,9 +165,9 @@ TEST_CASE("a file padded differently is re-padded to the config's size", "[llmc]
 TEST_CASE("malformed llm.c checkpoints are rejected", "[llmc]") {
   const GptConfig cfg = tiny_config();
   const std::string good = llmc_bytes(random_state(cfg), cfg, 128, false);
-  const std::string path = tmp_path("bad.bin");
+  const std::string path = testing::temp_path("bad.bin").string();
   auto err = [&](const std::string& bytes) {
-    write_all(path, bytes);
+    testing::write_bytes(path, bytes);
     return error_of([&] { read_llmc_checkpoint(path); });
   };
   const std::string where = "[llmc] " + path + ": ";
@@ -245,7 +230,7 @@ TEST_CASE("malformed llm.c checkpoints are rejected", "[llmc]") {
 TEST_CASE("write_llmc_checkpoint validates its input", "[llmc]") {
   GptConfig cfg = tiny_config();
   StateDict sd = random_state(cfg);
-  const std::string path = tmp_path("w.bin");
+  const std::string path = testing::temp_path("w.bin").string();
   sd.pop_back();
   CHECK(error_of([&] { write_llmc_checkpoint(path, sd, cfg); }) ==
         "[llmc] " + path + ": 1 problem: missing \"transformer.ln_f.bias\" (4)");

@@ -14,6 +14,7 @@
 
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "tests/test_files.h"
 #include "tests/testing.h"
 
 namespace tessera {
@@ -21,23 +22,6 @@ namespace {
 
 using testing::error_of;
 using testing::require_close;
-
-std::string tmp_path(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return (std::filesystem::path(dir ? dir : std::filesystem::temp_directory_path().c_str()) / name)
-      .string();
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_all(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
 
 std::string u64_le(uint64_t v) {
   std::string s(8, '\0');
@@ -52,8 +36,8 @@ std::string file_bytes(const std::string& header, const std::string& data) {
 
 // Writes a hand-made file and returns the error reading it gives.
 std::string read_error(const std::string& name, const std::string& bytes) {
-  const std::string path = tmp_path(name);
-  write_all(path, bytes);
+  const std::string path = testing::temp_path(name).string();
+  testing::write_bytes(path, bytes);
   return error_of([&] { read_safetensors(path); });
 }
 
@@ -92,7 +76,7 @@ TEST_CASE("write_safetensors then read_safetensors round-trips every dtype", "[s
   const StateDict in = {{"z.f32", f32},     {"f64", f64},   {"f16", f16},        {"bf16", bf16},
                         {"i32", i32},       {"i64", i64},   {"u8", u8},          {"flags", flags},
                         {"scalar", scalar}, {"none", none}, {"strided", strided}};
-  const std::string path = tmp_path("round_trip.safetensors");
+  const std::string path = testing::temp_path("round_trip.safetensors").string();
   write_safetensors(path, in, {{"format", "pt"}, {"note", "h\u00e9llo \"quoted\""}});
 
   const SafetensorsFile out = read_safetensors(path);
@@ -112,7 +96,7 @@ TEST_CASE("write_safetensors then read_safetensors round-trips every dtype", "[s
 
   // Layout: header length is a multiple of 8, the header starts with '{' and may end in
   // spaces, the data section is the tensors back to back.
-  const std::string bytes = read_all(path);
+  const std::string bytes = testing::read_bytes(path);
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   CHECK(n % 8 == 0);
@@ -127,7 +111,7 @@ TEST_CASE("write_safetensors then read_safetensors round-trips every dtype", "[s
 TEST_CASE("write_safetensors accepts tensors that require grad", "[safetensors]") {
   Tensor w = ones({2, 2});
   w.set_requires_grad(true);
-  const std::string path = tmp_path("requires_grad.safetensors");
+  const std::string path = testing::temp_path("requires_grad.safetensors").string();
   write_safetensors(path, {{"w", w}});
   require_close(read_safetensors(path).tensors.at(0).second, {1, 1, 1, 1}, 0);
 }
@@ -169,7 +153,7 @@ TEST_CASE("a file from an independent writer reads back", "[safetensors]") {
   CHECK(find(f.tensors, "empty").shape() == Shape{0, 3});
 
   // Written back by Tessera and read again, the tensors are unchanged.
-  const std::string path = tmp_path("fixture_copy.safetensors");
+  const std::string path = testing::temp_path("fixture_copy.safetensors").string();
   write_safetensors(path, f.tensors, f.metadata);
   const SafetensorsFile g = read_safetensors(path);
   REQUIRE(names_of(g.tensors) == names_of(f.tensors));
@@ -181,21 +165,21 @@ TEST_CASE("a file from an independent writer reads back", "[safetensors]") {
 TEST_CASE("the header may be unpadded or padded with spaces", "[safetensors]") {
   const std::string header = R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})";
   for (const std::string& h : {header, header + "      ", header + " "}) {
-    const std::string path = tmp_path("padding.safetensors");
-    write_all(path, file_bytes(h, kTwelveBytes));
+    const std::string path = testing::temp_path("padding.safetensors").string();
+    testing::write_bytes(path, file_bytes(h, kTwelveBytes));
     const SafetensorsFile f = read_safetensors(path);
     REQUIRE(f.tensors.size() == 1);
     CHECK(f.tensors[0].second.shape() == Shape{3});
     CHECK(f.metadata.empty());
   }
   // An empty file list is a valid file.
-  const std::string path = tmp_path("no_tensors.safetensors");
+  const std::string path = testing::temp_path("no_tensors.safetensors").string();
   write_safetensors(path, {});
   CHECK(read_safetensors(path).tensors.empty());
 }
 
 TEST_CASE("write_safetensors is atomic and validates names", "[safetensors]") {
-  const std::string path = tmp_path("atomic/model.safetensors");
+  const std::string path = testing::temp_path("atomic/model.safetensors").string();
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   write_safetensors(path, {{"a", ones({2})}});
   write_safetensors(path, {{"b", zeros({3})}});  // replaces the file
@@ -216,7 +200,9 @@ TEST_CASE("write_safetensors is atomic and validates names", "[safetensors]") {
                write_safetensors(path, {{"u", Tensor()}});
              }),
              Catch::Contains("tensor \"u\" is undefined"));
-  CHECK_THAT(error_of([&] { write_safetensors(tmp_path("no/such/dir/x.safetensors"), {}); }),
+  CHECK_THAT(error_of([&] {
+               write_safetensors(testing::temp_path("no/such/dir/x.safetensors").string(), {});
+             }),
              Catch::Contains("cannot create a temporary file"));
   // Failed writes left the last good file and no temporary files.
   CHECK(names_of(read_safetensors(path).tensors) == std::vector<std::string>{"b"});
@@ -231,7 +217,7 @@ TEST_CASE("write_safetensors is atomic and validates names", "[safetensors]") {
 
 TEST_CASE("malformed files are rejected with a specific one-line error", "[safetensors]") {
   const std::string good = R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})";
-  const std::string path = tmp_path("bad.safetensors");
+  const std::string path = testing::temp_path("bad.safetensors").string();
   auto err = [&](const std::string& bytes) { return read_error("bad.safetensors", bytes); };
   auto with_header = [&](const std::string& header, const std::string& data = kTwelveBytes) {
     return err(file_bytes(header, data));

@@ -22,12 +22,6 @@ using testing::error_of;
 using testing::fresh_dir;
 using testing::read_bytes;
 
-void write_all(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
-
 // Small contents whose values depend on `step`.
 CheckpointContents contents(int64_t step) {
   const float s = static_cast<float>(step);
@@ -126,7 +120,7 @@ TEST_CASE("a leftover temporary directory of a crashed save is removed by the ne
   ckpt.save(10, contents(10));
   // A save of step 20 that died before its rename.
   fs::create_directories(root / ".step_00000020.tmp");
-  write_all(root / ".step_00000020.tmp" / "model.safetensors", "half a file");
+  testing::write_bytes(root / ".step_00000020.tmp" / "model.safetensors", "half a file");
   CHECK(ckpt.latest() == (root / "step_00000010").string());  // not the leftover
   ckpt.save(30, contents(30));
   CHECK(entries(root) == std::vector<std::string>{"latest", "step_00000010", "step_00000030"});
@@ -143,13 +137,13 @@ TEST_CASE("a checkpoint whose files changed after the save is refused", "[checkp
   SECTION("a flipped byte") {
     std::string bad = good;
     bad[bad.size() - 3] ^= 0x10;  // inside the data section: still a valid safetensors file
-    write_all(model, bad);
+    testing::write_bytes(model, bad);
     CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
           "[checkpoint] " + model.string() + ": checksum mismatch, expected fnv1a64 " + hash +
               ", found " + file_fnv1a64(model.string()) + " (the file changed after the save)");
   }
   SECTION("a truncated file") {
-    write_all(model, good.substr(0, good.size() - 8));
+    testing::write_bytes(model, good.substr(0, good.size() - 8));
     CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
           "[checkpoint] " + model.string() + ": expected " + std::to_string(good.size()) +
               " bytes (manifest), found " + std::to_string(good.size() - 8));
@@ -164,7 +158,7 @@ TEST_CASE("a checkpoint whose files changed after the save is refused", "[checkp
     const fs::path opt = dir / "optimizer.safetensors";
     std::string bad = read_bytes(opt);
     bad.back() ^= 0x01;
-    write_all(opt, bad);
+    testing::write_bytes(opt, bad);
     CHECK_THAT(error_of([&] { load_checkpoint(dir.string()); }),
                Contains(opt.string() + ": checksum mismatch"));
     const CheckpointContents c = load_checkpoint(dir.string(), /*with_optimizer=*/false);
@@ -186,23 +180,23 @@ TEST_CASE("an incomplete save and a dangling latest pointer are errors", "[check
         "[checkpoint] expected a checkpoint directory, found no directory " +
             (root / "step_00000004").string());
 
-  write_all(root / "latest", "step_00000099\n");
+  testing::write_bytes(root / "latest", "step_00000099\n");
   CHECK(error_of([&] { ckpt.latest(); }) ==
         "[checkpoint] " + (root / "latest").string() +
             " names \"step_00000099\"; expected a checkpoint directory beside it");
-  write_all(root / "latest", "../step_00000003\n");
+  testing::write_bytes(root / "latest", "../step_00000003\n");
   CHECK_THAT(error_of([&] { ckpt.latest(); }),
              Contains("names \"../step_00000003\"; expected a checkpoint directory beside it"));
-  write_all(root / "latest", "");
+  testing::write_bytes(root / "latest", "");
   CHECK_THAT(error_of([&] { ckpt.latest(); }),
              Contains("names \"\"; expected a checkpoint directory beside it"));
 }
 
 TEST_CASE("file_fnv1a64 is FNV-1a 64 of the bytes", "[checkpoint]") {
   const fs::path dir = fresh_dir("fnv");
-  write_all(dir / "empty", "");
-  write_all(dir / "a", "a");
-  write_all(dir / "foobar", "foobar");
+  testing::write_bytes(dir / "empty", "");
+  testing::write_bytes(dir / "a", "a");
+  testing::write_bytes(dir / "foobar", "foobar");
   // Reference values of the FNV-1a 64 test suite.
   CHECK(file_fnv1a64((dir / "empty").string()) == "cbf29ce484222325");
   CHECK(file_fnv1a64((dir / "a").string()) == "af63dc4c8601ec8c");

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "core/json.h"
+#include "tests/test_files.h"
 #include "tests/testing.h"
 
 namespace tessera::train {
@@ -387,9 +388,7 @@ TEST_CASE("missing and inconsistent sections", "[run_config]") {
 }
 
 std::filesystem::path temp_file(const std::string& name, const std::string& text) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::filesystem::path dir =
-      std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / "run_config_test";
+  const std::filesystem::path dir = testing::temp_path("run_config_test");
   std::filesystem::create_directories(dir);
   const std::filesystem::path path = dir / name;
   std::ofstream(path, std::ios::trunc) << text;
