@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <span>
 #include <string>
 #include <vector>
@@ -88,10 +87,7 @@ int generate_main(int argc, char** argv) {
   options.seed = static_cast<uint64_t>(seed);
   const std::string prompt = flags.get("prompt", "\n");
 
-  // `bazel run` starts binaries in their runfiles tree; resolve paths as the user typed them.
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY")) {
-    if (::chdir(dir) != 0) throw std::runtime_error(std::string("cannot enter ") + dir);
-  }
+  tessera::cli::enter_working_directory();
   if (threads > 0) tessera::set_num_threads(static_cast<int>(threads));
 
   const tessera::sampling::LoadedModel m =

@@ -6,10 +6,8 @@
 // Relative paths resolve against the directory the command was started from (also under
 // `bazel run`). Exit codes: 0 on success, 2 for bad flags (one line and the usage), 1 for
 // any other error (one line); on error nothing is left in DIR.
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
@@ -66,10 +64,7 @@ int prepare_main(int argc, char** argv) {
     throw UsageError(
         tessera::str_cat("--shard-tokens expected an integer >= 1, found ", o.shard_tokens));
   }
-  // `bazel run` starts binaries in their runfiles tree; resolve paths as the user typed them.
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY")) {
-    TS_CHECK(::chdir(dir) == 0, "cannot enter the working directory ", dir);
-  }
+  tessera::cli::enter_working_directory();
   const tessera::data::PrepareResult r = tessera::data::prepare_dataset(o);
   std::printf("prepare_data: %s (%lld bytes), tokenizer %s, vocab size %lld\n", o.input.c_str(),
               static_cast<long long>(r.input_bytes), o.tokenizer.c_str(),

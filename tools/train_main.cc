@@ -4,9 +4,7 @@
 //
 // Relative paths (the config, and the paths inside it) resolve against the directory the
 // command was started from. Exit codes: 0 done, 2 bad flags, 1 any other error.
-#include <unistd.h>
-
-#include <cstdlib>
+#include <cstdio>
 
 #include "tools/cli/flags.h"
 #include "tools/trainer/trainer.h"
@@ -37,10 +35,7 @@ int train_main(int argc, char** argv) {
     throw tessera::cli::UsageError("--resume and --no-resume exclude each other");
   }
   const std::string config = flags.required("config");
-  // `bazel run` starts binaries in their runfiles tree; resolve paths as the user typed them.
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY")) {
-    if (::chdir(dir) != 0) throw std::runtime_error(std::string("cannot enter ") + dir);
-  }
+  tessera::cli::enter_working_directory();
   const tessera::train::ResumeMode mode = flags.has("resume") ? tessera::train::ResumeMode::required
                                           : flags.has("no-resume")
                                               ? tessera::train::ResumeMode::never

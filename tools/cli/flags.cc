@@ -1,6 +1,9 @@
 #include "tools/cli/flags.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 namespace tessera::cli {
@@ -79,6 +82,13 @@ double Flags::get_double(const std::string& name, double fallback) const {
     throw UsageError("--" + name + " expected a number, found \"" + *v + "\"");
   }
   return d;
+}
+
+void enter_working_directory() {
+  const char* dir = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (dir != nullptr && ::chdir(dir) != 0) {
+    throw std::runtime_error(std::string("cannot enter the working directory ") + dir);
+  }
 }
 
 int run_tool(const char* tool, const char* usage, int (*body)(int argc, char** argv), int argc,

@@ -45,6 +45,11 @@ class Flags {
   std::map<std::string, std::string> values_;
 };
 
+// `bazel run` starts binaries in their runfiles tree: moves to the directory the command
+// was started from ($BUILD_WORKING_DIRECTORY), so relative paths resolve as the user typed
+// them. Does nothing outside `bazel run`.
+void enter_working_directory();
+
 // Runs `body` the way every tool's main does: UsageError -> the message and `usage` on
 // stderr, exit code 2; any other exception -> its one-line message, exit code 1.
 int run_tool(const char* tool, const char* usage, int (*body)(int argc, char** argv), int argc,
