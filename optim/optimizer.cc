@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <set>
 
 #include "core/error.h"
 #include "core/factories.h"
@@ -29,11 +28,10 @@ std::vector<ParamGroup> decay_groups(const std::vector<NamedParameter>& params, 
 }
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
-  std::set<std::string> seen;
   for (const ParamGroup& g : groups_) {
     for (const NamedParameter& p : g.params) {
       TS_CHECK(p.tensor.defined(), "[optimizer] parameter \"", p.name, "\" is undefined");
-      TS_CHECK(seen.insert(p.name).second, "[optimizer] parameter \"", p.name,
+      TS_CHECK(index_.emplace(p.name, index_.size()).second, "[optimizer] parameter \"", p.name,
                "\" appears in more than one place; expected each parameter once");
     }
   }
@@ -49,21 +47,9 @@ void Optimizer::set_lr(double lr) {
   for (ParamGroup& g : groups_) g.lr = lr;
 }
 
-int64_t Optimizer::index_of(const NamedParameter& p) const {
-  int64_t i = 0;
-  for (const ParamGroup& g : groups_) {
-    for (const NamedParameter& q : g.params) {
-      if (q.name == p.name) return i;
-      ++i;
-    }
-  }
-  TS_INTERNAL_ASSERT(false, "parameter ", p.name, " is not in the optimizer");
-  return -1;
-}
-
 bool Optimizer::has_state(const std::string& kind, const NamedParameter& p) const {
   for (const auto& [k, tensors] : state_) {
-    if (k == kind) return tensors[index_of(p)].defined();
+    if (k == kind) return tensors[index_.at(p.name)].defined();
   }
   return false;
 }
@@ -72,12 +58,10 @@ Tensor& Optimizer::state(const std::string& kind, const NamedParameter& p) {
   auto it =
       std::find_if(state_.begin(), state_.end(), [&](const auto& e) { return e.first == kind; });
   if (it == state_.end()) {
-    int64_t n = 0;
-    for (const ParamGroup& g : groups_) n += static_cast<int64_t>(g.params.size());
-    state_.emplace_back(kind, std::vector<Tensor>(static_cast<size_t>(n)));
+    state_.emplace_back(kind, std::vector<Tensor>(index_.size()));
     it = std::prev(state_.end());
   }
-  Tensor& t = it->second[index_of(p)];
+  Tensor& t = it->second[index_.at(p.name)];
   if (!t.defined()) t = zeros(p.tensor.shape(), {p.tensor.dtype(), p.tensor.device()});
   return t;
 }

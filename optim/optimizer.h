@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -72,7 +73,7 @@ class Optimizer {
   std::vector<std::pair<std::string, std::vector<Tensor>>> state_;
   int64_t step_count_ = 0;
   // Position of each parameter in group order, by name.
-  int64_t index_of(const NamedParameter& p) const;
+  std::map<std::string, size_t> index_;
 };
 
 }  // namespace tessera::optim

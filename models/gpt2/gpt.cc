@@ -81,9 +81,8 @@ Tensor Gpt::embed(const Tensor& idx, int64_t start) const {
 }
 
 Tensor Gpt::head(const Tensor& x) const {
-  const Tensor h = transformer_.ln_f.forward(x);
-  return matmul(h, transpose(cfg_.tie_word_embeddings ? transformer_.wte.weight() : lm_head_, 0,
-                             1));  // (B, T, C) x (C, Vp)
+  const Tensor& weight = cfg_.tie_word_embeddings ? transformer_.wte.weight() : lm_head_;
+  return linear(transformer_.ln_f.forward(x), weight, Tensor());  // (B, T, C) -> (B, T, Vp)
 }
 
 Tensor Gpt::forward(const Tensor& idx) const {

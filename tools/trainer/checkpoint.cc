@@ -26,10 +26,6 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  write_file_atomically(path, [&](const WriteBytes& write) { write(text.data(), text.size()); });
-}
-
 // Steps of the committed checkpoints under `root`, ascending.
 std::vector<int64_t> committed_steps(const fs::path& root) {
   std::vector<int64_t> steps;
@@ -83,7 +79,7 @@ std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents
   fs::create_directories(tmp);
   write_safetensors((tmp / "model.safetensors").string(), contents.model);
   write_safetensors((tmp / "optimizer.safetensors").string(), contents.optimizer);
-  write_text((tmp / "state.json").string(), contents.state.dump(1) + "\n");
+  write_file_atomically((tmp / "state.json").string(), {contents.state.dump(1) + "\n"});
   nlohmann::json files = nlohmann::json::array();
   for (const std::string& f : kFiles) {
     const fs::path p = tmp / f;
@@ -93,12 +89,12 @@ std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents
   }
   const nlohmann::json manifest = {
       {"format", kFormat}, {"version", kVersion}, {"step", step}, {"files", files}};
-  write_text((tmp / "manifest.json").string(), manifest.dump(1) + "\n");
+  write_file_atomically((tmp / "manifest.json").string(), {manifest.dump(1) + "\n"});
   fsync_directory(tmp.string());
   if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-save of the same step
   fs::rename(tmp, final_dir);
   fsync_directory(root.string());
-  write_text((root / "latest").string(), name + "\n");
+  write_file_atomically((root / "latest").string(), {name + "\n"});
   prune();
   return final_dir.string();
 }

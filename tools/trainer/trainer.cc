@@ -29,8 +29,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double scalar_of(const Tensor& t) { return t.to_vector<double>().at(0); }
-
 // Training FLOPs per token, PaLM appendix B: 6N + 12 L H Q T (N counts every parameter).
 double flops_per_token(const GptConfig& c, int64_t seq_len) {
   return 6.0 * static_cast<double>(c.num_parameters()) +
@@ -45,9 +43,10 @@ std::string format_duration(double s) {
   return buf;
 }
 
+// Tokens in the shards at `paths` (each header checked).
 int64_t shard_tokens(const std::vector<std::string>& paths) {
   int64_t n = 0;
-  for (const std::string& p : paths) n += (static_cast<int64_t>(fs::file_size(p)) - 1024) / 2;
+  for (const std::string& p : paths) n += data::TokenShard(p).size();
   return n;
 }
 
@@ -172,7 +171,7 @@ double Trainer::train_step() {
   for (int64_t micro = 0; micro < gas; ++micro) {
     const data::Batch b = train_loader_->next();
     const Tensor loss = model_->loss(model_->forward(b.inputs), b.targets);
-    loss_sum += scalar_of(loss);
+    loss_sum += loss.item<double>();
     // The mean over micro-batches, as DeepSpeed scales each micro-batch's loss by 1/GAS.
     backward(loss, scalar_tensor(1.0 / static_cast<double>(gas)));
   }
@@ -190,7 +189,7 @@ double Trainer::evaluate() {
   double total = 0.0;
   for (int64_t i = 0; i < cfg_.trainer.eval_batches; ++i) {
     const data::Batch b = val_loader_->next();
-    total += scalar_of(model_->loss(model_->forward(b.inputs), b.targets));
+    total += model_->loss(model_->forward(b.inputs), b.targets).item<double>();
   }
   model_->train();
   return total / static_cast<double>(cfg_.trainer.eval_batches);
