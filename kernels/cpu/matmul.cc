@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
+#include "kernels/cpu/sgemm.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -93,14 +95,29 @@ std::optional<int64_t> tall_row_stride(const Tensor& a) {  // (..., M, K)
 // Eigen's own threading splits one GEMM across threads but zeroes the whole output on the
 // calling thread first and scales poorly on wide products such as the LM head (256 x 768 x
 // 50304). Instead each thread computes a block of output columns (or rows, when the
-// product is taller than wide) with a one-thread Eigen GEMM: Eigen runs single-threaded
-// inside a parallel region, and every thread zeroes only its own block.
+// product is taller than wide) with a one-thread GEMM (packed or Eigen, see gemm_block):
+// Eigen runs single-threaded inside a parallel region, and every thread zeroes only its own
+// block.
 constexpr int64_t kMinThreadedFlops = int64_t{1} << 22;
 constexpr int64_t kSplitAlign = 16;  // block edges at multiples of 16 elements (64 bytes)
+
+// One block on the calling thread: the packed kernel for f32 where the build has it (Note
+// [Packed SGEMM]), Eigen otherwise and for matrix-vector shapes, where packing a whole
+// operand would cost more than the product.
+constexpr int64_t kMinPackedExtent = 16;
 
 template <class T, int OrderA, int OrderB>
 void gemm_block(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc, int64_t m,
                 int64_t n, int64_t k) {
+  if constexpr (std::is_same_v<T, float> && kHavePackedSgemm) {
+    if (m >= kMinPackedExtent && n >= kMinPackedExtent) {
+      constexpr bool a_rows = OrderA == Eigen::RowMajor;
+      constexpr bool b_rows = OrderB == Eigen::RowMajor;
+      sgemm({a, a_rows ? lda : 1, a_rows ? 1 : lda}, {b, b_rows ? ldb : 1, b_rows ? 1 : ldb}, c,
+            ldc, m, n, k);
+      return;
+    }
+  }
   ConstMatrixMap<T, OrderA> A(a, m, k, Eigen::OuterStride<>(lda));
   ConstMatrixMap<T, OrderB> B(b, k, n, Eigen::OuterStride<>(ldb));
   RowMatrixMap<T> C(c, m, n, Eigen::OuterStride<>(ldc));

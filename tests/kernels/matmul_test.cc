@@ -122,6 +122,30 @@ TEST_CASE("matmul at sizes beyond Eigen's blocking", "[matmul]") {
   check(a.to(DType::f32), bt, false, true, 1e-3);
 }
 
+TEST_CASE("f32 matmul across the packed kernel's tile and block edges", "[matmul]") {
+  // Note [Packed SGEMM]: tiles of 12 x 32, blocks of 1536 (M) x 384 (K) x 768 (N), and 16 x
+  // 16 transposes while packing. Sizes just past each edge, in every layout, contiguous and
+  // as views with a leading dimension wider than their rows; the larger ones are split
+  // across threads (Note [GEMM threading]).
+  Generator gen(9);
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (const Size s : {Size{16, 16, 16}, Size{1549, 33, 21}, Size{37, 801, 19}, Size{29, 47, 403},
+                       Size{25, 770, 390}, Size{300, 301, 100}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Shape as = stored({}, s.m, s.k, ta);
+        const Shape bs = stored({}, s.k, s.n, tb);
+        check(randn(as, gen), randn(bs, gen), ta, tb, 1e-3);
+        const Tensor a_view = randn({as[0], as[1] + 5}, gen).narrow(1, 2, as[1]);
+        const Tensor b_view = randn({bs[0], bs[1] + 3}, gen).narrow(1, 1, bs[1]);
+        check(a_view, b_view, ta, tb, 1e-3);
+      }
+    }
+  }
+}
+
 TEST_CASE("matmul reads non-contiguous operands", "[matmul]") {
   Generator gen(5);
   for (DType dtype : {DType::f32, DType::f64}) {

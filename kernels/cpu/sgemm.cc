@@ -1,0 +1,219 @@
+#include "kernels/cpu/sgemm.h"
+
+#if defined(__AVX512F__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <new>
+
+namespace tessera::kernels::cpu {
+namespace {
+
+// See Note [Packed SGEMM]. Tile kMr x kNr: 12 x 2 accumulators plus two B vectors and one
+// broadcast fit the 32 zmm registers. Blocks: an A micro-panel (kMr x kKc, 18 KiB) stays in
+// L1, a packed B block (kKc x kNc, 1.1 MiB) in L2, and an A block (kMc x kKc) in L3.
+constexpr int kMr = 12;
+constexpr int kNr = 32;
+constexpr int64_t kKc = 384;
+constexpr int64_t kMc = 1536;
+constexpr int64_t kNc = 768;
+constexpr int kLanes = 16;
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<float[], FreeDeleter>;
+
+AlignedBuffer aligned_floats(int64_t count) {
+  const size_t bytes = (static_cast<size_t>(count) * sizeof(float) + 63) / 64 * 64;
+  auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+  if (p == nullptr) throw std::bad_alloc();
+  return AlignedBuffer(p);
+}
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// Transposes the 16 x 16 block held in rows r[0..15] in place.
+inline void transpose16(__m512 r[kLanes]) {
+  __m512 t[kLanes];
+  for (int i = 0; i < kLanes; i += 2) {  // interleave pairs of rows: 2 x 2 blocks
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < kLanes; i += 4) {  // 4 x 4 blocks within each 128-bit lane
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < kLanes; i += 8) {  // 128-bit lanes across rows i.. and i+4..
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {  // and across rows j and j+8
+    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+  }
+}
+
+// Packs a (m, k) into ceil(m / kMr) micro-panels: for each k, kMr values, zero past row m.
+void pack_a(StridedMatrix a, int64_t m, int64_t k, float* dst) {
+  for (int64_t i0 = 0; i0 < m; i0 += kMr) {
+    const int64_t rows = std::min<int64_t>(kMr, m - i0);
+    const float* src = a.data + i0 * a.row_stride;
+    int64_t kk = 0;
+    if (rows == kMr && a.row_stride == 1) {  // each k: kMr contiguous values
+      for (; kk < k; ++kk, dst += kMr) {
+        std::copy_n(src + kk * a.col_stride, kMr, dst);
+      }
+    } else if (rows == kMr && a.col_stride == 1) {  // rows contiguous: transpose 16 k at once
+      for (; kk + kLanes <= k; kk += kLanes, dst += kLanes * kMr) {
+        __m512 r[kLanes];
+        for (int i = 0; i < kMr; ++i) r[i] = _mm512_loadu_ps(src + i * a.row_stride + kk);
+        for (int i = kMr; i < kLanes; ++i) r[i] = _mm512_setzero_ps();
+        transpose16(r);
+        for (int q = 0; q < kLanes; ++q) {
+          _mm512_mask_storeu_ps(dst + q * kMr, (1u << kMr) - 1, r[q]);
+        }
+      }
+    }
+    for (; kk < k; ++kk, dst += kMr) {
+      for (int i = 0; i < kMr; ++i) {
+        dst[i] = i < rows ? src[i * a.row_stride + kk * a.col_stride] : 0.0f;
+      }
+    }
+  }
+}
+
+// Packs b (k, n) into ceil(n / kNr) micro-panels: for each k, kNr values, zero past col n.
+void pack_b(StridedMatrix b, int64_t k, int64_t n, float* dst) {
+  for (int64_t j0 = 0; j0 < n; j0 += kNr) {
+    const int64_t cols = std::min<int64_t>(kNr, n - j0);
+    const float* src = b.data + j0 * b.col_stride;
+    int64_t kk = 0;
+    if (cols == kNr && b.col_stride == 1) {  // each k: kNr contiguous values
+      for (; kk < k; ++kk, dst += kNr) {
+        const float* s = src + kk * b.row_stride;
+        _mm512_store_ps(dst, _mm512_loadu_ps(s));
+        _mm512_store_ps(dst + kLanes, _mm512_loadu_ps(s + kLanes));
+      }
+    } else if (cols == kNr && b.row_stride == 1) {  // columns contiguous: transpose
+      for (; kk + kLanes <= k; kk += kLanes, dst += kLanes * kNr) {
+        for (int half = 0; half < kNr / kLanes; ++half) {
+          __m512 r[kLanes];
+          for (int j = 0; j < kLanes; ++j) {
+            r[j] = _mm512_loadu_ps(src + (half * kLanes + j) * b.col_stride + kk);
+          }
+          transpose16(r);
+          for (int q = 0; q < kLanes; ++q) _mm512_store_ps(dst + q * kNr + half * kLanes, r[q]);
+        }
+      }
+    }
+    for (; kk < k; ++kk, dst += kNr) {
+      for (int j = 0; j < kNr; ++j) {
+        dst[j] = j < cols ? src[kk * b.row_stride + j * b.col_stride] : 0.0f;
+      }
+    }
+  }
+}
+
+// c (kMr, kNr), leading dimension ldc, = (or +=, when Accumulate) a_panel @ b_panel over
+// kc steps of k.
+template <bool Accumulate>
+inline void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
+                         int64_t ldc) {
+  // Every loop over the tile's rows is unrolled so acc lives in registers (-O2 would not).
+  __m512 acc[kMr][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < kMr; ++i) {
+    acc[i][0] = _mm512_setzero_ps();
+    acc[i][1] = _mm512_setzero_ps();
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kLanes), _MM_HINT_T0);
+  }
+#pragma GCC unroll 4
+  for (int64_t kk = 0; kk < kc; ++kk, a += kMr, b += kNr) {
+    const __m512 b0 = _mm512_load_ps(b);
+    const __m512 b1 = _mm512_load_ps(b + kLanes);
+#pragma GCC unroll 12
+    for (int i = 0; i < kMr; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < kMr; ++i) {
+    float* ci = c + i * ldc;
+    if (Accumulate) {
+      acc[i][0] = _mm512_add_ps(acc[i][0], _mm512_loadu_ps(ci));
+      acc[i][1] = _mm512_add_ps(acc[i][1], _mm512_loadu_ps(ci + kLanes));
+    }
+    _mm512_storeu_ps(ci, acc[i][0]);
+    _mm512_storeu_ps(ci + kLanes, acc[i][1]);
+  }
+}
+
+// The micro-kernel on a tile with rows x cols valid entries (an edge tile goes through a
+// local buffer so nothing past the edge of c is touched).
+void tile(bool accumulate, int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+          int64_t rows, int64_t cols) {
+  if (rows == kMr && cols == kNr) {
+    if (accumulate) {
+      micro_kernel<true>(kc, a, b, c, ldc);
+    } else {
+      micro_kernel<false>(kc, a, b, c, ldc);
+    }
+    return;
+  }
+  alignas(64) float buffer[kMr * kNr];
+  micro_kernel<false>(kc, a, b, buffer, kNr);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0.0f) + buffer[i * kNr + j];
+    }
+  }
+}
+
+}  // namespace
+
+void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n,
+           int64_t k) {
+  const int64_t kc_max = std::min(kKc, k);
+  AlignedBuffer a_packed = aligned_floats(std::min(kMc, round_up(m, kMr)) * kc_max);
+  AlignedBuffer b_packed = aligned_floats(std::min(kNc, round_up(n, kNr)) * kc_max);
+  const auto a_block = [&](int64_t ic, int64_t pc) -> StridedMatrix {
+    return {a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride};
+  };
+  const auto b_block = [&](int64_t pc, int64_t jc) -> StridedMatrix {
+    return {b.data + pc * b.row_stride + jc * b.col_stride, b.row_stride, b.col_stride};
+  };
+  for (int64_t ic = 0; ic < m; ic += kMc) {
+    const int64_t mc = std::min(kMc, m - ic);
+    for (int64_t pc = 0; pc < k; pc += kKc) {
+      const int64_t kc = std::min(kKc, k - pc);
+      const bool accumulate = pc > 0;
+      pack_a(a_block(ic, pc), mc, kc, a_packed.get());
+      for (int64_t jc = 0; jc < n; jc += kNc) {
+        const int64_t nc = std::min(kNc, n - jc);
+        pack_b(b_block(pc, jc), kc, nc, b_packed.get());
+        for (int64_t ir = 0; ir < mc; ir += kMr) {
+          for (int64_t jr = 0; jr < nc; jr += kNr) {
+            tile(accumulate, kc, a_packed.get() + ir * kc, b_packed.get() + jr * kc,
+                 c + (ic + ir) * ldc + jc + jr, ldc, std::min<int64_t>(kMr, mc - ir),
+                 std::min<int64_t>(kNr, nc - jr));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tessera::kernels::cpu
+
+#endif  // __AVX512F__
