@@ -1,0 +1,222 @@
+#include "parallel/comm/communicator.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "core/error.h"
+
+namespace tessera::parallel {
+
+const char* comm_op_name(CommOp op) {
+  switch (op) {
+    case CommOp::all_reduce:
+      return "all_reduce";
+    case CommOp::reduce_scatter:
+      return "reduce_scatter";
+    case CommOp::all_gather:
+      return "all_gather";
+    case CommOp::all_to_all:
+      return "all_to_all";
+    case CommOp::broadcast:
+      return "broadcast";
+    case CommOp::send:
+      return "send";
+    case CommOp::recv:
+      return "recv";
+    case CommOp::barrier:
+      return "barrier";
+    case CommOp::split:
+      return "split";
+  }
+  return "unknown op";
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::min:
+      return "min";
+  }
+  return "unknown reduction";
+}
+
+void CommStats::add(CommOp op, int64_t bytes_sent) {
+  Op& o = ops_[static_cast<int>(op)];
+  ++o.calls;
+  o.bytes_sent += bytes_sent;
+}
+
+int64_t CommStats::total_bytes_sent() const {
+  int64_t total = 0;
+  for (const Op& o : ops_) total += o.bytes_sent;
+  return total;
+}
+
+std::string CommStats::summary() const {
+  std::string out;
+  for (int i = 0; i < kNumCommOps; ++i) {
+    if (ops_[i].calls == 0) continue;
+    char line[160];
+    std::snprintf(line, sizeof(line), "%s%s: %lld calls, %.2f MB sent", out.empty() ? "" : "\n",
+                  comm_op_name(static_cast<CommOp>(i)), static_cast<long long>(ops_[i].calls),
+                  static_cast<double>(ops_[i].bytes_sent) / 1e6);
+    out += line;
+  }
+  return out;
+}
+
+Communicator::Communicator(int rank, int size, std::string name, CommOptions options)
+    : rank_(rank), size_(size), name_(std::move(name)), options_(options) {
+  TS_CHECK(size >= 1 && rank >= 0 && rank < size, "[comm ", name_,
+           "] expected 0 <= rank < size, found rank ", rank, " and size ", size);
+  TS_CHECK(options.timeout.count() > 0, "[comm ", name_, "] expected a positive timeout, found ",
+           options.timeout.count(), " ms");
+}
+
+std::string Communicator::where(CommOp op) const {
+  return str_cat("[comm ", name_, ", rank ", rank_, " of ", size_, "] ", comm_op_name(op), " #",
+                 sequence_ - 1);
+}
+
+void Communicator::fail(CommOp op, const std::string& reason) {
+  throw Error(str_cat(where(op), ": ", reason));
+}
+
+void Communicator::check_tensor(CommOp op, const char* arg, const Tensor& t) {
+  if (!t.defined()) fail(op, str_cat(arg, " is undefined"));
+  if (!t.is_contiguous()) fail(op, str_cat(arg, " must be contiguous"));
+  if (!supports(t.device())) {
+    fail(op, str_cat(arg, " is on ", t.device().str(), ", which this backend cannot communicate"));
+  }
+}
+
+void Communicator::check_peer(CommOp op, const char* arg, int peer) {
+  if (peer < 0 || peer >= size_) {
+    fail(op, str_cat("expected ", arg, " in [0, ", size_, "), found ", peer));
+  }
+}
+
+void Communicator::check_pair(CommOp op, const Tensor& in, const Tensor& out,
+                              int64_t out_per_in_num, int64_t out_per_in_den) {
+  check_tensor(op, "in", in);
+  check_tensor(op, "out", out);
+  if (in.dtype() != out.dtype() || in.device() != out.device()) {
+    fail(op, str_cat("expected in and out of one dtype and device, found ", in.str(), " and ",
+                     out.str()));
+  }
+  if (out.numel() * out_per_in_den != in.numel() * out_per_in_num) {
+    fail(op, str_cat("expected out to hold ", in.numel() * out_per_in_num / out_per_in_den,
+                     " elements for ", in.numel(), " in ", size_, " ranks, found ", out.numel()));
+  }
+}
+
+template <class F>
+void Communicator::run(CommOp op, F&& f) {
+  ++sequence_;
+  if (!broken_reason_.empty()) {
+    throw Error(
+        str_cat(where(op), ": the group is unusable after an earlier failure: ", broken_reason_));
+  }
+  try {
+    stats_.add(op, f());
+  } catch (const Error& e) {
+    broken_reason_ = e.what();
+    on_broken(broken_reason_);
+    throw;
+  }
+}
+
+namespace {
+
+// `factor` x (N - 1) / N of `bytes`: a ring algorithm's share per rank (Note [Bytes sent]).
+int64_t ring_share(size_t bytes, int size, int factor = 1) {
+  return static_cast<int64_t>(bytes) * factor * (size - 1) / size;
+}
+
+}  // namespace
+
+void Communicator::all_reduce(const Tensor& t, ReduceOp op) {
+  run(CommOp::all_reduce, [&] {
+    check_tensor(CommOp::all_reduce, "t", t);
+    do_all_reduce(t, op);
+    return ring_share(t.nbytes(), size_, 2);
+  });
+}
+
+void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  run(CommOp::reduce_scatter, [&] {
+    check_pair(CommOp::reduce_scatter, in, out, 1, size_);
+    do_reduce_scatter(in, out, op);
+    return ring_share(in.nbytes(), size_);
+  });
+}
+
+void Communicator::all_gather(const Tensor& in, const Tensor& out) {
+  run(CommOp::all_gather, [&] {
+    check_pair(CommOp::all_gather, in, out, size_, 1);
+    do_all_gather(in, out);
+    return ring_share(out.nbytes(), size_);
+  });
+}
+
+void Communicator::all_to_all(const Tensor& in, const Tensor& out) {
+  run(CommOp::all_to_all, [&] {
+    check_pair(CommOp::all_to_all, in, out, 1, 1);
+    if (in.numel() % size_ != 0) {
+      fail(CommOp::all_to_all,
+           str_cat("expected a multiple of ", size_, " elements, found ", in.numel()));
+    }
+    do_all_to_all(in, out);
+    return ring_share(in.nbytes(), size_);
+  });
+}
+
+void Communicator::broadcast(const Tensor& t, int root) {
+  run(CommOp::broadcast, [&] {
+    check_tensor(CommOp::broadcast, "t", t);
+    check_peer(CommOp::broadcast, "root", root);
+    do_broadcast(t, root);
+    return root == rank_ && size_ > 1 ? static_cast<int64_t>(t.nbytes()) : int64_t{0};
+  });
+}
+
+void Communicator::send(const Tensor& t, int dst) {
+  run(CommOp::send, [&] {
+    check_tensor(CommOp::send, "t", t);
+    check_peer(CommOp::send, "dst", dst);
+    if (dst == rank_) fail(CommOp::send, "cannot send to itself");
+    do_send(t, dst);
+    return static_cast<int64_t>(t.nbytes());
+  });
+}
+
+void Communicator::recv(const Tensor& t, int src) {
+  run(CommOp::recv, [&] {
+    check_tensor(CommOp::recv, "t", t);
+    check_peer(CommOp::recv, "src", src);
+    if (src == rank_) fail(CommOp::recv, "cannot receive from itself");
+    do_recv(t, src);
+    return int64_t{0};
+  });
+}
+
+void Communicator::barrier() {
+  run(CommOp::barrier, [&] {
+    do_barrier();
+    return int64_t{0};
+  });
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  std::unique_ptr<Communicator> group;
+  run(CommOp::split, [&] {
+    group = do_split(color, key);
+    return int64_t{0};
+  });
+  return group;
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,150 @@
+// Communicator: one rank's view of a process group (DESIGN.md section 5).
+//
+// Note [Communicator contract]
+// Every rank of a group calls the same collectives in the same order with matching sizes
+// and dtypes, on whole contiguous tensors. Outputs are written through the tensor handles
+// (like Tensor::copy_), so callers pass views of their own buffers. Reductions give every
+// rank bitwise identical results, so replicas that start equal stay equal. A collective
+// whose peers do not all arrive within CommOptions::timeout fails on every rank that
+// waits with an error naming the group, the op and its sequence number, and the group is
+// broken from then on: later calls fail at once instead of pairing with the wrong peers.
+//
+// The public methods validate their arguments and count calls and bytes (CommStats); the
+// backends (thread, MPI, NCCL) implement the protected do_* methods.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace tessera::parallel {
+
+enum class ReduceOp { sum, max, min };
+
+// The operations a Communicator counts, in CommStats order.
+enum class CommOp : int {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  all_to_all,
+  broadcast,
+  send,
+  recv,
+  barrier,
+  split,
+};
+inline constexpr int kNumCommOps = 9;
+
+const char* comm_op_name(CommOp op);
+const char* reduce_op_name(ReduceOp op);
+
+struct CommOptions {
+  // How long a rank waits for its peers in one operation before the operation fails.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+};
+
+// Calls and bytes sent per op on one rank.
+//
+// Note [Bytes sent]
+// Bytes are the volume a bandwidth-optimal (ring) algorithm sends from this rank, the
+// number ZeRO's analysis uses, whatever the backend does internally: all_reduce 2(N-1)/N
+// x the tensor's bytes, reduce_scatter and all_to_all (N-1)/N x the input's, all_gather
+// (N-1)/N x the output's, broadcast the tensor's bytes on the root, send the tensor's
+// bytes; recv, barrier and split send nothing.
+class CommStats {
+ public:
+  struct Op {
+    int64_t calls = 0;
+    int64_t bytes_sent = 0;
+  };
+  const Op& operator[](CommOp op) const { return ops_[static_cast<int>(op)]; }
+  void add(CommOp op, int64_t bytes_sent);
+  int64_t total_bytes_sent() const;
+  // One line per op that was called: "all_reduce: 12 calls, 3.40 MB sent".
+  std::string summary() const;
+
+ private:
+  std::array<Op, kNumCommOps> ops_{};
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // The group's name in errors and logs: "world", or the parent's name and the split color.
+  const std::string& name() const { return name_; }
+  const CommOptions& options() const { return options_; }
+  // Operations issued so far on this rank (the sequence number of the next one).
+  int64_t sequence() const { return sequence_; }
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats(); }
+
+  // t (any shape) = op over the ranks of t, in place.
+  void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum);
+  // out (n) = block `rank` of op over the ranks of in (size * n).
+  void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op = ReduceOp::sum);
+  // out (size * n): block r is rank r's in (n).
+  void all_gather(const Tensor& in, const Tensor& out);
+  // in, out (size * n): block j of in goes to rank j; block i of out came from rank i.
+  void all_to_all(const Tensor& in, const Tensor& out);
+  // t (any shape) = root's t.
+  void broadcast(const Tensor& t, int root);
+  // Point to point: each send to dst pairs with dst's recv from this rank, in order.
+  void send(const Tensor& t, int dst);
+  void recv(const Tensor& t, int src);
+  void barrier();
+  // Splits the group as MPI_Comm_split does: ranks with the same color form a new group,
+  // ordered by (key, rank). A negative color joins no group and gets nullptr. Collective.
+  std::unique_ptr<Communicator> split(int color, int key);
+
+ protected:
+  Communicator(int rank, int size, std::string name, CommOptions options);
+
+  // "[comm data, rank 1 of 4] all_reduce #17": the prefix of every error of the current
+  // operation.
+  std::string where(CommOp op) const;
+  // Fails the current operation with where(op) and a reason; the group is then broken.
+  [[noreturn]] void fail(CommOp op, const std::string& reason);
+
+  virtual void do_all_reduce(const Tensor& t, ReduceOp op) = 0;
+  virtual void do_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) = 0;
+  virtual void do_all_gather(const Tensor& in, const Tensor& out) = 0;
+  virtual void do_all_to_all(const Tensor& in, const Tensor& out) = 0;
+  virtual void do_broadcast(const Tensor& t, int root) = 0;
+  virtual void do_send(const Tensor& t, int dst) = 0;
+  virtual void do_recv(const Tensor& t, int src) = 0;
+  virtual void do_barrier() = 0;
+  virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
+  // Whether tensors on `device` can be communicated by this backend.
+  virtual bool supports(Device device) const = 0;
+  // Called once when an operation of this rank fails and the group breaks, with the error.
+  virtual void on_broken(const std::string& reason) {}
+
+ private:
+  void check_tensor(CommOp op, const char* arg, const Tensor& t);
+  void check_peer(CommOp op, const char* arg, int peer);
+  // in and out of one dtype and device, out.numel() = in.numel() * num / den.
+  void check_pair(CommOp op, const Tensor& in, const Tensor& out, int64_t num, int64_t den);
+  // Starts an operation (its sequence number) and runs f, which validates, calls the
+  // backend and returns the bytes sent; an error from it breaks the group.
+  template <class F>
+  void run(CommOp op, F&& f);
+
+  int rank_;
+  int size_;
+  std::string name_;
+  CommOptions options_;
+  int64_t sequence_ = 0;
+  CommStats stats_;
+  std::string broken_reason_;
+};
+
+}  // namespace tessera::parallel
