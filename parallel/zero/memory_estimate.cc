@@ -1,0 +1,74 @@
+#include "parallel/zero/memory_estimate.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tessera::parallel {
+
+int64_t fp32_model_state_bytes(int stage, int64_t params, int world) {
+  TS_CHECK(stage >= 0 && stage <= 3, "[estimate_memory] expected a ZeRO stage in 0..3, found ",
+           stage);
+  TS_CHECK(params >= 0, "[estimate_memory] expected a parameter count >= 0, found ", params);
+  TS_CHECK(world >= 1, "[estimate_memory] expected a world size >= 1, found ", world);
+  const int64_t shard = (params + world - 1) / world;
+  switch (stage) {
+    case 0:
+      return 16 * params;
+    case 1:
+      return 8 * params + 8 * shard;
+    case 2:
+      return 4 * params + 12 * shard;
+    default:
+      return 16 * shard;
+  }
+}
+
+namespace {
+
+void check_cluster(int64_t params, int gpus_per_node, int nodes) {
+  TS_CHECK(params >= 0, "[estimate_memory] expected a parameter count >= 0, found ", params);
+  TS_CHECK(gpus_per_node >= 1 && nodes >= 1,
+           "[estimate_memory] expected at least 1 GPU per node and 1 node, found ", gpus_per_node,
+           " and ", nodes);
+}
+
+}  // namespace
+
+DeviceHostBytes deepspeed_zero2_estimate(int64_t params, int gpus_per_node, int nodes,
+                                         bool cpu_offload, double buffer_factor) {
+  check_cluster(params, gpus_per_node, nodes);
+  const double p = static_cast<double>(params);
+  const double total_gpus = static_cast<double>(gpus_per_node) * nodes;
+  if (cpu_offload) {
+    return {2 * p, p * std::max(4 * total_gpus, 16.0) * buffer_factor};
+  }
+  return {2 * p + 18 * p / total_gpus, 4 * p * gpus_per_node * buffer_factor};
+}
+
+DeviceHostBytes deepspeed_zero3_estimate(int64_t params, int64_t largest_layer_params,
+                                         int gpus_per_node, int nodes, bool offload_params,
+                                         bool offload_optimizer, bool zero_init,
+                                         double buffer_factor) {
+  check_cluster(params, gpus_per_node, nodes);
+  const double p = static_cast<double>(params);
+  const double g = gpus_per_node;
+  const double n = nodes;
+  const double total_gpus = g * n;
+  const double largest_layer = 4.0 * static_cast<double>(largest_layer_params);
+  if (offload_params && offload_optimizer) {
+    return {largest_layer,
+            zero_init ? 18 * p * buffer_factor / n : p * std::max(4 * g, 18 / n) * buffer_factor};
+  }
+  if (offload_optimizer) {
+    return {largest_layer + 2 * p / total_gpus,
+            zero_init ? 16 * p * buffer_factor / n : p * std::max(4 * g, 16 / n) * buffer_factor};
+  }
+  TS_CHECK(!offload_params,
+           "[estimate_memory] DeepSpeed offloads parameters only together with the optimizer "
+           "state; expected offload_optimizer with offload_params");
+  return {largest_layer + 18 * p / total_gpus,
+          zero_init ? largest_layer * g * buffer_factor : 4 * p * g * buffer_factor};
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,39 @@
+// Model-state memory per rank under ZeRO: Tessera's fp32 training, and DeepSpeed's own
+// estimators (estimate_zero2_model_states_mem_needs, estimate_zero3_model_states_mem_needs)
+// for mixed-precision GPU training, so a user can size a run before starting it.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::parallel {
+
+// Note [fp32 model states]
+// Tessera's CPU training keeps fp32 parameters (4 bytes), gradients (4) and Adam moments
+// (8) per parameter. Stage 1 shards the moments, stage 2 also the gradients, stage 3 also
+// the parameters, each into `world` equal shards of ceil(params / world) elements (the
+// flat buffer is padded to a multiple of the world size):
+//   stage 0: 16 P    stage 1: 8 P + 8 S    stage 2: 4 P + 12 S    stage 3: 16 S
+// with S = ceil(P / world). Bucket and gathered-parameter buffers come on top.
+int64_t fp32_model_state_bytes(int stage, int64_t params, int world);
+
+// Device and host bytes, as DeepSpeed's estimators report them.
+struct DeviceHostBytes {
+  double device = 0;
+  double host = 0;
+};
+
+// DeepSpeed's ZeRO-2 estimate for `params` parameters on nodes x gpus_per_node GPUs:
+// offload: device 2P, host P max(4T, 16) f; otherwise device 2P + 18P/T, host 4P G f, with
+// T = nodes x gpus_per_node and f = buffer_factor.
+DeviceHostBytes deepspeed_zero2_estimate(int64_t params, int gpus_per_node, int nodes,
+                                         bool cpu_offload, double buffer_factor = 1.5);
+
+// DeepSpeed's ZeRO-3 estimate; largest_layer_params is the largest module's parameter count
+// (L). With zero_init the model is built partitioned (deepspeed.zero.Init), so the host
+// never holds it whole.
+DeviceHostBytes deepspeed_zero3_estimate(int64_t params, int64_t largest_layer_params,
+                                         int gpus_per_node, int nodes, bool offload_params,
+                                         bool offload_optimizer, bool zero_init,
+                                         double buffer_factor = 1.5);
+
+}  // namespace tessera::parallel

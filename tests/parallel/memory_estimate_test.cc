@@ -1,0 +1,55 @@
+#include "parallel/zero/memory_estimate.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "tests/testing.h"
+
+namespace tessera::parallel {
+namespace {
+
+double gib(double bytes) { return std::round(bytes / (1 << 30) * 100) / 100; }
+
+}  // namespace
+
+TEST_CASE("fp32 model states per rank follow Note [fp32 model states]", "[zero]") {
+  const int64_t p = 1001;  // not divisible by 2, 3 or 4
+  for (int world : {1, 2, 3, 4}) {
+    const int64_t shard = (p + world - 1) / world;
+    REQUIRE(fp32_model_state_bytes(0, p, world) == 16 * p);
+    REQUIRE(fp32_model_state_bytes(1, p, world) == 8 * p + 8 * shard);
+    REQUIRE(fp32_model_state_bytes(2, p, world) == 4 * p + 12 * shard);
+    REQUIRE(fp32_model_state_bytes(3, p, world) == 16 * shard);
+  }
+  REQUIRE(fp32_model_state_bytes(3, 124475904, 4) == 16 * 31118976);
+  REQUIRE(testing::error_of([] { fp32_model_state_bytes(4, 10, 1); }) ==
+          "[estimate_memory] expected a ZeRO stage in 0..3, found 4");
+}
+
+// DeepSpeed's reference vectors (deepspeed.md 5.5): 2851e6 parameters, largest layer
+// 32e6, one node of 8 GPUs, GiB rounded to two decimals.
+TEST_CASE("DeepSpeed's ZeRO-2 and ZeRO-3 estimates match its reference values", "[zero]") {
+  const int64_t p = 2851000000;
+  const int64_t layer = 32000000;
+  DeviceHostBytes z2 = deepspeed_zero2_estimate(p, 8, 1, true);
+  REQUIRE(gib(z2.device) == 5.31);
+  REQUIRE(gib(z2.host) == 127.45);
+  z2 = deepspeed_zero2_estimate(p, 8, 1, false);
+  REQUIRE(gib(z2.device) == 11.28);
+  REQUIRE(gib(z2.host) == 127.45);
+
+  DeviceHostBytes z3 = deepspeed_zero3_estimate(p, layer, 8, 1, true, true, true);
+  REQUIRE(gib(z3.device) == 0.12);
+  REQUIRE(gib(z3.host) == 71.69);
+  z3 = deepspeed_zero3_estimate(p, layer, 8, 1, false, true, true);
+  REQUIRE(gib(z3.device) == 0.78);
+  REQUIRE(gib(z3.host) == 63.72);
+  z3 = deepspeed_zero3_estimate(p, layer, 8, 1, false, false, true);
+  REQUIRE(gib(z3.device) == 6.09);
+  REQUIRE(gib(z3.host) == 1.43);
+  // Without zero_init the host holds the whole model per GPU process.
+  z3 = deepspeed_zero3_estimate(p, layer, 8, 1, false, false, false);
+  REQUIRE(gib(z3.host) == gib(4.0 * p * 8 * 1.5));
+}
+
+}  // namespace tessera::parallel

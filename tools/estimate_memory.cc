@@ -1,0 +1,138 @@
+// estimate_memory: model-state memory per rank under ZeRO stages 0-3 for a GPT, before a
+// run: Tessera's fp32 training (parallel/zero/memory_estimate.h) and DeepSpeed's own
+// estimators for mixed-precision GPU training.
+//
+//   bazel run //tools:estimate_memory -- --model gpt2-xl --world 1,2,4,8
+//   bazel run //tools:estimate_memory -- --config configs/gpt2_124m.json
+//
+// Exit codes: 0 done, 2 bad flags, 1 any other error (a bad config names its JSON path).
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "models/gpt2/config.h"
+#include "parallel/zero/memory_estimate.h"
+#include "tools/cli/flags.h"
+#include "tools/trainer/run_config.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    R"(usage: estimate_memory [--model NAME | --config FILE] [--world LIST]
+                       [--gpus-per-node G] [--nodes N]
+
+Prints the model-state bytes per rank at ZeRO stages 0-3 for each data-parallel world size.
+
+  --model NAME        gpt2 | gpt2-medium | gpt2-large | gpt2-xl (default gpt2)
+  --config FILE       a run config: its `model` section gives the GPT
+  --world LIST        data-parallel world sizes, comma-separated (default 1,2,4)
+  --gpus-per-node G   for DeepSpeed's estimates: GPUs per node (default: each world size
+                      on one node)
+  --nodes N           for DeepSpeed's estimates: nodes (default 1)
+)";
+
+double gib(double bytes) { return bytes / (1 << 30); }
+
+std::vector<int> parse_worlds(const std::string& text) {
+  std::vector<int> worlds;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int world = 0;
+    try {
+      world = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || world < 1) {
+      throw tessera::cli::UsageError(
+          "--world expected positive integers separated by commas, "
+          "found \"" +
+          text + "\"");
+    }
+    worlds.push_back(world);
+  }
+  if (worlds.empty()) throw tessera::cli::UsageError("--world expected at least one size");
+  return worlds;
+}
+
+int body(int argc, char** argv) {
+  using namespace tessera;
+  const cli::Flags flags(argc, argv,
+                         {{"model", cli::Flag::kValue},
+                          {"config", cli::Flag::kValue},
+                          {"world", cli::Flag::kValue},
+                          {"gpus-per-node", cli::Flag::kValue},
+                          {"nodes", cli::Flag::kValue}});
+  if (flags.has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (flags.has("model") && flags.has("config")) {
+    throw cli::UsageError("--model and --config are exclusive; give one");
+  }
+  cli::enter_working_directory();
+  const std::string source =
+      flags.has("config") ? flags.required("config") : "preset " + flags.get("model", "gpt2");
+  const GptConfig model = flags.has("config")
+                              ? train::load_run_config(flags.required("config")).model
+                              : GptConfig::preset(flags.get("model", "gpt2"));
+  const std::vector<int> worlds = parse_worlds(flags.get("world", "1,2,4"));
+  const int64_t nodes = flags.get_int("nodes", 1);
+  const int64_t gpus_per_node_flag = flags.get_int("gpus-per-node", 0);
+  if (nodes < 1 || gpus_per_node_flag < 0) {
+    throw cli::UsageError("--nodes and --gpus-per-node expected positive integers");
+  }
+
+  const int64_t params = model.num_parameters();
+  const int64_t c = model.n_embd;
+  // DeepSpeed's L: the largest module's parameters; in a GPT-2 the token embedding.
+  const int64_t largest = std::max(
+      {model.padded_vocab_size() * c, model.block_size * c, 4 * c * c + (model.bias ? 4 * c : 0)});
+  std::printf("%s: %lld parameters, largest layer %lld\n\n", source.c_str(),
+              static_cast<long long>(params), static_cast<long long>(largest));
+
+  std::printf(
+      "Tessera fp32 training, model states per rank in GiB (parameters 4, gradients 4,\n"
+      "Adam moments 8 bytes per parameter; stage s shards ceil(P / world) each):\n");
+  std::printf("%8s %10s %10s %10s %10s\n", "world", "stage 0", "stage 1", "stage 2", "stage 3");
+  for (int world : worlds) {
+    std::printf("%8d", world);
+    for (int stage = 0; stage <= 3; ++stage) {
+      std::printf(" %10.3f", gib(parallel::fp32_model_state_bytes(stage, params, world)));
+    }
+    std::printf("\n");
+  }
+
+  std::printf(
+      "\nDeepSpeed's estimators (fp16 training, buffer factor 1.5), device / host GiB per "
+      "GPU:\n");
+  std::printf("%8s %8s %17s %17s %17s %17s %17s\n", "GPUs", "nodes", "Z2 cpu offload", "Z2",
+              "Z3 offload all", "Z3 offload opt", "Z3");
+  for (int world : worlds) {
+    const int gpus_per_node = gpus_per_node_flag > 0 ? static_cast<int>(gpus_per_node_flag) : world;
+    const int n = static_cast<int>(nodes);
+    const parallel::DeviceHostBytes cells[] = {
+        parallel::deepspeed_zero2_estimate(params, gpus_per_node, n, true),
+        parallel::deepspeed_zero2_estimate(params, gpus_per_node, n, false),
+        parallel::deepspeed_zero3_estimate(params, largest, gpus_per_node, n, true, true, true),
+        parallel::deepspeed_zero3_estimate(params, largest, gpus_per_node, n, false, true, true),
+        parallel::deepspeed_zero3_estimate(params, largest, gpus_per_node, n, false, false, true),
+    };
+    std::printf("%8d %8d", gpus_per_node * n, n);
+    for (const parallel::DeviceHostBytes& cell : cells) {
+      std::printf(" %8.2f / %6.2f", gib(cell.device), gib(cell.host));
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tessera::cli::run_tool("estimate_memory", kUsage, body, argc, argv);
+}
