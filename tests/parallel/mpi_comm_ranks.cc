@@ -1,0 +1,546 @@
+// The MPI backend (parallel/comm/mpi_comm.h) across real processes; mpi_comm_test.sh runs
+// it under mpirun at 2 and 3 ranks.
+//
+//   mpirun -np 3 mpi_comm_ranks [Catch2 arguments]   the test cases, on every rank
+//   mpirun -np 2 mpi_comm_ranks --fault=skip         rank 1 skips a barrier (then finalizes)
+//   mpirun -np 2 mpi_comm_ranks --fault=exit         rank 1 exits without finalizing
+//   mpirun -np 2 mpi_comm_ranks --fault=late         rank 1 creates its world too late
+//
+// Every rank runs the same test cases in the same order, so their collectives pair up; a
+// case that fails on one rank meets a timeout on the others instead of a hang. Inputs are
+// functions of (rank, index), so each rank computes every collective's result by itself.
+// Each case works on its own duplicate of MPI_COMM_WORLD, so a case that breaks its group
+// leaves the next one unharmed.
+#define CATCH_CONFIG_RUNNER
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "core/factories.h"
+#include "parallel/comm/mpi_comm.h"
+#include "tests/testing.h"
+
+using Catch::Matchers::Contains;
+using tessera::DType;
+using tessera::Tensor;
+using tessera::parallel::CommOp;
+using tessera::parallel::CommOptions;
+using tessera::parallel::Communicator;
+using tessera::parallel::MpiRuntime;
+using tessera::parallel::ReduceOp;
+using tessera::testing::error_of;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Set once by main() before any test runs; the runtime lives for the whole program.
+const MpiRuntime* the_runtime = nullptr;
+
+// Generous: 3 ranks share 2 cores, beside other tests.
+constexpr std::chrono::milliseconds kTimeout = 60s;
+
+std::unique_ptr<Communicator> new_world(std::chrono::milliseconds timeout = kTimeout) {
+  return tessera::parallel::mpi_world(*the_runtime, CommOptions{timeout});
+}
+
+// Rank r's element i in the exact tests: an integer in [-1000, 1000], so that every
+// dtype holds it and sums of a few of them exactly, whatever order MPI adds them in.
+int64_t exact_value(int r, int64_t i) { return (i * 7919 + r * 104729 + 13) % 2001 - 1000; }
+
+// Rank r's element i in the rounding tests: sums of these round differently in different
+// orders, which is what makes identical results across ranks a property worth testing.
+double rounding_value(int r, int64_t i) {
+  return std::sin(0.37 * static_cast<double>(i) + 1.3 * r) * 1000.0 / (1 + i % 17);
+}
+
+template <class T>
+T exact_as(int r, int64_t i) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(exact_value(r, i)) * T(0.5);  // halves: still exact
+  } else {
+    return static_cast<T>(exact_value(r, i));
+  }
+}
+
+template <class T>
+T combine(T a, T b, ReduceOp op) {
+  return op == ReduceOp::sum ? a + b : op == ReduceOp::max ? std::max(a, b) : std::min(a, b);
+}
+
+// Index of the first element where got and want differ, or -1.
+template <class T>
+int64_t first_mismatch(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size()) return 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// all_reduce of exact values equals the reduction computed locally, element for element.
+template <class T>
+void check_exact_all_reduce(Communicator& comm, int64_t n, ReduceOp op) {
+  std::vector<T> mine(n);
+  std::vector<T> want(n);
+  for (int64_t i = 0; i < n; ++i) {
+    mine[i] = exact_as<T>(comm.rank(), i);
+    want[i] = exact_as<T>(0, i);
+    for (int r = 1; r < comm.size(); ++r) want[i] = combine(want[i], exact_as<T>(r, i), op);
+  }
+  const Tensor t = tessera::from_vector(mine);  // (n)
+  comm.all_reduce(t, op);
+  const std::vector<T> got = t.to_vector<T>();
+  const int64_t bad = first_mismatch(got, want);
+  INFO("dtype " << tessera::dtype_name(t.dtype()) << ", n " << n << ", op "
+                << tessera::parallel::reduce_op_name(op) << ", first mismatch at " << bad);
+  CHECK(bad == -1);
+}
+
+// The bytes of every rank's copy of t (size * nbytes), gathered to every rank.
+std::vector<char> gather_bytes(Communicator& comm, const Tensor& t) {
+  const Tensor bytes = tessera::empty({static_cast<int64_t>(t.nbytes())}, {DType::u8});
+  std::memcpy(bytes.raw_data(), t.raw_data(), t.nbytes());
+  const Tensor all = tessera::empty({comm.size() * bytes.numel()}, {DType::u8});
+  comm.all_gather(bytes, all);
+  std::vector<char> out(all.nbytes());
+  std::memcpy(out.data(), all.raw_data(), out.size());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("mpi world spans the processes of the job", "[mpi]") {
+  auto comm = new_world(7s);
+  CHECK(comm->name() == "world");
+  CHECK(comm->rank() == the_runtime->world_rank());
+  CHECK(comm->size() == the_runtime->world_size());
+  CHECK(comm->options().timeout == 7s);
+  CHECK(comm->sequence() == 0);
+  CHECK(the_runtime->owns_mpi());
+  // Only a launcher can start a world of several processes (alone, MPI runs a singleton).
+  if (comm->size() > 1) CHECK(MpiRuntime::launched_by_mpirun());
+}
+
+TEST_CASE("mpi all_reduce sum, max and min equal the local reduction", "[mpi]") {
+  auto comm = new_world();
+  for (int64_t n : {0, 1, 6, 7, 1000003}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
+      check_exact_all_reduce<float>(*comm, n, op);
+      check_exact_all_reduce<double>(*comm, n, op);
+      check_exact_all_reduce<int64_t>(*comm, n, op);
+      check_exact_all_reduce<int32_t>(*comm, n, op);
+    }
+  }
+  // u8 sums must stay below 256: (i * 31 + r * 17) % 80 sums to at most 240 on 3 ranks.
+  std::vector<uint8_t> mine(1001);
+  std::vector<uint8_t> want(1001, 0);
+  for (int64_t i = 0; i < 1001; ++i) {
+    mine[i] = static_cast<uint8_t>((i * 31 + comm->rank() * 17) % 80);
+    for (int r = 0; r < comm->size(); ++r) want[i] += static_cast<uint8_t>((i * 31 + r * 17) % 80);
+  }
+  const Tensor t = tessera::from_vector(mine);  // (1001)
+  comm->all_reduce(t);
+  CHECK(first_mismatch(t.to_vector<uint8_t>(), want) == -1);
+}
+
+TEST_CASE("mpi all_reduce gives every rank the same bits", "[mpi]") {
+  // Note [Identical all_reduce results]: sums that round differently in different orders
+  // must still come out bitwise equal on all ranks, and close to the exact sum.
+  auto comm = new_world();
+  for (int64_t n : {7, 1000003}) {
+    for (DType dtype : {DType::f32, DType::f64}) {
+      std::vector<double> mine(n);
+      std::vector<double> want(n, 0.0);
+      std::vector<double> magnitude(n, 0.0);
+      for (int64_t i = 0; i < n; ++i) {
+        mine[i] = rounding_value(comm->rank(), i);
+        for (int r = 0; r < comm->size(); ++r) {
+          // The inputs as the tensor holds them: rounded to dtype first.
+          const double x =
+              dtype == DType::f32 ? static_cast<float>(rounding_value(r, i)) : rounding_value(r, i);
+          want[i] += x;
+          magnitude[i] += std::abs(x);
+        }
+      }
+      const Tensor t = tessera::from_vector(mine).to(dtype);  // (n)
+      comm->all_reduce(t);
+      INFO("dtype " << tessera::dtype_name(dtype) << ", n " << n);
+      const std::vector<char> all = gather_bytes(*comm, t);
+      int differing_ranks = 0;
+      for (int r = 0; r < comm->size(); ++r) {
+        differing_ranks += std::memcmp(all.data() + r * t.nbytes(), t.raw_data(), t.nbytes()) != 0;
+      }
+      CHECK(differing_ranks == 0);
+      const double eps = dtype == DType::f32 ? 1e-6 : 1e-14;
+      const std::vector<double> got = t.to_vector<double>();
+      int64_t far = 0;
+      for (int64_t i = 0; i < n; ++i) far += std::abs(got[i] - want[i]) > eps * magnitude[i];
+      CHECK(far == 0);
+    }
+  }
+}
+
+TEST_CASE("mpi reduce_scatter gives each rank its block of the reduction", "[mpi]") {
+  auto comm = new_world();
+  const int size = comm->size();
+  for (int64_t n : {1, 5, 1000}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
+      std::vector<double> mine(size * n);
+      for (int64_t i = 0; i < size * n; ++i) mine[i] = exact_as<double>(comm->rank(), i);
+      std::vector<double> want(n);
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t i = comm->rank() * n + k;
+        want[k] = exact_as<double>(0, i);
+        for (int r = 1; r < size; ++r) want[k] = combine(want[k], exact_as<double>(r, i), op);
+      }
+      const Tensor in = tessera::from_vector(mine);          // (size * n)
+      const Tensor out = tessera::zeros({n}, {DType::f64});  // (n)
+      comm->reduce_scatter(in, out, op);
+      INFO("n " << n << ", op " << tessera::parallel::reduce_op_name(op));
+      CHECK(first_mismatch(out.to_vector<double>(), want) == -1);
+      // The input is left alone.
+      CHECK(first_mismatch(in.to_vector<double>(), mine) == -1);
+    }
+  }
+}
+
+TEST_CASE("mpi all_gather puts rank r's input in block r", "[mpi]") {
+  auto comm = new_world();
+  const int size = comm->size();
+  // i64, and f16 and bool, which MPI moves as plain words and bytes.
+  for (DType dtype : {DType::i64, DType::f16, DType::boolean}) {
+    const int64_t n = 3;
+    std::vector<double> mine(n);
+    for (int64_t k = 0; k < n; ++k) {
+      mine[k] = dtype == DType::boolean ? (comm->rank() + k) % 2 : comm->rank() * 10 + k;
+    }
+    const Tensor in = tessera::from_vector(mine).to(dtype);  // (n)
+    const Tensor out = tessera::zeros({size * n}, {dtype});  // (size * n)
+    comm->all_gather(in, out);
+    std::vector<double> want(size * n);
+    for (int r = 0; r < size; ++r) {
+      for (int64_t k = 0; k < n; ++k) {
+        want[r * n + k] = dtype == DType::boolean ? (r + k) % 2 : r * 10 + k;
+      }
+    }
+    INFO("dtype " << tessera::dtype_name(dtype));
+    CHECK(first_mismatch(out.to_vector<double>(), want) == -1);
+  }
+}
+
+TEST_CASE("mpi all_to_all sends block j to rank j", "[mpi]") {
+  auto comm = new_world();
+  const int size = comm->size();
+  const int64_t n = 4;
+  // Element k of the block from rank i to rank j: i * 1000 + j * 10 + k.
+  std::vector<int32_t> mine(size * n);
+  for (int j = 0; j < size; ++j) {
+    for (int64_t k = 0; k < n; ++k) mine[j * n + k] = comm->rank() * 1000 + j * 10 + k;
+  }
+  const Tensor in = tessera::from_vector(mine);                 // (size * n)
+  const Tensor out = tessera::zeros({size * n}, {DType::i32});  // (size * n)
+  comm->all_to_all(in, out);
+  std::vector<int32_t> want(size * n);
+  for (int i = 0; i < size; ++i) {
+    for (int64_t k = 0; k < n; ++k) want[i * n + k] = i * 1000 + comm->rank() * 10 + k;
+  }
+  CHECK(first_mismatch(out.to_vector<int32_t>(), want) == -1);
+}
+
+TEST_CASE("mpi broadcast from a non-zero root", "[mpi]") {
+  auto comm = new_world();
+  const int root = comm->size() - 1;
+  for (DType dtype : {DType::f32, DType::bf16, DType::u8}) {
+    std::vector<double> mine(6);
+    for (int k = 0; k < 6; ++k) mine[k] = comm->rank() * 20 + k;
+    const Tensor t = tessera::from_vector(mine, {2, 3}).to(dtype);  // (2, 3)
+    comm->broadcast(t, root);
+    std::vector<double> want(6);
+    for (int k = 0; k < 6; ++k) want[k] = root * 20 + k;
+    INFO("dtype " << tessera::dtype_name(dtype));
+    CHECK(t.shape() == tessera::Shape{2, 3});
+    CHECK(first_mismatch(t.to_vector<double>(), want) == -1);
+  }
+}
+
+TEST_CASE("mpi send and recv around a ring, in order", "[mpi]") {
+  auto comm = new_world();
+  const int size = comm->size();
+  if (size < 2) return;
+  const int next = (comm->rank() + 1) % size;
+  const int prev = (comm->rank() + size - 1) % size;
+  // A small message (sent eagerly) and a large one (1.6 MB, which waits for the receiver);
+  // element k of the m-th message from rank r is r * 1e6 + m * 1e5 + k % 1000.
+  auto message = [](int r, int m, int64_t n) {
+    std::vector<double> v(n);
+    for (int64_t k = 0; k < n; ++k) v[k] = r * 1e6 + m * 1e5 + k % 1000;
+    return v;
+  };
+  const int64_t sizes[] = {5, 200000};
+  auto send_all = [&] {
+    for (int m = 0; m < 2; ++m) {
+      comm->send(tessera::from_vector(message(comm->rank(), m, sizes[m])), next);
+    }
+  };
+  std::vector<Tensor> got;
+  auto recv_all = [&] {
+    for (int m = 0; m < 2; ++m) {
+      got.push_back(tessera::zeros({sizes[m]}, {DType::f64}));
+      comm->recv(got.back(), prev);
+    }
+  };
+  // Even ranks send first and odd ranks receive first, so that no cycle of blocked
+  // senders forms, for any ring size.
+  if (comm->rank() % 2 == 0) {
+    send_all();
+    recv_all();
+  } else {
+    recv_all();
+    send_all();
+  }
+  for (int m = 0; m < 2; ++m) {
+    INFO("message " << m << " from rank " << prev);
+    CHECK(first_mismatch(got[m].to_vector<double>(), message(prev, m, sizes[m])) == -1);
+  }
+}
+
+TEST_CASE("mpi barrier waits for the last rank", "[mpi]") {
+  auto comm = new_world();
+  if (comm->size() < 2) return;
+  // Rank 0 arrives 300 ms late; the others must wait for it.
+  const auto start = std::chrono::steady_clock::now();
+  if (comm->rank() == 0) std::this_thread::sleep_for(300ms);
+  comm->barrier();
+  const auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(waited >= 200ms);
+  comm->barrier();
+  CHECK(comm->stats()[CommOp::barrier].calls == 2);
+  CHECK(comm->stats()[CommOp::barrier].bytes_sent == 0);
+}
+
+TEST_CASE("mpi split into even and odd ranks", "[mpi]") {
+  auto world = new_world(5s);
+  const int rank = world->rank();
+  const int size = world->size();
+  const int parity = rank % 2;
+  // key = -rank: the child orders its ranks by descending parent rank.
+  auto child = world->split(parity, -rank);
+  REQUIRE(child != nullptr);
+  int members = 0;
+  int above = 0;  // same-parity ranks above mine: my rank in the child
+  int64_t rank_sum = 0;
+  for (int r = parity; r < size; r += 2) {
+    ++members;
+    above += r > rank;
+    rank_sum += r;
+  }
+  CHECK(child->name() == "world:" + std::to_string(parity));
+  CHECK(child->size() == members);
+  CHECK(child->rank() == above);
+  CHECK(child->options().timeout == 5s);
+  // A reduction in the child covers the child's ranks only.
+  const Tensor t = tessera::from_vector(std::vector<int64_t>{rank, 1});  // (2)
+  child->all_reduce(t);
+  CHECK(t.to_vector<int64_t>() == std::vector<int64_t>{rank_sum, members});
+  // Splitting the child again extends the name.
+  auto grandchild = child->split(0, 0);
+  REQUIRE(grandchild != nullptr);
+  CHECK(grandchild->name() == "world:" + std::to_string(parity) + ":0");
+  CHECK(grandchild->size() == members);
+
+  // A negative color joins no group.
+  auto rest = world->split(rank == 0 ? -1 : 7, rank);
+  if (rank == 0) {
+    CHECK(rest == nullptr);
+  } else {
+    REQUIRE(rest != nullptr);
+    CHECK(rest->name() == "world:7");
+    CHECK(rest->size() == size - 1);
+    CHECK(rest->rank() == rank - 1);
+    rest->barrier();
+  }
+  CHECK(world->stats()[CommOp::split].calls == 2);
+  CHECK(world->stats()[CommOp::split].bytes_sent == 0);
+  CHECK(world->sequence() == 2);
+}
+
+TEST_CASE("mpi stats count calls and bytes per Note [Bytes sent]", "[mpi]") {
+  auto comm = new_world();
+  const int size = comm->size();
+  const int rank = comm->rank();
+  // A ring algorithm sends (N - 1) / N of the bytes per phase from each rank.
+  const int64_t ring = size - 1;
+  comm->all_reduce(tessera::zeros({1000}));  // 4000 bytes
+  if (size == 2) CHECK(comm->stats()[CommOp::all_reduce].bytes_sent == 4000);
+  CHECK(comm->stats()[CommOp::all_reduce].bytes_sent == 2 * 4000 * ring / size);
+  comm->all_reduce(tessera::zeros({10}, {DType::f64}));  // 80 bytes
+  CHECK(comm->stats()[CommOp::all_reduce].calls == 2);
+  CHECK(comm->stats()[CommOp::all_reduce].bytes_sent ==
+        2 * 4000 * ring / size + 2 * 80 * ring / size);
+
+  comm->reduce_scatter(tessera::zeros({size * 10}, {DType::f64}),
+                       tessera::zeros({10}, {DType::f64}));  // in: size * 80 bytes
+  CHECK(comm->stats()[CommOp::reduce_scatter].bytes_sent == 80 * ring);
+  comm->all_gather(tessera::zeros({10}, {DType::f64}),
+                   tessera::zeros({size * 10}, {DType::f64}));  // out: size * 80 bytes
+  CHECK(comm->stats()[CommOp::all_gather].bytes_sent == 80 * ring);
+  comm->all_to_all(tessera::zeros({size * 10}, {DType::i32}),
+                   tessera::zeros({size * 10}, {DType::i32}));  // in: size * 40 bytes
+  CHECK(comm->stats()[CommOp::all_to_all].bytes_sent == 40 * ring);
+  comm->broadcast(tessera::zeros({25}), 0);  // 100 bytes, sent by the root only
+  CHECK(comm->stats()[CommOp::broadcast].bytes_sent == (rank == 0 && size > 1 ? 100 : 0));
+  comm->barrier();
+  CHECK(comm->stats()[CommOp::barrier].calls == 1);
+  CHECK(comm->stats()[CommOp::barrier].bytes_sent == 0);
+  int64_t p2p = 0;
+  if (size >= 2 && rank < 2) {
+    // Rank 0 sends 7 f32 to rank 1.
+    const Tensor t = tessera::zeros({7});
+    if (rank == 0) comm->send(t, 1);
+    if (rank == 1) comm->recv(t, 0);
+    p2p = rank == 0 ? 28 : 0;
+    CHECK(comm->stats()[rank == 0 ? CommOp::send : CommOp::recv].calls == 1);
+    CHECK(comm->stats()[rank == 0 ? CommOp::send : CommOp::recv].bytes_sent == p2p);
+  }
+  CHECK(comm->stats().total_bytes_sent() == 2 * 4000 * ring / size + 2 * 80 * ring / size +
+                                                80 * ring + 80 * ring + 40 * ring +
+                                                (rank == 0 && size > 1 ? 100 : 0) + p2p);
+  CHECK_THAT(comm->stats().summary(), Contains("all_reduce: 2 calls"));
+  comm->reset_stats();
+  CHECK(comm->stats().total_bytes_sent() == 0);
+  CHECK(comm->stats()[CommOp::all_reduce].calls == 0);
+}
+
+TEST_CASE("mpi argument errors fail locally and name the op", "[mpi]") {
+  {
+    // Every rank passes the same wrong size, so every rank fails before communicating.
+    auto comm = new_world();
+    const Tensor in = tessera::zeros({4});
+    const Tensor out = tessera::zeros({4 * comm->size() + 1});
+    CHECK_THAT(error_of([&] { comm->all_gather(in, out); }),
+               Contains("all_gather #0") && Contains("expected out to hold") &&
+                   Contains("[comm world, rank " + std::to_string(comm->rank())));
+    // The group is broken from then on.
+    CHECK_THAT(error_of([&] { comm->barrier(); }), Contains("barrier #1") && Contains("unusable"));
+  }
+  {
+    // MPI has no half-precision arithmetic; moving halves is fine (see all_gather above).
+    auto comm = new_world();
+    const Tensor half = tessera::zeros({8}, {DType::f16});
+    CHECK_THAT(error_of([&] { comm->all_reduce(half); }),
+               Contains("all_reduce #0") && Contains("found f16"));
+  }
+  {
+    auto comm = new_world();
+    const Tensor flags = tessera::zeros({8}, {DType::boolean});
+    CHECK_THAT(error_of([&] { comm->all_reduce(flags, ReduceOp::max); }),
+               Contains("all_reduce #0") && Contains("found bool"));
+  }
+}
+
+TEST_CASE("mpi recv of a message of another size fails with both sizes", "[mpi]") {
+  {
+    auto comm = new_world();
+    if (comm->size() < 2) return;
+    if (comm->rank() == 0) comm->send(tessera::zeros({5}), 1);
+    if (comm->rank() == 1) {
+      const Tensor t = tessera::zeros({6});
+      CHECK_THAT(error_of([&] { comm->recv(t, 0); }),
+                 Contains("recv #0") && Contains("expected 6 elements from rank 0, found 5"));
+    }
+  }
+  {
+    // A longer message is MPI's own error, reported with the call and MPI's message.
+    auto comm = new_world();
+    if (comm->rank() == 0) comm->send(tessera::zeros({5}), 1);
+    if (comm->rank() == 1) {
+      const Tensor t = tessera::zeros({4});
+      CHECK_THAT(error_of([&] { comm->recv(t, 0); }),
+                 Contains("recv #0: MPI_Irecv failed: MPI_ERR_TRUNCATE"));
+    }
+  }
+}
+
+TEST_CASE("mpi a collective that a peer skips times out, naming the group and the op", "[mpi]") {
+  auto comm = new_world(500ms);
+  if (comm->size() < 2) return;
+  comm->barrier();                // #0, with everyone
+  if (comm->rank() != 0) return;  // the others never call barrier #1
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = error_of([&] { comm->barrier(); });
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK_THAT(error, Contains("[comm world, rank 0 of " + std::to_string(comm->size()) +
+                             "] barrier #1: timed out after 500 ms"));
+  CHECK(took >= 500ms);
+  CHECK(took < 5s);
+}
+
+namespace {
+
+// Prints an error and ends the job: MPI_Finalize would wait for a peer that may never come.
+[[noreturn]] void report_and_abort(const MpiRuntime& runtime, const tessera::Error& e) {
+  std::fprintf(stderr, "mpi_comm_ranks: %s\n", e.what());
+  std::fflush(stderr);
+  runtime.abort(1);
+}
+
+// --fault=skip|exit: rank 1 leaves (skip: returns from main and finalizes MPI; exit:
+// _Exit without finalizing) while the other ranks call barrier #1 with a 2 s timeout and
+// must fail with a message naming the group, the op and its sequence number.
+// --fault=late: rank 1 reaches mpi_world 3 s after the others, whose timeout is 1 s.
+int run_fault(const MpiRuntime& runtime, std::string_view mode) {
+  if (mode != "skip" && mode != "exit" && mode != "late") {
+    std::fprintf(stderr,
+                 "mpi_comm_ranks: expected --fault=skip, exit or late, found --fault=%.*s\n",
+                 static_cast<int>(mode.size()), mode.data());
+    return 2;
+  }
+  if (mode == "late") {
+    if (runtime.world_rank() == 1) std::this_thread::sleep_for(3s);
+    try {
+      tessera::parallel::mpi_world(runtime, CommOptions{1s});
+    } catch (const tessera::Error& e) {
+      report_and_abort(runtime, e);
+    }
+    std::fprintf(stderr, "mpi_comm_ranks: mpi_world completed without the late rank\n");
+    return 1;
+  }
+  auto world = tessera::parallel::mpi_world(runtime, CommOptions{2s});
+  world->barrier();  // #0: everyone is here
+  if (world->rank() == 1) {
+    if (mode == "exit") std::_Exit(0);
+    return 0;
+  }
+  try {
+    world->barrier();
+  } catch (const tessera::Error& e) {
+    report_and_abort(runtime, e);
+  }
+  std::fprintf(stderr, "mpi_comm_ranks: rank %d: barrier #1 completed without rank 1\n",
+               world->rank());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiRuntime runtime(&argc, &argv);
+  the_runtime = &runtime;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.starts_with("--fault=")) return run_fault(runtime, arg.substr(8));
+    args.push_back(argv[i]);
+  }
+  return Catch::Session().run(static_cast<int>(args.size()), args.data());
+}
