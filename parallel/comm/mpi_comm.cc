@@ -74,11 +74,10 @@ struct PollResult {
   bool timed_out = false;
 };
 
-// Tests `request` until it completes, fails or `timeout` passes (Note [MPI waits under a
+// Tests `request` until it completes, fails or `deadline` passes (Note [MPI waits under a
 // deadline]).
-PollResult poll(MPI_Request& request, std::chrono::milliseconds timeout, MPI_Status* status) {
+PollResult poll(MPI_Request& request, Clock::time_point deadline, MPI_Status* status) {
   const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = start + timeout;
   std::chrono::microseconds pause = kFirstPause;
   for (;;) {
     int done = 0;
@@ -123,14 +122,17 @@ class MpiCommunicator final : public Communicator {
   // MPI counts are int; larger tensors would need chunking, which nothing needs yet.
   int count(CommOp op, int64_t numel);
   MPI_Op reduction(CommOp op, DType dtype, ReduceOp reduce);
-  // Polls `request` (started by `call`) until it completes or the timeout passes (Note [MPI
-  // waits under a deadline]). `buffers` are the memory it reads or writes: on a timeout
-  // they are kept alive, since MPI may still write them.
+  // Polls `request` (started by `call`) until it completes or the operation's timeout
+  // passes (Note [MPI waits under a deadline]). `buffers` are the memory it reads or
+  // writes: on a timeout they are kept alive, since MPI may still write them.
   void wait(CommOp op, const char* call, MPI_Request& request, std::vector<Tensor> buffers,
             MPI_Status* status = MPI_STATUS_IGNORE);
 
   MPI_Comm comm_;
   std::vector<Tensor> abandoned_;  // buffers of operations that timed out
+  // The current operation's deadline, set by its first wait.
+  Clock::time_point deadline_;
+  int64_t deadline_sequence_ = -1;
 };
 
 std::unique_ptr<Communicator> MpiCommunicator::adopt(MPI_Comm comm, std::string name,
@@ -193,7 +195,12 @@ MPI_Op MpiCommunicator::reduction(CommOp op, DType dtype, ReduceOp reduce) {
 
 void MpiCommunicator::wait(CommOp op, const char* call, MPI_Request& request,
                            std::vector<Tensor> buffers, MPI_Status* status) {
-  const PollResult result = poll(request, options().timeout, status);
+  // The deadline belongs to the operation: all_reduce's two MPI calls share one timeout.
+  if (deadline_sequence_ != sequence()) {
+    deadline_sequence_ = sequence();
+    deadline_ = Clock::now() + options().timeout;
+  }
+  const PollResult result = poll(request, deadline_, status);
   check(op, result.code, call);
   if (result.timed_out) {
     for (Tensor& b : buffers) abandoned_.push_back(std::move(b));
@@ -387,7 +394,7 @@ std::unique_ptr<Communicator> mpi_world(const MpiRuntime& runtime, CommOptions o
   auto comm = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
   MPI_Request request;
   check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, comm.get(), &request), "MPI_Comm_idup", "comm world");
-  const PollResult result = poll(request, options.timeout, MPI_STATUS_IGNORE);
+  const PollResult result = poll(request, Clock::now() + options.timeout, MPI_STATUS_IGNORE);
   check_mpi(result.code, "MPI_Comm_idup", "comm world");
   if (result.timed_out) {
     static_cast<void>(comm.release());
