@@ -99,6 +99,13 @@ void Communicator::check_peer(CommOp op, const char* arg, int peer) {
   }
 }
 
+void Communicator::check_reducible(CommOp op, DType dtype) {
+  if (dtype != DType::f32 && dtype != DType::f64 && dtype != DType::i32 && dtype != DType::i64 &&
+      dtype != DType::u8) {
+    fail(op, str_cat("reductions support f32, f64, i32, i64 and u8, found ", dtype_name(dtype)));
+  }
+}
+
 void Communicator::check_pair(CommOp op, const Tensor& in, const Tensor& out,
                               int64_t out_per_in_num, int64_t out_per_in_den) {
   check_tensor(op, "in", in);
@@ -141,6 +148,7 @@ int64_t ring_share(size_t bytes, int size, int factor = 1) {
 void Communicator::all_reduce(const Tensor& t, ReduceOp op) {
   run(CommOp::all_reduce, [&] {
     check_tensor(CommOp::all_reduce, "t", t);
+    check_reducible(CommOp::all_reduce, t.dtype());
     do_all_reduce(t, op);
     return ring_share(t.nbytes(), size_, 2);
   });
@@ -149,6 +157,7 @@ void Communicator::all_reduce(const Tensor& t, ReduceOp op) {
 void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
   run(CommOp::reduce_scatter, [&] {
     check_pair(CommOp::reduce_scatter, in, out, 1, size_);
+    check_reducible(CommOp::reduce_scatter, in.dtype());
     do_reduce_scatter(in, out, op);
     return ring_share(in.nbytes(), size_);
   });

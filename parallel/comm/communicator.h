@@ -131,6 +131,9 @@ class Communicator {
  private:
   void check_tensor(CommOp op, const char* arg, const Tensor& t);
   void check_peer(CommOp op, const char* arg, int peer);
+  // Reductions take f32, f64, i32, i64 and u8 on every backend: MPI has no f16/bf16
+  // arithmetic, and a bool sum has no bool result.
+  void check_reducible(CommOp op, DType dtype);
   // in and out of one dtype and device, out.numel() = in.numel() * num / den.
   void check_pair(CommOp op, const Tensor& in, const Tensor& out, int64_t num, int64_t den);
   // Starts an operation (its sequence number) and runs f, which validates, calls the

@@ -121,7 +121,7 @@ class MpiCommunicator final : public Communicator {
   void check(CommOp op, int code, const char* call);
   // MPI counts are int; larger tensors would need chunking, which nothing needs yet.
   int count(CommOp op, int64_t numel);
-  MPI_Op reduction(CommOp op, DType dtype, ReduceOp reduce);
+  MPI_Op reduction(CommOp op, ReduceOp reduce);
   // Polls `request` (started by `call`) until it completes or the operation's timeout
   // passes (Note [MPI waits under a deadline]). `buffers` are the memory it reads or
   // writes: on a timeout they are kept alive, since MPI may still write them.
@@ -176,12 +176,7 @@ int MpiCommunicator::count(CommOp op, int64_t numel) {
   return static_cast<int>(numel);
 }
 
-MPI_Op MpiCommunicator::reduction(CommOp op, DType dtype, ReduceOp reduce) {
-  // MPI has no f16/bf16 arithmetic, and a bool sum has no bool result; the thread backend
-  // refuses the same dtypes, so code that runs on one backend runs on the other.
-  if (dtype == DType::f16 || dtype == DType::bf16 || dtype == DType::boolean) {
-    fail(op, str_cat("reductions support f32, f64, i32, i64 and u8, found ", dtype_name(dtype)));
-  }
+MPI_Op MpiCommunicator::reduction(CommOp op, ReduceOp reduce) {
   switch (reduce) {
     case ReduceOp::sum:
       return MPI_SUM;
@@ -222,7 +217,7 @@ void MpiCommunicator::wait(CommOp op, const char* call, MPI_Request& request,
 // all_reduce's own: (N-1)/N of the bytes in each of the two phases.
 void MpiCommunicator::do_all_reduce(const Tensor& t, ReduceOp reduce) {  // t (any shape)
   constexpr CommOp op = CommOp::all_reduce;
-  const MPI_Op mpi_op = reduction(op, t.dtype(), reduce);
+  const MPI_Op mpi_op = reduction(op, reduce);
   const MPI_Datatype type = element_type(t.dtype());
   const int64_t numel = t.numel();
   const int64_t block = (numel + size() - 1) / size();
@@ -251,7 +246,7 @@ void MpiCommunicator::do_all_reduce(const Tensor& t, ReduceOp reduce) {  // t (a
 void MpiCommunicator::do_reduce_scatter(const Tensor& in, const Tensor& out,
                                         ReduceOp reduce) {  // in (size * n), out (n)
   constexpr CommOp op = CommOp::reduce_scatter;
-  const MPI_Op mpi_op = reduction(op, in.dtype(), reduce);
+  const MPI_Op mpi_op = reduction(op, reduce);
   const MPI_Datatype type = element_type(in.dtype());
   MPI_Request request;
   check(op,

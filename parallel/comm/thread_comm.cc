@@ -123,11 +123,6 @@ void reduce_into(void* dst, const void* src, int64_t n, DType dtype, ReduceOp op
   });
 }
 
-bool reducible(DType dtype) {
-  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::i32 || dtype == DType::i64 ||
-         dtype == DType::u8;
-}
-
 class ThreadCommunicator final : public Communicator {
  public:
   ThreadCommunicator(std::shared_ptr<Group> group, int rank, std::string name, CommOptions options)
@@ -135,7 +130,6 @@ class ThreadCommunicator final : public Communicator {
 
  protected:
   void do_all_reduce(const Tensor& t, ReduceOp op) override {
-    check_reducible(CommOp::all_reduce, t.dtype());
     Post& me = arrive(CommOp::all_reduce, &t, t.numel(), t.dtype());
     // Each rank reduces every element in rank order into a private buffer: all ranks get
     // the same bits, and no rank writes a buffer that a peer still reads.
@@ -149,7 +143,6 @@ class ThreadCommunicator final : public Communicator {
   }
 
   void do_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override {
-    check_reducible(CommOp::reduce_scatter, in.dtype());
     Post& me = arrive(CommOp::reduce_scatter, &in, in.numel(), in.dtype());
     const size_t block = out.nbytes();
     const size_t offset = block * rank();
@@ -254,12 +247,6 @@ class ThreadCommunicator final : public Communicator {
         fail(op, str_cat("timed out after ", options().timeout.count(),
                          " ms waiting for the peer (exited, or called a different operation)"));
       }
-    }
-  }
-
-  void check_reducible(CommOp op, DType dtype) {
-    if (!reducible(dtype)) {
-      fail(op, str_cat("reductions support f32, f64, i32, i64 and u8, found ", dtype_name(dtype)));
     }
   }
 
