@@ -37,7 +37,10 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
       meta.grad->copy_(kernels::binary(kernels::BinaryOp::add, *meta.grad, incoming));
     }
   }
-  for (auto& hook : meta.post_accumulate_hooks) hook(*meta.grad);
+  // A handle of our own: a hook may drop the leaf's gradient (ZeRO-2 does, once it has
+  // reduced it).
+  Tensor grad = *meta.grad;
+  for (auto& hook : meta.post_accumulate_hooks) hook(grad);
   return {};
 }
 

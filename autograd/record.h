@@ -29,7 +29,8 @@ void record_function(const std::string& name, const TensorList& inputs,
                      std::initializer_list<Tensor*> outputs, FunctionNode::Backward backward);
 
 // Registers fn(grad) to run on a leaf's accumulated gradient after each backward that
-// reaches it (used to start gradient communication while backward continues).
+// reaches it (used to start gradient communication while backward continues). fn may drop
+// the gradient with leaf.set_grad(Tensor()) once it has used it.
 void register_post_accumulate_hook(Tensor& leaf, std::function<void(Tensor&)> fn);
 
 }  // namespace tessera

@@ -372,6 +372,16 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
+void Tensor::set_data(const Tensor& src) const {
+  TS_CHECK(src.shape() == shape() && src.dtype() == dtype() && src.device() == device(),
+           "[set_data] expected data of ", str(), ", found ", src.str());
+  TensorImpl& impl = *impl_;
+  const TensorImpl& from = src.checked();
+  impl.storage = from.storage;
+  impl.strides = from.strides;
+  impl.offset = from.offset;
+}
+
 bool Tensor::requires_grad() const {
   const AutogradMeta* m = checked().autograd.get();
   return m != nullptr && m->requires_grad;

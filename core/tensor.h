@@ -127,6 +127,11 @@ class Tensor {
   Tensor to(DType dtype) const;
   // Shares data and shape but carries no autograd state.
   Tensor detach() const;
+  // Makes every handle of this tensor see `src`'s data from now on (PyTorch's
+  // `param.data = src`): storage, strides and offset are taken from `src`, which must have
+  // this shape, dtype and device; autograd state (requires_grad, grad, hooks) is kept.
+  // ZeRO uses it to turn parameters into views of one flat buffer.
+  void set_data(const Tensor& src) const;
   // Copies `src` (broadcast to this shape, cast to this dtype, any device) into this view.
   const Tensor& copy_(const Tensor& src) const;
   // Sets every element of this view to `value`.

@@ -101,11 +101,17 @@ EngineConfig parse_engine_config(JsonObjectReader& root, bool cuda) {
   c.train_micro_batch_size_per_gpu = root.optional<int64_t>("train_micro_batch_size_per_gpu");
   c.gradient_accumulation_steps = root.optional<int64_t>("gradient_accumulation_steps");
   for (const auto& [key, why] : kNotYet) root.unsupported(key, why);
-  // With one data-parallel rank these change nothing; they take effect with the DP engine.
-  for (const char* key :
-       {"prescale_gradients", "gradient_predivide_factor", "communication_data_type"}) {
-    root.ignored(key, "it has no effect with one data-parallel rank");
-  }
+  // Gradients are averaged after an f32 reduction (the defaults of these keys).
+  TS_CHECK(!root.get<bool>("prescale_gradients", false), "[config] ",
+           root.key_path("prescale_gradients"),
+           ": gradients are averaged after the reduction; expected false");
+  const double predivide = root.get<double>("gradient_predivide_factor", 1.0);
+  TS_CHECK(predivide == 1.0, "[config] ", root.key_path("gradient_predivide_factor"),
+           ": gradients are averaged after the reduction; expected 1.0, found ", predivide);
+  const std::string comm_dtype = root.get<std::string>("communication_data_type", "fp32");
+  TS_CHECK(comm_dtype == "fp32", "[config] ", root.key_path("communication_data_type"),
+           ": training is fp32, and so is its communication; expected \"fp32\", found \"",
+           comm_dtype, "\"");
   TS_CHECK(root.has("optimizer"),
            "[config] $.optimizer: required section missing; expected "
            "{\"type\": \"AdamW\", \"params\": {...}}");
@@ -119,11 +125,11 @@ EngineConfig parse_engine_config(JsonObjectReader& root, bool cuda) {
   root.deprecated_alias("bfloat16", "bf16");
   read_precision(root, "bf16", cuda);
 
-  JsonObjectReader zero = root.object("zero_optimization");
-  c.zero_stage = zero.get_in_range<int64_t>("stage", 0, 0, 3);
-  TS_CHECK(c.zero_stage == 0, "[config] ", zero.key_path("stage"),
-           ": ZeRO stages 1-3 arrive with the data-parallel engine; expected 0, found ",
-           c.zero_stage);
+  c.zero = parse_zero_config(root.object("zero_optimization"));
+  TS_CHECK(c.zero.stage == 0 || c.optimizer.type != optim::OptimizerType::lamb, "[config] ",
+           "$.zero_optimization.stage: LAMB's trust ratio needs each parameter whole, and ZeRO "
+           "stage ",
+           c.zero.stage, " shards them; expected stage 0 with LAMB");
 
   JsonObjectReader ac = root.object("activation_checkpointing");
   c.activation_checkpointing.partition_activations = ac.get<bool>("partition_activations", false);

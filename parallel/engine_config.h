@@ -1,5 +1,5 @@
 // The DeepSpeed engine keys of a run config: batch triple, optimizer, scheduler, clipping,
-// precision, ZeRO stage, activation checkpointing, logging cadence.
+// precision, ZeRO, activation checkpointing, logging cadence.
 //
 // Keys have DeepSpeed's meaning and defaults (shared/reference/deepspeed.md section 1);
 // unlike DeepSpeed, every key is validated (Note [Strict config reading] in core/json.h).
@@ -11,6 +11,7 @@
 
 #include "core/json.h"
 #include "optim/config.h"
+#include "parallel/zero/zero_config.h"
 
 namespace tessera::parallel {
 
@@ -48,14 +49,14 @@ struct EngineConfig {
   std::shared_ptr<const optim::LrSchedule> scheduler;
   double gradient_clipping = 0.0;  // 0: no clipping (DeepSpeed's code default)
   int64_t steps_per_print = 10;    // DeepSpeed's documented default
-  int64_t zero_stage = 0;
+  ZeroConfig zero;                 // $.zero_optimization
   bool wall_clock_breakdown = false;
   ActivationCheckpointingConfig activation_checkpointing;
 };
 
 // Reads the engine keys from the root of a run config (other sections are left for the
 // caller's finish()). fp16/bf16 enabled on a CPU-only run is refused with "needs the CUDA
-// backend"; ZeRO stages above 0 are refused until the data-parallel engine exists; the
+// backend"; LAMB with ZeRO stage >= 1 is refused (its trust ratio needs whole tensors); the
 // DeepSpeed features Tessera does not have yet are refused by name.
 EngineConfig parse_engine_config(JsonObjectReader& root, bool cuda);
 // Resolves the batch triple over `dp_world_size` ranks. Call it after the root reader's

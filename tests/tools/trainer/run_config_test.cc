@@ -78,7 +78,7 @@ TEST_CASE("a valid config parses into every section", "[run_config]") {
   CHECK(c.engine.optimizer.adam.beta2 == 0.99);
   CHECK(c.engine.optimizer.weight_decay == 0.1);
   CHECK(c.engine.scheduler != nullptr);
-  CHECK(c.engine.zero_stage == 0);
+  CHECK(c.engine.zero.stage == 0);
   CHECK(c.model.vocab_size == 65);
   CHECK(c.model.block_size == 64);
   CHECK(c.model.n_layer == 4);
@@ -307,10 +307,29 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
         "[config] $.bf16.enabled: mixed precision needs the CUDA backend; this run is on the "
         "CPU, so expected false, found true");
   CHECK(error_after([](Json& d) {
-          d["zero_optimization"] = {{"stage", 2}};
+          d["zero_optimization"] = {{"stage", 3}};
         }) ==
-        "[config] $.zero_optimization.stage: ZeRO stages 1-3 arrive with the data-parallel "
-        "engine; expected 0, found 2");
+        "[config] $.zero_optimization.stage: ZeRO stage 3 (partitioned parameters) has not "
+        "landed yet; expected 0, 1 or 2, found 3");
+  CHECK(error_after([](Json& d) {
+          d["zero_optimization"] = {{"stage", 1}};
+          d["optimizer"]["type"] = "Lamb";
+        }) ==
+        "[config] $.zero_optimization.stage: LAMB's trust ratio needs each parameter whole, "
+        "and ZeRO stage 1 shards them; expected stage 0 with LAMB");
+  CHECK(error_after([](Json& d) {
+          d["zero_optimization"] = {{"stage", 2}, {"reduce_bucket_size", 2.5}};
+        }) ==
+        "[config] $.zero_optimization.reduce_bucket_size: expected a whole number of elements, "
+        "found 2.5");
+  CHECK(error_after([](Json& d) {
+          d["zero_optimization"] = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}};
+        }) ==
+        "[config] $.zero_optimization.offload_optimizer is not supported: ZeRO-Offload is not "
+        "implemented yet");
+  CHECK(error_after([](Json& d) { d["gradient_predivide_factor"] = 2.0; }) ==
+        "[config] $.gradient_predivide_factor: gradients are averaged after the reduction; "
+        "expected 1.0, found 2");
   CHECK(error_after([](Json& d) { d["optimizer"]["type"] = "OneBitAdam"; }) ==
         "[config] $.optimizer.type is not supported: the 1-bit optimizers need the "
         "compressed-communication backend, which this build does not have yet");
@@ -328,7 +347,18 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
     d["bfloat16"] = {{"enabled", false}};
     d["zero_optimization"] = {{"stage", 0}};
   });
-  CHECK(c.engine.zero_stage == 0);
+  CHECK(c.engine.zero.stage == 0);
+  CHECK(c.engine.zero.overlap_comm == false);
+  CHECK(c.engine.zero.reduce_bucket_size == 500'000'000);
+  const RunConfig z = parse_edited([](Json& d) {
+    d["zero_optimization"] = {{"stage", 2},
+                              {"reduce_bucket_size", 5e7},
+                              {"allgather_bucket_size", 2e7},
+                              {"reduce_scatter", false}};
+  });
+  CHECK(z.engine.zero.stage == 2);
+  CHECK(z.engine.zero.block_numel() == 20'000'000);
+  CHECK(!z.engine.zero.reduce_scatter);
   REQUIRE(c.warnings.size() == 1);
   CHECK(c.warnings[0] == "[config] $.bfloat16 is deprecated; use $.bf16 instead");
 }

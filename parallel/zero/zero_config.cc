@@ -1,0 +1,85 @@
+#include "parallel/zero/zero_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace tessera::parallel {
+namespace {
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// An element count, written as an integer or in DeepSpeed's style as 5e8.
+int64_t read_count(JsonObjectReader& s, const char* key, int64_t fallback, int64_t lo) {
+  const double v =
+      s.get_in_range<double>(key, static_cast<double>(fallback), static_cast<double>(lo), 9e18);
+  TS_CHECK(v == std::floor(v), "[config] ", s.key_path(key),
+           ": expected a whole number of elements, found ", v);
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+int64_t ZeroConfig::block_numel() const {
+  return std::min(reduce_bucket_size, allgather_bucket_size);
+}
+
+ZeroConfig parse_zero_config(JsonObjectReader s) {
+  ZeroConfig c;
+  c.stage = s.get_in_range<int>("stage", 0, 0, 3);
+  c.contiguous_gradients = s.get<bool>("contiguous_gradients", true);
+  c.reduce_scatter = s.get<bool>("reduce_scatter", true);
+  c.reduce_bucket_size = read_count(s, "reduce_bucket_size", c.reduce_bucket_size, 1);
+  c.allgather_bucket_size = read_count(s, "allgather_bucket_size", c.allgather_bucket_size, 2);
+  TS_CHECK(c.allgather_bucket_size % 2 == 0, "[config] ", s.key_path("allgather_bucket_size"),
+           ": expected a multiple of 2 (DeepSpeed's rule), found ", c.allgather_bucket_size);
+  c.overlap_comm = s.get<bool>("overlap_comm", c.stage == 3);
+  s.deprecated_alias("prefetch_bucket_size", "stage3_prefetch_bucket_size");
+  c.stage3_prefetch_bucket_size =
+      read_count(s, "stage3_prefetch_bucket_size", c.stage3_prefetch_bucket_size, 0);
+  s.deprecated_alias("param_persistence_threshold", "stage3_param_persistence_threshold");
+  c.stage3_param_persistence_threshold =
+      read_count(s, "stage3_param_persistence_threshold", c.stage3_param_persistence_threshold, 0);
+  s.deprecated_alias("max_live_parameters", "stage3_max_live_parameters");
+  c.stage3_max_live_parameters =
+      read_count(s, "stage3_max_live_parameters", c.stage3_max_live_parameters, 0);
+  s.deprecated_alias("max_reuse_distance", "stage3_max_reuse_distance");
+  c.stage3_max_reuse_distance =
+      read_count(s, "stage3_max_reuse_distance", c.stage3_max_reuse_distance, 0);
+  // Accepted with their defaults; they describe how DeepSpeed's own buffers work.
+  s.get<bool>("use_multi_rank_bucket_allreduce", true);
+  s.get<bool>("allgather_partitions", true);
+  s.get<bool>("load_from_fp32_weights", true);  // the weights are fp32 already
+  s.get<bool>("ignore_unused_parameters", true);
+  s.get<bool>("round_robin_gradients", false);
+  s.get_in_range<double>("sub_group_size", 1e9, 1, 9e18);
+  TS_CHECK(!s.get<bool>("legacy_stage1", false), "[config] ", s.key_path("legacy_stage1"),
+           ": legacy_stage1 was removed from DeepSpeed; expected false");
+  s.unsupported("elastic_checkpoint", "DeepSpeed no longer supports it either");
+  s.unsupported("offload_optimizer", "ZeRO-Offload is not implemented yet");
+  s.unsupported("offload_param", "ZeRO-Offload is not implemented yet");
+  s.unsupported("cpu_offload", "ZeRO-Offload is not implemented yet");
+  s.unsupported("cpu_offload_param", "ZeRO-Offload is not implemented yet");
+  s.unsupported("cpu_offload_use_pin_memory", "ZeRO-Offload is not implemented yet");
+  s.unsupported("zero_hpz_partition_size", "ZeRO++ is not implemented");
+  s.unsupported("zero_quantized_weights", "ZeRO++ is not implemented");
+  s.unsupported("zero_quantized_nontrainable_weights", "ZeRO++ is not implemented");
+  s.unsupported("zero_quantized_gradients", "ZeRO++ is not implemented");
+  s.unsupported("zeropp_loco_param", "ZeRO++ is not implemented");
+  s.unsupported("mics_shard_size", "MiCS is not implemented");
+  s.unsupported("mics_hierarchical_params_gather", "MiCS is not implemented");
+  s.get_in_range<double>("stage3_model_persistence_threshold", 9e18, 0, 9e18);
+  s.deprecated_alias("stage3_gather_fp16_weights_on_model_save",
+                     "stage3_gather_16bit_weights_on_model_save");
+  s.get<bool>("stage3_gather_16bit_weights_on_model_save", false);
+  s.get_in_range<int64_t>("stage3_module_granularity_threshold", 0, 0, kMax);
+  s.get<bool>("stage3_use_all_reduce_for_fetch_params", false);
+  TS_CHECK(c.stage != 3, "[config] ", s.key_path("stage"),
+           ": ZeRO stage 3 (partitioned parameters) has not landed yet; expected 0, 1 or 2, "
+           "found 3");
+  return c;
+}
+
+}  // namespace tessera::parallel

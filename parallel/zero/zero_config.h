@@ -1,0 +1,40 @@
+// The `zero_optimization` section of a DeepSpeed config (shared/reference/deepspeed.md
+// section 1.7), with DeepSpeed's keys and code defaults.
+#pragma once
+
+#include <cstdint>
+
+#include "core/json.h"
+
+namespace tessera::parallel {
+
+struct ZeroConfig {
+  int stage = 0;  // 0 plain data parallelism; 1 optimizer state; 2 + gradients; 3 + parameters
+  // Elements per gradient reduction block (Note [Flat layout] in flat_layout.h).
+  int64_t reduce_bucket_size = 500'000'000;
+  // Elements per parameter all-gather; stage 1/2 blocks honour both sizes.
+  int64_t allgather_bucket_size = 500'000'000;
+  // Reduce gradients from backward hooks as blocks complete (stage 0 and 1; stage 2 always
+  // does). DeepSpeed's default: true for stage 3, false otherwise.
+  bool overlap_comm = false;
+  // Gradients are always copied into contiguous blocks for reduction; kept for DeepSpeed
+  // configs.
+  bool contiguous_gradients = true;
+  // true: each block is reduce-scattered to its owners; false: all-reduced, each rank
+  // keeping its chunk (twice the bytes).
+  bool reduce_scatter = true;
+  // Stage 3 (not implemented yet; validated so that configs are checked).
+  int64_t stage3_prefetch_bucket_size = 50'000'000;
+  int64_t stage3_param_persistence_threshold = 100'000;
+  int64_t stage3_max_live_parameters = 1'000'000'000;
+  int64_t stage3_max_reuse_distance = 1'000'000'000;
+
+  // The elements of a stage 0-2 block: min(reduce_bucket_size, allgather_bucket_size).
+  int64_t block_numel() const;
+};
+
+// Reads `section` ($.zero_optimization). Features Tessera does not have (offload, ZeRO++,
+// MiCS) are errors that say so; stage 3 is refused until it lands.
+ZeroConfig parse_zero_config(JsonObjectReader section);
+
+}  // namespace tessera::parallel

@@ -1,0 +1,331 @@
+#include "parallel/zero/zero_optimizer.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "autograd/engine.h"
+#include "autograd/record.h"
+#include "core/error.h"
+#include "core/factories.h"
+#include "core/grad_mode.h"
+#include "kernels/blas1.h"
+
+namespace tessera::parallel {
+namespace {
+
+std::string chunk_name(int64_t block) { return "zero_block_" + std::to_string(block); }
+
+// The state kind of an optimizer state key "<kind>.<name>".
+std::string kind_of(const std::string& key) { return key.substr(0, key.find('.')); }
+
+}  // namespace
+
+ZeroOptimizer::ZeroOptimizer(Communicator& dp, std::vector<optim::ParamGroup> groups,
+                             const optim::OptimizerConfig& optimizer, const ZeroConfig& zero)
+    : dp_(dp), config_(zero), groups_(std::move(groups)) {
+  TS_CHECK(config_.stage >= 0 && config_.stage <= 2, "[zero] expected stage 0, 1 or 2, found ",
+           config_.stage, config_.stage == 3 ? " (stage 3 has not landed yet)" : "");
+  TS_CHECK(config_.stage == 0 || optimizer.type != optim::OptimizerType::lamb,
+           "[zero] LAMB's trust ratio needs each parameter whole; expected stage 0 with LAMB, "
+           "found stage ",
+           config_.stage);
+  NoGradGuard no_grad;
+  std::vector<FlatParamInfo> infos;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (const NamedParameter& p : groups_[g].params) {
+      const Tensor& t = p.tensor;
+      TS_CHECK(
+          t.dtype() == DType::f32 && t.device().is_cpu() && t.is_contiguous() && t.requires_grad(),
+          "[zero] parameter \"", p.name,
+          "\": expected a contiguous f32 CPU tensor that requires grad, found ", t.str());
+      infos.push_back({p.name, t.shape(), static_cast<int>(g)});
+      params_.push_back(t);
+    }
+  }
+  layout_ = make_flat_layout(infos, dp_.size(), config_.block_numel());
+
+  // Parameters become views of the flat buffer; rank 0's values win.
+  flat_params_ = zeros({layout_.numel});
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const FlatLayout::Param& p = layout_.params[i];
+    const Tensor view = flat_params_.narrow(0, p.offset, p.numel).view(p.shape);
+    view.copy_(params_[i]);
+    params_[i].set_data(view);
+  }
+  dp_.broadcast(flat_params_, 0);
+
+  if (config_.stage <= 1) {
+    flat_grads_ = zeros({layout_.numel});
+  } else {
+    grad_shard_ = zeros({layout_.shard_numel()});
+  }
+  if (config_.stage == 0) {
+    inner_ = optim::make_optimizer(optimizer, groups_);
+  } else {
+    // One optimizer parameter per owned chunk, in its block's group.
+    std::vector<optim::ParamGroup> chunks;
+    for (const optim::ParamGroup& g : groups_) chunks.push_back({{}, g.lr, g.weight_decay});
+    for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+      const int64_t block = static_cast<int64_t>(b);
+      Tensor chunk = own_param_chunk(block);
+      chunk.set_grad(own_grad_chunk(block));
+      chunks[layout_.blocks[b].group].params.push_back({chunk_name(block), chunk, {}});
+    }
+    inner_ = optim::make_optimizer(optimizer, std::move(chunks));
+  }
+  pending_.assign(layout_.blocks.size(), 0);
+  reduced_.assign(layout_.blocks.size(), false);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    register_post_accumulate_hook(params_[i],
+                                  [this, i](Tensor&) { on_grad_ready(static_cast<int64_t>(i)); });
+  }
+  zero_grad();
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  // The hooks capture `this`: make them inert, as the parameters may outlive us.
+  for (Tensor& p : params_) {
+    if (AutogradMeta* m = p.autograd_meta()) m->post_accumulate_hooks.clear();
+  }
+}
+
+Tensor ZeroOptimizer::own_param_chunk(int64_t block) const {
+  return flat_params_.narrow(0, layout_.chunk_offset(block, dp_.rank()),
+                             layout_.blocks[block].chunk);
+}
+
+Tensor ZeroOptimizer::own_grad_chunk(int64_t block) const {
+  const FlatLayout::Block& b = layout_.blocks[block];
+  return config_.stage == 2
+             ? grad_shard_.narrow(0, b.shard_offset, b.chunk)
+             : flat_grads_.narrow(0, layout_.chunk_offset(block, dp_.rank()), b.chunk);
+}
+
+void ZeroOptimizer::zero_grad() {
+  NoGradGuard no_grad;
+  if (config_.stage <= 1) {
+    flat_grads_.fill_(0.0);
+    // Backward accumulates into these views in place (AccumulateGrad).
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const FlatLayout::Param& p = layout_.params[i];
+      params_[i].set_grad(flat_grads_.narrow(0, p.offset, p.numel).view(p.shape));
+    }
+  } else {
+    grad_shard_.fill_(0.0);
+    for (Tensor& p : params_) p.set_grad(Tensor());
+  }
+}
+
+void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
+  reducing_ = config_.stage == 2 || boundary;
+  const bool from_hooks = config_.stage == 2 || config_.overlap_comm;
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+    pending_[b] = layout_.blocks[b].end_param - layout_.blocks[b].first_param;
+    reduced_[b] = false;
+  }
+  in_backward_ = reducing_ && from_hooks;
+  try {
+    tessera::backward(loss, scalar_tensor(scale));
+  } catch (...) {
+    in_backward_ = false;
+    throw;
+  }
+  in_backward_ = false;
+  if (!reducing_) return;
+  // Blocks the hooks did not reduce: all of them without overlap, and any block with a
+  // parameter that got no gradient. Every rank takes them in the same order.
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+    if (!reduced_[b]) reduce_block(static_cast<int64_t>(b));
+  }
+}
+
+void ZeroOptimizer::on_grad_ready(int64_t param) {
+  if (!in_backward_) return;
+  const int64_t block = layout_.params[param].block;
+  if (--pending_[block] == 0) reduce_block(block);
+}
+
+void ZeroOptimizer::reduce_block(int64_t block) {
+  NoGradGuard no_grad;
+  const FlatLayout::Block& b = layout_.blocks[block];
+  const double inv_world = 1.0 / dp_.size();
+  reduced_[block] = true;
+  if (config_.stage == 0) {
+    const Tensor view = flat_grads_.narrow(0, b.offset, b.numel);
+    dp_.all_reduce(view);
+    kernels::scale_(view, inv_world);
+    return;
+  }
+  Tensor buffer;
+  if (config_.stage == 1) {
+    buffer = flat_grads_.narrow(0, b.offset, b.numel);
+  } else {
+    // Stage 2: gather the block's gradients into one buffer and drop them.
+    buffer = zeros({b.numel});
+    for (int64_t i = b.first_param; i < b.end_param; ++i) {
+      const FlatLayout::Param& p = layout_.params[i];
+      const Tensor g = params_[i].grad();
+      if (g.defined()) buffer.narrow(0, p.offset - b.offset, p.numel).copy_(g.reshape({p.numel}));
+      params_[i].set_grad(Tensor());
+    }
+  }
+  Tensor reduced;
+  if (config_.reduce_scatter) {
+    reduced = empty({b.chunk});
+    dp_.reduce_scatter(buffer, reduced);
+  } else {
+    dp_.all_reduce(buffer);
+    reduced = buffer.narrow(0, dp_.rank() * b.chunk, b.chunk);
+  }
+  const Tensor own = own_grad_chunk(block);
+  if (config_.stage == 1) {
+    if (reduced.raw_data() != own.raw_data()) own.copy_(reduced);
+    kernels::scale_(own, inv_world);
+  } else {
+    kernels::axpy_(own, reduced, inv_world);  // accumulates over micro-batches
+  }
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  NoGradGuard no_grad;
+  double sq = 0.0;
+  if (config_.stage == 0) {
+    sq = kernels::squared_norm(flat_grads_);  // identical on every rank
+  } else {
+    for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+      sq += kernels::squared_norm(own_grad_chunk(static_cast<int64_t>(b)));
+    }
+    const Tensor total = scalar_tensor(sq, {DType::f64});
+    dp_.all_reduce(total);
+    sq = total.item<double>();
+  }
+  const double norm = std::sqrt(sq);
+  const double coef = max_norm / (norm + 1e-6);
+  if (max_norm > 0.0 && std::isfinite(norm) && coef < 1.0) {
+    if (config_.stage == 0) {
+      kernels::scale_(flat_grads_, coef);
+    } else {
+      for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+        kernels::scale_(own_grad_chunk(static_cast<int64_t>(b)), coef);
+      }
+    }
+  }
+  return norm;
+}
+
+void ZeroOptimizer::step() {
+  NoGradGuard no_grad;
+  inner_->step();
+  if (config_.stage == 0) return;
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+    const int64_t block = static_cast<int64_t>(b);
+    const FlatLayout::Block& blk = layout_.blocks[b];
+    // The input must not overlap the output.
+    dp_.all_gather(own_param_chunk(block).clone(), flat_params_.narrow(0, blk.offset, blk.numel));
+  }
+}
+
+void ZeroOptimizer::set_lr(double lr) { inner_->set_lr(lr); }
+double ZeroOptimizer::lr() const { return inner_->lr(); }
+bool ZeroOptimizer::set_momentum(double beta1) { return inner_->set_momentum(beta1); }
+int64_t ZeroOptimizer::step_count() const { return inner_->step_count(); }
+
+ModelStateBytes ZeroOptimizer::model_state_bytes() const {
+  ModelStateBytes m;
+  m.params = static_cast<int64_t>(flat_params_.nbytes());
+  m.grads = static_cast<int64_t>(config_.stage <= 1 ? flat_grads_.nbytes() : grad_shard_.nbytes());
+  for (const auto& [key, t] : inner_->state_dict()) {
+    if (key != "step") m.optimizer += static_cast<int64_t>(t.nbytes());
+  }
+  return m;
+}
+
+StateDict ZeroOptimizer::state_dict() const {
+  StateDict inner = inner_->state_dict();
+  if (!sharded()) return inner;
+  NoGradGuard no_grad;
+  // Chunk states "<kind>.zero_block_<b>" -> one shard tensor per kind.
+  StateDict out;
+  std::map<std::string, Tensor> shards;
+  for (const auto& [key, t] : inner) {
+    if (key == "step") {
+      out.emplace_back(key, t);
+      continue;
+    }
+    const std::string kind = kind_of(key);
+    auto [it, fresh] = shards.try_emplace(kind);
+    if (fresh) {
+      it->second = zeros({layout_.shard_numel()});
+      out.emplace_back(kind, it->second);
+    }
+    const int64_t block = std::stoll(key.substr(key.rfind('_') + 1));
+    const FlatLayout::Block& b = layout_.blocks[block];
+    it->second.narrow(0, b.shard_offset, b.chunk).copy_(t);
+  }
+  return out;
+}
+
+void ZeroOptimizer::load_whole_state(const StateDict& whole) {
+  if (!sharded()) {
+    inner_->load_state_dict(whole);
+    return;
+  }
+  NoGradGuard no_grad;
+  // Group "<kind>.<parameter>" by kind, then shard each kind for this rank.
+  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> by_kind;
+  StateDict chunks;
+  for (const auto& [key, t] : whole) {
+    if (key == "step") {
+      chunks.emplace_back(key, t);
+      continue;
+    }
+    const size_t dot = key.find('.');
+    TS_CHECK(dot != std::string::npos, "[zero] optimizer state \"", key,
+             "\": expected <kind>.<parameter name>");
+    by_kind[key.substr(0, dot)].emplace_back(key.substr(dot + 1), t);
+  }
+  for (const auto& [kind, tensors] : by_kind) {
+    TS_CHECK(tensors.size() == layout_.params.size(), "[zero] optimizer state \"", kind,
+             "\": expected one tensor per parameter (", layout_.params.size(), "), found ",
+             tensors.size());
+    const Tensor s = shard(layout_, dp_.rank(), tensors);
+    for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+      const FlatLayout::Block& blk = layout_.blocks[b];
+      chunks.emplace_back(kind + "." + chunk_name(static_cast<int64_t>(b)),
+                          s.narrow(0, blk.shard_offset, blk.chunk));
+    }
+  }
+  inner_->load_state_dict(chunks);
+}
+
+StateDict whole_state(const FlatLayout& layout, const std::vector<StateDict>& shards) {
+  TS_CHECK(static_cast<int>(shards.size()) == layout.world, "[zero] expected ", layout.world,
+           " optimizer shards, found ", shards.size());
+  StateDict out;
+  std::map<std::string, std::vector<Tensor>> kinds;
+  std::set<std::string> first_keys;
+  for (size_t r = 0; r < shards.size(); ++r) {
+    std::set<std::string> keys;
+    for (const auto& [key, t] : shards[r]) {
+      keys.insert(key);
+      if (key == "step") {
+        if (r == 0) out.emplace_back(key, t);
+        TS_CHECK(t.numel() == 1 && t.item<int64_t>() == out.front().second.item<int64_t>(),
+                 "[zero] optimizer shard ", r, " is at step ", t.item<int64_t>(),
+                 "; expected step ", out.front().second.item<int64_t>(), " like shard 0");
+      } else {
+        kinds[key].push_back(t);
+      }
+    }
+    if (r == 0) first_keys = keys;
+    TS_CHECK(keys == first_keys && keys.count("step") == 1, "[zero] optimizer shard ", r,
+             " holds different state kinds than shard 0; expected the same kinds and a step");
+  }
+  for (const auto& [kind, ts] : kinds) {
+    for (auto& [name, t] : unshard(layout, ts)) out.emplace_back(kind + "." + name, t);
+  }
+  return out;
+}
+
+}  // namespace tessera::parallel

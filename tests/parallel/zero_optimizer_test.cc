@@ -1,0 +1,284 @@
+// ZeRO stages 0-2 on the thread backend against one process with the same global batch:
+// 10 AdamW steps with gradient accumulation and active clipping on a GPT whose parameter
+// count no world size divides. Losses, gradient norms and final parameters must agree
+// within 1e-6 (relative), and all ranks must hold bitwise identical parameters.
+#include "parallel/zero/zero_optimizer.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <mutex>
+
+#include "autograd/engine.h"
+#include "core/factories.h"
+#include "models/gpt2/gpt.h"
+#include "optim/clip.h"
+#include "parallel/comm/thread_comm.h"
+#include "tests/testing.h"
+
+namespace tessera::parallel {
+namespace {
+
+constexpr int kSteps = 10;
+constexpr int64_t kGlobalRows = 24;  // per step, over all ranks and micro-batches
+constexpr int64_t kGas = 2;
+constexpr int64_t kT = 6;
+constexpr double kClip = 0.3;
+
+// 18475 parameters (25 x 739). Without biases: the loss does not depend on the key bias
+// (it shifts every score of a query equally), so its exact gradient is 0 and the computed
+// one is rounding noise, which Adam normalizes into full-size steps. Any change of
+// summation order (which data parallelism must make) changes that noise, so the key bias
+// of two correct runs differs at the scale of the learning rate.
+GptConfig model_config() {
+  GptConfig c;
+  c.vocab_size = 37;
+  c.block_size = kT;
+  c.n_layer = 2;
+  c.n_head = 5;
+  c.n_embd = 25;
+  c.bias = false;
+  return c;
+}
+
+optim::OptimizerConfig adamw() {
+  optim::OptimizerConfig o;
+  o.lr = 1e-3;
+  o.weight_decay = 0.1;
+  return o;
+}
+
+// Token rows of every step: (kSteps * kGlobalRows, kT + 1), the same for every run.
+Tensor all_rows() {
+  Generator gen(7);
+  const Tensor u = rand({kSteps * kGlobalRows, kT + 1}, gen, {DType::f64});
+  std::vector<int32_t> ids;
+  for (double v : u.to_vector<double>()) ids.push_back(static_cast<int32_t>(v * 37));
+  return from_vector(ids, {kSteps * kGlobalRows, kT + 1});
+}
+
+// Rows [first, first + n) as (inputs, targets).
+std::pair<Tensor, Tensor> batch(const Tensor& rows, int64_t first, int64_t n) {
+  const Tensor r = rows.narrow(0, first, n);
+  return {r.narrow(1, 0, kT).contiguous(), r.narrow(1, 1, kT).contiguous()};
+}
+
+struct Run {
+  std::vector<double> losses, norms;
+  std::vector<std::vector<float>> params;
+};
+
+std::vector<std::vector<float>> snapshot(const Gpt& model) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& p : model.parameters()) out.push_back(p.detach().to_vector<float>());
+  return out;
+}
+
+std::vector<optim::ParamGroup> groups_of(const Gpt& model) {
+  return optim::decay_groups(model.named_parameters(), adamw().lr, adamw().weight_decay, true, {});
+}
+
+// One process, global batch per micro-batch.
+Run reference() {
+  const Tensor rows = all_rows();
+  Gpt model(model_config(), 1234);
+  const auto opt = optim::make_optimizer(adamw(), groups_of(model));
+  Run run;
+  const int64_t micro = kGlobalRows / kGas;
+  for (int s = 0; s < kSteps; ++s) {
+    opt->zero_grad();
+    double loss = 0;
+    for (int64_t m = 0; m < kGas; ++m) {
+      const auto [x, y] = batch(rows, s * kGlobalRows + m * micro, micro);
+      const Tensor l = model.loss(model.forward(x), y);
+      loss += l.item<double>() / kGas;
+      backward(l, scalar_tensor(1.0 / kGas));
+    }
+    run.norms.push_back(optim::clip_grad_norm(model.parameters(), kClip));
+    opt->step();
+    run.losses.push_back(loss);
+  }
+  run.params = snapshot(model);
+  return run;
+}
+
+// `world` thread ranks; rank r's micro-batch m is rows [m*micro*world + r*micro, +micro) of
+// the step, the rows the DataLoader gives rank r.
+std::vector<Run> data_parallel(int world, const ZeroConfig& zero) {
+  const Tensor rows = all_rows();
+  std::vector<Run> runs(static_cast<size_t>(world));
+  run_thread_ranks(world, [&](Communicator& comm) {
+    Gpt model(model_config(), 1234);
+    ZeroOptimizer opt(comm, groups_of(model), adamw(), zero);
+    Run& run = runs[static_cast<size_t>(comm.rank())];
+    const int64_t micro = kGlobalRows / kGas / world;
+    for (int s = 0; s < kSteps; ++s) {
+      opt.zero_grad();
+      double loss = 0;
+      for (int64_t m = 0; m < kGas; ++m) {
+        const auto [x, y] = batch(rows, s * kGlobalRows + (m * world + comm.rank()) * micro, micro);
+        const Tensor l = model.loss(model.forward(x), y);
+        loss += l.item<double>() / kGas;
+        opt.backward(l, 1.0 / kGas, m == kGas - 1);
+      }
+      const Tensor total = scalar_tensor(loss, {DType::f64});
+      comm.all_reduce(total);
+      run.losses.push_back(total.item<double>() / world);
+      run.norms.push_back(opt.clip_grad_norm(kClip));
+      opt.step();
+    }
+    run.params = snapshot(model);
+  });
+  return runs;
+}
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+void check_equivalent(const Run& want, const std::vector<Run>& ranks) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    INFO("rank " << r);
+    // Replicas are bitwise identical.
+    REQUIRE(ranks[r].params == ranks[0].params);
+    REQUIRE(ranks[r].norms == ranks[0].norms);
+  }
+  const Run& got = ranks[0];
+  for (int s = 0; s < kSteps; ++s) {
+    INFO("step " << s);
+    CHECK(std::abs(got.losses[s] - want.losses[s]) <= 1e-6 * std::abs(want.losses[s]));
+    CHECK(std::abs(got.norms[s] - want.norms[s]) <= 1e-6 * want.norms[s]);
+    CHECK(want.norms[s] > kClip);  // clipping is active
+  }
+  REQUIRE(got.params.size() == want.params.size());
+  for (size_t i = 0; i < want.params.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(relative_error(got.params[i], want.params[i]) <= 1e-6);
+  }
+}
+
+TEST_CASE("the test model's parameter count is divisible by none of 2, 3, 4", "[zero]") {
+  const int64_t n = model_config().num_parameters();
+  CHECK(n % 2 != 0);
+  CHECK(n % 3 != 0);
+  CHECK(n == 18475);
+}
+
+TEST_CASE("ZeRO stages 0-2 at world sizes 1-4 equal the single-process run", "[zero]") {
+  const Run want = reference();
+  for (int stage = 0; stage <= 2; ++stage) {
+    for (int world = 1; world <= 4; ++world) {
+      // Small blocks: many reductions, chunks that cut through parameters.
+      for (int64_t bucket : {int64_t{500'000'000}, int64_t{997}}) {
+        DYNAMIC_SECTION("stage " << stage << ", world " << world << ", bucket " << bucket) {
+          ZeroConfig zero;
+          zero.stage = stage;
+          zero.reduce_bucket_size = bucket;
+          check_equivalent(want, data_parallel(world, zero));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("overlap_comm and reduce_scatter=false give the same results", "[zero]") {
+  const Run want = reference();
+  for (int stage = 0; stage <= 2; ++stage) {
+    DYNAMIC_SECTION("stage " << stage) {
+      ZeroConfig zero;
+      zero.stage = stage;
+      zero.reduce_bucket_size = 2000;
+      zero.overlap_comm = true;
+      zero.reduce_scatter = false;
+      check_equivalent(want, data_parallel(3, zero));
+    }
+  }
+}
+
+TEST_CASE("ZeRO shards optimizer state and gradients by 1/world", "[zero]") {
+  for (int stage = 0; stage <= 2; ++stage) {
+    DYNAMIC_SECTION("stage " << stage) {
+      std::vector<ModelStateBytes> bytes(4);
+      run_thread_ranks(4, [&](Communicator& comm) {
+        Gpt model(model_config(), 1);
+        ZeroConfig zero;
+        zero.stage = stage;
+        ZeroOptimizer opt(comm, groups_of(model), adamw(), zero);
+        opt.zero_grad();
+        const Tensor x = zeros({1, kT}, {DType::i32});
+        opt.backward(model.loss(model.forward(x), x), 1.0, true);
+        opt.clip_grad_norm(0);
+        opt.step();
+        bytes[static_cast<size_t>(comm.rank())] = opt.model_state_bytes();
+      });
+      const double p = 4.0 * static_cast<double>(model_config().num_parameters());
+      const ModelStateBytes& b = bytes[0];
+      // Padding adds at most world - 1 elements per block (here two blocks).
+      CHECK(b.params == Approx(p).margin(4 * 2 * 3));
+      CHECK(b.grads == Approx(stage == 2 ? p / 4 : p).margin(4 * 2 * 3));
+      CHECK(b.optimizer == Approx(stage == 0 ? 2 * p : 2 * p / 4).margin(8 * 2 * 3));
+    }
+  }
+}
+
+TEST_CASE("whole_state reassembles the shards; load_whole_state reshards them", "[zero]") {
+  // Train 3 steps at world 2, stage 2; move the state to world 3, stage 1, and to stage 0.
+  std::vector<StateDict> shards(2);
+  FlatLayout layout2;
+  const Tensor rows = all_rows();
+  run_thread_ranks(2, [&](Communicator& comm) {
+    Gpt model(model_config(), 5);
+    ZeroConfig zero;
+    zero.stage = 2;
+    zero.reduce_bucket_size = 700;
+    ZeroOptimizer opt(comm, groups_of(model), adamw(), zero);
+    for (int s = 0; s < 3; ++s) {
+      opt.zero_grad();
+      const auto [x, y] = batch(rows, s * 4 + comm.rank() * 2, 2);
+      opt.backward(model.loss(model.forward(x), y), 1.0, true);
+      opt.clip_grad_norm(0);
+      opt.step();
+    }
+    StateDict own;
+    for (const auto& [k, t] : opt.state_dict()) own.emplace_back(k, t.clone());
+    shards[static_cast<size_t>(comm.rank())] = own;
+    if (comm.rank() == 0) layout2 = opt.layout();
+  });
+  const StateDict whole = whole_state(layout2, shards);
+  REQUIRE(whole.size() == 1 + 2 * layout2.params.size());
+  CHECK(whole[0].first == "step");
+  CHECK(whole[0].second.item<int64_t>() == 3);
+
+  for (int stage : {0, 1}) {
+    const int world = stage == 0 ? 1 : 3;
+    std::vector<StateDict> again(static_cast<size_t>(world));
+    FlatLayout layout;
+    run_thread_ranks(world, [&](Communicator& comm) {
+      Gpt model(model_config(), 5);
+      ZeroConfig zero;
+      zero.stage = stage;
+      ZeroOptimizer opt(comm, groups_of(model), adamw(), zero);
+      opt.load_whole_state(whole);
+      CHECK(opt.step_count() == 3);
+      StateDict own;
+      for (const auto& [k, t] : opt.state_dict()) own.emplace_back(k, t.clone());
+      again[static_cast<size_t>(comm.rank())] = own;
+      if (comm.rank() == 0) layout = opt.layout();
+    });
+    const StateDict back = stage == 0 ? again[0] : whole_state(layout, again);
+    REQUIRE(back.size() == whole.size());
+    std::map<std::string, Tensor> by_name(back.begin(), back.end());
+    for (const auto& [k, t] : whole) {
+      INFO(k);
+      REQUIRE(by_name.count(k) == 1);
+      CHECK(by_name[k].to_vector<double>() == t.to_vector<double>());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::parallel
