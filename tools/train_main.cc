@@ -1,46 +1,114 @@
 // train: trains a GPT from a JSON config (tools/trainer/run_config.h).
 //
 //   bazel run //tools:train -- --config configs/shakespeare_char.json [--resume | --no-resume]
+//   mpirun -np 4 bazel-bin/tools/train --config configs/shakespeare_char.json
 //
-// Relative paths (the config, and the paths inside it) resolve against the directory the
-// command was started from. Exit codes: 0 done, 2 bad flags, 1 any other error.
+// Under mpirun every process is one data-parallel rank (rank and world from the MPI
+// environment); Note [Data-parallel trainer] in tools/trainer/trainer.h. Relative paths
+// (the config, and the paths inside it) resolve against the directory the command was
+// started from. Exit codes: 0 done, 2 bad flags, 1 any other error.
 #include <cstdio>
+#include <optional>
 
+#include "core/factories.h"
+#include "core/logging.h"
+#include "parallel/comm/mpi_comm.h"
+#include "parallel/comm/thread_comm.h"
 #include "tools/cli/flags.h"
 #include "tools/trainer/trainer.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: train --config FILE [--resume | --no-resume]
+using tessera::parallel::Communicator;
 
-Trains the model the config describes; see configs/README.md for the keys.
+constexpr const char* kUsage = R"(usage: train --config FILE [--resume | --no-resume] [--comm-timeout S]
+       mpirun -np N train --config FILE [...]
 
-  --config FILE   the run config (JSON)
-  --resume        continue from the latest checkpoint; error when there is none
-  --no-resume     start from step 0 even when checkpoints exist
-                  (default: continue from the latest checkpoint when there is one)
-  --help          print this and exit
+Trains the model the config describes; see configs/README.md for the keys. Under mpirun,
+each process is a data-parallel rank: the config's batch keys must fit N ranks.
+
+  --config FILE     the run config (JSON)
+  --resume          continue from the latest checkpoint; error when there is none
+  --no-resume       start from step 0 even when checkpoints exist
+                    (default: continue from the latest checkpoint when there is one)
+  --comm-timeout S  seconds a rank waits for the others in one collective before the run
+                    fails with an error naming the operation (default 300)
+  --help            print this and exit
 )";
+
+tessera::train::ResumeMode resume_mode(const tessera::cli::Flags& flags) {
+  if (flags.has("resume") && flags.has("no-resume")) {
+    throw tessera::cli::UsageError("--resume and --no-resume exclude each other");
+  }
+  return flags.has("resume")      ? tessera::train::ResumeMode::required
+         : flags.has("no-resume") ? tessera::train::ResumeMode::never
+                                  : tessera::train::ResumeMode::automatic;
+}
+
+// One rank of an mpirun job. Reading the config is checked by all ranks together, so that
+// a config that does not fit the world fails on every rank with its own message and the
+// job ends cleanly. A later error ends the whole job (MPI_Abort): peers may be waiting in
+// a collective that will never complete.
+int train_mpi(int* argc, char*** argv, const std::string& config,
+              tessera::train::ResumeMode mode, tessera::parallel::CommOptions options) {
+  tessera::parallel::MpiRuntime mpi(argc, argv);
+  tessera::set_log_rank(mpi.world_rank());
+  std::unique_ptr<Communicator> world = tessera::parallel::mpi_world(mpi, options);
+  std::optional<tessera::train::RunConfig> cfg;
+  std::string error;
+  try {
+    cfg = tessera::train::load_run_config(config, world->size());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const tessera::Tensor ok = tessera::scalar_tensor(error.empty() ? 1 : 0, {tessera::DType::i32});
+  world->all_reduce(ok, tessera::parallel::ReduceOp::min);
+  if (!error.empty() || ok.item<int>() == 0) {
+    std::fprintf(stderr, "train: error: [rank %d] %s\n", mpi.world_rank(),
+                 error.empty() ? "another rank could not read the config (its error is printed "
+                                 "above); expected every rank to start"
+                               : error.c_str());
+    world.reset();
+    return 1;
+  }
+  try {
+    tessera::train::Trainer trainer(std::move(*cfg), mode, *world);
+    trainer.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train: error: [rank %d] %s\n", mpi.world_rank(), e.what());
+    std::fflush(stderr);
+    mpi.abort(1);
+  }
+  world.reset();  // before MPI is finalized
+  return 0;
+}
 
 int train_main(int argc, char** argv) {
   using tessera::cli::Flag;
-  const tessera::cli::Flags flags(
-      argc, argv,
-      {{"config", Flag::kValue}, {"resume", Flag::kSwitch}, {"no-resume", Flag::kSwitch}});
+  const tessera::cli::Flags flags(argc, argv,
+                                  {{"config", Flag::kValue},
+                                   {"resume", Flag::kSwitch},
+                                   {"no-resume", Flag::kSwitch},
+                                   {"comm-timeout", Flag::kValue}});
   if (flags.has("help")) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  if (flags.has("resume") && flags.has("no-resume")) {
-    throw tessera::cli::UsageError("--resume and --no-resume exclude each other");
-  }
+  const tessera::train::ResumeMode mode = resume_mode(flags);
   const std::string config = flags.required("config");
+  const double timeout_s = flags.get_double("comm-timeout", 300.0);
+  if (!(timeout_s > 0.0)) {
+    throw tessera::cli::UsageError("--comm-timeout expected a number of seconds > 0, found " +
+                                   flags.required("comm-timeout"));
+  }
+  tessera::parallel::CommOptions options;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
   tessera::cli::enter_working_directory();
-  const tessera::train::ResumeMode mode = flags.has("resume") ? tessera::train::ResumeMode::required
-                                          : flags.has("no-resume")
-                                              ? tessera::train::ResumeMode::never
-                                              : tessera::train::ResumeMode::automatic;
-  tessera::train::Trainer trainer(tessera::train::load_run_config(config), mode);
+  if (tessera::parallel::MpiRuntime::launched_by_mpirun()) {
+    return train_mpi(&argc, &argv, config, mode, options);
+  }
+  std::unique_ptr<Communicator> single = std::move(tessera::parallel::make_thread_group(1, options)[0]);
+  tessera::train::Trainer trainer(tessera::train::load_run_config(config), mode, *single);
   trainer.run();
   return 0;
 }

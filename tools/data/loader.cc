@@ -116,9 +116,10 @@ Batch DataLoader::next() {
     if (options_.mode == LoaderMode::kSequential) {
       start = position_ + options_.rank * tokens_per_batch() + b * T;
     } else {
-      const uint64_t rank_row =
-          (static_cast<uint64_t>(options_.rank) << 32) | static_cast<uint64_t>(b);
-      const auto w = philox4x32(static_cast<uint64_t>(step_), rank_row, options_.seed);
+      // The row's index in the group's batch: W ranks of B rows draw what one rank of W*B
+      // rows draws.
+      const uint64_t row = static_cast<uint64_t>(options_.rank * options_.batch_size + b);
+      const auto w = philox4x32(static_cast<uint64_t>(step_), row, options_.seed);
       const uint64_t bits = (static_cast<uint64_t>(w[1]) << 32) | w[0];
       start = static_cast<int64_t>(bits % static_cast<uint64_t>(current_->size() - T));
     }

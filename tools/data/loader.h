@@ -13,9 +13,12 @@
 //   sequential (llm.c): rank r reads the B*T + 1 tokens at position + r*B*T; row b is
 //     tokens [b*T, b*T + T] of them. Ranks read disjoint inputs.
 //   random (nanoGPT): row b starts at a uniform offset in [0, ntok - T - 1] drawn by
-//     Philox from key = seed, counter = (step, rank << 32 | b); the cursor moves as in
+//     Philox from key = seed, counter = (step, rank * B + b); the cursor moves as in
 //     sequential mode, so a shard gets as many batches per epoch in both modes (at least
 //     one).
+// In both modes the W ranks' batches of B rows are, row for row, the one batch of W*B rows
+// that a single rank would read at the same step: data parallelism does not change the
+// data a global batch holds.
 // state() and restore() save and reinstate the cursor: batches after restore() are those
 // of an uninterrupted run.
 #pragma once

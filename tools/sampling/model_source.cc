@@ -69,7 +69,10 @@ LoadedModel load_from_checkpoint(const std::string& path) {
     m.no_tokenizer_reason = "holds no run config naming a tokenizer";
   } else {
     try {
-      m.tokenizer = train::parse_run_config(c.state["config"], "run config", "").data.tokenizer;
+      // The batch triple was resolved over the run's data-parallel world.
+      const int64_t world = c.state.value("world", int64_t{1});
+      m.tokenizer =
+          train::parse_run_config(c.state["config"], "run config", "", world).data.tokenizer;
     } catch (const Error& e) {
       m.no_tokenizer_reason = str_cat("has a run config that does not parse (", e.what(), ")");
     }

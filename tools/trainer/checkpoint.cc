@@ -17,8 +17,6 @@ namespace {
 
 constexpr const char* kFormat = "tessera-checkpoint";
 constexpr int64_t kVersion = 1;
-const std::vector<std::string> kFiles = {"model.safetensors", "optimizer.safetensors",
-                                         "state.json"};
 
 std::string step_name(int64_t step) {
   char buf[32];
@@ -65,37 +63,73 @@ std::string file_fnv1a64(const std::string& path) {
 CheckpointDir::CheckpointDir(std::string root, int64_t keep_last)
     : root_(std::move(root)), keep_last_(keep_last) {}
 
-std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents) const {
+std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents,
+                                parallel::Communicator* comm) const {
+  TS_CHECK(contents.optimizer_shards.size() <= 1, "[checkpoint] expected at most this rank's ",
+           "optimizer shard, found ", contents.optimizer_shards.size(), " shards");
+  const int rank = comm ? comm->rank() : 0;
+  const int world = comm ? comm->size() : 1;
+  const bool leader = rank == 0;
+  auto barrier = [comm] {
+    if (comm) comm->barrier();
+  };
   const fs::path root(root_);
-  fs::create_directories(root);
-  // Leftovers of saves that crashed before their rename.
-  for (const fs::directory_entry& e : fs::directory_iterator(root)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(".step_", 0) == 0) fs::remove_all(e.path());
-  }
   const std::string name = step_name(step);
   const fs::path tmp = root / ("." + name + ".tmp");
   const fs::path final_dir = root / name;
-  fs::create_directories(tmp);
-  write_safetensors((tmp / "model.safetensors").string(), contents.model);
-  write_safetensors((tmp / "optimizer.safetensors").string(), contents.optimizer);
-  write_file_atomically((tmp / "state.json").string(), {contents.state.dump(1) + "\n"});
-  nlohmann::json files = nlohmann::json::array();
-  for (const std::string& f : kFiles) {
-    const fs::path p = tmp / f;
-    files.push_back({{"name", f},
-                     {"bytes", static_cast<int64_t>(fs::file_size(p))},
-                     {"fnv1a64", file_fnv1a64(p.string())}});
+  if (leader) {
+    fs::create_directories(root);
+    // Leftovers of saves that crashed before their rename.
+    for (const fs::directory_entry& e : fs::directory_iterator(root)) {
+      const std::string entry = e.path().filename().string();
+      if (entry.rfind(".step_", 0) == 0) fs::remove_all(e.path());
+    }
+    fs::create_directories(tmp);
   }
-  const nlohmann::json manifest = {
-      {"format", kFormat}, {"version", kVersion}, {"step", step}, {"files", files}};
-  write_file_atomically((tmp / "manifest.json").string(), {manifest.dump(1) + "\n"});
-  fsync_directory(tmp.string());
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-save of the same step
-  fs::rename(tmp, final_dir);
-  fsync_directory(root.string());
-  write_file_atomically((root / "latest").string(), {name + "\n"});
-  prune();
+  barrier();  // the directory exists
+  const bool sharded = !contents.optimizer_shards.empty();
+  if (sharded) {
+    write_safetensors((tmp / optimizer_shard_name(rank)).string(),
+                      contents.optimizer_shards.front());
+  }
+  std::vector<std::string> files = {"model.safetensors", "state.json"};
+  if (leader) {
+    write_safetensors((tmp / "model.safetensors").string(), contents.model);
+    write_file_atomically((tmp / "state.json").string(), {contents.state.dump(1) + "\n"});
+    if (!sharded) {
+      write_safetensors((tmp / "optimizer.safetensors").string(), contents.optimizer);
+    }
+  }
+  barrier();  // every file is written
+  if (leader) {
+    if (sharded) {
+      for (int r = 0; r < world; ++r) files.push_back(optimizer_shard_name(r));
+    } else {
+      files.push_back("optimizer.safetensors");
+    }
+    nlohmann::json listed = nlohmann::json::array();
+    for (const std::string& f : files) {
+      const fs::path p = tmp / f;
+      TS_CHECK(fs::exists(p), "[checkpoint] expected ", p.string(), " after every rank wrote ",
+               "its part, found no file");
+      listed.push_back({{"name", f},
+                        {"bytes", static_cast<int64_t>(fs::file_size(p))},
+                        {"fnv1a64", file_fnv1a64(p.string())}});
+    }
+    const nlohmann::json manifest = {{"format", kFormat},
+                                     {"version", kVersion},
+                                     {"step", step},
+                                     {"world", world},
+                                     {"files", listed}};
+    write_file_atomically((tmp / "manifest.json").string(), {manifest.dump(1) + "\n"});
+    fsync_directory(tmp.string());
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-save of the same step
+    fs::rename(tmp, final_dir);
+    fsync_directory(root.string());
+    write_file_atomically((root / "latest").string(), {name + "\n"});
+    prune();
+  }
+  barrier();  // committed: every rank may read it
   return final_dir.string();
 }
 
@@ -138,13 +172,15 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer) 
   TS_CHECK(version == kVersion, "[checkpoint] ", manifest_path.string(), ": expected version ",
            kVersion, ", found ", version);
   m.required<int64_t>("step");
+  const int64_t world = m.get_in_range<int64_t>("world", 1, 1, 1 << 20);
   std::vector<std::string> listed;
   for (JsonObjectReader f : m.objects("files")) {
     const std::string name = f.required<std::string>("name");
     const int64_t bytes = f.required<int64_t>("bytes");
     const std::string hash = f.required<std::string>("fnv1a64");
     listed.push_back(name);
-    if (!with_optimizer && name == "optimizer.safetensors") continue;
+    const bool optimizer_file = name == "optimizer.safetensors" || name.rfind("zero_pp_rank_", 0) == 0;
+    if (!with_optimizer && optimizer_file) continue;
     const fs::path p = d / name;
     TS_CHECK(fs::exists(p), "[checkpoint] ", p.string(), " is listed in the manifest but missing");
     const int64_t size = static_cast<int64_t>(fs::file_size(p));
@@ -155,17 +191,47 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer) 
              hash, ", found ", found, " (the file changed after the save)");
   }
   m.finish();
-  for (const std::string& f : kFiles) {
-    TS_CHECK(std::count(listed.begin(), listed.end(), f) == 1, "[checkpoint] ",
-             manifest_path.string(), ": expected the manifest to list ", f);
+  auto is_listed = [&](const std::string& f) {
+    return std::count(listed.begin(), listed.end(), f) == 1;
+  };
+  for (const std::string& f : {"model.safetensors", "state.json"}) {
+    TS_CHECK(is_listed(f), "[checkpoint] ", manifest_path.string(),
+             ": expected the manifest to list ", f);
+  }
+  // The optimizer: one whole file, or one shard per rank of the saving run.
+  const bool sharded = !is_listed("optimizer.safetensors");
+  if (sharded) {
+    for (int r = 0; r < world; ++r) {
+      TS_CHECK(is_listed(optimizer_shard_name(r)), "[checkpoint] ", manifest_path.string(),
+               ": expected the manifest to list optimizer.safetensors or the ", world,
+               " shards of a ", world, "-rank run; ", optimizer_shard_name(r), " is not listed");
+    }
   }
   CheckpointContents c;
   c.model = read_safetensors((d / "model.safetensors").string()).tensors;
-  if (with_optimizer) {
+  if (with_optimizer && !sharded) {
     c.optimizer = read_safetensors((d / "optimizer.safetensors").string()).tensors;
+  } else if (with_optimizer) {
+    for (int r = 0; r < world; ++r) {
+      c.optimizer_shards.push_back(
+          read_safetensors((d / optimizer_shard_name(r)).string()).tensors);
+    }
   }
   c.state = parse_json_file((d / "state.json").string());
   return c;
+}
+
+int64_t checkpoint_step(const std::string& dir) {
+  const std::string name = fs::path(dir).filename().string();
+  long long step = 0;
+  char tail = 0;
+  TS_CHECK(std::sscanf(name.c_str(), "step_%lld%c", &step, &tail) == 1 && name == step_name(step),
+           "[checkpoint] ", dir, ": expected a directory named step_<8 digits>");
+  return step;
+}
+
+std::string optimizer_shard_name(int rank) {
+  return "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states.safetensors";
 }
 
 }  // namespace tessera::train

@@ -2,9 +2,12 @@
 // pointer, verified on load.
 //
 //   <root>/latest                      "step_00000500\n", replaced atomically after a commit
-//   <root>/step_00000500/model.safetensors
-//                       /optimizer.safetensors
-//                       /state.json    step counters, scheduler, RNG, data cursor, config
+//   <root>/step_00000500/model.safetensors    the whole weights (written by rank 0)
+//                       /optimizer.safetensors the whole optimizer state (ZeRO stage 0), or
+//                       /zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors
+//                                              rank r's optimizer shard (stages 1-2)
+//                       /state.json    step counters, scheduler, RNG, data cursor, config,
+//                                      world size and ZeRO layout
 //                       /manifest.json written last: each file's size and FNV-1a 64 hash
 //
 // Note [Atomic checkpoints]
@@ -12,6 +15,8 @@
 // last; then the directory is renamed to its final name and the parent fsync'ed, and only
 // then does `latest` move. A crash at any point leaves `latest` naming a complete, verified
 // checkpoint (or no checkpoint at all); leftovers of a crashed save are removed by the next.
+// With several data-parallel ranks, rank 0 prepares the directory, every rank writes its
+// shard, and rank 0 writes the manifest and commits once all have written (barriers).
 #pragma once
 
 #include <cstdint>
@@ -20,12 +25,16 @@
 #include <string>
 
 #include "autograd/module.h"
+#include "parallel/comm/communicator.h"
 
 namespace tessera::train {
 
 struct CheckpointContents {
-  StateDict model;
-  StateDict optimizer;
+  StateDict model;      // whole weights
+  StateDict optimizer;  // whole optimizer state; empty when it is sharded
+  // Saving: this rank's optimizer shard (empty when not sharded). Loading: every rank's
+  // shard, in rank order.
+  std::vector<StateDict> optimizer_shards;
   nlohmann::json state;  // trainer state (see Trainer)
 };
 
@@ -36,8 +45,11 @@ class CheckpointDir {
   CheckpointDir(std::string root, int64_t keep_last);
 
   // Writes the checkpoint of optimizer step `step`, moves `latest` to it and prunes old
-  // ones. Returns its directory.
-  std::string save(int64_t step, const CheckpointContents& contents) const;
+  // ones. Returns its directory. Collective over `comm` (nullptr: one process): model,
+  // optimizer and state come from rank 0; each rank gives its own optimizer shard, or none
+  // on every rank.
+  std::string save(int64_t step, const CheckpointContents& contents,
+                   parallel::Communicator* comm = nullptr) const;
   // The directory `latest` names, or nullopt when there is no checkpoint yet. Throws when
   // `latest` names a directory that does not exist.
   std::optional<std::string> latest() const;
@@ -50,11 +62,18 @@ class CheckpointDir {
   int64_t keep_last_;
 };
 
-// Reads a checkpoint directory after checking every file against its manifest; errors name
-// the file and what was expected and found (a missing manifest means an incomplete save).
-// Without `with_optimizer` (generation, evaluation), optimizer.safetensors is neither
-// checked nor read and the contents' optimizer is empty.
+// Reads a checkpoint directory after checking every file against its manifest, before any
+// tensor is read; errors name the file and what was expected and found (a missing
+// manifest means an incomplete save). Without `with_optimizer` (generation, evaluation),
+// the optimizer files are neither checked nor read and the contents hold no optimizer
+// state.
 CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer = true);
+
+// The step a checkpoint directory is named after ("step_00000500" -> 500).
+int64_t checkpoint_step(const std::string& dir);
+
+// The file of rank r's optimizer shard: "zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors".
+std::string optimizer_shard_name(int rank);
 
 // FNV-1a 64 of a file's bytes, as 16 hex digits.
 std::string file_fnv1a64(const std::string& path);

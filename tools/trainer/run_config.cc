@@ -61,7 +61,7 @@ TrainerConfig read_trainer(JsonObjectReader t, const std::string& run_dir) {
 }  // namespace
 
 RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
-                           const std::string& default_run_dir) {
+                           const std::string& default_run_dir, int64_t dp_world_size) {
   TS_CHECK(doc.is_object(), "[config] ", source, ": expected a JSON object at the top, found ",
            describe_json(doc));
   RunConfig c;
@@ -78,16 +78,16 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   root.finish();
   // Cross-key checks come after finish(): a misspelt key is the error to report, not the
   // inconsistency its default causes.
-  parallel::finish_engine_config(c.engine, /*dp_world_size=*/1);
+  parallel::finish_engine_config(c.engine, dp_world_size);
   c.model.validate("[config] $.model.");
   c.warnings = root.warnings();
   return c;
 }
 
-RunConfig load_run_config(const std::string& path) {
+RunConfig load_run_config(const std::string& path, int64_t dp_world_size) {
   const nlohmann::json doc = parse_json_file(path);
   const std::string stem = std::filesystem::path(path).stem().string();
-  return parse_run_config(doc, path, ".runs/" + stem);
+  return parse_run_config(doc, path, ".runs/" + stem, dp_world_size);
 }
 
 }  // namespace tessera::train

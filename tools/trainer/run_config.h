@@ -72,10 +72,11 @@ struct RunConfig {
 };
 
 // Parses and validates the whole document; every error is one line with its JSON path.
-// `default_run_dir` fills log_dir/checkpoint_dir when absent (".runs/<config stem>").
+// `default_run_dir` fills log_dir/checkpoint_dir when absent (".runs/<config stem>"). The
+// batch triple is resolved over `dp_world_size` data-parallel ranks.
 RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
-                           const std::string& default_run_dir);
+                           const std::string& default_run_dir, int64_t dp_world_size = 1);
 // Reads `path` strictly (duplicate keys are errors) and parses it.
-RunConfig load_run_config(const std::string& path);
+RunConfig load_run_config(const std::string& path, int64_t dp_world_size = 1);
 
 }  // namespace tessera::train

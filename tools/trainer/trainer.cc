@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 
-#include "autograd/engine.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
 #include "core/logging.h"
@@ -15,7 +15,6 @@
 #include "models/gpt2/hf_weights.h"
 #include "models/gpt2/llmc_weights.h"
 #include "models/gpt2/sampler.h"
-#include "optim/clip.h"
 #include "optim/config.h"
 #include "tools/bench/fma_peak.h"
 
@@ -68,8 +67,11 @@ void load_initial_weights(Gpt& model, const std::string& path) {
 
 }  // namespace
 
-Trainer::Trainer(RunConfig config, ResumeMode resume) : cfg_(std::move(config)) {
-  for (const std::string& w : cfg_.warnings) log_warn("{}", w);
+Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp)
+    : cfg_(std::move(config)), dp_(dp) {
+  if (leader()) {
+    for (const std::string& w : cfg_.warnings) log_warn("{}", w);
+  }
   const TrainerConfig& t = cfg_.trainer;
   if (t.threads > 0) set_num_threads(static_cast<int>(t.threads));
   const parallel::BatchConfig& batch = cfg_.engine.batch;
@@ -78,9 +80,11 @@ Trainer::Trainer(RunConfig config, ResumeMode resume) : cfg_(std::move(config)) 
   model_->set_activation_checkpointing(cfg_.checkpoint_activations);
   if (!cfg_.init_from.empty()) load_initial_weights(*model_, cfg_.init_from);
   const optim::OptimizerConfig& oc = cfg_.engine.optimizer;
-  optimizer_ = optim::make_optimizer(
-      oc, optim::decay_groups(model_->named_parameters(), oc.lr, oc.weight_decay, t.no_decay_1d,
-                              t.no_decay_names));
+  optimizer_ = std::make_unique<parallel::ZeroOptimizer>(
+      dp_,
+      optim::decay_groups(model_->named_parameters(), oc.lr, oc.weight_decay, t.no_decay_1d,
+                          t.no_decay_names),
+      oc, cfg_.engine.zero);
   scheduler_ = std::make_unique<optim::LrScheduler>(
       cfg_.engine.scheduler ? cfg_.engine.scheduler : std::make_shared<optim::ConstantLR>(oc.lr));
 
@@ -90,6 +94,8 @@ Trainer::Trainer(RunConfig config, ResumeMode resume) : cfg_(std::move(config)) 
   lo.seed = t.seed;
   lo.mode = cfg_.data.random ? data::LoaderMode::kRandom : data::LoaderMode::kSequential;
   lo.vocab_size = cfg_.model.vocab_size;
+  lo.rank = dp_.rank();
+  lo.world_size = dp_.size();
   train_loader_ = std::make_unique<data::DataLoader>(cfg_.data.train, lo);
   if (!cfg_.data.val.empty()) {
     data::LoaderOptions vo = lo;
@@ -120,21 +126,34 @@ Trainer::Trainer(RunConfig config, ResumeMode resume) : cfg_(std::move(config)) 
            "[train] --resume: expected a "
            "checkpoint in ",
            t.checkpoint_dir, ", found no \"latest\" there");
+  // Every rank must resume from the same step (or none): [max, -min] in one reduction.
+  const int64_t mine = latest ? checkpoint_step(*latest) : -1;
+  const Tensor agree = from_vector(std::vector<int64_t>{mine, -mine}, {2});
+  dp_.all_reduce(agree, parallel::ReduceOp::max);
+  const std::vector<int64_t> steps = agree.to_vector<int64_t>();
+  TS_CHECK(steps[0] == -steps[1], "[train] rank ", dp_.rank(), " found ",
+           latest ? "checkpoint step " + std::to_string(mine) : std::string("no checkpoint"),
+           " in ", t.checkpoint_dir, ", but the ranks' latest steps range from ", -steps[1],
+           " to ", steps[0], " (-1: none); expected every rank to see the same checkpoint");
   if (latest) {
     restore(load_checkpoint(*latest));
-    log_info("resumed from {} at step {}", *latest, step_);
+    if (leader()) log_info("resumed from {} at step {}", *latest, step_);
   }
-  metrics_ = std::make_unique<MetricsLog>(t.log_dir, latest ? step_ : -1);
+  if (leader()) metrics_ = std::make_unique<MetricsLog>(t.log_dir, latest ? step_ : -1);
 }
 
 Trainer::~Trainer() = default;
 
 nlohmann::json Trainer::state_json() const {
+  nlohmann::json zero = {{"stage", optimizer_->stage()}};
+  if (optimizer_->sharded()) zero["layout"] = optimizer_->layout().to_json();
   return {{"step", step_},
           {"scheduler_last_batch_iteration", scheduler_->last_batch_iteration()},
           {"loader", train_loader_->state().to_json()},
           {"dropout_offset", model_->dropout_generator().offset()},
           {"model", cfg_.model.to_json()},
+          {"world", dp_.size()},
+          {"zero", zero},
           {"config", cfg_.json}};
 }
 
@@ -147,15 +166,27 @@ void Trainer::restore(const CheckpointContents& c) {
            saved_model ? saved_model->dump() : "(none)", " differs from the config's ",
            cfg_.model.to_json().dump(), "; expected the same model to resume");
   s.raw("config");
+  s.get_in_range<int64_t>("world", 1, 1, 1 << 20);
+  const nlohmann::json* zero = s.raw("zero");
   const int64_t step = s.required_in_range<int64_t>("step", 0, std::numeric_limits<int64_t>::max());
   const int64_t t = s.required<int64_t>("scheduler_last_batch_iteration");
   const data::LoaderState loader =
       data::LoaderState::from_json(*s.raw("loader"), "checkpoint loader");
   const uint64_t offset = s.required<int64_t>("dropout_offset");
   s.finish();
+  // The optimizer state as whole per-parameter tensors, whatever world and stage saved it.
+  StateDict optimizer = c.optimizer;
+  if (!c.optimizer_shards.empty()) {
+    TS_CHECK(zero != nullptr && zero->is_object() && zero->contains("layout"),
+             "[train] the checkpoint has optimizer shards but its state.json has no "
+             "$.zero.layout; expected the layout that wrote them");
+    const parallel::FlatLayout layout =
+        parallel::FlatLayout::from_json((*zero)["layout"], "checkpoint state.json $.zero.layout");
+    optimizer = parallel::whole_state(layout, c.optimizer_shards);
+  }
   // Validate-then-write: load_state_dict checks every tensor before changing any.
   model_->load_state_dict(c.model);
-  optimizer_->load_state_dict(c.optimizer);
+  optimizer_->load_whole_state(optimizer);
   scheduler_->set_last_batch_iteration(t);
   train_loader_->restore(loader);
   model_->dropout_generator().set_offset(offset);
@@ -173,13 +204,20 @@ double Trainer::train_step() {
     const Tensor loss = model_->loss(model_->forward(b.inputs), b.targets);
     loss_sum += loss.item<double>();
     // The mean over micro-batches, as DeepSpeed scales each micro-batch's loss by 1/GAS.
-    backward(loss, scalar_tensor(1.0 / static_cast<double>(gas)));
+    optimizer_->backward(loss, 1.0 / static_cast<double>(gas), micro == gas - 1);
   }
-  last_grad_norm_ = optim::clip_grad_norm(model_->parameters(), cfg_.engine.gradient_clipping);
+  last_grad_norm_ = optimizer_->clip_grad_norm(cfg_.engine.gradient_clipping);
   optimizer_->step();
   scheduler_->step();
   ++step_;
-  return loss_sum / static_cast<double>(gas);
+  return global_mean(loss_sum / static_cast<double>(gas));
+}
+
+double Trainer::global_mean(double value) const {
+  if (dp_.size() == 1) return value;
+  const Tensor t = scalar_tensor(value, {DType::f64});
+  dp_.all_reduce(t);
+  return t.item<double>() / dp_.size();
 }
 
 double Trainer::evaluate() {
@@ -192,13 +230,22 @@ double Trainer::evaluate() {
     total += model_->loss(model_->forward(b.inputs), b.targets).item<double>();
   }
   model_->train();
-  return total / static_cast<double>(cfg_.trainer.eval_batches);
+  return global_mean(total / static_cast<double>(cfg_.trainer.eval_batches));
 }
 
 void Trainer::save_checkpoint() {
-  CheckpointContents c{model_->state_dict(), optimizer_->state_dict(), state_json()};
-  const std::string dir = checkpoints_->save(step_, c);
-  log_info("checkpoint {}", dir);
+  CheckpointContents c;
+  if (leader()) {
+    c.model = model_->state_dict();
+    c.state = state_json();
+  }
+  if (optimizer_->sharded()) {
+    c.optimizer_shards.push_back(optimizer_->state_dict());
+  } else if (leader()) {
+    c.optimizer = optimizer_->state_dict();
+  }
+  const std::string dir = checkpoints_->save(step_, c, &dp_);
+  if (leader()) log_info("checkpoint {}", dir);
 }
 
 void Trainer::sample_text() {
@@ -217,14 +264,20 @@ TrainResult Trainer::run() {
   const TrainerConfig& t = cfg_.trainer;
   const auto start = Clock::now();
   const int64_t tokens_per_step = cfg_.engine.batch.train_batch_size * cfg_.data.seq_len;
-  const double peak = bench::measure_fma_peak(num_threads());
+  // Every rank measures its own peak; MFU compares against all ranks' together.
+  const double peak = bench::measure_fma_peak(num_threads()) * dp_.size();
   const double flops = flops_per_token(cfg_.model, cfg_.data.seq_len);
-  log_info(
-      "model: GPT-2 {} layers, {} heads, width {}, {} parameters; {} steps of {} tokens; "
-      "FMA peak {:.0f} GFLOP/s on {} threads",
-      cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd, cfg_.model.num_parameters(),
-      total_steps_, tokens_per_step, peak / 1e9, num_threads());
-  const bool bar = ::isatty(STDERR_FILENO) != 0;
+  if (leader()) {
+    log_info(
+        "model: GPT-2 {} layers, {} heads, width {}, {} parameters; {} steps of {} tokens; "
+        "{} data-parallel rank(s), ZeRO stage {}; FMA peak {:.0f} GFLOP/s on {} threads "
+        "per rank",
+        cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd, cfg_.model.num_parameters(),
+        total_steps_, tokens_per_step, dp_.size(), optimizer_->stage(),
+        peak / dp_.size() / 1e9, num_threads());
+  }
+  dp_.reset_stats();
+  const bool bar = leader() && ::isatty(STDERR_FILENO) != 0;
   TrainResult result;
   double window_time = 0.0, train_time = 0.0;
   int64_t window_steps = 0, timed_steps = 0;
@@ -250,16 +303,15 @@ TrainResult Trainer::run() {
                           {"tokens_per_s", tok_s},
                           {"mfu", mfu},
                           {"elapsed_s", seconds_since(start)}};
-    metrics_->write(rec);
-    if (step_ % cfg_.engine.steps_per_print == 0 || step_ == total_steps_) {
+    if (leader()) metrics_->write(rec);
+    const bool report = step_ % cfg_.engine.steps_per_print == 0 || step_ == total_steps_;
+    if (leader() && report) {
       if (bar) std::fprintf(stderr, "\r\033[K");
       log_info(
           "step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | MFU "
           "{:.1f}% | ETA {}",
           step_, total_steps_, loss, optimizer_->lr(), last_grad_norm_, tok_s, 100 * mfu,
           format_duration(step_s * static_cast<double>(total_steps_ - step_)));
-      window_time = 0.0;
-      window_steps = 0;
     } else if (bar) {
       const int width = 30;
       const int filled = static_cast<int>(width * step_ / total_steps_);
@@ -268,25 +320,40 @@ TrainResult Trainer::run() {
                    static_cast<long long>(total_steps_), loss);
       std::fflush(stderr);
     }
+    if (report) window_time = 0.0, window_steps = 0;
     const bool last = step_ == total_steps_;
     if (val_loader_ && ((t.eval_interval > 0 && step_ % t.eval_interval == 0) || last)) {
       const double val = evaluate();
       result.val_loss = val;
-      metrics_->write({{"kind", "eval"},
-                       {"step", step_},
-                       {"val_loss", val},
-                       {"elapsed_s", seconds_since(start)}});
-      log_info("step {}: val loss {:.4f}", step_, val);
+      if (leader()) {
+        metrics_->write({{"kind", "eval"},
+                         {"step", step_},
+                         {"val_loss", val},
+                         {"elapsed_s", seconds_since(start)}});
+        log_info("step {}: val loss {:.4f}", step_, val);
+      }
     }
     if ((t.checkpoint_interval > 0 && step_ % t.checkpoint_interval == 0) || last) {
       save_checkpoint();
     }
   }
   result.steps = step_;
-  if (t.sample.tokens > 0 && tokenizer_) sample_text();
+  if (leader() && t.sample.tokens > 0 && tokenizer_) sample_text();
   result.seconds = seconds_since(start);
-  log_info("done: {} steps in {:.1f} s{}", step_, result.seconds,
-           result.val_loss ? fmt::format(", val loss {:.4f}", *result.val_loss) : "");
+  if (leader()) {
+    log_info("done: {} steps in {:.1f} s{}", step_, result.seconds,
+             result.val_loss ? fmt::format(", val loss {:.4f}", *result.val_loss) : "");
+    if (dp_.size() > 1) {
+      const parallel::ModelStateBytes m = optimizer_->model_state_bytes();
+      log_info("rank 0 model state: {:.1f} MB (params {:.1f}, grads {:.1f}, optimizer {:.1f})",
+               m.total() / 1e6, m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6);
+      const int64_t steps = std::max<int64_t>(step_ - first, 1);
+      log_info("rank 0 communication, {} steps: {:.2f} MB sent per step", steps,
+               static_cast<double>(dp_.stats().total_bytes_sent()) / steps / 1e6);
+      std::istringstream lines(dp_.stats().summary());
+      for (std::string line; std::getline(lines, line);) log_info("  {}", line);
+    }
+  }
   return result;
 }
 

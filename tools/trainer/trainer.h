@@ -8,7 +8,9 @@
 #include <string>
 
 #include "models/gpt2/gpt.h"
-#include "optim/optimizer.h"
+#include "optim/lr_schedule.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/zero/zero_optimizer.h"
 #include "tools/data/loader.h"
 #include "tools/data/tokenizer.h"
 #include "tools/trainer/checkpoint.h"
@@ -36,26 +38,44 @@ struct TrainResult {
 // those and the config (fixed thread count, statically partitioned kernels). So a run killed
 // at any point and resumed from `latest` computes the same losses and weights, bit for bit,
 // as one that was never interrupted.
+//
+// Note [Data-parallel trainer]
+// The trainer runs one data-parallel rank of `dp` (size 1 for a single process): every
+// rank builds the same model and reads its part of each global batch (the loader's
+// rank/world sharding), and ZeroOptimizer (stages 0-2) reduces gradients and steps. The
+// reported loss, gradient norm and validation loss are global means, identical on every
+// rank; only rank 0 logs progress, writes metrics and samples text. Checkpoints are saved
+// collectively, and a checkpoint of any world size and ZeRO stage 0-2 resumes at any other
+// (optimizer state is resharded through whole per-parameter tensors).
 class Trainer {
  public:
-  Trainer(RunConfig config, ResumeMode resume);
+  // `config` must have been resolved for dp.size() ranks (load_run_config). Collective.
+  Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp);
   ~Trainer();
 
   // Trains to the configured step count, evaluating, logging and checkpointing on the way,
-  // then samples text when the config asks for it.
+  // then samples text when the config asks for it. Collective.
   TrainResult run();
+
+  // The parameters, optimizer state and data cursor (for tests and tools).
+  const Gpt& model() const { return *model_; }
+  const parallel::ZeroOptimizer& optimizer() const { return *optimizer_; }
 
  private:
   double train_step();  // one optimizer step; returns the mean micro-batch loss
-  double evaluate();    // mean validation loss over eval_batches batches
+  double evaluate();    // mean validation loss over eval_batches batches (of every rank)
+  // The mean of `value` over the data-parallel ranks.
+  double global_mean(double value) const;
+  bool leader() const { return dp_.rank() == 0; }
   void save_checkpoint();
   void restore(const CheckpointContents& c);
   nlohmann::json state_json() const;
   void sample_text();
 
   RunConfig cfg_;
+  parallel::Communicator& dp_;
   std::unique_ptr<Gpt> model_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<parallel::ZeroOptimizer> optimizer_;
   std::unique_ptr<optim::LrScheduler> scheduler_;
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> val_loader_;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/philox.h"
+#include "parallel/comm/thread_comm.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
 #include "tools/data/shard.h"
@@ -51,7 +52,8 @@ std::map<std::string, Tensor> train(const fs::path& dir, int64_t micro, int64_t 
                       {"threads", 1},
                       {"log_dir", dir.string()},
                       {"checkpoint_dir", (dir / "ckpt").string()}}}};
-  Trainer trainer(parse_run_config(doc, "test", dir.string()), ResumeMode::never);
+  const auto single = parallel::make_thread_group(1);
+  Trainer trainer(parse_run_config(doc, "test", dir.string()), ResumeMode::never, *single[0]);
   trainer.run();
   const std::optional<std::string> last = CheckpointDir((dir / "ckpt").string(), 0).latest();
   REQUIRE(last.has_value());
