@@ -21,7 +21,8 @@ namespace {
 
 using tessera::parallel::Communicator;
 
-constexpr const char* kUsage = R"(usage: train --config FILE [--resume | --no-resume] [--comm-timeout S]
+constexpr const char* kUsage =
+    R"(usage: train --config FILE [--resume | --no-resume] [--comm-timeout S]
        mpirun -np N train --config FILE [...]
 
 Trains the model the config describes; see configs/README.md for the keys. Under mpirun,
@@ -49,8 +50,8 @@ tessera::train::ResumeMode resume_mode(const tessera::cli::Flags& flags) {
 // a config that does not fit the world fails on every rank with its own message and the
 // job ends cleanly. A later error ends the whole job (MPI_Abort): peers may be waiting in
 // a collective that will never complete.
-int train_mpi(int* argc, char*** argv, const std::string& config,
-              tessera::train::ResumeMode mode, tessera::parallel::CommOptions options) {
+int train_mpi(int* argc, char*** argv, const std::string& config, tessera::train::ResumeMode mode,
+              tessera::parallel::CommOptions options) {
   tessera::parallel::MpiRuntime mpi(argc, argv);
   tessera::set_log_rank(mpi.world_rank());
   std::unique_ptr<Communicator> world = tessera::parallel::mpi_world(mpi, options);
@@ -107,7 +108,8 @@ int train_main(int argc, char** argv) {
   if (tessera::parallel::MpiRuntime::launched_by_mpirun()) {
     return train_mpi(&argc, &argv, config, mode, options);
   }
-  std::unique_ptr<Communicator> single = std::move(tessera::parallel::make_thread_group(1, options)[0]);
+  std::unique_ptr<Communicator> single =
+      std::move(tessera::parallel::make_thread_group(1, options)[0]);
   tessera::train::Trainer trainer(tessera::train::load_run_config(config), mode, *single);
   trainer.run();
   return 0;

@@ -179,7 +179,8 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer) 
     const int64_t bytes = f.required<int64_t>("bytes");
     const std::string hash = f.required<std::string>("fnv1a64");
     listed.push_back(name);
-    const bool optimizer_file = name == "optimizer.safetensors" || name.rfind("zero_pp_rank_", 0) == 0;
+    const bool optimizer_file =
+        name == "optimizer.safetensors" || name.rfind("zero_pp_rank_", 0) == 0;
     if (!with_optimizer && optimizer_file) continue;
     const fs::path p = d / name;
     TS_CHECK(fs::exists(p), "[checkpoint] ", p.string(), " is listed in the manifest but missing");

@@ -133,8 +133,8 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp
   const std::vector<int64_t> steps = agree.to_vector<int64_t>();
   TS_CHECK(steps[0] == -steps[1], "[train] rank ", dp_.rank(), " found ",
            latest ? "checkpoint step " + std::to_string(mine) : std::string("no checkpoint"),
-           " in ", t.checkpoint_dir, ", but the ranks' latest steps range from ", -steps[1],
-           " to ", steps[0], " (-1: none); expected every rank to see the same checkpoint");
+           " in ", t.checkpoint_dir, ", but the ranks' latest steps range from ", -steps[1], " to ",
+           steps[0], " (-1: none); expected every rank to see the same checkpoint");
   if (latest) {
     restore(load_checkpoint(*latest));
     if (leader()) log_info("resumed from {} at step {}", *latest, step_);
@@ -273,8 +273,8 @@ TrainResult Trainer::run() {
         "{} data-parallel rank(s), ZeRO stage {}; FMA peak {:.0f} GFLOP/s on {} threads "
         "per rank",
         cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd, cfg_.model.num_parameters(),
-        total_steps_, tokens_per_step, dp_.size(), optimizer_->stage(),
-        peak / dp_.size() / 1e9, num_threads());
+        total_steps_, tokens_per_step, dp_.size(), optimizer_->stage(), peak / dp_.size() / 1e9,
+        num_threads());
   }
   dp_.reset_stats();
   const bool bar = leader() && ::isatty(STDERR_FILENO) != 0;

@@ -41,8 +41,7 @@ Json run_config(const fs::path& data, const fs::path& dir, int stage, int64_t st
   return {{"train_batch_size", kGlobalBatch},
           {"gradient_accumulation_steps", 2},
           {"gradient_clipping", 0.5},
-          {"optimizer",
-           {{"type", "AdamW"}, {"params", {{"lr", 1e-3}, {"weight_decay", 0.1}}}}},
+          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}, {"weight_decay", 0.1}}}}},
           {"scheduler",
            {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 3}, {"warmup_max_lr", 1e-3}}}}},
           {"zero_optimization", {{"stage", stage}, {"reduce_bucket_size", bucket}}},
@@ -66,7 +65,7 @@ Json run_config(const fs::path& data, const fs::path& dir, int stage, int64_t st
 }
 
 struct Outcome {
-  std::map<int64_t, double> losses;  // step -> training loss, from metrics.jsonl
+  std::map<int64_t, double> losses;                   // step -> training loss, from metrics.jsonl
   std::map<std::string, std::vector<float>> weights;  // the last checkpoint's
 };
 
@@ -120,17 +119,16 @@ TEST_CASE("data-parallel training equals one process with the same global batch"
           "[trainer][zero]") {
   const fs::path root = testing::fresh_dir("trainer_parallel_equivalence");
   write_random_shard(root / "data");
-  const Outcome want =
-      train(run_config(root / "data", root / "single", 0, 6, 500'000'000), root / "single", 1,
-            ResumeMode::never);
+  const Outcome want = train(run_config(root / "data", root / "single", 0, 6, 500'000'000),
+                             root / "single", 1, ResumeMode::never);
   REQUIRE(want.losses.size() == 6);
   for (int stage = 0; stage <= 2; ++stage) {
     for (int world : {2, 3}) {
       DYNAMIC_SECTION("stage " << stage << ", world " << world) {
         const fs::path dir = root / ("s" + std::to_string(stage) + "w" + std::to_string(world));
-        check_close(train(run_config(root / "data", dir, stage, 6, 1000), dir, world,
-                          ResumeMode::never),
-                    want, 1e-6);
+        check_close(
+            train(run_config(root / "data", dir, stage, 6, 1000), dir, world, ResumeMode::never),
+            want, 1e-6);
       }
     }
   }
@@ -142,8 +140,8 @@ TEST_CASE("a 2-rank ZeRO-2 checkpoint resumes at 2 ranks bitwise and at 1 and 3 
   write_random_shard(root / "data");
   // The uninterrupted run: 6 steps, checkpoints at 3 and 6.
   const fs::path full = root / "full";
-  const Outcome want = train(run_config(root / "data", full, 2, 6, 1000), full, 2,
-                             ResumeMode::never);
+  const Outcome want =
+      train(run_config(root / "data", full, 2, 6, 1000), full, 2, ResumeMode::never);
   const fs::path step3 = full / "ckpt" / "step_00000003";
   REQUIRE(fs::exists(step3 / "zero_pp_rank_1_mp_rank_00_optim_states.safetensors"));
   for (int world : {2, 1, 3}) {
@@ -161,8 +159,8 @@ TEST_CASE("a 2-rank ZeRO-2 checkpoint resumes at 2 ranks bitwise and at 1 and 3 
           if (Json::parse(line)["step"].get<int64_t>() <= 3) out << line << "\n";
         }
       }
-      const Outcome got = train(run_config(root / "data", dir, world == 2 ? 2 : 1, 6, 1000),
-                                dir, world, ResumeMode::required);
+      const Outcome got = train(run_config(root / "data", dir, world == 2 ? 2 : 1, 6, 1000), dir,
+                                world, ResumeMode::required);
       if (world == 2) {
         CHECK(got.losses == want.losses);
         CHECK(got.weights == want.weights);
@@ -184,8 +182,7 @@ TEST_CASE("ranks that see different checkpoints refuse to resume", "[trainer][ze
     Json doc = run_config(root / "data", dir, 1, 6, 1000);
     if (comm.rank() == 1) doc["trainer"]["checkpoint_dir"] = (root / "empty").string();
     try {
-      Trainer trainer(parse_run_config(doc, "test", dir.string(), 2), ResumeMode::automatic,
-                      comm);
+      Trainer trainer(parse_run_config(doc, "test", dir.string(), 2), ResumeMode::automatic, comm);
     } catch (const Error& e) {
       errors[static_cast<size_t>(comm.rank())] = e.what();
     }

@@ -1,0 +1,142 @@
+#!/bin/sh
+# tools/train under mpirun, end to end (Note [Data-parallel trainer] in
+# tools/trainer/trainer.h):
+#   - ZeRO stages 0, 1, 2 at 2 and 4 ranks give the per-step losses and final weights of
+#     the single-process run with the same global batch, within 1e-6 relative;
+#   - log lines carry the rank and only rank 0 reports progress, with the communication
+#     summary at the end;
+#   - a 2-rank stage-2 run resumed at 2 ranks from its checkpoint ends bit for bit as the
+#     uninterrupted run, and resumed at 1 rank within 1e-6;
+#   - a config whose batch keys do not fit the world fails on every rank with DeepSpeed's
+#     message, and a killed rank ends the job (non-zero) instead of hanging.
+set -eu
+
+RUNFILES="${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-tessera}"
+WORK="${TEST_TMPDIR:-$(mktemp -d)}/train_mpi"
+. "$RUNFILES/tests/tools/trainer/tool_env.sh"
+COMPARE="$RUNFILES/tests/tools/trainer/compare_runs"
+
+export TMPDIR="$WORK" # OpenMPI's session directory
+export OMP_NUM_THREADS=1
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+  # OpenMPI's own leaks at exit (see tests/parallel/mpi_comm_test.sh).
+  export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
+fi
+
+# mpi SECONDS NP ARGS...: tools/train on NP ranks, killed after SECONDS.
+mpi() {
+  limit=$1
+  np=$2
+  shift 2
+  timeout "$limit" mpirun --allow-run-as-root --oversubscribe --tag-output -np "$np" "$TRAIN" "$@"
+}
+
+awk 'BEGIN {
+  n = split("the of and to in is was that for it with as his on be at by this had not are " \
+            "but from or have an they which one you were her all she there would their we", w, " ")
+  x = 1
+  for (i = 0; i < 20000; i++) {
+    x = (x * 75 + 74) % 65537
+    printf "%s%s", w[x % n + 1], (i % 11 == 10 ? ".\n" : " ")
+  }
+}' >text.txt
+"$PREPARE" --input text.txt --output data --tokenizer char >prepare.log 2>&1 ||
+  fail "prepare_data failed: $(cat prepare.log)"
+VOCAB=$(sed -n 's/^prepare_data: .*vocab size \([0-9]*\).*/\1/p' prepare.log)
+[ -n "$VOCAB" ] || fail "no vocab size in the prepare_data output: $(cat prepare.log)"
+
+# config NAME STAGE STEPS [BATCH_KEYS]: writes NAME.json, logging to NAME/log and NAME/ckpt.
+# No biases: the key bias is pure rounding noise under Adam (tests/parallel/zero_optimizer_test.cc).
+config() {
+  batch=${4:-'"train_batch_size": 8, "gradient_accumulation_steps": 2'}
+  cat >"$1.json" <<JSON
+{
+  $batch,
+  "steps_per_print": 2,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
+  "gradient_clipping": 0.5,
+  "zero_optimization": {"stage": $2, "reduce_bucket_size": 3000},
+  "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 2, "n_head": 5,
+            "n_embd": 25, "bias": false},
+  "data": {"train": "data/train_*.bin", "sampling": "random"},
+  "trainer": {"steps": $3, "seed": 11, "threads": 1, "log_dir": "$1/log",
+              "checkpoint_dir": "$1/ckpt", "checkpoint_interval": 3, "keep_last": 0}
+}
+JSON
+}
+
+config single 0 6
+"$TRAIN" --config single.json >single.log 2>&1 || fail "the single-process run failed: $(tail -n 5 single.log)"
+
+for stage in 0 1 2; do
+  for np in 2 4; do
+    name="s${stage}_np$np"
+    config "$name" "$stage" 6
+    mpi 240 "$np" --config "$name.json" --comm-timeout 60 >"$name.log" 2>&1 ||
+      fail "$name failed: $(tail -n 5 "$name.log")"
+    "$COMPARE" single "$name" 1e-6 || fail "$name differs from the single-process run"
+  done
+done
+
+# Rank tags: every log line of a rank names it; progress comes from rank 0 only.
+grep -Eq '^\[1,0\]<std(out|err)>:.*\[rank 0\] \[info\] step 2/6' s2_np2.log ||
+  fail "no rank-0 progress line tagged [rank 0] in s2_np2.log: $(head -n 5 s2_np2.log)"
+if grep -Eq '^\[1,1\]<std(out|err)>:.*step 2/6' s2_np2.log; then
+  fail "rank 1 reported progress: $(grep '^\[1,1\]' s2_np2.log | head -n 3)"
+fi
+grep -q 'rank 0 communication, 6 steps: .* MB sent per step' s2_np2.log ||
+  fail "no communication summary in s2_np2.log"
+grep -q 'reduce_scatter: ' s2_np2.log || fail "no reduce_scatter counter in s2_np2.log"
+echo "ok: rank tags, rank-0 progress and the communication summary"
+
+# Resume: the 2-rank stage-2 run's checkpoint at step 3, continued at 2 ranks and at 1.
+for np in 2 1; do
+  name="resume_np$np"
+  config "$name" 2 6
+  mkdir -p "$name/ckpt" "$name/log"
+  cp -r s2_np2/ckpt/step_00000003 "$name/ckpt/"
+  echo step_00000003 >"$name/ckpt/latest"
+  grep '"step":[123],' s2_np2/log/metrics.jsonl >"$name/log/metrics.jsonl"
+  if [ "$np" = 1 ]; then
+    "$TRAIN" --config "$name.json" --resume >"$name.log" 2>&1 || fail "$name failed: $(tail -n 5 "$name.log")"
+    "$COMPARE" s2_np2 "$name" 1e-6 || fail "$name does not continue the 2-rank run"
+  else
+    mpi 240 2 --config "$name.json" --resume --comm-timeout 60 >"$name.log" 2>&1 ||
+      fail "$name failed: $(tail -n 5 "$name.log")"
+    "$COMPARE" s2_np2 "$name" 0 || fail "$name does not continue the 2-rank run bit for bit"
+  fi
+done
+
+# A config that does not fit the world: every rank says so, and the job fails.
+config misfit 1 6 '"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2'
+code=0
+mpi 120 2 --config misfit.json --comm-timeout 20 >misfit.log 2>&1 || code=$?
+cat misfit.log
+[ "$code" -ne 0 ] && [ "$code" -ne 124 ] || fail "misfit: expected a quick non-zero exit, found $code"
+for r in 0 1; do
+  grep -qF "train: error: [rank $r] [config] Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 8 != 4 * 2 * 2" misfit.log ||
+    fail "misfit: rank $r did not report the batch mismatch"
+done
+echo "ok: a misfit config fails on every rank"
+
+# A rank killed mid-run ends the job instead of hanging.
+config fault 2 100000
+mpi 120 2 --config fault.json --comm-timeout 10 >fault.log 2>&1 &
+job=$!
+deadline=$(($(date +%s) + 60))
+until grep -q '"step":3,' fault/log/metrics.jsonl 2>/dev/null; do
+  [ "$(date +%s)" -lt "$deadline" ] || fail "fault: the run did not reach step 3 in 60 s: $(tail -n 5 fault.log)"
+  sleep 0.1
+done
+victim=$(ps -eo pid=,comm=,args= | awk '$2 == "train" && /fault.json/ {print $1}' | tail -n 1)
+[ -n "$victim" ] || fail "fault: no rank process found"
+start=$(date +%s)
+kill -9 "$victim"
+code=0
+wait "$job" || code=$?
+took=$(($(date +%s) - start))
+[ "$code" -ne 0 ] || fail "fault: expected a non-zero exit code after a rank was killed, found 0"
+[ "$code" -ne 124 ] || fail "fault: the job hung after a rank was killed"
+[ "$took" -lt 30 ] || fail "fault: the job took $took s to end after a rank was killed"
+echo "ok: a killed rank ends the job in $took s (exit code $code)"
+echo "PASS"

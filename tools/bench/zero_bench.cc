@@ -1,0 +1,121 @@
+// zero_bench: what ZeRO stages 0-2 cost per rank, measured, next to the formulas.
+//
+//   bazel run -c opt //tools/bench:zero_bench -- [--model gpt2] [--worlds 1,2,4]
+//
+// For each stage and world size, `world` thread ranks each build the model, wrap it in a
+// ZeroOptimizer and take 2 AdamW steps on one sequence of --seq random tokens. Then:
+//   - model-state bytes per rank: the CPU allocator's live bytes after the step (when the
+//     activations are gone), divided by the world size, next to the fp32 formula of
+//     parallel/zero/memory_estimate.h (16P; 8P + 8P/N; 4P + 12P/N) and their ratio. The
+//     target is within 5% of the formula plus the stated buffers (a reduce block in flight);
+//   - bytes sent per step by rank 0 (CommStats, ring volumes), next to the theoretical
+//     2(N-1)/N x 4P bytes for stages 0-2 and their ratio.
+#include <cstdio>
+#include <sstream>
+
+#include "core/allocator.h"
+#include "core/factories.h"
+#include "core/parallel.h"
+#include "models/gpt2/gpt.h"
+#include "optim/optimizer.h"
+#include "parallel/comm/thread_comm.h"
+#include "parallel/zero/memory_estimate.h"
+#include "parallel/zero/zero_optimizer.h"
+#include "tools/cli/flags.h"
+
+namespace tessera {
+namespace {
+
+constexpr const char* kUsage = R"(usage: zero_bench [--model NAME] [--worlds LIST] [--seq T]
+
+Per-rank model-state bytes and bytes sent per step for ZeRO stages 0-2 on thread ranks.
+
+  --model NAME   a GPT-2 preset (default gpt2: 124M parameters)
+  --worlds LIST  comma-separated world sizes (default 1,2,4)
+  --seq T        tokens of the one training sequence per rank and step (default 16)
+  --help         print this and exit
+)";
+
+struct Measured {
+  int64_t live_bytes = 0;  // allocator bytes live after the steps, all ranks
+  int64_t sent_per_step = 0;
+  parallel::ModelStateBytes state;  // rank 0's buffers
+};
+
+Measured measure(const GptConfig& cfg, int stage, int world, int64_t seq) {
+  Measured m;
+  Allocator& cpu = allocator_for(Device::cpu());
+  const int64_t before = cpu.stats().allocated;
+  std::vector<std::unique_ptr<Gpt>> models(static_cast<size_t>(world));
+  std::vector<std::unique_ptr<parallel::ZeroOptimizer>> opts(static_cast<size_t>(world));
+  parallel::run_thread_ranks(world, [&](parallel::Communicator& comm) {
+    const size_t r = static_cast<size_t>(comm.rank());
+    models[r] = std::make_unique<Gpt>(cfg, 1);
+    optim::OptimizerConfig oc;
+    oc.weight_decay = 0.1;
+    parallel::ZeroConfig zc;
+    zc.stage = stage;
+    opts[r] = std::make_unique<parallel::ZeroOptimizer>(
+        comm, optim::decay_groups(models[r]->named_parameters(), oc.lr, oc.weight_decay, true, {}),
+        oc, zc);
+    const std::vector<int32_t> ids(static_cast<size_t>(seq), 7);
+    const Tensor x = from_vector(ids, {1, seq});
+    for (int step = 0; step < 2; ++step) {
+      if (step == 1) comm.reset_stats();
+      opts[r]->zero_grad();
+      opts[r]->backward(models[r]->loss(models[r]->forward(x), x), 1.0, true);
+      opts[r]->clip_grad_norm(1.0);
+      opts[r]->step();
+    }
+    if (r == 0) {
+      m.sent_per_step = comm.stats().total_bytes_sent();
+      m.state = opts[r]->model_state_bytes();
+    }
+  });
+  m.live_bytes = cpu.stats().allocated - before;
+  return m;
+}
+
+int bench_main(int argc, char** argv) {
+  using cli::Flag;
+  const cli::Flags flags(argc, argv,
+                         {{"model", Flag::kValue}, {"worlds", Flag::kValue}, {"seq", Flag::kValue}});
+  if (flags.has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const GptConfig cfg = GptConfig::preset(flags.get("model", "gpt2"));
+  std::vector<int> worlds;
+  std::stringstream list(flags.get("worlds", "1,2,4"));
+  for (std::string w; std::getline(list, w, ',');) worlds.push_back(std::stoi(w));
+  const int64_t seq = flags.get_int("seq", 16);
+  set_num_threads(1);  // ranks are threads already
+  const int64_t p = cfg.num_parameters();
+  std::printf("zero_bench: %s, %lld parameters; fp32 AdamW; per rank, MB = 1e6 bytes\n",
+              flags.get("model", "gpt2").c_str(), static_cast<long long>(p));
+  std::printf("%-5s %-5s | %10s %10s %6s | %8s %8s %8s | %10s %10s %6s\n", "stage", "world",
+              "measured", "formula", "ratio", "params", "grads", "optim", "sent/step",
+              "theory", "ratio");
+  for (int stage = 0; stage <= 2; ++stage) {
+    for (int world : worlds) {
+      const Measured m = measure(cfg, stage, world, seq);
+      const double per_rank = static_cast<double>(m.live_bytes) / world;
+      const double formula =
+          static_cast<double>(parallel::fp32_model_state_bytes(stage, p, world));
+      const double theory = world == 1 ? 0.0 : 2.0 * (world - 1) / world * 4.0 * p;
+      std::printf(
+          "%-5d %-5d | %10.1f %10.1f %6.3f | %8.1f %8.1f %8.1f | %10.1f %10.1f %6s\n", stage,
+          world, per_rank / 1e6, formula / 1e6, per_rank / formula, m.state.params / 1e6,
+          m.state.grads / 1e6, m.state.optimizer / 1e6, m.sent_per_step / 1e6, theory / 1e6,
+          world == 1 ? "-" : std::to_string(m.sent_per_step / theory).substr(0, 5).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  return tessera::cli::run_tool("zero_bench", tessera::kUsage, tessera::bench_main, argc, argv);
+}
