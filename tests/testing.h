@@ -20,6 +20,19 @@ inline double max_abs_diff(const std::vector<double>& a, const std::vector<doubl
   return d;
 }
 
+// ||got - want|| / ||want|| in f64 (the sizes must match).
+template <class T>
+double relative_l2_error(const std::vector<T>& got, const std::vector<T>& want) {
+  REQUIRE(got.size() == want.size());
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - static_cast<double>(want[i]);
+    diff += d * d;
+    norm += static_cast<double>(want[i]) * static_cast<double>(want[i]);
+  }
+  return std::sqrt(diff / norm);
+}
+
 // Every element within tol * (1 + |want|); NaN matches NaN.
 inline void require_close(const Tensor& got_t, const std::vector<double>& want, double tol) {
   const std::vector<double> got = got_t.to_vector<double>();

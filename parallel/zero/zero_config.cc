@@ -11,6 +11,23 @@ namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
+// DeepSpeed keys of features Tessera does not have: present, they are errors.
+const std::pair<const char*, const char*> kUnsupported[] = {
+    {"elastic_checkpoint", "DeepSpeed no longer supports it either"},
+    {"offload_optimizer", "ZeRO-Offload is not implemented yet"},
+    {"offload_param", "ZeRO-Offload is not implemented yet"},
+    {"cpu_offload", "ZeRO-Offload is not implemented yet"},
+    {"cpu_offload_param", "ZeRO-Offload is not implemented yet"},
+    {"cpu_offload_use_pin_memory", "ZeRO-Offload is not implemented yet"},
+    {"zero_hpz_partition_size", "ZeRO++ is not implemented"},
+    {"zero_quantized_weights", "ZeRO++ is not implemented"},
+    {"zero_quantized_nontrainable_weights", "ZeRO++ is not implemented"},
+    {"zero_quantized_gradients", "ZeRO++ is not implemented"},
+    {"zeropp_loco_param", "ZeRO++ is not implemented"},
+    {"mics_shard_size", "MiCS is not implemented"},
+    {"mics_hierarchical_params_gather", "MiCS is not implemented"},
+};
+
 // An element count, written as an integer or in DeepSpeed's style as 5e8.
 int64_t read_count(JsonObjectReader& s, const char* key, int64_t fallback, int64_t lo) {
   const double v =
@@ -57,19 +74,7 @@ ZeroConfig parse_zero_config(JsonObjectReader s) {
   s.get_in_range<double>("sub_group_size", 1e9, 1, 9e18);
   TS_CHECK(!s.get<bool>("legacy_stage1", false), "[config] ", s.key_path("legacy_stage1"),
            ": legacy_stage1 was removed from DeepSpeed; expected false");
-  s.unsupported("elastic_checkpoint", "DeepSpeed no longer supports it either");
-  s.unsupported("offload_optimizer", "ZeRO-Offload is not implemented yet");
-  s.unsupported("offload_param", "ZeRO-Offload is not implemented yet");
-  s.unsupported("cpu_offload", "ZeRO-Offload is not implemented yet");
-  s.unsupported("cpu_offload_param", "ZeRO-Offload is not implemented yet");
-  s.unsupported("cpu_offload_use_pin_memory", "ZeRO-Offload is not implemented yet");
-  s.unsupported("zero_hpz_partition_size", "ZeRO++ is not implemented");
-  s.unsupported("zero_quantized_weights", "ZeRO++ is not implemented");
-  s.unsupported("zero_quantized_nontrainable_weights", "ZeRO++ is not implemented");
-  s.unsupported("zero_quantized_gradients", "ZeRO++ is not implemented");
-  s.unsupported("zeropp_loco_param", "ZeRO++ is not implemented");
-  s.unsupported("mics_shard_size", "MiCS is not implemented");
-  s.unsupported("mics_hierarchical_params_gather", "MiCS is not implemented");
+  for (const auto& [key, why] : kUnsupported) s.unsupported(key, why);
   s.get_in_range<double>("stage3_model_persistence_threshold", 9e18, 0, 9e18);
   s.deprecated_alias("stage3_gather_fp16_weights_on_model_save",
                      "stage3_gather_16bit_weights_on_model_save");

@@ -131,15 +131,6 @@ std::vector<Run> data_parallel(int world, const ZeroConfig& zero) {
   return runs;
 }
 
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 void check_equivalent(const Run& want, const std::vector<Run>& ranks) {
   for (size_t r = 0; r < ranks.size(); ++r) {
     INFO("rank " << r);
@@ -157,7 +148,7 @@ void check_equivalent(const Run& want, const std::vector<Run>& ranks) {
   REQUIRE(got.params.size() == want.params.size());
   for (size_t i = 0; i < want.params.size(); ++i) {
     INFO("parameter " << i);
-    CHECK(relative_error(got.params[i], want.params[i]) <= 1e-6);
+    CHECK(testing::relative_l2_error(got.params[i], want.params[i]) <= 1e-6);
   }
 }
 

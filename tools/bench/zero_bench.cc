@@ -78,8 +78,8 @@ Measured measure(const GptConfig& cfg, int stage, int world, int64_t seq) {
 
 int bench_main(int argc, char** argv) {
   using cli::Flag;
-  const cli::Flags flags(argc, argv,
-                         {{"model", Flag::kValue}, {"worlds", Flag::kValue}, {"seq", Flag::kValue}});
+  const cli::Flags flags(
+      argc, argv, {{"model", Flag::kValue}, {"worlds", Flag::kValue}, {"seq", Flag::kValue}});
   if (flags.has("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -94,20 +94,19 @@ int bench_main(int argc, char** argv) {
   std::printf("zero_bench: %s, %lld parameters; fp32 AdamW; per rank, MB = 1e6 bytes\n",
               flags.get("model", "gpt2").c_str(), static_cast<long long>(p));
   std::printf("%-5s %-5s | %10s %10s %6s | %8s %8s %8s | %10s %10s %6s\n", "stage", "world",
-              "measured", "formula", "ratio", "params", "grads", "optim", "sent/step",
-              "theory", "ratio");
+              "measured", "formula", "ratio", "params", "grads", "optim", "sent/step", "theory",
+              "ratio");
   for (int stage = 0; stage <= 2; ++stage) {
     for (int world : worlds) {
       const Measured m = measure(cfg, stage, world, seq);
       const double per_rank = static_cast<double>(m.live_bytes) / world;
-      const double formula =
-          static_cast<double>(parallel::fp32_model_state_bytes(stage, p, world));
+      const double formula = static_cast<double>(parallel::fp32_model_state_bytes(stage, p, world));
       const double theory = world == 1 ? 0.0 : 2.0 * (world - 1) / world * 4.0 * p;
-      std::printf(
-          "%-5d %-5d | %10.1f %10.1f %6.3f | %8.1f %8.1f %8.1f | %10.1f %10.1f %6s\n", stage,
-          world, per_rank / 1e6, formula / 1e6, per_rank / formula, m.state.params / 1e6,
-          m.state.grads / 1e6, m.state.optimizer / 1e6, m.sent_per_step / 1e6, theory / 1e6,
-          world == 1 ? "-" : std::to_string(m.sent_per_step / theory).substr(0, 5).c_str());
+      std::printf("%-5d %-5d | %10.1f %10.1f %6.3f | %8.1f %8.1f %8.1f | %10.1f %10.1f %6s\n",
+                  stage, world, per_rank / 1e6, formula / 1e6, per_rank / formula,
+                  m.state.params / 1e6, m.state.grads / 1e6, m.state.optimizer / 1e6,
+                  m.sent_per_step / 1e6, theory / 1e6,
+                  world == 1 ? "-" : std::to_string(m.sent_per_step / theory).substr(0, 5).c_str());
     }
   }
   return 0;

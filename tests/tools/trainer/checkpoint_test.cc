@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "parallel/comm/thread_comm.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
 
@@ -164,6 +165,52 @@ TEST_CASE("a checkpoint whose files changed after the save is refused", "[checkp
     const CheckpointContents c = load_checkpoint(dir.string(), /*with_optimizer=*/false);
     require_equal(c.model, contents(5).model);
     CHECK(c.optimizer.empty());
+  }
+}
+
+TEST_CASE("ranks save one optimizer shard each; a damaged or missing shard is refused",
+          "[checkpoint]") {
+  const fs::path root = fresh_dir("sharded");
+  const CheckpointDir ckpt(root.string(), 0);
+  std::vector<std::string> dirs(3);
+  parallel::run_thread_ranks(3, [&](parallel::Communicator& comm) {
+    CheckpointContents c;
+    const int r = comm.rank();
+    if (r == 0) {
+      c.model = contents(4).model;
+      c.state = contents(4).state;
+    }
+    c.optimizer_shards.push_back(
+        {{"step", from_vector<int64_t>({4})}, {"exp_avg", from_vector<float>({float(r), 0.5f})}});
+    dirs[static_cast<size_t>(r)] = ckpt.save(4, c, &comm);
+  });
+  CHECK(dirs[1] == dirs[0]);
+  const fs::path dir = dirs[0];
+  CHECK(entries(dir) == std::vector<std::string>{"manifest.json", "model.safetensors", "state.json",
+                                                 optimizer_shard_name(0), optimizer_shard_name(1),
+                                                 optimizer_shard_name(2)});
+  const CheckpointContents c = load_checkpoint(dir.string());
+  CHECK(c.optimizer.empty());
+  REQUIRE(c.optimizer_shards.size() == 3);
+  for (int r = 0; r < 3; ++r) {
+    CHECK(c.optimizer_shards[r][1].second.to_vector<float>() == std::vector<float>{float(r), 0.5f});
+  }
+  require_equal(c.model, contents(4).model);
+
+  const fs::path shard1 = dir / optimizer_shard_name(1);
+  SECTION("a damaged shard") {
+    std::string bad = read_bytes(shard1);
+    bad.back() ^= 0x01;
+    testing::write_bytes(shard1, bad);
+    CHECK_THAT(error_of([&] { load_checkpoint(dir.string()); }),
+               Contains(shard1.string() + ": checksum mismatch"));
+  }
+  SECTION("a missing shard") {
+    fs::remove(shard1);
+    CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
+          "[checkpoint] " + shard1.string() + " is listed in the manifest but missing");
+    // Weights alone do not need the shards.
+    CHECK(load_checkpoint(dir.string(), /*with_optimizer=*/false).optimizer_shards.empty());
   }
 }
 

@@ -20,19 +20,7 @@ STEPS=200         # optimizer steps of each run
 INTERVAL=10       # checkpoint interval
 KILL_AFTER=35     # B is killed once it has logged this step (after the checkpoint at 30)
 
-# ~200 KB of varied text from a fixed generator (ZX81 LCG: exact in awk's doubles).
-awk 'BEGIN {
-  n = split("the of and to in is was that for it with as his on be at by this had not are " \
-            "but from or have an they which one you were her all she there would their we " \
-            "him been has when who will more no if out so said what up its about into than " \
-            "them can only other new some could time these two may then do first any my now " \
-            "such like our over man me even most made after also did many before must", w, " ")
-  x = 1
-  for (i = 0; i < 40000; i++) {
-    x = (x * 75 + 74) % 65537
-    printf "%s%s", w[x % n + 1], (i % 11 == 10 ? ".\n" : " ")
-  }
-}' >text.txt
+write_text text.txt 40000
 "$PREPARE" --input text.txt --output data --tokenizer char >prepare.log 2>&1 ||
   fail "prepare_data failed: $(cat prepare.log)"
 

@@ -31,15 +31,7 @@ mpi() {
   timeout "$limit" mpirun --allow-run-as-root --oversubscribe --tag-output -np "$np" "$TRAIN" "$@"
 }
 
-awk 'BEGIN {
-  n = split("the of and to in is was that for it with as his on be at by this had not are " \
-            "but from or have an they which one you were her all she there would their we", w, " ")
-  x = 1
-  for (i = 0; i < 20000; i++) {
-    x = (x * 75 + 74) % 65537
-    printf "%s%s", w[x % n + 1], (i % 11 == 10 ? ".\n" : " ")
-  }
-}' >text.txt
+write_text text.txt 20000
 "$PREPARE" --input text.txt --output data --tokenizer char >prepare.log 2>&1 ||
   fail "prepare_data failed: $(cat prepare.log)"
 VOCAB=$(sed -n 's/^prepare_data: .*vocab size \([0-9]*\).*/\1/p' prepare.log)

@@ -93,15 +93,6 @@ Outcome train(const Json& doc, const fs::path& dir, int world, ResumeMode mode) 
   return read_outcome(dir);
 }
 
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 void check_close(const Outcome& got, const Outcome& want, double tol) {
   REQUIRE(got.losses.size() == want.losses.size());
   for (const auto& [step, loss] : want.losses) {
@@ -111,7 +102,7 @@ void check_close(const Outcome& got, const Outcome& want, double tol) {
   REQUIRE(got.weights.size() == want.weights.size());
   for (const auto& [name, w] : want.weights) {
     INFO(name);
-    CHECK(relative_error(got.weights.at(name), w) <= tol);
+    CHECK(testing::relative_l2_error(got.weights.at(name), w) <= tol);
   }
 }
 
