@@ -118,6 +118,13 @@ void Communicator::check_pair(CommOp op, const Tensor& in, const Tensor& out,
     fail(op, str_cat("expected out to hold ", in.numel() * out_per_in_num / out_per_in_den,
                      " elements for ", in.numel(), " in ", size_, " ranks, found ", out.numel()));
   }
+  // Backends read `in` while writing `out` (MPI forbids aliased buffers outright).
+  const char* in_begin = static_cast<const char*>(in.raw_data());
+  const char* out_begin = static_cast<const char*>(out.raw_data());
+  if (in.nbytes() > 0 && out.nbytes() > 0 && in_begin < out_begin + out.nbytes() &&
+      out_begin < in_begin + in.nbytes()) {
+    fail(op, "expected in and out in separate memory, found them overlapping");
+  }
 }
 
 template <class F>

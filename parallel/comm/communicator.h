@@ -3,7 +3,8 @@
 // Note [Communicator contract]
 // Every rank of a group calls the same collectives in the same order with matching sizes
 // and dtypes, on whole contiguous tensors. Outputs are written through the tensor handles
-// (like Tensor::copy_), so callers pass views of their own buffers. Reductions give every
+// (like Tensor::copy_), so callers pass views of their own buffers; the in and out of one
+// operation must not overlap. Reductions give every
 // rank bitwise identical results, so replicas that start equal stay equal. A collective
 // whose peers do not all arrive within CommOptions::timeout fails on every rank that
 // waits with an error naming the group, the op and its sequence number, and the group is

@@ -265,6 +265,11 @@ TEST_CASE("thread: bad arguments name the op and what was expected", "[comm]") {
         }
       },
       CommOptions{100ms});
+  run_thread_ranks(1, [&](Communicator& comm) {
+    const Tensor buffer = zeros({6});
+    errors.push_back(
+        message_of([&] { comm.all_gather(buffer.narrow(0, 1, 3), buffer.narrow(0, 3, 3)); }));
+  });
   REQUIRE(errors[0] ==
           "[comm world, rank 0 of 1] all_reduce #0: reductions support f32, f64, i32, i64 and "
           "u8, found f16");
@@ -272,6 +277,9 @@ TEST_CASE("thread: bad arguments name the op and what was expected", "[comm]") {
           "[comm world, rank 0 of 1] all_gather #0: expected out to hold 3 elements for 3 in 1 "
           "ranks, found 4");
   REQUIRE(errors[2] == "[comm world, rank 0 of 2] send #0: expected dst in [0, 2), found 2");
+  REQUIRE(errors[3] ==
+          "[comm world, rank 0 of 1] all_gather #0: expected in and out in separate memory, "
+          "found them overlapping");
 }
 
 }  // namespace tessera::parallel
