@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -53,18 +54,20 @@ ZeroConfig parse_zero_config(JsonObjectReader s) {
   TS_CHECK(c.allgather_bucket_size % 2 == 0, "[config] ", s.key_path("allgather_bucket_size"),
            ": expected a multiple of 2 (DeepSpeed's rule), found ", c.allgather_bucket_size);
   c.overlap_comm = s.get<bool>("overlap_comm", c.stage == 3);
-  s.deprecated_alias("prefetch_bucket_size", "stage3_prefetch_bucket_size");
-  c.stage3_prefetch_bucket_size =
-      read_count(s, "stage3_prefetch_bucket_size", c.stage3_prefetch_bucket_size, 0);
-  s.deprecated_alias("param_persistence_threshold", "stage3_param_persistence_threshold");
-  c.stage3_param_persistence_threshold =
-      read_count(s, "stage3_param_persistence_threshold", c.stage3_param_persistence_threshold, 0);
-  s.deprecated_alias("max_live_parameters", "stage3_max_live_parameters");
-  c.stage3_max_live_parameters =
-      read_count(s, "stage3_max_live_parameters", c.stage3_max_live_parameters, 0);
-  s.deprecated_alias("max_reuse_distance", "stage3_max_reuse_distance");
-  c.stage3_max_reuse_distance =
-      read_count(s, "stage3_max_reuse_distance", c.stage3_max_reuse_distance, 0);
+  // Stage 3 sizes, each with the spelling DeepSpeed still accepts without the prefix.
+  const std::tuple<const char*, const char*, int64_t ZeroConfig::*> stage3[] = {
+      {"prefetch_bucket_size", "stage3_prefetch_bucket_size",
+       &ZeroConfig::stage3_prefetch_bucket_size},
+      {"param_persistence_threshold", "stage3_param_persistence_threshold",
+       &ZeroConfig::stage3_param_persistence_threshold},
+      {"max_live_parameters", "stage3_max_live_parameters",
+       &ZeroConfig::stage3_max_live_parameters},
+      {"max_reuse_distance", "stage3_max_reuse_distance", &ZeroConfig::stage3_max_reuse_distance},
+  };
+  for (const auto& [alias, key, field] : stage3) {
+    s.deprecated_alias(alias, key);
+    c.*field = read_count(s, key, c.*field, 0);
+  }
   // Accepted with their defaults; they describe how DeepSpeed's own buffers work.
   s.get<bool>("use_multi_rank_bucket_allreduce", true);
   s.get<bool>("allgather_partitions", true);

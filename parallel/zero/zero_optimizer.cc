@@ -161,14 +161,23 @@ void ZeroOptimizer::reduce_block(int64_t block) {
   if (config_.stage == 1) {
     buffer = flat_grads_.narrow(0, b.offset, b.numel);
   } else {
-    // Stage 2: gather the block's gradients into one buffer and drop them.
-    buffer = zeros({b.numel});
+    // Stage 2: gather the block's gradients into one buffer and drop them. Every element
+    // is written once: a gradient, or zero (padding, a parameter backward did not reach).
+    buffer = empty({b.numel});
     for (int64_t i = b.first_param; i < b.end_param; ++i) {
       const FlatLayout::Param& p = layout_.params[i];
+      const Tensor slot = buffer.narrow(0, p.offset - b.offset, p.numel);
       const Tensor g = params_[i].grad();
-      if (g.defined()) buffer.narrow(0, p.offset - b.offset, p.numel).copy_(g.reshape({p.numel}));
+      if (g.defined()) {
+        slot.copy_(g.reshape({p.numel}));
+      } else {
+        slot.fill_(0.0);
+      }
       params_[i].set_grad(Tensor());
     }
+    const FlatLayout::Param& last = layout_.params[b.end_param - 1];
+    const int64_t used = last.offset + last.numel - b.offset;
+    buffer.narrow(0, used, b.numel - used).fill_(0.0);
   }
   Tensor reduced;
   if (config_.reduce_scatter) {
