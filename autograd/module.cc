@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "autograd/record.h"
 #include "core/grad_mode.h"
 
 namespace tessera {
@@ -93,6 +94,37 @@ void Module::train(bool on) {
 
 void Module::zero_grad() {
   for (NamedParameter& p : named_parameters()) p.tensor.set_grad(Tensor());
+}
+
+std::vector<Tensor> Module::own_parameters() const {
+  std::vector<Tensor> out;
+  for (const ParamEntry& p : params_) out.push_back(*p.tensor);
+  return out;
+}
+
+void Module::set_hooks(const std::shared_ptr<ModuleHooks>& hooks) {
+  hooks_ = hooks;
+  for (auto& [name, child] : children_) child->set_hooks(hooks);
+}
+
+ModuleCall::ModuleCall(const Module& m) : module_(m), hooks_(m.hooks()) {
+  if (hooks_) hooks_->pre_forward(module_);
+}
+
+ModuleCall::~ModuleCall() {
+  if (hooks_) hooks_->post_forward(module_);
+}
+
+Tensor ModuleCall::output(const Tensor& y) const {
+  if (!hooks_ || !needs_grad({&y})) return y;
+  Tensor out = y;  // record() makes `out` a fresh alias of y
+  record_function("module_call", {y}, {&out},
+                  [hooks = std::weak_ptr<ModuleHooks>(hooks_),
+                   m = &module_](const TensorList& g) -> TensorList {
+                    if (const std::shared_ptr<ModuleHooks> h = hooks.lock()) h->pre_backward(*m);
+                    return {g[0]};
+                  });
+  return out;
 }
 
 }  // namespace tessera

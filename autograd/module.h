@@ -4,6 +4,10 @@
 // by reference) under names; named_parameters() walks the tree and joins names with
 // dots, Hugging Face style: "h.3.attn.c_attn.weight". Modules are neither copyable nor
 // movable because the registry points at their members.
+//
+// A module's forward opens a ModuleCall so that hooks installed on the tree
+// (Module::set_hooks) run around it; ZeRO stage 3 gathers a module's partitioned
+// parameters there (parallel/zero/zero_optimizer.h).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +36,21 @@ struct NamedParameter {
 // Name -> tensor, in registration order.
 using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
+class Module;
+
+// Hooks around the calls of modules' forwards (see ModuleCall).
+class ModuleHooks {
+ public:
+  virtual ~ModuleHooks() = default;
+  // Before the forward body of `m` runs.
+  virtual void pre_forward(const Module& m) = 0;
+  // After the body has run, or thrown.
+  virtual void post_forward(const Module& m) noexcept = 0;
+  // In backward, when the gradient of a call's output arrives: before any backward node
+  // recorded inside that call runs.
+  virtual void pre_backward(const Module& m) = 0;
+};
+
 class Module {
  public:
   Module() = default;
@@ -54,6 +73,11 @@ class Module {
   bool is_training() const { return training_; }
   // Drops the accumulated gradients of all parameters.
   void zero_grad();
+  // The parameters this module registered itself (not its descendants'), in order.
+  std::vector<Tensor> own_parameters() const;
+  // Installs `hooks` (null: none) on this module and all descendants.
+  void set_hooks(const std::shared_ptr<ModuleHooks>& hooks);
+  const std::shared_ptr<ModuleHooks>& hooks() const { return hooks_; }
 
  protected:
   // Registers a member tensor as a parameter (it becomes a leaf that requires grad).
@@ -76,6 +100,33 @@ class Module {
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;
+  std::shared_ptr<ModuleHooks> hooks_;
+};
+
+// One call of a module's forward, for its hooks. Every forward that reads a module's
+// parameters opens one on that module and routes its result through output():
+//
+//   Tensor Linear::forward(const Tensor& x) const {
+//     const ModuleCall call(*this);                   // hooks' pre_forward
+//     return call.output(linear(x, weight_, bias_));  // pre_backward when its grad arrives
+//   }                                                 // post_forward
+//
+// A forward that reads another module's parameters (a tied weight) opens a call on that
+// module. Without hooks a ModuleCall does nothing.
+class ModuleCall {
+ public:
+  explicit ModuleCall(const Module& m);
+  ~ModuleCall();
+  ModuleCall(const ModuleCall&) = delete;
+  ModuleCall& operator=(const ModuleCall&) = delete;
+
+  // `y`, through an identity node that runs the hooks' pre_backward(m) in backward (`y`
+  // itself when there are no hooks or no gradient flows).
+  Tensor output(const Tensor& y) const;
+
+ private:
+  const Module& module_;
+  std::shared_ptr<ModuleHooks> hooks_;
 };
 
 // An indexed list of owned child modules named "0", "1", ...

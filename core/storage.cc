@@ -3,30 +3,52 @@
 #include "core/allocator.h"
 
 namespace tessera {
+namespace {
+
+// A deleter that returns `nbytes` at p to `alloc`.
+std::function<void(void*)> returning_to(Allocator& alloc, size_t nbytes) {
+  return [&alloc, nbytes](void* p) { alloc.deallocate(p, nbytes); };
+}
+
+}  // namespace
+
+void Storage::Block::reset() {
+  if (free && data != nullptr) free(data);
+  data = nullptr;
+  nbytes = 0;
+  free = nullptr;
+}
 
 Storage Storage::allocate(size_t nbytes, Device device) {
-  Allocator& alloc = allocator_for(device);
   Storage s;
-  s.data_ = std::shared_ptr<void>(alloc.allocate(nbytes),
-                                  [&alloc, nbytes](void* p) { alloc.deallocate(p, nbytes); });
-  s.nbytes_ = nbytes;
-  s.device_ = device;
-  s.defined_ = true;
+  s.block_ = std::make_shared<Block>();
+  s.block_->device = device;
+  s.reallocate(nbytes);
   return s;
 }
 
 Storage Storage::from_blob(void* data, size_t nbytes, Device device,
                            std::function<void(void*)> deleter) {
   Storage s;
-  if (deleter) {
-    s.data_ = std::shared_ptr<void>(data, std::move(deleter));
-  } else {
-    s.data_ = std::shared_ptr<void>(data, [](void*) {});
-  }
-  s.nbytes_ = nbytes;
-  s.device_ = device;
-  s.defined_ = true;
+  s.block_ = std::make_shared<Block>();
+  s.block_->data = data;
+  s.block_->nbytes = nbytes;
+  s.block_->device = device;
+  s.block_->free = std::move(deleter);
   return s;
+}
+
+void Storage::release() const {
+  if (block_) block_->reset();
+}
+
+void Storage::reallocate(size_t nbytes) const {
+  if (!block_) return;
+  block_->reset();
+  Allocator& alloc = allocator_for(block_->device);
+  block_->data = alloc.allocate(nbytes);
+  block_->nbytes = nbytes;
+  block_->free = returning_to(alloc, nbytes);
 }
 
 }  // namespace tessera

@@ -110,6 +110,9 @@ std::string Tensor::str() const {
 
 void* Tensor::raw_data() const {
   const TensorImpl& t = checked();
+  TS_CHECK(t.storage.nbytes() > 0 || numel() == 0, "[tensor] ", str(),
+           " reads memory that has been released (a ZeRO-3 partitioned parameter used outside "
+           "a ModuleCall of its module, see autograd/module.h)");
   return static_cast<char*>(t.storage.data()) + t.offset * static_cast<int64_t>(itemsize());
 }
 

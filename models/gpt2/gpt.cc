@@ -81,8 +81,12 @@ Tensor Gpt::embed(const Tensor& idx, int64_t start) const {
 }
 
 Tensor Gpt::head(const Tensor& x) const {
-  const Tensor& weight = cfg_.tie_word_embeddings ? transformer_.wte.weight() : lm_head_;
-  return linear(transformer_.ln_f.forward(x), weight, Tensor());  // (B, T, C) -> (B, T, Vp)
+  const Tensor h = transformer_.ln_f.forward(x);
+  // The head's weight is wte's (tied) or this module's own lm_head.
+  const bool tied = cfg_.tie_word_embeddings;
+  const ModuleCall call(tied ? static_cast<const Module&>(transformer_.wte) : *this);
+  const Tensor& weight = tied ? transformer_.wte.weight() : lm_head_;
+  return call.output(linear(h, weight, Tensor()));  // (B, T, C) -> (B, T, Vp)
 }
 
 Tensor Gpt::forward(const Tensor& idx) const {

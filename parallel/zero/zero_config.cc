@@ -81,12 +81,12 @@ ZeroConfig parse_zero_config(JsonObjectReader s) {
   s.get_in_range<double>("stage3_model_persistence_threshold", 9e18, 0, 9e18);
   s.deprecated_alias("stage3_gather_fp16_weights_on_model_save",
                      "stage3_gather_16bit_weights_on_model_save");
-  s.get<bool>("stage3_gather_16bit_weights_on_model_save", false);
+  TS_CHECK(!s.get<bool>("stage3_gather_16bit_weights_on_model_save", false), "[config] ",
+           s.key_path("stage3_gather_16bit_weights_on_model_save"),
+           ": stage 3 checkpoints keep the weights in the ranks' shards (tools/zero_to_fp32 "
+           "writes them whole); expected false");
   s.get_in_range<int64_t>("stage3_module_granularity_threshold", 0, 0, kMax);
   s.get<bool>("stage3_use_all_reduce_for_fetch_params", false);
-  TS_CHECK(c.stage != 3, "[config] ", s.key_path("stage"),
-           ": ZeRO stage 3 (partitioned parameters) has not landed yet; expected 0, 1 or 2, "
-           "found 3");
   return c;
 }
 

@@ -23,7 +23,9 @@ struct ZeroConfig {
   // true: each block is reduce-scattered to its owners; false: all-reduced, each rank
   // keeping its chunk (twice the bytes).
   bool reduce_scatter = true;
-  // Stage 3 (not implemented yet; validated so that configs are checked).
+  // Stage 3 (Note [ZeRO-3 parameters] in partitioned_params.h): elements prefetched ahead
+  // of use, parameters of at most this many elements kept whole, the most gathered
+  // elements at a time, the reuse distance (elements) under which a parameter stays.
   int64_t stage3_prefetch_bucket_size = 50'000'000;
   int64_t stage3_param_persistence_threshold = 100'000;
   int64_t stage3_max_live_parameters = 1'000'000'000;
@@ -34,7 +36,7 @@ struct ZeroConfig {
 };
 
 // Reads `section` ($.zero_optimization). Features Tessera does not have (offload, ZeRO++,
-// MiCS) are errors that say so; stage 3 is refused until it lands.
+// MiCS) are errors that say so.
 ZeroConfig parse_zero_config(JsonObjectReader section);
 
 }  // namespace tessera::parallel

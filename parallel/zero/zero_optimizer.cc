@@ -21,11 +21,11 @@ std::string kind_of(const std::string& key) { return key.substr(0, key.find('.')
 
 }  // namespace
 
-ZeroOptimizer::ZeroOptimizer(Communicator& dp, std::vector<optim::ParamGroup> groups,
+ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
                              const optim::OptimizerConfig& optimizer, const ZeroConfig& zero)
-    : dp_(dp), config_(zero), groups_(std::move(groups)) {
-  TS_CHECK(config_.stage >= 0 && config_.stage <= 2, "[zero] expected stage 0, 1 or 2, found ",
-           config_.stage, config_.stage == 3 ? " (stage 3 has not landed yet)" : "");
+    : dp_(dp), model_(model), config_(zero), groups_(std::move(groups)) {
+  TS_CHECK(config_.stage >= 0 && config_.stage <= 3, "[zero] expected stage 0 to 3, found ",
+           config_.stage);
   TS_CHECK(config_.stage == 0 || optimizer.type != optim::OptimizerType::lamb,
            "[zero] LAMB's trust ratio needs each parameter whole; expected stage 0 with LAMB, "
            "found stage ",
@@ -43,17 +43,25 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, std::vector<optim::ParamGroup> gr
       params_.push_back(t);
     }
   }
-  layout_ = make_flat_layout(infos, dp_.size(), config_.block_numel());
+  // Stage 3 gives every parameter a block of its own (Note [ZeRO-3 parameters]).
+  layout_ = make_flat_layout(infos, dp_.size(), config_.stage == 3 ? 1 : config_.block_numel());
 
-  // Parameters become views of the flat buffer; rank 0's values win.
-  flat_params_ = zeros({layout_.numel});
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const FlatLayout::Param& p = layout_.params[i];
-    const Tensor view = flat_params_.narrow(0, p.offset, p.numel).view(p.shape);
-    view.copy_(params_[i]);
-    params_[i].set_data(view);
+  if (config_.stage == 3) {
+    param_shard_ = zeros({layout_.shard_numel()});
+    partitioned_ =
+        std::make_shared<PartitionedParams>(dp_, layout_, params_, param_shard_, config_);
+    model_.set_hooks(partitioned_);
+  } else {
+    // Parameters become views of the flat buffer; rank 0's values win.
+    flat_params_ = zeros({layout_.numel});
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const FlatLayout::Param& p = layout_.params[i];
+      const Tensor view = flat_params_.narrow(0, p.offset, p.numel).view(p.shape);
+      view.copy_(params_[i]);
+      params_[i].set_data(view);
+    }
+    dp_.broadcast(flat_params_, 0);
   }
-  dp_.broadcast(flat_params_, 0);
 
   if (config_.stage <= 1) {
     flat_grads_ = zeros({layout_.numel});
@@ -84,20 +92,24 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, std::vector<optim::ParamGroup> gr
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
-  // The hooks capture `this`: make them inert, as the parameters may outlive us.
+  // The hooks capture `this`: make them inert, as the parameters may outlive us. Stage 3's
+  // parameters stay as they are: partitioned, with their values in our shard.
   for (Tensor& p : params_) {
     if (AutogradMeta* m = p.autograd_meta()) m->post_accumulate_hooks.clear();
   }
+  if (partitioned_) model_.set_hooks(nullptr);
 }
 
 Tensor ZeroOptimizer::own_param_chunk(int64_t block) const {
-  return flat_params_.narrow(0, layout_.chunk_offset(block, dp_.rank()),
-                             layout_.blocks[block].chunk);
+  const FlatLayout::Block& b = layout_.blocks[block];
+  return config_.stage == 3
+             ? param_shard_.narrow(0, b.shard_offset, b.chunk)
+             : flat_params_.narrow(0, layout_.chunk_offset(block, dp_.rank()), b.chunk);
 }
 
 Tensor ZeroOptimizer::own_grad_chunk(int64_t block) const {
   const FlatLayout::Block& b = layout_.blocks[block];
-  return config_.stage == 2
+  return config_.stage >= 2
              ? grad_shard_.narrow(0, b.shard_offset, b.chunk)
              : flat_grads_.narrow(0, layout_.chunk_offset(block, dp_.rank()), b.chunk);
 }
@@ -118,20 +130,23 @@ void ZeroOptimizer::zero_grad() {
 }
 
 void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
-  reducing_ = config_.stage == 2 || boundary;
-  const bool from_hooks = config_.stage == 2 || config_.overlap_comm;
+  reducing_ = config_.stage >= 2 || boundary;
+  const bool from_hooks = config_.stage >= 2 || config_.overlap_comm;
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     pending_[b] = layout_.blocks[b].end_param - layout_.blocks[b].first_param;
     reduced_[b] = false;
   }
   in_backward_ = reducing_ && from_hooks;
+  if (partitioned_) partitioned_->begin_backward();
   try {
     tessera::backward(loss, scalar_tensor(scale));
   } catch (...) {
     in_backward_ = false;
+    if (partitioned_) partitioned_->end_backward();
     throw;
   }
   in_backward_ = false;
+  if (partitioned_) partitioned_->end_backward();
   if (!reducing_) return;
   // Blocks the hooks did not reduce: all of them without overlap, and any block with a
   // parameter that got no gradient. Every rank takes them in the same order.
@@ -144,6 +159,7 @@ void ZeroOptimizer::on_grad_ready(int64_t param) {
   if (!in_backward_) return;
   const int64_t block = layout_.params[param].block;
   if (--pending_[block] == 0) reduce_block(block);
+  if (partitioned_) partitioned_->grad_ready(param);
 }
 
 void ZeroOptimizer::reduce_block(int64_t block) {
@@ -161,7 +177,7 @@ void ZeroOptimizer::reduce_block(int64_t block) {
   if (config_.stage == 1) {
     buffer = flat_grads_.narrow(0, b.offset, b.numel);
   } else {
-    // Stage 2: gather the block's gradients into one buffer and drop them. Every element
+    // Stages 2-3: gather the block's gradients into one buffer and drop them. Every element
     // is written once: a gradient, or zero (padding, a parameter backward did not reach).
     buffer = empty({b.numel});
     for (int64_t i = b.first_param; i < b.end_param; ++i) {
@@ -227,6 +243,10 @@ void ZeroOptimizer::step() {
   NoGradGuard no_grad;
   inner_->step();
   if (config_.stage == 0) return;
+  if (partitioned_) {
+    partitioned_->after_step();
+    return;
+  }
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     const int64_t block = static_cast<int64_t>(b);
     const FlatLayout::Block& blk = layout_.blocks[b];
@@ -242,7 +262,9 @@ int64_t ZeroOptimizer::step_count() const { return inner_->step_count(); }
 
 ModelStateBytes ZeroOptimizer::model_state_bytes() const {
   ModelStateBytes m;
-  m.params = static_cast<int64_t>(flat_params_.nbytes());
+  m.params = partitioned_
+                 ? static_cast<int64_t>(param_shard_.nbytes()) + partitioned_->persistent_bytes()
+                 : static_cast<int64_t>(flat_params_.nbytes());
   m.grads = static_cast<int64_t>(config_.stage <= 1 ? flat_grads_.nbytes() : grad_shard_.nbytes());
   for (const auto& [key, t] : inner_->state_dict()) {
     if (key != "step") m.optimizer += static_cast<int64_t>(t.nbytes());
@@ -306,6 +328,36 @@ void ZeroOptimizer::load_whole_state(const StateDict& whole) {
     }
   }
   inner_->load_state_dict(chunks);
+}
+
+StateDict ZeroOptimizer::whole_parameters() {
+  StateDict out;
+  const std::vector<Tensor> values = partitioned_ ? partitioned_->gather_all() : params_;
+  for (size_t i = 0; i < values.size(); ++i) out.emplace_back(layout_.params[i].name, values[i]);
+  return out;
+}
+
+Tensor ZeroOptimizer::parameter_shard() const {
+  TS_CHECK(partitioned_ != nullptr, "[zero] parameter_shard() is for stage 3; this is stage ",
+           config_.stage);
+  return param_shard_;
+}
+
+void ZeroOptimizer::load_parameters(const StateDict& whole) {
+  TS_CHECK(partitioned_ != nullptr, "[zero] load_parameters() is for stage 3; this is stage ",
+           config_.stage);
+  std::map<std::string, Tensor> given(whole.begin(), whole.end());
+  std::vector<Tensor> ordered;
+  for (const FlatLayout::Param& p : layout_.params) {
+    const auto it = given.find(p.name);
+    TS_CHECK(it != given.end(), "[zero] expected a value for parameter \"", p.name,
+             "\", found none");
+    TS_CHECK(it->second.shape() == p.shape && it->second.dtype() == DType::f32,
+             "[zero] parameter \"", p.name, "\": expected f32 ", shape_str(p.shape), ", found ",
+             it->second.str());
+    ordered.push_back(it->second);
+  }
+  partitioned_->load(ordered);
 }
 
 StateDict whole_state(const FlatLayout& layout, const std::vector<StateDict>& shards) {

@@ -1,6 +1,6 @@
-// ZeroOptimizer: data-parallel training with ZeRO stages 0-2 over a Communicator.
+// ZeroOptimizer: data-parallel training with ZeRO stages 0-3 over a Communicator.
 //
-//   ZeroOptimizer zero(dp, optim::decay_groups(...), config.optimizer, config.zero);
+//   ZeroOptimizer zero(dp, model, optim::decay_groups(...), config.optimizer, config.zero);
 //   for each step:
 //     zero.zero_grad();
 //     for each micro-batch m of gas: zero.backward(loss_m, 1.0 / gas, m == gas - 1);
@@ -18,6 +18,9 @@
 //   2  As 1, but no full gradient buffer: as a block's gradients complete in backward
 //      (post-accumulate hooks), they are copied into a block buffer, reduce-scattered,
 //      added into this rank's gradient shard and dropped. Every micro-batch communicates.
+//   3  As 2, and the parameters are partitioned too: a rank keeps 1/W of each parameter
+//      and gathers whole parameters only around the module calls that read them
+//      (partitioned_params.h, Note [ZeRO-3 parameters]). Each parameter is its own block.
 // With overlap_comm, stages 0 and 1 also reduce from the hooks, on the boundary micro-batch.
 // The communicators here block, so "overlap" means blocks are reduced while backward is
 // still producing later ones (bounded memory), not concurrent compute and transfer.
@@ -37,6 +40,7 @@
 #include "optim/optimizer.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/zero/flat_layout.h"
+#include "parallel/zero/partitioned_params.h"
 #include "parallel/zero/zero_config.h"
 
 namespace tessera::parallel {
@@ -51,9 +55,12 @@ struct ModelStateBytes {
 
 class ZeroOptimizer {
  public:
-  // `groups` as optim::decay_groups() makes them; every parameter must be a contiguous f32
-  // CPU tensor that requires grad. Stage 3 and LAMB with stage >= 1 are refused.
-  ZeroOptimizer(Communicator& dp, std::vector<optim::ParamGroup> groups,
+  // `groups` as optim::decay_groups(model) makes them; every parameter must be a
+  // contiguous f32 CPU tensor that requires grad. LAMB with stage >= 1 is refused. Stage 3
+  // installs its hooks on `model`; its forwards must open a ModuleCall wherever they read
+  // parameters (autograd/module.h). The destructor removes the hooks; a stage 3 model's
+  // partitioned parameters then hold no values (take whole_parameters() before).
+  ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
                 const optim::OptimizerConfig& optimizer, const ZeroConfig& zero);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
@@ -82,12 +89,25 @@ class ZeroOptimizer {
   Communicator& comm() const { return dp_; }
   ModelStateBytes model_state_bytes() const;
 
-  // Whether state_dict() is this rank's shard (stages 1-2) rather than the whole state.
+  // Whether state_dict() is this rank's shard (stages 1-3) rather than the whole state.
   bool sharded() const { return config_.stage >= 1; }
-  // Stage 0: the optimizer's state_dict() ("step", "<kind>.<parameter name>"). Stages 1-2:
+  // Stage 0: the optimizer's state_dict() ("step", "<kind>.<parameter name>"). Stages 1-3:
   // this rank's shard: "step" and one tensor of layout().shard_numel() elements per kind
   // ("exp_avg", ...). Tensors may be the live buffers.
   StateDict state_dict() const;
+  // Every trainable parameter whole (name -> tensor, flat order). Collective at stage 3,
+  // where the parameters are gathered one at a time into new tensors; the model's own
+  // tensors otherwise.
+  StateDict whole_parameters();
+  // Stage 3: this rank's shard of the parameters (layout().shard_numel() elements, the
+  // live buffer). Other stages hold whole parameters in the model.
+  Tensor parameter_shard() const;
+  // Stage 3: sets every parameter from whole tensors (name -> tensor, like
+  // Module::state_dict()), all checked before any changes; other stages load into the
+  // model directly.
+  void load_parameters(const StateDict& whole);
+  // The stage 3 parameters (null for other stages).
+  const PartitionedParams* partitioned() const { return partitioned_.get(); }
   // Loads whole per-parameter state (stage 0's state_dict(), or whole_state() of the shards
   // of any world size), keeping this rank's part. Everything is checked before anything
   // changes.
@@ -101,22 +121,25 @@ class ZeroOptimizer {
   Tensor own_grad_chunk(int64_t block) const;
 
   Communicator& dp_;
+  Module& model_;
   ZeroConfig config_;
   std::vector<optim::ParamGroup> groups_;
   std::vector<Tensor> params_;  // flat order
   FlatLayout layout_;
-  Tensor flat_params_;                       // (layout.numel)
-  Tensor flat_grads_;                        // (layout.numel); stages 0-1
-  Tensor grad_shard_;                        // (layout.shard_numel()); stage 2
-  std::unique_ptr<optim::Optimizer> inner_;  // over the parameters (0) or the chunks (1-2)
-  std::vector<int64_t> pending_;             // per block: parameters whose hook has not run
-  std::vector<bool> reduced_;                // per block, in the current micro-batch
-  bool reducing_ = false;                    // whether this micro-batch reduces
+  Tensor flat_params_;                              // (layout.numel); stages 0-2
+  Tensor param_shard_;                              // (layout.shard_numel()); stage 3
+  Tensor flat_grads_;                               // (layout.numel); stages 0-1
+  Tensor grad_shard_;                               // (layout.shard_numel()); stages 2-3
+  std::shared_ptr<PartitionedParams> partitioned_;  // stage 3; the model's hooks
+  std::unique_ptr<optim::Optimizer> inner_;         // over the parameters (0) or the chunks (1-2)
+  std::vector<int64_t> pending_;                    // per block: parameters whose hook has not run
+  std::vector<bool> reduced_;                       // per block, in the current micro-batch
+  bool reducing_ = false;                           // whether this micro-batch reduces
   bool in_backward_ = false;
 };
 
 // The whole per-parameter optimizer state ("step", "<kind>.<parameter name>") from the
-// shards that the ranks of a stage 1-2 run saved (ZeroOptimizer::state_dict(), rank order)
+// shards that the ranks of a stage 1-3 run saved (ZeroOptimizer::state_dict(), rank order)
 // under `layout`. All must agree on the step and the kinds.
 StateDict whole_state(const FlatLayout& layout, const std::vector<StateDict>& shards);
 

@@ -1,4 +1,4 @@
-// ZeRO stages 0-2 on the thread backend against one process with the same global batch:
+// ZeRO stages 0-3 on the thread backend against one process with the same global batch:
 // 10 AdamW steps with gradient accumulation and active clipping on a GPT whose parameter
 // count no world size divides. Losses, gradient norms and final parameters must agree
 // within 1e-6 (relative), and all ranks must hold bitwise identical parameters.
@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <map>
 #include <mutex>
 
 #include "autograd/engine.h"
@@ -73,14 +74,26 @@ std::vector<std::vector<float>> snapshot(const Gpt& model) {
   return out;
 }
 
+// The parameters in the model's order, from ZeroOptimizer::whole_parameters() (collective).
+std::vector<std::vector<float>> snapshot(const Gpt& model, ZeroOptimizer& opt) {
+  const StateDict whole = opt.whole_parameters();
+  const std::map<std::string, Tensor> by_name(whole.begin(), whole.end());
+  std::vector<std::vector<float>> out;
+  for (const NamedParameter& p : model.named_parameters()) {
+    out.push_back(by_name.at(p.name).to_vector<float>());
+  }
+  return out;
+}
+
 std::vector<optim::ParamGroup> groups_of(const Gpt& model) {
   return optim::decay_groups(model.named_parameters(), adamw().lr, adamw().weight_decay, true, {});
 }
 
 // One process, global batch per micro-batch.
-Run reference() {
+Run reference(bool checkpointing = false) {
   const Tensor rows = all_rows();
   Gpt model(model_config(), 1234);
+  model.set_activation_checkpointing(checkpointing);
   const auto opt = optim::make_optimizer(adamw(), groups_of(model));
   Run run;
   const int64_t micro = kGlobalRows / kGas;
@@ -103,12 +116,13 @@ Run reference() {
 
 // `world` thread ranks; rank r's micro-batch m is rows [m*micro*world + r*micro, +micro) of
 // the step, the rows the DataLoader gives rank r.
-std::vector<Run> data_parallel(int world, const ZeroConfig& zero) {
+std::vector<Run> data_parallel(int world, const ZeroConfig& zero, bool checkpointing = false) {
   const Tensor rows = all_rows();
   std::vector<Run> runs(static_cast<size_t>(world));
   run_thread_ranks(world, [&](Communicator& comm) {
     Gpt model(model_config(), 1234);
-    ZeroOptimizer opt(comm, groups_of(model), adamw(), zero);
+    model.set_activation_checkpointing(checkpointing);
+    ZeroOptimizer opt(comm, model, groups_of(model), adamw(), zero);
     Run& run = runs[static_cast<size_t>(comm.rank())];
     const int64_t micro = kGlobalRows / kGas / world;
     for (int s = 0; s < kSteps; ++s) {
@@ -126,7 +140,7 @@ std::vector<Run> data_parallel(int world, const ZeroConfig& zero) {
       run.norms.push_back(opt.clip_grad_norm(kClip));
       opt.step();
     }
-    run.params = snapshot(model);
+    run.params = snapshot(model, opt);
   });
   return runs;
 }
@@ -176,6 +190,123 @@ TEST_CASE("ZeRO stages 0-2 at world sizes 1-4 equal the single-process run", "[z
   }
 }
 
+// Stage 3 settings that make the partitioning do real work on the small model: every
+// parameter above 30 elements partitioned (the LayerNorm weights, 25, stay whole), at most
+// 6000 elements gathered (the largest parameter, wte, is 128 x 25 = 3200), prefetching a
+// bucket of 2000 and no retention for reuse.
+ZeroConfig stage3() {
+  ZeroConfig z;
+  z.stage = 3;
+  z.stage3_param_persistence_threshold = 30;
+  z.stage3_max_live_parameters = 6000;
+  z.stage3_prefetch_bucket_size = 2000;
+  z.stage3_max_reuse_distance = 0;
+  return z;
+}
+
+TEST_CASE("ZeRO stage 3 at world sizes 1-4 equals the single-process run", "[zero]") {
+  const Run want = reference();
+  for (int world = 1; world <= 4; ++world) {
+    DYNAMIC_SECTION("world " << world) { check_equivalent(want, data_parallel(world, stage3())); }
+  }
+  SECTION("DeepSpeed's defaults: every parameter persistent at this size") {
+    ZeroConfig zero;
+    zero.stage = 3;
+    check_equivalent(want, data_parallel(3, zero));
+  }
+  SECTION("no persistent parameters, retention for reuse, no prefetch") {
+    ZeroConfig zero = stage3();
+    zero.stage3_param_persistence_threshold = 0;
+    zero.stage3_prefetch_bucket_size = 0;
+    zero.stage3_max_reuse_distance = 1'000'000;
+    check_equivalent(want, data_parallel(2, zero));
+  }
+}
+
+TEST_CASE("ZeRO stage 3 with activation checkpointing equals the single-process run", "[zero]") {
+  check_equivalent(reference(true), data_parallel(2, stage3(), true));
+}
+
+TEST_CASE("ZeRO stage 3 keeps gathered parameters within stage3_max_live_parameters", "[zero]") {
+  // Per rank: peak gathered elements, live elements after backward and after the step, and
+  // whether every persistent parameter stayed whole throughout.
+  struct Seen {
+    int64_t peak = 0, after_backward = -1, after_step = -1;
+    bool persistent_whole = true;
+    int64_t persistent = 0, partitioned = 0;
+  };
+  std::vector<Seen> seen(3);
+  const Tensor rows = all_rows();
+  run_thread_ranks(3, [&](Communicator& comm) {
+    Gpt model(model_config(), 1234);
+    ZeroOptimizer opt(comm, model, groups_of(model), adamw(), stage3());
+    const PartitionedParams& parts = *opt.partitioned();
+    Seen& s = seen[static_cast<size_t>(comm.rank())];
+    const int64_t n = static_cast<int64_t>(opt.layout().params.size());
+    auto check_persistent = [&] {
+      for (int64_t i = 0; i < n; ++i) {
+        if (parts.persistent(i) && !parts.gathered(i)) s.persistent_whole = false;
+      }
+    };
+    for (int64_t i = 0; i < n; ++i) ++(parts.persistent(i) ? s.persistent : s.partitioned);
+    for (int step = 0; step < 3; ++step) {
+      opt.zero_grad();
+      const auto [x, y] = batch(rows, step * 6 + comm.rank() * 2, 2);
+      const Tensor loss = model.loss(model.forward(x), y);
+      check_persistent();
+      opt.backward(loss, 1.0, true);
+      s.after_backward = std::max(s.after_backward, parts.live_numel());
+      check_persistent();
+      opt.clip_grad_norm(1.0);
+      opt.step();
+      s.after_step = std::max(s.after_step, parts.live_numel());
+      check_persistent();
+    }
+    s.peak = parts.peak_live_numel();
+  });
+  for (const Seen& s : seen) {
+    CHECK(s.persistent == 5);  // ln_1, ln_2 of two blocks and ln_f
+    CHECK(s.partitioned == 10);
+    CHECK(s.peak > 3200);  // prefetching gathered beyond one parameter
+    CHECK(s.peak <= 6000);
+    CHECK(s.after_backward == 0);
+    CHECK(s.after_step == 0);
+    CHECK(s.persistent_whole);
+  }
+}
+
+TEST_CASE("ZeRO stage 3 refuses a live bound below what one module call needs", "[zero]") {
+  std::vector<std::string> errors(2);
+  run_thread_ranks(2, [&](Communicator& comm) {
+    Gpt model(model_config(), 1234);
+    ZeroConfig zero = stage3();
+    zero.stage3_max_live_parameters = 3000;
+    ZeroOptimizer opt(comm, model, groups_of(model), adamw(), zero);
+    try {
+      model.forward(zeros({1, kT}, {DType::i32}));
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(comm.rank())] = e.what();
+    }
+  });
+  for (const std::string& e : errors) {
+    CHECK(e ==
+          "[zero] stage 3: a call of the module holding \"transformer.wte.weight\" needs 3200 "
+          "more gathered parameter elements while 0 are held by calls in progress; expected "
+          "stage3_max_live_parameters >= 3200, found 3000");
+  }
+}
+
+TEST_CASE("a released ZeRO-3 parameter read outside a module call is an error", "[zero]") {
+  run_thread_ranks(1, [&](Communicator& comm) {
+    Gpt model(model_config(), 1234);
+    ZeroOptimizer opt(comm, model, groups_of(model), adamw(), stage3());
+    const Tensor w = model.named_parameters()[0].tensor;  // transformer.wte.weight
+    CHECK_THROWS_WITH(w.to_vector<float>(), Catch::Contains("reads memory that has been released"));
+    // Inside a gather (here: the whole model's) the values are there.
+    CHECK(opt.whole_parameters()[0].second.numel() == w.numel());
+  });
+}
+
 TEST_CASE("overlap_comm and reduce_scatter=false give the same results", "[zero]") {
   const Run want = reference();
   for (int stage = 0; stage <= 2; ++stage) {
@@ -190,15 +321,16 @@ TEST_CASE("overlap_comm and reduce_scatter=false give the same results", "[zero]
   }
 }
 
-TEST_CASE("ZeRO shards optimizer state and gradients by 1/world", "[zero]") {
-  for (int stage = 0; stage <= 2; ++stage) {
+TEST_CASE("ZeRO shards optimizer state, gradients and parameters by 1/world", "[zero]") {
+  for (int stage = 0; stage <= 3; ++stage) {
     DYNAMIC_SECTION("stage " << stage) {
       std::vector<ModelStateBytes> bytes(4);
       run_thread_ranks(4, [&](Communicator& comm) {
         Gpt model(model_config(), 1);
         ZeroConfig zero;
         zero.stage = stage;
-        ZeroOptimizer opt(comm, groups_of(model), adamw(), zero);
+        zero.stage3_param_persistence_threshold = 0;
+        ZeroOptimizer opt(comm, model, groups_of(model), adamw(), zero);
         opt.zero_grad();
         const Tensor x = zeros({1, kT}, {DType::i32});
         opt.backward(model.loss(model.forward(x), x), 1.0, true);
@@ -208,10 +340,12 @@ TEST_CASE("ZeRO shards optimizer state and gradients by 1/world", "[zero]") {
       });
       const double p = 4.0 * static_cast<double>(model_config().num_parameters());
       const ModelStateBytes& b = bytes[0];
-      // Padding adds at most world - 1 elements per block (here two blocks).
-      CHECK(b.params == Approx(p).margin(4 * 2 * 3));
-      CHECK(b.grads == Approx(stage == 2 ? p / 4 : p).margin(4 * 2 * 3));
-      CHECK(b.optimizer == Approx(stage == 0 ? 2 * p : 2 * p / 4).margin(8 * 2 * 3));
+      // Padding adds at most world - 1 elements per block (two blocks; stage 3: one per
+      // parameter, 15).
+      const double pad = 3.0 * (stage == 3 ? 15 : 2);
+      CHECK(b.params == Approx(stage == 3 ? p / 4 : p).margin(4 * pad));
+      CHECK(b.grads == Approx(stage >= 2 ? p / 4 : p).margin(4 * pad));
+      CHECK(b.optimizer == Approx(stage == 0 ? 2 * p : 2 * p / 4).margin(8 * pad));
     }
   }
 }
@@ -226,7 +360,7 @@ TEST_CASE("whole_state reassembles the shards; load_whole_state reshards them", 
     ZeroConfig zero;
     zero.stage = 2;
     zero.reduce_bucket_size = 700;
-    ZeroOptimizer opt(comm, groups_of(model), adamw(), zero);
+    ZeroOptimizer opt(comm, model, groups_of(model), adamw(), zero);
     for (int s = 0; s < 3; ++s) {
       opt.zero_grad();
       const auto [x, y] = batch(rows, s * 4 + comm.rank() * 2, 2);
@@ -252,7 +386,7 @@ TEST_CASE("whole_state reassembles the shards; load_whole_state reshards them", 
       Gpt model(model_config(), 5);
       ZeroConfig zero;
       zero.stage = stage;
-      ZeroOptimizer opt(comm, groups_of(model), adamw(), zero);
+      ZeroOptimizer opt(comm, model, groups_of(model), adamw(), zero);
       opt.load_whole_state(whole);
       CHECK(opt.step_count() == 3);
       StateDict own;

@@ -39,19 +39,8 @@ GptConfig preset_for(const GptConfig& inferred, const std::string& name, const s
 
 }  // namespace
 
-std::string resolve_checkpoint_dir(const std::string& path) {
-  const fs::path p(path);
-  TS_CHECK(fs::is_directory(p), "[generate] --checkpoint ", path,
-           ": expected a checkpoint directory, found ", fs::exists(p) ? "a file" : "nothing");
-  if (fs::exists(p / "manifest.json")) return path;
-  if (fs::exists(p / "latest")) return *train::CheckpointDir(path, 0).latest();
-  TS_FAIL("[generate] --checkpoint ", path,
-          ": expected a checkpoint step directory (with manifest.json) or a checkpoint root "
-          "(with latest), found neither");
-}
-
 LoadedModel load_from_checkpoint(const std::string& path) {
-  const std::string dir = resolve_checkpoint_dir(path);
+  const std::string dir = train::resolve_checkpoint_dir(path);
   train::CheckpointContents c = train::load_checkpoint(dir, /*with_optimizer=*/false);
   const std::string state_path = (fs::path(dir) / "state.json").string();
   TS_CHECK(c.state.is_object() && c.state.contains("model") && c.state["model"].is_object(),

@@ -27,12 +27,8 @@ struct LoadedModel {
   std::string description;  // one line for the log: what was loaded from where
 };
 
-// The checkpoint step directory `path` names: `path` itself when it holds manifest.json,
-// else the directory its `latest` file names (a checkpoint root). Throws when it is
-// neither.
-std::string resolve_checkpoint_dir(const std::string& path);
-
-// Loads the model of a checkpoint written by train::CheckpointDir (its state.json's
+// Loads the model of a checkpoint written by train::CheckpointDir, a step directory or a
+// root (train::resolve_checkpoint_dir), from its state.json's
 // "model" config and model.safetensors, both verified against the manifest; the optimizer
 // state is not read).
 LoadedModel load_from_checkpoint(const std::string& path);

@@ -10,6 +10,7 @@
 #include "core/file_io.h"
 #include "core/json.h"
 #include "models/io/safetensors.h"
+#include "parallel/zero/flat_layout.h"
 
 namespace tessera::train {
 namespace fs = std::filesystem;
@@ -39,6 +40,35 @@ std::vector<int64_t> committed_steps(const fs::path& root) {
   }
   std::sort(steps.begin(), steps.end());
   return steps;
+}
+
+// The whole weights from the ranks' parameter shards (kParameterShard), which are removed
+// from `shards`, reassembled with the layout at $.zero.layout of `state`.
+StateDict weights_from_shards(const nlohmann::json& state, std::vector<StateDict>& shards,
+                              const std::string& state_path) {
+  TS_CHECK(state.is_object() && state.contains("zero") && state["zero"].is_object() &&
+               state["zero"].contains("layout"),
+           "[checkpoint] ", state_path,
+           ": expected $.zero.layout, the layout of the parameter shards");
+  const parallel::FlatLayout layout =
+      parallel::FlatLayout::from_json(state["zero"]["layout"], state_path + " $.zero.layout");
+  TS_CHECK(static_cast<int>(shards.size()) == layout.world, "[checkpoint] ", state_path,
+           ": the layout is for ", layout.world, " ranks; expected as many shards, found ",
+           shards.size());
+  std::vector<Tensor> params;
+  for (size_t r = 0; r < shards.size(); ++r) {
+    StateDict& shard = shards[r];
+    const auto it = std::find_if(shard.begin(), shard.end(),
+                                 [](const auto& kv) { return kv.first == kParameterShard; });
+    TS_CHECK(it != shard.end(), "[checkpoint] ", optimizer_shard_name(static_cast<int>(r)),
+             ": expected the parameter shard \"", kParameterShard,
+             "\" (the checkpoint has no model.safetensors), found none");
+    params.push_back(it->second);
+    shard.erase(it);
+  }
+  StateDict out;
+  for (auto& [name, t] : parallel::unshard(layout, params)) out.emplace_back(name, t);
+  return out;
 }
 
 }  // namespace
@@ -92,9 +122,12 @@ std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents
     write_safetensors((tmp / optimizer_shard_name(rank)).string(),
                       contents.optimizer_shards.front());
   }
-  std::vector<std::string> files = {"model.safetensors", "state.json"};
-  if (leader) {
+  std::vector<std::string> files = {"state.json"};
+  if (leader && !contents.model.empty()) {
+    files.push_back("model.safetensors");
     write_safetensors((tmp / "model.safetensors").string(), contents.model);
+  }
+  if (leader) {
     write_file_atomically((tmp / "state.json").string(), {contents.state.dump(1) + "\n"});
     if (!sharded) {
       write_safetensors((tmp / "optimizer.safetensors").string(), contents.optimizer);
@@ -173,34 +206,29 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer) 
            kVersion, ", found ", version);
   m.required<int64_t>("step");
   const int64_t world = m.get_in_range<int64_t>("world", 1, 1, 1 << 20);
-  std::vector<std::string> listed;
+  struct Listed {
+    std::string name, hash;
+    int64_t bytes = 0;
+  };
+  std::vector<Listed> listed;
   for (JsonObjectReader f : m.objects("files")) {
-    const std::string name = f.required<std::string>("name");
-    const int64_t bytes = f.required<int64_t>("bytes");
-    const std::string hash = f.required<std::string>("fnv1a64");
-    listed.push_back(name);
-    const bool optimizer_file =
-        name == "optimizer.safetensors" || name.rfind("zero_pp_rank_", 0) == 0;
-    if (!with_optimizer && optimizer_file) continue;
-    const fs::path p = d / name;
-    TS_CHECK(fs::exists(p), "[checkpoint] ", p.string(), " is listed in the manifest but missing");
-    const int64_t size = static_cast<int64_t>(fs::file_size(p));
-    TS_CHECK(size == bytes, "[checkpoint] ", p.string(), ": expected ", bytes,
-             " bytes (manifest), found ", size);
-    const std::string found = file_fnv1a64(p.string());
-    TS_CHECK(found == hash, "[checkpoint] ", p.string(), ": checksum mismatch, expected fnv1a64 ",
-             hash, ", found ", found, " (the file changed after the save)");
+    Listed l;
+    l.name = f.required<std::string>("name");
+    l.bytes = f.required<int64_t>("bytes");
+    l.hash = f.required<std::string>("fnv1a64");
+    listed.push_back(l);
   }
   m.finish();
   auto is_listed = [&](const std::string& f) {
-    return std::count(listed.begin(), listed.end(), f) == 1;
+    return std::count_if(listed.begin(), listed.end(),
+                         [&](const Listed& l) { return l.name == f; }) == 1;
   };
-  for (const std::string& f : {"model.safetensors", "state.json"}) {
-    TS_CHECK(is_listed(f), "[checkpoint] ", manifest_path.string(),
-             ": expected the manifest to list ", f);
-  }
-  // The optimizer: one whole file, or one shard per rank of the saving run.
+  TS_CHECK(is_listed("state.json"), "[checkpoint] ", manifest_path.string(),
+           ": expected the manifest to list state.json");
+  // The optimizer: one whole file, or one shard per rank of the saving run. The weights:
+  // model.safetensors, or the shards' parameter shards.
   const bool sharded = !is_listed("optimizer.safetensors");
+  const bool whole_model = is_listed("model.safetensors");
   if (sharded) {
     for (int r = 0; r < world; ++r) {
       TS_CHECK(is_listed(optimizer_shard_name(r)), "[checkpoint] ", manifest_path.string(),
@@ -208,18 +236,47 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer) 
                " shards of a ", world, "-rank run; ", optimizer_shard_name(r), " is not listed");
     }
   }
+  TS_CHECK(whole_model || sharded, "[checkpoint] ", manifest_path.string(),
+           ": expected the manifest to list model.safetensors");
+  const bool read_shards = sharded && (with_optimizer || !whole_model);
+  for (const Listed& l : listed) {
+    const bool whole_optimizer = l.name == "optimizer.safetensors";
+    const bool shard = l.name.rfind("zero_pp_rank_", 0) == 0;
+    if ((whole_optimizer && !with_optimizer) || (shard && !read_shards)) continue;
+    const fs::path p = d / l.name;
+    TS_CHECK(fs::exists(p), "[checkpoint] ", p.string(), " is listed in the manifest but missing");
+    const int64_t size = static_cast<int64_t>(fs::file_size(p));
+    TS_CHECK(size == l.bytes, "[checkpoint] ", p.string(), ": expected ", l.bytes,
+             " bytes (manifest), found ", size);
+    const std::string found = file_fnv1a64(p.string());
+    TS_CHECK(found == l.hash, "[checkpoint] ", p.string(), ": checksum mismatch, expected fnv1a64 ",
+             l.hash, ", found ", found, " (the file changed after the save)");
+  }
   CheckpointContents c;
-  c.model = read_safetensors((d / "model.safetensors").string()).tensors;
+  c.state = parse_json_file((d / "state.json").string());
+  if (whole_model) c.model = read_safetensors((d / "model.safetensors").string()).tensors;
   if (with_optimizer && !sharded) {
     c.optimizer = read_safetensors((d / "optimizer.safetensors").string()).tensors;
-  } else if (with_optimizer) {
-    for (int r = 0; r < world; ++r) {
-      c.optimizer_shards.push_back(
-          read_safetensors((d / optimizer_shard_name(r)).string()).tensors);
-    }
   }
-  c.state = parse_json_file((d / "state.json").string());
+  if (!read_shards) return c;
+  std::vector<StateDict> shards;
+  for (int r = 0; r < world; ++r) {
+    shards.push_back(read_safetensors((d / optimizer_shard_name(r)).string()).tensors);
+  }
+  if (!whole_model) c.model = weights_from_shards(c.state, shards, (d / "state.json").string());
+  if (with_optimizer) c.optimizer_shards = std::move(shards);
   return c;
+}
+
+std::string resolve_checkpoint_dir(const std::string& path) {
+  const fs::path p(path);
+  TS_CHECK(fs::is_directory(p), "[checkpoint] ", path, ": expected a checkpoint directory, found ",
+           fs::exists(p) ? "a file" : "nothing");
+  if (fs::exists(p / "manifest.json")) return path;
+  if (fs::exists(p / "latest")) return *CheckpointDir(path, 0).latest();
+  TS_FAIL("[checkpoint] ", path,
+          ": expected a checkpoint step directory (with manifest.json) or a checkpoint root "
+          "(with latest), found neither");
 }
 
 int64_t checkpoint_step(const std::string& dir) {

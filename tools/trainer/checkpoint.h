@@ -2,10 +2,12 @@
 // pointer, verified on load.
 //
 //   <root>/latest                      "step_00000500\n", replaced atomically after a commit
-//   <root>/step_00000500/model.safetensors    the whole weights (written by rank 0)
+//   <root>/step_00000500/model.safetensors    the whole weights (written by rank 0; not
+//                                              with ZeRO stage 3)
 //                       /optimizer.safetensors the whole optimizer state (ZeRO stage 0), or
 //                       /zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors
-//                                              rank r's optimizer shard (stages 1-2)
+//                                              rank r's optimizer shard (stages 1-3); at
+//                                              stage 3 also its parameter shard ("param")
 //                       /state.json    step counters, scheduler, RNG, data cursor, config,
 //                                      world size and ZeRO layout
 //                       /manifest.json written last: each file's size and FNV-1a 64 hash
@@ -29,8 +31,13 @@
 
 namespace tessera::train {
 
+// The key of a rank's parameter shard in its optimizer shard file (ZeRO stage 3, whose
+// checkpoints have no model.safetensors; load_checkpoint() reassembles the weights).
+inline constexpr const char* kParameterShard = "param";
+
 struct CheckpointContents {
-  StateDict model;      // whole weights
+  // Whole weights. Saving: empty when the weights are in the shards (kParameterShard).
+  StateDict model;
   StateDict optimizer;  // whole optimizer state; empty when it is sharded
   // Saving: this rank's optimizer shard (empty when not sharded). Loading: every rank's
   // shard, in rank order.
@@ -65,9 +72,17 @@ class CheckpointDir {
 // Reads a checkpoint directory after checking every file against its manifest, before any
 // tensor is read; errors name the file and what was expected and found (a missing
 // manifest means an incomplete save). Without `with_optimizer` (generation, evaluation),
-// the optimizer files are neither checked nor read and the contents hold no optimizer
-// state.
+// the contents hold no optimizer state, and the optimizer files are neither checked nor
+// read unless they hold the weights. Weights saved as parameter shards (ZeRO stage 3) are
+// reassembled into whole tensors with the layout in state.json ($.zero.layout), and the
+// parameter shards are dropped from optimizer_shards: the contents look the same
+// whichever stage saved them.
 CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer = true);
+
+// The checkpoint step directory `path` names: `path` itself when it holds manifest.json,
+// else the directory its `latest` file names (a checkpoint root). Throws when it is
+// neither.
+std::string resolve_checkpoint_dir(const std::string& path);
 
 // The step a checkpoint directory is named after ("step_00000500" -> 500).
 int64_t checkpoint_step(const std::string& dir);

@@ -81,7 +81,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp
   if (!cfg_.init_from.empty()) load_initial_weights(*model_, cfg_.init_from);
   const optim::OptimizerConfig& oc = cfg_.engine.optimizer;
   optimizer_ = std::make_unique<parallel::ZeroOptimizer>(
-      dp_,
+      dp_, *model_,
       optim::decay_groups(model_->named_parameters(), oc.lr, oc.weight_decay, t.no_decay_1d,
                           t.no_decay_names),
       oc, cfg_.engine.zero);
@@ -184,8 +184,13 @@ void Trainer::restore(const CheckpointContents& c) {
         parallel::FlatLayout::from_json((*zero)["layout"], "checkpoint state.json $.zero.layout");
     optimizer = parallel::whole_state(layout, c.optimizer_shards);
   }
-  // Validate-then-write: load_state_dict checks every tensor before changing any.
-  model_->load_state_dict(c.model);
+  // Validate-then-write: both check every tensor before changing any. Stage 3's
+  // parameters live in the optimizer's shards.
+  if (optimizer_->stage() == 3) {
+    optimizer_->load_parameters(c.model);
+  } else {
+    model_->load_state_dict(c.model);
+  }
   optimizer_->load_whole_state(optimizer);
   scheduler_->set_last_batch_iteration(t);
   train_loader_->restore(loader);
@@ -235,12 +240,15 @@ double Trainer::evaluate() {
 
 void Trainer::save_checkpoint() {
   CheckpointContents c;
+  const bool partitioned = optimizer_->stage() == 3;
   if (leader()) {
-    c.model = model_->state_dict();
+    if (!partitioned) c.model = model_->state_dict();
     c.state = state_json();
   }
   if (optimizer_->sharded()) {
     c.optimizer_shards.push_back(optimizer_->state_dict());
+    if (partitioned)
+      c.optimizer_shards.back().emplace_back(kParameterShard, optimizer_->parameter_shard());
   } else if (leader()) {
     c.optimizer = optimizer_->state_dict();
   }
@@ -254,10 +262,11 @@ void Trainer::sample_text() {
   const std::vector<int32_t> prompt = tokenizer_->encode(s.prompt);
   SamplingOptions so{s.temperature, s.top_k, s.top_p, cfg_.trainer.seed};
   const std::vector<int32_t> ids = sample(*model_, prompt, s.tokens, so);
+  model_->train();
+  if (!leader()) return;
   std::fprintf(stdout, "---- sample (%lld tokens) ----\n%s%s\n----\n",
                static_cast<long long>(s.tokens), s.prompt.c_str(), tokenizer_->decode(ids).c_str());
   std::fflush(stdout);
-  model_->train();
 }
 
 TrainResult Trainer::run() {
@@ -338,7 +347,10 @@ TrainResult Trainer::run() {
     }
   }
   result.steps = step_;
-  if (leader() && t.sample.tokens > 0 && tokenizer_) sample_text();
+  // Stage 3 gathers parameters in every forward: every rank samples, rank 0 prints.
+  if ((leader() || optimizer_->stage() == 3) && t.sample.tokens > 0 && tokenizer_) {
+    sample_text();
+  }
   result.seconds = seconds_since(start);
   if (leader()) {
     log_info("done: {} steps in {:.1f} s{}", step_, result.seconds,

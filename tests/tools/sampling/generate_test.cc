@@ -32,6 +32,7 @@ using Catch::Contains;
 using testing::error_of;
 using testing::fresh_dir;
 using testing::read_bytes;
+using train::resolve_checkpoint_dir;
 
 // The tokenizer of the tests: 10 bytes, token id i is kChars[i].
 constexpr const char* kChars = "\n abcdefgh";

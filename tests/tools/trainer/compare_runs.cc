@@ -2,7 +2,9 @@
 // A/log, A/ckpt as the mpirun tests lay them out): the training loss of every step in
 // metrics.jsonl and every tensor of the latest checkpoint's model.safetensors. Each loss
 // must agree within TOL relative, each tensor within TOL in relative L2 norm (TOL 0: bit
-// for bit). Prints the largest differences; exit code 0 when within TOL, 1 otherwise.
+// for bit). A and B may instead both be .safetensors weight files (tools/zero_to_fp32's
+// output): then only their tensors are compared. Prints the largest differences; exit code
+// 0 when within TOL, 1 otherwise.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -25,10 +27,21 @@ std::map<int64_t, double> losses(const std::string& run) {
   return out;
 }
 
+bool is_weights_file(const std::string& path) {
+  const std::string ext = ".safetensors";
+  return path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+}
+
 std::map<std::string, std::vector<double>> weights(const std::string& run) {
+  std::map<std::string, std::vector<double>> out;
+  if (is_weights_file(run)) {
+    for (const auto& [name, t] : tessera::read_safetensors(run).tensors) {
+      out[name] = t.to_vector<double>();
+    }
+    return out;
+  }
   const auto latest = tessera::train::CheckpointDir(run + "/ckpt", 0).latest();
   if (!latest) throw std::runtime_error("no checkpoint in " + run + "/ckpt");
-  std::map<std::string, std::vector<double>> out;
   for (const auto& [name, t] : tessera::train::load_checkpoint(*latest, false).model) {
     out[name] = t.to_vector<double>();
   }
@@ -36,8 +49,10 @@ std::map<std::string, std::vector<double>> weights(const std::string& run) {
 }
 
 int compare(const std::string& a, const std::string& b, double tol) {
-  const auto la = losses(a), lb = losses(b);
-  if (la.empty() || la.size() != lb.size()) {
+  const bool files = is_weights_file(a) && is_weights_file(b);
+  const auto la = files ? std::map<int64_t, double>() : losses(a);
+  const auto lb = files ? std::map<int64_t, double>() : losses(b);
+  if ((la.empty() && !files) || la.size() != lb.size()) {
     std::printf("compare_runs: %s has %zu training steps, %s has %zu\n", a.c_str(), la.size(),
                 b.c_str(), lb.size());
     return 1;

@@ -307,10 +307,12 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
         "[config] $.bf16.enabled: mixed precision needs the CUDA backend; this run is on the "
         "CPU, so expected false, found true");
   CHECK(error_after([](Json& d) {
-          d["zero_optimization"] = {{"stage", 3}};
+          d["zero_optimization"] = {{"stage", 3},
+                                    {"stage3_gather_16bit_weights_on_model_save", true}};
         }) ==
-        "[config] $.zero_optimization.stage: ZeRO stage 3 (partitioned parameters) has not "
-        "landed yet; expected 0, 1 or 2, found 3");
+        "[config] $.zero_optimization.stage3_gather_16bit_weights_on_model_save: stage 3 "
+        "checkpoints keep the weights in the ranks' shards (tools/zero_to_fp32 writes them "
+        "whole); expected false");
   CHECK(error_after([](Json& d) {
           d["zero_optimization"] = {{"stage", 1}};
           d["optimizer"]["type"] = "Lamb";

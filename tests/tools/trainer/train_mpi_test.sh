@@ -1,12 +1,12 @@
 #!/bin/sh
 # tools/train under mpirun, end to end (Note [Data-parallel trainer] in
 # tools/trainer/trainer.h):
-#   - ZeRO stages 0, 1, 2 at 2 and 4 ranks give the per-step losses and final weights of
+#   - ZeRO stages 0, 1, 2, 3 at 2 and 4 ranks give the per-step losses and final weights of
 #     the single-process run with the same global batch, within 1e-6 relative;
 #   - log lines carry the rank and only rank 0 reports progress, with the communication
 #     summary at the end;
-#   - a 2-rank stage-2 run resumed at 2 ranks from its checkpoint ends bit for bit as the
-#     uninterrupted run, and resumed at 1 rank within 1e-6;
+#   - 2-rank stage-2 and stage-3 runs resumed at 2 ranks from their checkpoints end bit for
+#     bit as the uninterrupted runs, and resumed at 1 rank within 1e-6;
 #   - a config whose batch keys do not fit the world fails on every rank with DeepSpeed's
 #     message, and a killed rank ends the job (non-zero) instead of hanging.
 set -eu
@@ -15,6 +15,7 @@ RUNFILES="${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-tessera}"
 WORK="${TEST_TMPDIR:-$(mktemp -d)}/train_mpi"
 . "$RUNFILES/tests/tools/trainer/tool_env.sh"
 COMPARE="$RUNFILES/tests/tools/trainer/compare_runs"
+ZERO_TO_FP32="$RUNFILES/tools/zero_to_fp32"
 
 export TMPDIR="$WORK" # OpenMPI's session directory
 export OMP_NUM_THREADS=1
@@ -41,13 +42,16 @@ VOCAB=$(sed -n 's/^prepare_data: .*vocab size \([0-9]*\).*/\1/p' prepare.log)
 # No biases: the key bias is pure rounding noise under Adam (tests/parallel/zero_optimizer_test.cc).
 config() {
   batch=${4:-'"train_batch_size": 8, "gradient_accumulation_steps": 2'}
+  # Stage 3: parameters above 30 elements partitioned, at most 6000 gathered (wte: 3200).
+  stage3=
+  [ "$2" != 3 ] || stage3=', "stage3_param_persistence_threshold": 30, "stage3_max_live_parameters": 6000'
   cat >"$1.json" <<JSON
 {
   $batch,
   "steps_per_print": 2,
   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
   "gradient_clipping": 0.5,
-  "zero_optimization": {"stage": $2, "reduce_bucket_size": 3000},
+  "zero_optimization": {"stage": $2, "reduce_bucket_size": 3000$stage3},
   "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 2, "n_head": 5,
             "n_embd": 25, "bias": false},
   "data": {"train": "data/train_*.bin", "sampling": "random"},
@@ -60,7 +64,7 @@ JSON
 config single 0 6
 "$TRAIN" --config single.json >single.log 2>&1 || fail "the single-process run failed: $(tail -n 5 single.log)"
 
-for stage in 0 1 2; do
+for stage in 0 1 2 3; do
   for np in 2 4; do
     name="s${stage}_np$np"
     config "$name" "$stage" 6
@@ -81,24 +85,46 @@ grep -q 'rank 0 communication, 6 steps: .* MB sent per step' s2_np2.log ||
 grep -q 'reduce_scatter: ' s2_np2.log || fail "no reduce_scatter counter in s2_np2.log"
 echo "ok: rank tags, rank-0 progress and the communication summary"
 
-# Resume: the 2-rank stage-2 run's checkpoint at step 3, continued at 2 ranks and at 1.
-for np in 2 1; do
-  name="resume_np$np"
-  config "$name" 2 6
-  mkdir -p "$name/ckpt" "$name/log"
-  cp -r s2_np2/ckpt/step_00000003 "$name/ckpt/"
-  echo step_00000003 >"$name/ckpt/latest"
-  grep '"step":[123],' s2_np2/log/metrics.jsonl >"$name/log/metrics.jsonl"
-  if [ "$np" = 1 ]; then
-    "$TRAIN" --config "$name.json" --resume >"$name.log" 2>&1 || fail "$name failed: $(tail -n 5 "$name.log")"
-    "$COMPARE" s2_np2 "$name" 1e-6 || fail "$name does not continue the 2-rank run"
-  else
-    mpi 240 2 --config "$name.json" --resume --comm-timeout 60 >"$name.log" 2>&1 ||
-      fail "$name failed: $(tail -n 5 "$name.log")"
-    "$COMPARE" s2_np2 "$name" 0 || fail "$name does not continue the 2-rank run bit for bit"
-  fi
+# Resume: the 2-rank stage-2 and stage-3 runs' checkpoints at step 3, continued at 2 ranks
+# and at 1.
+for saved in 2 3; do
+  for np in 2 1; do
+    name="resume_s${saved}_np$np"
+    config "$name" "$saved" 6
+    mkdir -p "$name/ckpt" "$name/log"
+    cp -r "s${saved}_np2/ckpt/step_00000003" "$name/ckpt/"
+    echo step_00000003 >"$name/ckpt/latest"
+    grep '"step":[123],' "s${saved}_np2/log/metrics.jsonl" >"$name/log/metrics.jsonl"
+    if [ "$np" = 1 ]; then
+      "$TRAIN" --config "$name.json" --resume >"$name.log" 2>&1 || fail "$name failed: $(tail -n 5 "$name.log")"
+      "$COMPARE" "s${saved}_np2" "$name" 1e-6 || fail "$name does not continue the 2-rank run"
+    else
+      mpi 240 2 --config "$name.json" --resume --comm-timeout 60 >"$name.log" 2>&1 ||
+        fail "$name failed: $(tail -n 5 "$name.log")"
+      "$COMPARE" "s${saved}_np2" "$name" 0 || fail "$name does not continue the 2-rank run bit for bit"
+    fi
+  done
 done
+[ ! -e s3_np2/ckpt/step_00000003/model.safetensors ] ||
+  fail "the stage-3 checkpoint holds model.safetensors; expected the weights in the shards only"
+echo "ok: stage-2 and stage-3 checkpoints resume at 2 ranks bit for bit and at 1 rank"
 
+# Consolidation: the stage-3 run's shards, and the single run's model.safetensors, as one
+# safetensors file each; they agree as the runs do.
+for run in s3_np4 single; do
+  "$ZERO_TO_FP32" --checkpoint "$run/ckpt" --out "$run.safetensors" >"$run.fp32.log" 2>&1 ||
+    fail "zero_to_fp32 $run failed: $(cat "$run.fp32.log")"
+done
+grep -q 'step_00000006: 15 tensors, ' s3_np4.fp32.log ||
+  fail "zero_to_fp32 did not report the 15 weights of step 6: $(cat s3_np4.fp32.log)"
+"$COMPARE" single.safetensors s3_np4.safetensors 1e-6 ||
+  fail "the consolidated stage-3 weights differ from the single-process run's"
+code=0
+"$ZERO_TO_FP32" --checkpoint s3_np4 --out bad.safetensors >bad.log 2>&1 || code=$?
+[ "$code" = 1 ] && grep -q 'expected a checkpoint step directory (with manifest.json) or a checkpoint root' bad.log ||
+  fail "zero_to_fp32 on a run directory: expected exit 1 and a one-line error, found $code: $(cat bad.log)"
+[ ! -e bad.safetensors ] || fail "zero_to_fp32 wrote output after an error"
+echo "ok: zero_to_fp32 consolidates stage-3 shards to the single-process weights"
 # A config that does not fit the world: every rank says so, and the job fails.
 config misfit 1 6 '"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2'
 code=0

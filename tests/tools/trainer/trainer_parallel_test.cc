@@ -1,6 +1,7 @@
 // The trainer on data-parallel thread ranks, end to end: per-step losses and final weights
-// against the single-process run with the same global batch (ZeRO stages 0-2, world 1-4),
-// and resume from a 2-rank ZeRO-2 checkpoint at 2 ranks (bitwise) and at 1 and 3 ranks.
+// against the single-process run with the same global batch (ZeRO stages 0-3, world 1-4),
+// and resume from a 2-rank ZeRO-2 or ZeRO-3 checkpoint at 2 ranks (bitwise) and at 1 and 3
+// ranks.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -33,6 +34,18 @@ void write_random_shard(const fs::path& dir) {
   data::write_shard((dir / "train_000000.bin").string(), tokens);
 }
 
+// Stage 3 partitions every parameter above 30 elements (the LayerNorm weights, 25, stay
+// whole) and gathers at most 6000 elements at a time (wte is 128 x 25).
+Json zero_section(int stage, int64_t bucket) {
+  Json z = {{"stage", stage}, {"reduce_bucket_size", bucket}};
+  if (stage == 3) {
+    z["stage3_param_persistence_threshold"] = 30;
+    z["stage3_max_live_parameters"] = 6000;
+    z["stage3_prefetch_bucket_size"] = 2000;
+  }
+  return z;
+}
+
 // A run config for `steps` AdamW steps with clipping, in `dir`; the batch is kGlobalBatch
 // sequences in 2 micro-batches per rank. No biases: see model_config() in
 // tests/parallel/zero_optimizer_test.cc for why the key bias cannot match.
@@ -44,7 +57,7 @@ Json run_config(const fs::path& data, const fs::path& dir, int stage, int64_t st
           {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}, {"weight_decay", 0.1}}}}},
           {"scheduler",
            {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 3}, {"warmup_max_lr", 1e-3}}}}},
-          {"zero_optimization", {{"stage", stage}, {"reduce_bucket_size", bucket}}},
+          {"zero_optimization", zero_section(stage, bucket)},
           {"model",
            {{"type", "gpt2"},
             {"vocab_size", 29},
@@ -113,7 +126,7 @@ TEST_CASE("data-parallel training equals one process with the same global batch"
   const Outcome want = train(run_config(root / "data", root / "single", 0, 6, 500'000'000),
                              root / "single", 1, ResumeMode::never);
   REQUIRE(want.losses.size() == 6);
-  for (int stage = 0; stage <= 2; ++stage) {
+  for (int stage = 0; stage <= 3; ++stage) {
     for (int world : {2, 3}) {
       DYNAMIC_SECTION("stage " << stage << ", world " << world) {
         const fs::path dir = root / ("s" + std::to_string(stage) + "w" + std::to_string(world));
@@ -125,38 +138,44 @@ TEST_CASE("data-parallel training equals one process with the same global batch"
   }
 }
 
-TEST_CASE("a 2-rank ZeRO-2 checkpoint resumes at 2 ranks bitwise and at 1 and 3 ranks",
+TEST_CASE("a 2-rank ZeRO-2 or ZeRO-3 checkpoint resumes at 2 ranks bitwise and at 1 and 3 ranks",
           "[trainer][zero]") {
   const fs::path root = testing::fresh_dir("trainer_parallel_resume");
   write_random_shard(root / "data");
-  // The uninterrupted run: 6 steps, checkpoints at 3 and 6.
-  const fs::path full = root / "full";
-  const Outcome want =
-      train(run_config(root / "data", full, 2, 6, 1000), full, 2, ResumeMode::never);
-  const fs::path step3 = full / "ckpt" / "step_00000003";
-  REQUIRE(fs::exists(step3 / "zero_pp_rank_1_mp_rank_00_optim_states.safetensors"));
-  for (int world : {2, 1, 3}) {
-    DYNAMIC_SECTION("resume at " << world << " ranks") {
-      // A copy of the run as it was after step 3, continued to step 6.
-      const fs::path dir = root / ("resume" + std::to_string(world));
-      fs::create_directories(dir / "ckpt");
-      fs::copy(step3, dir / "ckpt" / "step_00000003", fs::copy_options::recursive);
-      testing::write_bytes(dir / "ckpt" / "latest", "step_00000003\n");
-      // The metrics up to step 3 as the interrupted run left them.
-      {
-        std::ifstream in(full / "metrics.jsonl");
-        std::ofstream out(dir / "metrics.jsonl");
-        for (std::string line; std::getline(in, line);) {
-          if (Json::parse(line)["step"].get<int64_t>() <= 3) out << line << "\n";
+  for (int saved : {2, 3}) {
+    // The uninterrupted run: 6 steps, checkpoints at 3 and 6.
+    const fs::path full = root / ("full" + std::to_string(saved));
+    const Outcome want =
+        train(run_config(root / "data", full, saved, 6, 1000), full, 2, ResumeMode::never);
+    const fs::path step3 = full / "ckpt" / "step_00000003";
+    REQUIRE(fs::exists(step3 / "zero_pp_rank_1_mp_rank_00_optim_states.safetensors"));
+    // Stage 3 keeps the weights in the shards only.
+    CHECK(fs::exists(step3 / "model.safetensors") == (saved == 2));
+    for (int world : {2, 1, 3}) {
+      // The same stage at 2 ranks; stage 1 (from 2) or 0 and 3 (from 3) elsewhere.
+      const int stage = world == 2 ? saved : saved == 2 ? 1 : world == 1 ? 0 : 3;
+      DYNAMIC_SECTION("stage " << saved << " resumed at " << world << " ranks, stage " << stage) {
+        // A copy of the run as it was after step 3, continued to step 6.
+        const fs::path dir = root / ("resume" + std::to_string(saved) + std::to_string(world));
+        fs::create_directories(dir / "ckpt");
+        fs::copy(step3, dir / "ckpt" / "step_00000003", fs::copy_options::recursive);
+        testing::write_bytes(dir / "ckpt" / "latest", "step_00000003\n");
+        // The metrics up to step 3 as the interrupted run left them.
+        {
+          std::ifstream in(full / "metrics.jsonl");
+          std::ofstream out(dir / "metrics.jsonl");
+          for (std::string line; std::getline(in, line);) {
+            if (Json::parse(line)["step"].get<int64_t>() <= 3) out << line << "\n";
+          }
         }
-      }
-      const Outcome got = train(run_config(root / "data", dir, world == 2 ? 2 : 1, 6, 1000), dir,
-                                world, ResumeMode::required);
-      if (world == 2) {
-        CHECK(got.losses == want.losses);
-        CHECK(got.weights == want.weights);
-      } else {
-        check_close(got, want, 1e-6);
+        const Outcome got =
+            train(run_config(root / "data", dir, stage, 6, 1000), dir, world, ResumeMode::required);
+        if (world == 2) {
+          CHECK(got.losses == want.losses);
+          CHECK(got.weights == want.weights);
+        } else {
+          check_close(got, want, 1e-6);
+        }
       }
     }
   }

@@ -1,0 +1,266 @@
+#include "parallel/zero/partitioned_params.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/factories.h"
+#include "core/grad_mode.h"
+
+namespace tessera::parallel {
+
+PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
+                                     std::vector<Tensor> params, Tensor shard,
+                                     const ZeroConfig& config)
+    : dp_(dp), layout_(layout), config_(config), params_(std::move(params)), shard_(shard) {
+  NoGradGuard no_grad;
+  const size_t n = params_.size();
+  TS_INTERNAL_ASSERT(layout_.blocks.size() == n && layout_.params.size() == n,
+                     "stage 3 expects one block per parameter");
+  persistent_.assign(n, false);
+  live_.assign(n, false);
+  forward_pins_.assign(n, 0);
+  backward_pinned_.assign(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const FlatLayout::Param& p = layout_.params[i];
+    const FlatLayout::Block& b = layout_.blocks[i];
+    TS_INTERNAL_ASSERT(b.first_param == static_cast<int64_t>(i), "parameter ", p.name,
+                       " shares its block");
+    index_[params_[i].impl()] = static_cast<int64_t>(i);
+    // The padded parameter, rank 0's values, then this rank's chunk of it.
+    Tensor padded = zeros({b.numel});
+    padded.narrow(0, 0, p.numel).copy_(params_[i].reshape({p.numel}));
+    dp_.broadcast(padded, 0);
+    shard_.narrow(0, b.shard_offset, b.chunk)
+        .copy_(padded.narrow(0, dp_.rank() * b.chunk, b.chunk));
+    params_[i].set_data(padded.narrow(0, 0, p.numel).view(p.shape));
+    gather_.push_back(padded);
+    persistent_[i] = p.numel <= config_.stage3_param_persistence_threshold;
+    if (persistent_[i]) {
+      live_[i] = true;
+    } else {
+      padded.storage().release();
+    }
+  }
+}
+
+const std::vector<int64_t>& PartitionedParams::params_of(const Module& m) {
+  auto [it, fresh] = module_params_.try_emplace(&m);
+  if (fresh) {
+    for (const Tensor& t : m.own_parameters()) {
+      const auto found = index_.find(t.impl());
+      if (found != index_.end() && !persistent_[found->second]) {
+        it->second.push_back(found->second);
+      }
+    }
+  }
+  return it->second;
+}
+
+void PartitionedParams::fetch(int64_t i) {
+  if (live_[i]) return;
+  const FlatLayout::Block& b = layout_.blocks[i];
+  const Tensor& whole = gather_[i];
+  whole.storage().reallocate(static_cast<size_t>(b.numel) * whole.itemsize());
+  dp_.all_gather(shard_.narrow(0, b.shard_offset, b.chunk), whole);
+  live_[i] = true;
+  live_numel_ += layout_.params[i].numel;
+  peak_live_numel_ = std::max(peak_live_numel_, live_numel_);
+}
+
+void PartitionedParams::release(int64_t i) {
+  if (!live_[i] || persistent_[i]) return;
+  gather_[i].storage().release();
+  live_[i] = false;
+  live_numel_ -= layout_.params[i].numel;
+}
+
+bool PartitionedParams::make_room(int64_t numel) {
+  const int64_t bound = config_.stage3_max_live_parameters;
+  for (size_t i = 0; i < params_.size() && live_numel_ + numel > bound; ++i) {
+    if (forward_pins_[i] == 0 && !backward_pinned_[i]) release(static_cast<int64_t>(i));
+  }
+  return live_numel_ + numel <= bound;
+}
+
+void PartitionedParams::fetch_pinned(const Module& m, const std::vector<int64_t>& ids,
+                                     bool backward) {
+  int64_t need = 0;
+  for (const int64_t i : ids) {
+    if (backward) {
+      backward_pinned_[i] = true;
+    } else {
+      ++forward_pins_[i];
+    }
+    if (!live_[i]) need += layout_.params[i].numel;
+  }
+  if (!make_room(need)) {
+    const int64_t pinned = live_numel_;
+    for (const int64_t i : ids) {
+      if (!backward) --forward_pins_[i];
+    }
+    TS_CHECK(
+        false, "[zero] stage 3: a call of the module holding \"", layout_.params[ids.front()].name,
+        "\" needs ", need, " more gathered parameter elements while ", pinned,
+        " are held by calls in progress; expected stage3_max_live_parameters >= ", need + pinned,
+        ", found ", config_.stage3_max_live_parameters);
+  }
+  for (const int64_t i : ids) fetch(i);
+}
+
+void PartitionedParams::prefetch(int64_t from, int dir) {
+  if (!trace_complete_) return;
+  int64_t budget = config_.stage3_prefetch_bucket_size;
+  for (int64_t pos = from; pos >= 0 && pos < static_cast<int64_t>(trace_.size()); pos += dir) {
+    for (const int64_t i : params_of(*trace_[pos])) {
+      if (live_[i]) continue;
+      const int64_t numel = layout_.params[i].numel;
+      if (numel > budget || live_numel_ + numel > config_.stage3_max_live_parameters) return;
+      fetch(i);
+      budget -= numel;
+    }
+  }
+}
+
+bool PartitionedParams::reused_soon(int64_t i, int64_t pos) {
+  if (!trace_complete_ || pos < 0) return false;
+  int64_t distance = 0;
+  for (size_t q = static_cast<size_t>(pos) + 1; q < trace_.size(); ++q) {
+    for (const int64_t j : params_of(*trace_[q])) {
+      if (j == i) return distance <= config_.stage3_max_reuse_distance;
+      distance += layout_.params[j].numel;
+    }
+  }
+  return false;
+}
+
+void PartitionedParams::pre_forward(const Module& m) {
+  const std::vector<int64_t>& ids = params_of(m);
+  if (ids.empty()) return;
+  // Follow (or record) the trace of training forwards; a call of the trace's first module
+  // starts it over, any other surprise stops prefetching until then.
+  const bool traced = !in_backward_ && GradMode::is_enabled();
+  if (traced && !trace_complete_) {
+    trace_.push_back(&m);
+    forward_pos_ = static_cast<int64_t>(trace_.size()) - 1;
+  } else if (traced) {
+    const int64_t next = forward_pos_ + 1;
+    if (next < static_cast<int64_t>(trace_.size()) && trace_[next] == &m) {
+      forward_pos_ = next;
+    } else {
+      forward_pos_ = trace_.front() == &m ? 0 : -1;
+    }
+  }
+  fetch_pinned(m, ids, false);
+  if (traced && forward_pos_ >= 0) prefetch(forward_pos_ + 1, +1);
+}
+
+void PartitionedParams::post_forward(const Module& m) noexcept {
+  const auto it = module_params_.find(&m);
+  if (it == module_params_.end()) return;
+  const bool traced = !in_backward_ && GradMode::is_enabled();
+  for (const int64_t i : it->second) {
+    --forward_pins_[i];
+    if (forward_pins_[i] > 0 || backward_pinned_[i]) continue;
+    if (!(traced && reused_soon(i, forward_pos_))) release(i);
+  }
+}
+
+void PartitionedParams::pre_backward(const Module& m) {
+  const std::vector<int64_t>& ids = params_of(m);
+  if (ids.empty()) return;
+  int64_t pos = -1;
+  if (trace_complete_) {
+    for (int64_t q = std::min(backward_pos_, static_cast<int64_t>(trace_.size()) - 1); q >= 0;
+         --q) {
+      if (trace_[q] == &m) {
+        pos = q;
+        break;
+      }
+    }
+  }
+  fetch_pinned(m, ids, true);
+  if (pos >= 0) {
+    backward_pos_ = pos - 1;
+    prefetch(pos - 1, -1);
+  }
+}
+
+void PartitionedParams::begin_backward() {
+  trace_complete_ = trace_complete_ || !trace_.empty();
+  in_backward_ = true;
+  backward_pos_ = static_cast<int64_t>(trace_.size()) - 1;
+}
+
+void PartitionedParams::grad_ready(int64_t i) {
+  backward_pinned_[i] = false;
+  if (forward_pins_[i] == 0) release(i);
+}
+
+void PartitionedParams::end_backward() {
+  in_backward_ = false;
+  forward_pos_ = -1;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    backward_pinned_[i] = false;
+    if (forward_pins_[i] == 0) release(static_cast<int64_t>(i));
+  }
+}
+
+void PartitionedParams::after_step() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const FlatLayout::Block& b = layout_.blocks[i];
+    if (persistent_[i]) {
+      dp_.all_gather(shard_.narrow(0, b.shard_offset, b.chunk), gather_[i]);
+    } else {
+      TS_CHECK(forward_pins_[i] == 0 && !backward_pinned_[i], "[zero] stage 3: parameter \"",
+               layout_.params[i].name, "\" is in use by a module call during the step");
+      release(static_cast<int64_t>(i));
+    }
+  }
+}
+
+void PartitionedParams::load(const std::vector<Tensor>& whole) {
+  NoGradGuard no_grad;
+  TS_INTERNAL_ASSERT(whole.size() == params_.size(), "expected ", params_.size(),
+                     " parameters, found ", whole.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const FlatLayout::Param& p = layout_.params[i];
+    const FlatLayout::Block& b = layout_.blocks[i];
+    const int64_t begin = dp_.rank() * b.chunk;  // this rank's chunk, clipped to the parameter
+    const int64_t end = std::min(begin + b.chunk, p.numel);
+    const Tensor chunk = shard_.narrow(0, b.shard_offset, b.chunk);
+    chunk.fill_(0.0);
+    if (end > begin) {
+      chunk.narrow(0, 0, end - begin)
+          .copy_(whole[i].reshape({p.numel}).narrow(0, begin, end - begin));
+    }
+    if (persistent_[i]) {
+      params_[i].copy_(whole[i]);
+    } else {
+      release(static_cast<int64_t>(i));
+    }
+  }
+}
+
+std::vector<Tensor> PartitionedParams::gather_all() {
+  NoGradGuard no_grad;
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const FlatLayout::Param& p = layout_.params[i];
+    const FlatLayout::Block& b = layout_.blocks[i];
+    const Tensor whole = empty({b.numel});
+    dp_.all_gather(shard_.narrow(0, b.shard_offset, b.chunk), whole);
+    out.push_back(whole.narrow(0, 0, p.numel).view(p.shape));
+  }
+  return out;
+}
+
+int64_t PartitionedParams::persistent_bytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (persistent_[i]) bytes += layout_.blocks[i].numel * static_cast<int64_t>(sizeof(float));
+  }
+  return bytes;
+}
+
+}  // namespace tessera::parallel

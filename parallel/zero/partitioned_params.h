@@ -1,0 +1,114 @@
+// PartitionedParams: ZeRO stage 3's parameters, each rank holding 1/W of every one and
+// gathering whole parameters only around the module calls that read them.
+//
+// Note [ZeRO-3 parameters]
+// The layout has one block per parameter (make_flat_layout with block_numel 1): every
+// parameter is padded to a multiple of W and rank r owns chunk r of it, in this rank's
+// flat fp32 shard. Each parameter tensor views its own gather storage (core/storage.h),
+// the padded parameter, which is allocated and all-gathered from the shards when the
+// parameter is needed and released after; autograd nodes that saved the parameter keep a
+// handle of the same storage, so they see it gathered again before their backward runs.
+//
+// Installed as the model's ModuleHooks:
+//   pre_forward(m)   gathers m's own parameters and pins them for the call, then
+//                    prefetches the parameters of the next calls along the recorded trace
+//                    (the module calls of the first forward), up to
+//                    stage3_prefetch_bucket_size elements;
+//   post_forward(m)  unpins them; each is released unless the trace shows it read again
+//                    within stage3_max_reuse_distance elements of gathering;
+//   pre_backward(m)  gathers m's parameters again and pins them until their gradient has
+//                    been accumulated (grad_ready), prefetching along the trace reversed.
+// Parameters of at most stage3_param_persistence_threshold elements are persistent: kept
+// whole on every rank, all-gathered after each step, never released. The gathered
+// elements of the others never exceed stage3_max_live_parameters: prefetched and retained
+// parameters are dropped first, and a call that needs more than the bound on its own is an
+// error. The communicators block, so prefetching bounds the number of gathers rather than
+// hiding their latency.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "autograd/module.h"
+#include "core/tensor.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/zero/flat_layout.h"
+#include "parallel/zero/zero_config.h"
+
+namespace tessera::parallel {
+
+class PartitionedParams final : public ModuleHooks {
+ public:
+  // `params` in the flat order of `layout` (one block per parameter), holding the same
+  // values on every rank. Copies this rank's chunks into `shard` (layout.shard_numel()
+  // elements) and points each parameter at its gather storage: persistent ones gathered,
+  // the others released.
+  PartitionedParams(Communicator& dp, const FlatLayout& layout, std::vector<Tensor> params,
+                    Tensor shard, const ZeroConfig& config);
+
+  void pre_forward(const Module& m) override;
+  void post_forward(const Module& m) noexcept override;
+  void pre_backward(const Module& m) override;
+
+  // Backward is starting: the trace of the forwards so far is complete.
+  void begin_backward();
+  // Parameter `i`'s gradient has been accumulated and reduced: it may be released.
+  void grad_ready(int64_t i);
+  // Backward is over: every non-persistent parameter is released.
+  void end_backward();
+  // The shard was updated: persistent parameters are gathered again, the others released.
+  void after_step();
+  // Replaces every parameter's value from whole tensors (flat order), on every rank alike.
+  void load(const std::vector<Tensor>& whole);
+  // The whole value of every parameter (flat order), gathered one at a time. Collective.
+  std::vector<Tensor> gather_all();
+
+  bool persistent(int64_t i) const { return persistent_[i]; }
+  bool gathered(int64_t i) const { return live_[i]; }
+  // Elements of non-persistent parameters gathered now, and the most at any time.
+  int64_t live_numel() const { return live_numel_; }
+  int64_t peak_live_numel() const { return peak_live_numel_; }
+  // Bytes of the persistent parameters' whole copies.
+  int64_t persistent_bytes() const;
+
+ private:
+  // The non-persistent parameters among m's own (looked up once per module).
+  const std::vector<int64_t>& params_of(const Module& m);
+  void fetch(int64_t i);
+  void release(int64_t i);
+  // Makes room for `numel` more live elements by releasing unpinned parameters; false
+  // when the bound cannot be met.
+  bool make_room(int64_t numel);
+  // Gathers `ids` and pins them (forward or backward pin).
+  void fetch_pinned(const Module& m, const std::vector<int64_t>& ids, bool backward);
+  // Prefetches along the trace from position `from`, stepping by `dir` (+1 or -1).
+  void prefetch(int64_t from, int dir);
+  // Whether parameter i is read again within the reuse distance after trace position pos.
+  bool reused_soon(int64_t i, int64_t pos);
+
+  Communicator& dp_;
+  const FlatLayout& layout_;
+  ZeroConfig config_;
+  std::vector<Tensor> params_;
+  Tensor shard_;
+  std::vector<Tensor> gather_;  // per parameter: (block numel), sharing the parameter's storage
+  std::vector<bool> persistent_;
+  std::vector<bool> live_;
+  std::vector<int> forward_pins_;
+  std::vector<bool> backward_pinned_;
+  int64_t live_numel_ = 0;
+  int64_t peak_live_numel_ = 0;
+
+  std::map<const TensorImpl*, int64_t> index_;  // parameter -> flat index
+  std::map<const Module*, std::vector<int64_t>> module_params_;
+  // Module calls of the first forward, in order; complete at the first backward.
+  std::vector<const Module*> trace_;
+  bool trace_complete_ = false;
+  int64_t forward_pos_ = -1;  // the trace position of the current forward call
+  int64_t backward_pos_ = 0;  // where the next pre_backward is looked for, backwards
+  bool in_backward_ = false;
+};
+
+}  // namespace tessera::parallel
