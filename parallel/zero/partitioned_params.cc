@@ -111,12 +111,14 @@ void PartitionedParams::prefetch(int64_t from, int dir) {
   if (!trace_complete_) return;
   int64_t budget = config_.stage3_prefetch_bucket_size;
   for (int64_t pos = from; pos >= 0 && pos < static_cast<int64_t>(trace_.size()); pos += dir) {
+    // The bucket bounds what is gathered ahead of use, whether gathered now or earlier.
     for (const int64_t i : params_of(*trace_[pos])) {
-      if (live_[i]) continue;
       const int64_t numel = layout_.params[i].numel;
-      if (numel > budget || live_numel_ + numel > config_.stage3_max_live_parameters) return;
-      fetch(i);
+      if (numel > budget) return;
       budget -= numel;
+      if (live_[i]) continue;
+      if (live_numel_ + numel > config_.stage3_max_live_parameters) return;
+      fetch(i);
     }
   }
 }

@@ -12,8 +12,8 @@
 // Installed as the model's ModuleHooks:
 //   pre_forward(m)   gathers m's own parameters and pins them for the call, then
 //                    prefetches the parameters of the next calls along the recorded trace
-//                    (the module calls of the first forward), up to
-//                    stage3_prefetch_bucket_size elements;
+//                    (the module calls of the first forward): the next calls'
+//                    parameters, up to stage3_prefetch_bucket_size elements of them;
 //   post_forward(m)  unpins them; each is released unless the trace shows it read again
 //                    within stage3_max_reuse_distance elements of gathering;
 //   pre_backward(m)  gathers m's parameters again and pins them until their gradient has

@@ -11,13 +11,21 @@ package(default_visibility = ["//visibility:public"])
 
 cc_library(
     name = "cuda_headers",
-    hdrs = glob(["include/*.h", "include/*.hpp", "include/crt/**"]),
+    hdrs = glob(["include/*.h", "include/*.hpp", "include/crt/**", "include/nv/**"]),
     includes = ["include"],
 )
 
 cc_library(
     name = "cudart",
     linkopts = ["-L{lib}", "-lcudart_static", "-ldl", "-lpthread", "-lrt"],
+    deps = [":cuda_headers"],
+)
+
+# NCCL ships as a shared library only; the rpath lets binaries find it where it was found.
+# It needs no driver to load, so binaries linking it still start on machines without a GPU.
+cc_library(
+    name = "nccl",
+    linkopts = ["-L{lib}", "-lnccl", "-Wl,-rpath,{lib}"],
     deps = [":cuda_headers"],
 )
 """

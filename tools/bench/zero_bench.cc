@@ -36,6 +36,7 @@ Per-rank model-state bytes and bytes sent per step for ZeRO stages 0-3 on thread
 
   --model NAME   a GPT-2 preset (default gpt2: 124M parameters)
   --worlds LIST  comma-separated world sizes (default 1,2,4)
+  --stages LIST  comma-separated ZeRO stages (default 0,1,2,3)
   --seq T        tokens of the one training sequence per rank and step (default 16)
   --help         print this and exit
 )";
@@ -87,8 +88,11 @@ Measured measure(const GptConfig& cfg, int stage, int world, int64_t seq) {
 
 int bench_main(int argc, char** argv) {
   using cli::Flag;
-  const cli::Flags flags(
-      argc, argv, {{"model", Flag::kValue}, {"worlds", Flag::kValue}, {"seq", Flag::kValue}});
+  const cli::Flags flags(argc, argv,
+                         {{"model", Flag::kValue},
+                          {"worlds", Flag::kValue},
+                          {"stages", Flag::kValue},
+                          {"seq", Flag::kValue}});
   if (flags.has("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -97,6 +101,9 @@ int bench_main(int argc, char** argv) {
   std::vector<int> worlds;
   std::stringstream list(flags.get("worlds", "1,2,4"));
   for (std::string w; std::getline(list, w, ',');) worlds.push_back(std::stoi(w));
+  std::vector<int> stages;
+  std::stringstream stage_list(flags.get("stages", "0,1,2,3"));
+  for (std::string s; std::getline(stage_list, s, ',');) stages.push_back(std::stoi(s));
   const int64_t seq = flags.get_int("seq", 16);
   set_num_threads(1);  // ranks are threads already
   const int64_t p = cfg.num_parameters();
@@ -105,7 +112,7 @@ int bench_main(int argc, char** argv) {
   std::printf("%-5s %-5s | %10s %10s %6s | %8s %8s %8s | %10s %10s %6s | %8s\n", "stage", "world",
               "measured", "formula", "ratio", "params", "grads", "optim", "sent/step", "theory",
               "ratio", "gathered");
-  for (int stage = 0; stage <= 3; ++stage) {
+  for (int stage : stages) {
     for (int world : worlds) {
       const Measured m = measure(cfg, stage, world, seq);
       const double per_rank = static_cast<double>(m.live_bytes) / world;
