@@ -11,6 +11,7 @@
 
 #include "core/factories.h"
 #include "parallel/comm/thread_comm.h"
+#include "parallel/zero/flat_layout.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
 
@@ -212,6 +213,50 @@ TEST_CASE("ranks save one optimizer shard each; a damaged or missing shard is re
     // Weights alone do not need the shards.
     CHECK(load_checkpoint(dir.string(), /*with_optimizer=*/false).optimizer_shards.empty());
   }
+}
+
+TEST_CASE("weights kept as parameter shards (ZeRO-3) load whole; their shards are verified",
+          "[checkpoint]") {
+  // Two parameters, "a" (3) and "b" (2 x 2), laid out for 2 ranks with a block each:
+  // "a" padded to 4, so rank r holds a[2r, 2r + 2) and b[2r, 2r + 2) (flattened).
+  const parallel::FlatLayout layout =
+      parallel::make_flat_layout({{"a", {3}, 0}, {"b", {2, 2}, 0}}, 2, 1);
+  const fs::path root = fresh_dir("param_shards");
+  const CheckpointDir ckpt(root.string(), 0);
+  std::string dir;
+  parallel::run_thread_ranks(2, [&](parallel::Communicator& comm) {
+    const int r = comm.rank();
+    CheckpointContents c;
+    if (r == 0) c.state = {{"step", 2}, {"zero", {{"stage", 3}, {"layout", layout.to_json()}}}};
+    const std::vector<float> mine =
+        r == 0 ? std::vector<float>{1, 2, 10, 11} : std::vector<float>{3, 0, 12, 13};
+    c.optimizer_shards.push_back({{"step", from_vector<int64_t>({2})},
+                                  {"exp_avg", from_vector<float>({0, 0, 0, 0})},
+                                  {kParameterShard, from_vector(mine)}});
+    const std::string d = ckpt.save(2, c, &comm);
+    if (r == 0) dir = d;
+  });
+  CHECK_FALSE(fs::exists(fs::path(dir) / "model.safetensors"));
+  for (bool with_optimizer : {false, true}) {
+    INFO("with_optimizer " << with_optimizer);
+    const CheckpointContents c = load_checkpoint(dir, with_optimizer);
+    REQUIRE(c.model.size() == 2);
+    CHECK(c.model[0].first == "a");
+    CHECK(c.model[0].second.to_vector<float>() == std::vector<float>{1, 2, 3});
+    CHECK(c.model[1].second.shape() == Shape{2, 2});
+    CHECK(c.model[1].second.to_vector<float>() == std::vector<float>{10, 11, 12, 13});
+    // The parameter shards are consumed; the optimizer shards remain.
+    CHECK(c.optimizer_shards.size() == (with_optimizer ? 2u : 0u));
+    for (const StateDict& shard : c.optimizer_shards) CHECK(shard.size() == 2);
+  }
+  // Without model.safetensors the shards hold the weights: they are verified even when the
+  // optimizer state is not wanted.
+  const fs::path shard0 = fs::path(dir) / optimizer_shard_name(0);
+  std::string bad = read_bytes(shard0);
+  bad.back() ^= 0x01;
+  testing::write_bytes(shard0, bad);
+  CHECK_THAT(error_of([&] { load_checkpoint(dir, /*with_optimizer=*/false); }),
+             Contains(shard0.string() + ": checksum mismatch"));
 }
 
 TEST_CASE("an incomplete save and a dangling latest pointer are errors", "[checkpoint]") {
