@@ -356,7 +356,10 @@ void ZeroOptimizer::load_parameters(const StateDict& whole) {
              "[zero] parameter \"", p.name, "\": expected f32 ", shape_str(p.shape), ", found ",
              it->second.str());
     ordered.push_back(it->second);
+    given.erase(it);
   }
+  TS_CHECK(given.empty(), "[zero] unexpected tensor \"", given.empty() ? "" : given.begin()->first,
+           "\"; expected only the model's trainable parameters");
   partitioned_->load(ordered);
 }
 

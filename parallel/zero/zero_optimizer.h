@@ -103,8 +103,8 @@ class ZeroOptimizer {
   // live buffer). Other stages hold whole parameters in the model.
   Tensor parameter_shard() const;
   // Stage 3: sets every parameter from whole tensors (name -> tensor, like
-  // Module::state_dict()), all checked before any changes; other stages load into the
-  // model directly.
+  // Module::state_dict(); exactly the trainable parameters), all checked before any
+  // changes; other stages load into the model directly.
   void load_parameters(const StateDict& whole);
   // The stage 3 parameters (null for other stages).
   const PartitionedParams* partitioned() const { return partitioned_.get(); }

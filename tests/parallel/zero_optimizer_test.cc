@@ -303,7 +303,13 @@ TEST_CASE("a released ZeRO-3 parameter read outside a module call is an error", 
     const Tensor w = model.named_parameters()[0].tensor;  // transformer.wte.weight
     CHECK_THROWS_WITH(w.to_vector<float>(), Catch::Contains("reads memory that has been released"));
     // Inside a gather (here: the whole model's) the values are there.
-    CHECK(opt.whole_parameters()[0].second.numel() == w.numel());
+    StateDict whole = opt.whole_parameters();
+    CHECK(whole[0].second.numel() == w.numel());
+    // load_parameters takes exactly the trainable parameters.
+    whole.emplace_back("extra", zeros({1}));
+    CHECK_THROWS_WITH(opt.load_parameters(whole),
+                      "[zero] unexpected tensor \"extra\"; expected only the model's trainable "
+                      "parameters");
   });
 }
 
