@@ -8,7 +8,6 @@
 // Exit codes: 0 done, 2 bad flags, 1 any other error (a bad config names its JSON path).
 #include <algorithm>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,30 +34,6 @@ Prints the model-state bytes per rank at ZeRO stages 0-3 for each data-parallel 
 
 double gib(double bytes) { return bytes / (1 << 30); }
 
-std::vector<int> parse_worlds(const std::string& text) {
-  std::vector<int> worlds;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    int world = 0;
-    try {
-      world = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || world < 1) {
-      throw tessera::cli::UsageError(
-          "--world expected positive integers separated by commas, "
-          "found \"" +
-          text + "\"");
-    }
-    worlds.push_back(world);
-  }
-  if (worlds.empty()) throw tessera::cli::UsageError("--world expected at least one size");
-  return worlds;
-}
-
 int body(int argc, char** argv) {
   using namespace tessera;
   const cli::Flags flags(argc, argv,
@@ -80,7 +55,12 @@ int body(int argc, char** argv) {
   const GptConfig model = flags.has("config")
                               ? train::load_run_config(flags.required("config")).model
                               : GptConfig::preset(flags.get("model", "gpt2"));
-  const std::vector<int> worlds = parse_worlds(flags.get("world", "1,2,4"));
+  const std::vector<int64_t> worlds = flags.get_int_list("world", "1,2,4");
+  for (const int64_t w : worlds) {
+    if (w < 1 || w > (1 << 20)) {
+      throw cli::UsageError("--world expected sizes in 1..1048576, found " + std::to_string(w));
+    }
+  }
   const int64_t nodes = flags.get_int("nodes", 1);
   const int64_t gpus_per_node_flag = flags.get_int("gpus-per-node", 0);
   if (nodes < 1 || gpus_per_node_flag < 0) {
@@ -99,7 +79,7 @@ int body(int argc, char** argv) {
       "Tessera fp32 training, model states per rank in GiB (parameters 4, gradients 4,\n"
       "Adam moments 8 bytes per parameter; stage s shards ceil(P / world) each):\n");
   std::printf("%8s %10s %10s %10s %10s\n", "world", "stage 0", "stage 1", "stage 2", "stage 3");
-  for (int world : worlds) {
+  for (const int world : worlds) {
     std::printf("%8d", world);
     for (int stage = 0; stage <= 3; ++stage) {
       std::printf(" %10.3f", gib(parallel::fp32_model_state_bytes(stage, params, world)));
@@ -112,7 +92,7 @@ int body(int argc, char** argv) {
       "GPU:\n");
   std::printf("%8s %8s %17s %17s %17s %17s %17s\n", "GPUs", "nodes", "Z2 cpu offload", "Z2",
               "Z3 offload all", "Z3 offload opt", "Z3");
-  for (int world : worlds) {
+  for (const int world : worlds) {
     const int gpus_per_node = gpus_per_node_flag > 0 ? static_cast<int>(gpus_per_node_flag) : world;
     const int n = static_cast<int>(nodes);
     const parallel::DeviceHostBytes cells[] = {

@@ -15,7 +15,6 @@
 //     for forward and for backward, gradients reduce-scattered) and their ratio;
 //   - at stage 3, the most parameter bytes gathered at once (DeepSpeed's default bounds).
 #include <cstdio>
-#include <sstream>
 
 #include "core/allocator.h"
 #include "core/factories.h"
@@ -98,12 +97,14 @@ int bench_main(int argc, char** argv) {
     return 0;
   }
   const GptConfig cfg = GptConfig::preset(flags.get("model", "gpt2"));
-  std::vector<int> worlds;
-  std::stringstream list(flags.get("worlds", "1,2,4"));
-  for (std::string w; std::getline(list, w, ',');) worlds.push_back(std::stoi(w));
-  std::vector<int> stages;
-  std::stringstream stage_list(flags.get("stages", "0,1,2,3"));
-  for (std::string s; std::getline(stage_list, s, ',');) stages.push_back(std::stoi(s));
+  const std::vector<int64_t> worlds = flags.get_int_list("worlds", "1,2,4");
+  const std::vector<int64_t> stages = flags.get_int_list("stages", "0,1,2,3");
+  for (const int64_t w : worlds) {
+    if (w < 1 || w > 64) throw cli::UsageError("--worlds expected sizes in 1..64");
+  }
+  for (const int64_t s : stages) {
+    if (s < 0 || s > 3) throw cli::UsageError("--stages expected stages in 0..3");
+  }
   const int64_t seq = flags.get_int("seq", 16);
   set_num_threads(1);  // ranks are threads already
   const int64_t p = cfg.num_parameters();
@@ -112,8 +113,8 @@ int bench_main(int argc, char** argv) {
   std::printf("%-5s %-5s | %10s %10s %6s | %8s %8s %8s | %10s %10s %6s | %8s\n", "stage", "world",
               "measured", "formula", "ratio", "params", "grads", "optim", "sent/step", "theory",
               "ratio", "gathered");
-  for (int stage : stages) {
-    for (int world : worlds) {
+  for (const int stage : stages) {
+    for (const int world : worlds) {
       const Measured m = measure(cfg, stage, world, seq);
       const double per_rank = static_cast<double>(m.live_bytes) / world;
       const double formula = static_cast<double>(parallel::fp32_model_state_bytes(stage, p, world));

@@ -52,20 +52,47 @@ std::string Flags::required(const std::string& name) const {
   return *v;
 }
 
-int64_t Flags::get_int(const std::string& name, int64_t fallback) const {
-  const std::optional<std::string> v = get(name);
-  if (!v) return fallback;
+namespace {
+
+// The whole of `text` as an integer, if it is one.
+std::optional<int64_t> parse_int(const std::string& text) {
   size_t used = 0;
   long long n = 0;
   try {
-    n = std::stoll(*v, &used);
+    n = std::stoll(text, &used);
   } catch (const std::exception&) {
-    used = 0;
+    return std::nullopt;
   }
-  if (used == 0 || used != v->size()) {
-    throw UsageError("--" + name + " expected an integer, found \"" + *v + "\"");
-  }
+  if (used == 0 || used != text.size()) return std::nullopt;
   return n;
+}
+
+}  // namespace
+
+int64_t Flags::get_int(const std::string& name, int64_t fallback) const {
+  const std::optional<std::string> v = get(name);
+  if (!v) return fallback;
+  const std::optional<int64_t> n = parse_int(*v);
+  if (!n) throw UsageError("--" + name + " expected an integer, found \"" + *v + "\"");
+  return *n;
+}
+
+std::vector<int64_t> Flags::get_int_list(const std::string& name,
+                                         const std::string& fallback) const {
+  const std::string text = get(name, fallback);
+  std::vector<int64_t> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    const std::optional<int64_t> n = parse_int(text.substr(start, comma - start));
+    if (!n) {
+      throw UsageError("--" + name + " expected integers separated by commas, found \"" + text +
+                       "\"");
+    }
+    out.push_back(*n);
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
 }
 
 double Flags::get_double(const std::string& name, double fallback) const {

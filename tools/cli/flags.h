@@ -39,6 +39,9 @@ class Flags {
   // Parsed numbers; the whole value must be a number ("--top-k expected an integer, found
   // \"ten\"").
   int64_t get_int(const std::string& name, int64_t fallback) const;
+  // Comma-separated integers ("1,2,4"); `fallback` is parsed the same way when absent.
+  // Throws UsageError "--worlds expected integers separated by commas, found \"1,x\"".
+  std::vector<int64_t> get_int_list(const std::string& name, const std::string& fallback) const;
   double get_double(const std::string& name, double fallback) const;
 
  private:
