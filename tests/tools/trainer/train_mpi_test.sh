@@ -17,19 +17,14 @@ WORK="${TEST_TMPDIR:-$(mktemp -d)}/train_mpi"
 COMPARE="$RUNFILES/tests/tools/trainer/compare_runs"
 ZERO_TO_FP32="$RUNFILES/tools/zero_to_fp32"
 
-export TMPDIR="$WORK" # OpenMPI's session directory
-export OMP_NUM_THREADS=1
-if [ -n "${ASAN_OPTIONS:-}" ]; then
-  # OpenMPI's own leaks at exit (see tests/parallel/mpi_comm_test.sh).
-  export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
-fi
+. "$RUNFILES/tests/mpi_env.sh"
 
 # mpi SECONDS NP ARGS...: tools/train on NP ranks, killed after SECONDS.
 mpi() {
   limit=$1
   np=$2
   shift 2
-  timeout "$limit" mpirun --allow-run-as-root --oversubscribe --tag-output -np "$np" "$TRAIN" "$@"
+  mpi_run "$limit" "$np" "$TRAIN" "$@"
 }
 
 write_text text.txt 20000
