@@ -1,5 +1,6 @@
 #include "parallel/zero/zero_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -276,23 +277,25 @@ StateDict ZeroOptimizer::state_dict() const {
   StateDict inner = inner_->state_dict();
   if (!sharded()) return inner;
   NoGradGuard no_grad;
-  // Chunk states "<kind>.zero_block_<b>" -> one shard tensor per kind.
+  // Chunk states "<kind>.zero_block_<b>" -> one shard tensor per kind; the chunks tile it.
   StateDict out;
-  std::map<std::string, Tensor> shards;
+  std::vector<std::string> kinds;
+  const std::map<std::string, Tensor> by_key(inner.begin(), inner.end());
   for (const auto& [key, t] : inner) {
     if (key == "step") {
       out.emplace_back(key, t);
-      continue;
+    } else if (std::find(kinds.begin(), kinds.end(), kind_of(key)) == kinds.end()) {
+      kinds.push_back(kind_of(key));
     }
-    const std::string kind = kind_of(key);
-    auto [it, fresh] = shards.try_emplace(kind);
-    if (fresh) {
-      it->second = zeros({layout_.shard_numel()});
-      out.emplace_back(kind, it->second);
+  }
+  for (const std::string& kind : kinds) {
+    const Tensor shard = empty({layout_.shard_numel()});
+    for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+      const FlatLayout::Block& blk = layout_.blocks[b];
+      shard.narrow(0, blk.shard_offset, blk.chunk)
+          .copy_(by_key.at(kind + "." + chunk_name(static_cast<int64_t>(b))));
     }
-    const int64_t block = std::stoll(key.substr(key.rfind('_') + 1));
-    const FlatLayout::Block& b = layout_.blocks[block];
-    it->second.narrow(0, b.shard_offset, b.chunk).copy_(t);
+    out.emplace_back(kind, shard);
   }
   return out;
 }
