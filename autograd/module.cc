@@ -96,6 +96,21 @@ void Module::zero_grad() {
   for (NamedParameter& p : named_parameters()) p.tensor.set_grad(Tensor());
 }
 
+void Module::to(Device device, DType dtype) {
+  NoGradGuard no_grad;
+  std::vector<NamedParameter> params;
+  StateDict buffers;
+  collect("", &params, &buffers);
+  for (NamedParameter& p : params) {
+    if (p.tensor.dtype() != dtype || p.tensor.device() != device) {
+      p.tensor.replace_data(p.tensor.detach().to(device).to(dtype));
+    }
+  }
+  for (auto& [name, b] : buffers) {
+    if (b.device() != device) b.replace_data(b.detach().to(device));
+  }
+}
+
 std::vector<Tensor> Module::own_parameters() const {
   std::vector<Tensor> out;
   for (const ParamEntry& p : params_) out.push_back(*p.tensor);

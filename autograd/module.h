@@ -73,6 +73,10 @@ class Module {
   bool is_training() const { return training_; }
   // Drops the accumulated gradients of all parameters.
   void zero_grad();
+  // Moves every parameter and buffer to `device` and converts the floating parameters to
+  // `dtype`, in place (PyTorch's module.to(device, dtype)): tensors keep their identity and
+  // autograd state, so references held elsewhere see the new data. Gradients are dropped.
+  void to(Device device, DType dtype);
   // The parameters this module registered itself (not its descendants'), in order.
   std::vector<Tensor> own_parameters() const;
   // Installs `hooks` (null: none) on this module and all descendants.

@@ -385,6 +385,18 @@ void Tensor::set_data(const Tensor& src) const {
   impl.offset = from.offset;
 }
 
+void Tensor::replace_data(const Tensor& src) const {
+  TS_CHECK(src.shape() == shape(), "[replace_data] expected data of shape ", shape_str(shape()),
+           ", found ", src.str());
+  TensorImpl& impl = *impl_;
+  const TensorImpl& from = src.checked();
+  impl.storage = from.storage;
+  impl.strides = from.strides;
+  impl.offset = from.offset;
+  impl.dtype = from.dtype;
+  if (impl.autograd) impl.autograd->grad.reset();
+}
+
 bool Tensor::requires_grad() const {
   const AutogradMeta* m = checked().autograd.get();
   return m != nullptr && m->requires_grad;

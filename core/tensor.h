@@ -132,6 +132,9 @@ class Tensor {
   // this shape, dtype and device; autograd state (requires_grad, grad, hooks) is kept.
   // ZeRO uses it to turn parameters into views of one flat buffer.
   void set_data(const Tensor& src) const;
+  // As set_data, but `src` may have another dtype and device (Module::to); the tensor's
+  // accumulated gradient, if any, is dropped as it no longer matches.
+  void replace_data(const Tensor& src) const;
   // Copies `src` (broadcast to this shape, cast to this dtype, any device) into this view.
   const Tensor& copy_(const Tensor& src) const;
   // Sets every element of this view to `value`.

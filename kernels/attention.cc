@@ -44,7 +44,7 @@ AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, co
   check_like_q(op, q, "dout", dout);
   check_like_q(op, q, "out", out);
   check_defined(op, "lse", lse);
-  check_same_dtype(op, "q", q, "lse", lse);
+  check_stat_dtype(op, "q", q, "lse", lse);
   check_same_device(op, "q", q, "lse", lse);
   check_shape(op, "lse", lse, {q.size(0), q.size(1), q.size(2)});
   if (q.device().is_cuda()) return cuda::causal_attention_backward(dout, q, k, v, out, lse, scale);

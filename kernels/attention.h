@@ -7,7 +7,7 @@ namespace tessera::kernels {
 
 struct AttentionOutput {
   Tensor out;  // (B, H, T, D)
-  Tensor lse;  // (B, H, T) log-sum-exp of each scaled, masked score row
+  Tensor lse;  // (B, H, T) log-sum-exp of each scaled, masked score row; f32 for f16/bf16
 };
 
 // out[t] = sum_{s <= t} softmax_s(scale * q[t] . k[s]) v[s].

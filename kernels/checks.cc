@@ -7,14 +7,30 @@ void check_defined(const char* op, const char* name, const Tensor& t) {
 }
 
 void check_floating(const char* op, const char* name, const Tensor& t) {
-  TS_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, "[", op, "] expected ", name,
-           " of dtype f32 or f64, found ", dtype_name(t.dtype()));
+  const DType d = t.dtype();
+  if (t.device().is_cuda()) {
+    TS_CHECK(d == DType::f32 || d == DType::f64 || d == DType::f16 || d == DType::bf16, "[", op,
+             "] expected ", name, " of dtype f32, f64, f16 or bf16, found ", dtype_name(d));
+    return;
+  }
+  TS_CHECK(d == DType::f32 || d == DType::f64, "[", op, "] expected ", name,
+           " of dtype f32 or f64, found ", dtype_name(d),
+           d == DType::f16 || d == DType::bf16 ? " (16-bit math needs a CUDA tensor)" : "");
 }
 
 void check_same_dtype(const char* op, const char* name_a, const Tensor& a, const char* name_b,
                       const Tensor& b) {
   TS_CHECK(a.dtype() == b.dtype(), "[", op, "] dtypes differ: ", name_a, " ", dtype_name(a.dtype()),
            " vs ", name_b, " ", dtype_name(b.dtype()));
+}
+
+DType stat_dtype(DType x) { return x == DType::f16 || x == DType::bf16 ? DType::f32 : x; }
+
+void check_stat_dtype(const char* op, const char* name_x, const Tensor& x, const char* name,
+                      const Tensor& t) {
+  TS_CHECK(t.dtype() == stat_dtype(x.dtype()), "[", op, "] expected ", name, " of dtype ",
+           dtype_name(stat_dtype(x.dtype())), " for ", name_x, " ", dtype_name(x.dtype()),
+           ", found ", dtype_name(t.dtype()));
 }
 
 void check_same_device(const char* op, const char* name_a, const Tensor& a, const char* name_b,

@@ -8,7 +8,7 @@
 namespace tessera::kernels {
 
 void check_defined(const char* op, const char* name, const Tensor& t);
-// f32 or f64: the dtypes CPU math kernels compute in.
+// A dtype math kernels compute in: f32 or f64 on the CPU; also f16 and bf16 on CUDA.
 void check_floating(const char* op, const char* name, const Tensor& t);
 void check_same_dtype(const char* op, const char* name_a, const Tensor& a, const char* name_b,
                       const Tensor& b);
@@ -17,6 +17,12 @@ void check_same_device(const char* op, const char* name_a, const Tensor& a, cons
 void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b,
                       const Tensor& b);
 void check_shape(const char* op, const char* name, const Tensor& t, const Shape& shape);
+// The dtype of row statistics and losses computed from x (layer-norm mean/rstd, softmax
+// log-sum-exp, the cross-entropy loss): f32 for f16/bf16 inputs, x's dtype otherwise.
+DType stat_dtype(DType x);
+// `t` (a statistic of `x`) has stat_dtype(x.dtype()).
+void check_stat_dtype(const char* op, const char* name_x, const Tensor& x, const char* name,
+                      const Tensor& t);
 // An optimizer operand: defined, contiguous, with param's dtype, device and shape.
 void check_like_param(const char* op, const Tensor& param, const char* name, const Tensor& t);
 

@@ -38,8 +38,8 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
   check_inputs(op, logits, targets);
   check_defined(op, "dloss", dloss);
   check_defined(op, "lse", lse);
-  check_same_dtype(op, "logits", logits, "dloss", dloss);
-  check_same_dtype(op, "logits", logits, "lse", lse);
+  check_stat_dtype(op, "logits", logits, "dloss", dloss);
+  check_stat_dtype(op, "logits", logits, "lse", lse);
   check_same_device(op, "logits", logits, "dloss", dloss);
   check_same_device(op, "logits", logits, "lse", lse);
   TS_CHECK(dloss.numel() == 1, "[cross_entropy_backward] expected a one-element dloss, found ",

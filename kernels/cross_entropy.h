@@ -8,6 +8,7 @@
 namespace tessera::kernels {
 
 struct CrossEntropyOutput {
+  // Both f32 for f16/bf16 logits, the logits' dtype otherwise (checks.h stat_dtype).
   Tensor loss;  // ()  mean over rows whose target != ignore_index (0 when none count)
   Tensor lse;   // (N) log-sum-exp of each row, saved for backward
 };

@@ -18,10 +18,10 @@ void check_x_and_param(const char* op, const Tensor& x, const char* name, const 
   check_shape(op, name, t, {x.size(-1)});
 }
 
-// The row statistics are (...) tensors of x's dtype and device.
+// The row statistics are (...) tensors of stat_dtype(x) on x's device.
 void check_stat(const char* op, const Tensor& x, const char* name, const Tensor& t) {
   check_defined(op, name, t);
-  check_same_dtype(op, "x", x, name, t);
+  check_stat_dtype(op, "x", x, name, t);
   check_same_device(op, "x", x, name, t);
   check_shape(op, name, t, Shape(x.shape().begin(), x.shape().end() - 1));
 }

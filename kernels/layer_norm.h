@@ -7,8 +7,8 @@ namespace tessera::kernels {
 
 struct LayerNormOutput {
   Tensor y;     // (..., C)
-  Tensor mean;  // (...)   saved for backward
-  Tensor rstd;  // (...)   1 / sqrt(var + eps), biased variance
+  Tensor mean;  // (...)   saved for backward; f32 for f16/bf16 x (stat_dtype)
+  Tensor rstd;  // (...)   1 / sqrt(var + eps), biased variance; as mean
 };
 
 // y = (x - mean) * rstd * weight + bias; weight and bias are (C) or undefined (no affine).

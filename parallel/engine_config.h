@@ -9,8 +9,10 @@
 #include <memory>
 #include <optional>
 
+#include "core/dtype.h"
 #include "core/json.h"
 #include "optim/config.h"
+#include "optim/loss_scaler.h"
 #include "parallel/zero/zero_config.h"
 
 namespace tessera::parallel {
@@ -50,15 +52,19 @@ struct EngineConfig {
   double gradient_clipping = 0.0;  // 0: no clipping (DeepSpeed's code default)
   int64_t steps_per_print = 10;    // DeepSpeed's documented default
   ZeroConfig zero;                 // $.zero_optimization
+  // Parameter, gradient and activation dtype: f32, or f16/bf16 with fp32 master weights
+  // and optimizer state ($.fp16.enabled / $.bf16.enabled).
+  DType precision = DType::f32;
+  optim::LossScalerConfig loss_scaler;  // $.fp16's scaler keys (used with f16 only)
   bool wall_clock_breakdown = false;
   ActivationCheckpointingConfig activation_checkpointing;
 };
 
 // Reads the engine keys from the root of a run config (other sections are left for the
-// caller's finish()). fp16/bf16 enabled on a CPU-only run is refused with "needs the CUDA
-// backend"; LAMB with ZeRO stage >= 1 is refused (its trust ratio needs whole tensors); the
-// DeepSpeed features Tessera does not have yet are refused by name.
-EngineConfig parse_engine_config(JsonObjectReader& root, bool cuda);
+// caller's finish()). The caller refuses fp16/bf16 on a CPU run (it knows the device);
+// LAMB with ZeRO stage >= 1 is refused (its trust ratio needs whole tensors); the DeepSpeed
+// features Tessera does not have yet are refused by name.
+EngineConfig parse_engine_config(JsonObjectReader& root);
 // Resolves the batch triple over `dp_world_size` ranks. Call it after the root reader's
 // finish(), so that a misspelt batch key is reported as unknown rather than as missing.
 void finish_engine_config(EngineConfig& config, int64_t dp_world_size);

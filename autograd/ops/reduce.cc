@@ -96,7 +96,7 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
         kept[d] = 1;
         Shape along(shape.size(), 1);
         along[d] = shape[d];
-        Tensor positions = arange(shape[d], {DType::i64}).reshape(along);
+        Tensor positions = arange(shape[d], {DType::i64, idx.device()}).reshape(along);
         Tensor hit = kernels::compare(kernels::CompareOp::eq, positions, idx.reshape(kept));
         return TensorList{kernels::where(hit, g[0].reshape(kept), scalar_like(g[0], 0.0))};
       });

@@ -1,8 +1,8 @@
 // CUDA entry points of every kernel family, with the signatures of the public
 // kernels/<family>.h functions. Inputs are already validated and on one CUDA device.
 //
-// This build defines them in kernels/cuda/stub.cc, which throws: without CUDA, "built
-// without CUDA"; with it, "no CUDA kernel yet" until the CUDA backend's kernels land.
+// With the toolkit they are the kernels in kernels/cuda/*.cu (cuBLASLt for matmul); without
+// it kernels/cuda/stub.cc defines them to throw "built without CUDA".
 #pragma once
 
 #include <cstdint>

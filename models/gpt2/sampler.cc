@@ -64,12 +64,17 @@ std::vector<int32_t> sample(const Gpt& model, const std::vector<int32_t>& prompt
   NoGradGuard no_grad;
   std::vector<int32_t> context = prompt;
   std::vector<int32_t> out;
-  KvCache cache(cfg, 1, cfg.block_size);
+  // The model may live on a CUDA device and in 16 bits: ids go there, logits come back f32.
+  const Tensor& weight = model.named_parameters().front().tensor;
+  const Device device = weight.device();
+  const DType dtype = weight.dtype();
+  auto fresh_cache = [&] { return KvCache(cfg, 1, cfg.block_size, dtype, device); };
+  KvCache cache = fresh_cache();
   // Feeds `ids` to the cache and returns the logits of the last position.
   auto feed = [&](const std::vector<int32_t>& ids) {
     const Tensor logits = model.forward_cached(
-        from_vector(ids, {1, static_cast<int64_t>(ids.size())}), cache);  // (1, n, Vp)
-    return logits.select(1, logits.size(1) - 1).contiguous();             // (1, Vp)
+        from_vector(ids, {1, static_cast<int64_t>(ids.size())}).to(device), cache);  // (1, n, Vp)
+    return logits.select(1, logits.size(1) - 1).to(Device::cpu()).to(DType::f32).contiguous();
   };
   const int64_t window = std::max<int64_t>(1, cfg.block_size / 2);
   const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(context.size()) - cfg.block_size);
@@ -83,7 +88,7 @@ std::vector<int32_t> sample(const Gpt& model, const std::vector<int32_t>& prompt
     if (on_token) on_token(token);
     if (i + 1 == max_new_tokens) break;
     if (cache.length == cfg.block_size) {
-      cache = KvCache(cfg, 1, cfg.block_size);
+      cache = fresh_cache();
       last = feed(std::vector<int32_t>(context.end() - window, context.end()));
     } else {
       last = feed({token});

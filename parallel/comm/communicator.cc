@@ -88,7 +88,8 @@ void Communicator::fail(CommOp op, const std::string& reason) {
 void Communicator::check_tensor(CommOp op, const char* arg, const Tensor& t) {
   if (!t.defined()) fail(op, str_cat(arg, " is undefined"));
   if (!t.is_contiguous()) fail(op, str_cat(arg, " must be contiguous"));
-  if (!supports(t.device())) {
+  // A group of one moves no data, so any device will do (Note [A group of one]).
+  if (size_ > 1 && !supports(t.device())) {
     fail(op, str_cat(arg, " is on ", t.device().str(), ", which this backend cannot communicate"));
   }
 }
@@ -143,6 +144,11 @@ void Communicator::run(CommOp op, F&& f) {
   }
 }
 
+// Note [A group of one]
+// With one rank every collective is the identity (or a copy from in to out), so the base
+// class performs it without the backend: a single-process run can keep its tensors on a
+// CUDA device behind any communicator, the trainer's default group of one included.
+
 namespace {
 
 // `factor` x (N - 1) / N of `bytes`: a ring algorithm's share per rank (Note [Bytes sent]).
@@ -156,7 +162,7 @@ void Communicator::all_reduce(const Tensor& t, ReduceOp op) {
   run(CommOp::all_reduce, [&] {
     check_tensor(CommOp::all_reduce, "t", t);
     check_reducible(CommOp::all_reduce, t.dtype());
-    do_all_reduce(t, op);
+    if (size_ > 1) do_all_reduce(t, op);
     return ring_share(t.nbytes(), size_, 2);
   });
 }
@@ -165,7 +171,11 @@ void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp 
   run(CommOp::reduce_scatter, [&] {
     check_pair(CommOp::reduce_scatter, in, out, 1, size_);
     check_reducible(CommOp::reduce_scatter, in.dtype());
-    do_reduce_scatter(in, out, op);
+    if (size_ > 1) {
+      do_reduce_scatter(in, out, op);
+    } else {
+      out.copy_(in);
+    }
     return ring_share(in.nbytes(), size_);
   });
 }
@@ -173,7 +183,11 @@ void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp 
 void Communicator::all_gather(const Tensor& in, const Tensor& out) {
   run(CommOp::all_gather, [&] {
     check_pair(CommOp::all_gather, in, out, size_, 1);
-    do_all_gather(in, out);
+    if (size_ > 1) {
+      do_all_gather(in, out);
+    } else {
+      out.copy_(in);
+    }
     return ring_share(out.nbytes(), size_);
   });
 }
@@ -185,7 +199,11 @@ void Communicator::all_to_all(const Tensor& in, const Tensor& out) {
       fail(CommOp::all_to_all,
            str_cat("expected a multiple of ", size_, " elements, found ", in.numel()));
     }
-    do_all_to_all(in, out);
+    if (size_ > 1) {
+      do_all_to_all(in, out);
+    } else {
+      out.copy_(in);
+    }
     return ring_share(in.nbytes(), size_);
   });
 }
@@ -194,7 +212,7 @@ void Communicator::broadcast(const Tensor& t, int root) {
   run(CommOp::broadcast, [&] {
     check_tensor(CommOp::broadcast, "t", t);
     check_peer(CommOp::broadcast, "root", root);
-    do_broadcast(t, root);
+    if (size_ > 1) do_broadcast(t, root);
     return root == rank_ && size_ > 1 ? static_cast<int64_t>(t.nbytes()) : int64_t{0};
   });
 }

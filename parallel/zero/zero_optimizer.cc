@@ -23,27 +23,39 @@ std::string kind_of(const std::string& key) { return key.substr(0, key.find('.')
 }  // namespace
 
 ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
-                             const optim::OptimizerConfig& optimizer, const ZeroConfig& zero)
-    : dp_(dp), model_(model), config_(zero), groups_(std::move(groups)) {
+                             const optim::OptimizerConfig& optimizer, const ZeroConfig& zero,
+                             const MixedPrecision& precision)
+    : dp_(dp), model_(model), config_(zero), precision_(precision), groups_(std::move(groups)) {
   TS_CHECK(config_.stage >= 0 && config_.stage <= 3, "[zero] expected stage 0 to 3, found ",
            config_.stage);
   TS_CHECK(config_.stage == 0 || optimizer.type != optim::OptimizerType::lamb,
            "[zero] LAMB's trust ratio needs each parameter whole; expected stage 0 with LAMB, "
            "found stage ",
            config_.stage);
+  const DType dtype = precision_.dtype;
+  TS_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16,
+           "[zero] expected a parameter precision of f32, f16 or bf16, found ", dtype_name(dtype));
   NoGradGuard no_grad;
   std::vector<FlatParamInfo> infos;
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (const NamedParameter& p : groups_[g].params) {
       const Tensor& t = p.tensor;
+      if (params_.empty()) device_ = t.device();
       TS_CHECK(
-          t.dtype() == DType::f32 && t.device().is_cpu() && t.is_contiguous() && t.requires_grad(),
-          "[zero] parameter \"", p.name,
-          "\": expected a contiguous f32 CPU tensor that requires grad, found ", t.str());
+          t.dtype() == dtype && t.device() == device_ && t.is_contiguous() && t.requires_grad(),
+          "[zero] parameter \"", p.name, "\": expected a contiguous ", dtype_name(dtype),
+          " tensor on ", device_.str(), " that requires grad, found ", t.str());
       infos.push_back({p.name, t.shape(), static_cast<int>(g)});
       params_.push_back(t);
     }
   }
+  TS_CHECK(config_.stage < 3 || (dtype == DType::f32 && device_.is_cpu()),
+           "[zero] stage 3 partitions f32 parameters on the CPU; expected f32 CPU parameters, "
+           "found ",
+           dtype_name(dtype), " on ", device_.str());
+  const bool mixed = dtype != DType::f32;
+  const TensorOptions f32{DType::f32, device_};
+  if (dtype == DType::f16) scaler_ = std::make_unique<optim::LossScaler>(precision_.scaler);
   // Stage 3 gives every parameter a block of its own (Note [ZeRO-3 parameters]).
   layout_ = make_flat_layout(infos, dp_.size(), config_.stage == 3 ? 1 : config_.block_numel());
 
@@ -53,23 +65,44 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
         std::make_shared<PartitionedParams>(dp_, layout_, params_, param_shard_, config_);
     model_.set_hooks(partitioned_);
   } else {
-    // Parameters become views of the flat buffer; rank 0's values win.
-    flat_params_ = zeros({layout_.numel});
+    // Parameters become views of the flat buffer (of the 16-bit model buffer when mixed,
+    // with the f32 masters in flat_params_); rank 0's values win.
+    flat_params_ = zeros({layout_.numel}, f32);
+    if (mixed) flat_model_ = zeros({layout_.numel}, {dtype, device_});
     for (size_t i = 0; i < params_.size(); ++i) {
       const FlatLayout::Param& p = layout_.params[i];
-      const Tensor view = flat_params_.narrow(0, p.offset, p.numel).view(p.shape);
-      view.copy_(params_[i]);
-      params_[i].set_data(view);
+      const Tensor master = flat_params_.narrow(0, p.offset, p.numel).view(p.shape);
+      master.copy_(params_[i]);
+      if (mixed) {
+        masters_.push_back(master);
+        params_[i].set_data(flat_model_.narrow(0, p.offset, p.numel).view(p.shape));
+      } else {
+        params_[i].set_data(master);
+      }
     }
     dp_.broadcast(flat_params_, 0);
+    if (mixed) flat_model_.copy_(flat_params_);
   }
 
   if (config_.stage <= 1) {
-    flat_grads_ = zeros({layout_.numel});
+    flat_grads_ = zeros({layout_.numel}, f32);
+    if (mixed) flat_model_grads_ = zeros({layout_.numel}, {dtype, device_});
   } else {
-    grad_shard_ = zeros({layout_.shard_numel()});
+    grad_shard_ = zeros({layout_.shard_numel()}, f32);
   }
-  if (config_.stage == 0) {
+  if (config_.stage == 0 && mixed) {
+    // The optimizer steps the masters, under the parameters' names, with f32 gradients.
+    std::vector<optim::ParamGroup> master_groups = groups_;
+    size_t i = 0;
+    for (optim::ParamGroup& g : master_groups) {
+      for (NamedParameter& p : g.params) {
+        const FlatLayout::Param& lp = layout_.params[i];
+        p.tensor = masters_[i++];
+        p.tensor.set_grad(flat_grads_.narrow(0, lp.offset, lp.numel).view(lp.shape));
+      }
+    }
+    inner_ = optim::make_optimizer(optimizer, std::move(master_groups));
+  } else if (config_.stage == 0) {
     inner_ = optim::make_optimizer(optimizer, groups_);
   } else {
     // One optimizer parameter per owned chunk, in its block's group.
@@ -117,12 +150,15 @@ Tensor ZeroOptimizer::own_grad_chunk(int64_t block) const {
 
 void ZeroOptimizer::zero_grad() {
   NoGradGuard no_grad;
+  overflow_ = false;
   if (config_.stage <= 1) {
     flat_grads_.fill_(0.0);
+    const Tensor& model_grads = flat_model_grads_.defined() ? flat_model_grads_ : flat_grads_;
+    if (flat_model_grads_.defined()) flat_model_grads_.fill_(0.0);
     // Backward accumulates into these views in place (AccumulateGrad).
     for (size_t i = 0; i < params_.size(); ++i) {
       const FlatLayout::Param& p = layout_.params[i];
-      params_[i].set_grad(flat_grads_.narrow(0, p.offset, p.numel).view(p.shape));
+      params_[i].set_grad(model_grads.narrow(0, p.offset, p.numel).view(p.shape));
     }
   } else {
     grad_shard_.fill_(0.0);
@@ -140,7 +176,8 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
   in_backward_ = reducing_ && from_hooks;
   if (partitioned_) partitioned_->begin_backward();
   try {
-    tessera::backward(loss, scalar_tensor(scale));
+    const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+    tessera::backward(loss, scalar_tensor(scale * loss_scale, {loss.dtype(), loss.device()}));
   } catch (...) {
     in_backward_ = false;
     if (partitioned_) partitioned_->end_backward();
@@ -168,6 +205,10 @@ void ZeroOptimizer::reduce_block(int64_t block) {
   const FlatLayout::Block& b = layout_.blocks[block];
   const double inv_world = 1.0 / dp_.size();
   reduced_[block] = true;
+  if (config_.stage <= 1 && flat_model_grads_.defined()) {
+    // The 16-bit gradients become f32 before they are reduced (Note [Mixed precision]).
+    flat_grads_.narrow(0, b.offset, b.numel).copy_(flat_model_grads_.narrow(0, b.offset, b.numel));
+  }
   if (config_.stage == 0) {
     const Tensor view = flat_grads_.narrow(0, b.offset, b.numel);
     dp_.all_reduce(view);
@@ -180,7 +221,7 @@ void ZeroOptimizer::reduce_block(int64_t block) {
   } else {
     // Stages 2-3: gather the block's gradients into one buffer and drop them. Every element
     // is written once: a gradient, or zero (padding, a parameter backward did not reach).
-    buffer = empty({b.numel});
+    buffer = empty({b.numel}, {DType::f32, device_});
     for (int64_t i = b.first_param; i < b.end_param; ++i) {
       const FlatLayout::Param& p = layout_.params[i];
       const Tensor slot = buffer.narrow(0, p.offset - b.offset, p.numel);
@@ -198,7 +239,7 @@ void ZeroOptimizer::reduce_block(int64_t block) {
   }
   Tensor reduced;
   if (config_.reduce_scatter) {
-    reduced = empty({b.chunk});
+    reduced = empty({b.chunk}, {DType::f32, device_});
     dp_.reduce_scatter(buffer, reduced);
   } else {
     dp_.all_reduce(buffer);
@@ -226,27 +267,40 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
     dp_.all_reduce(total);
     sq = total.item<double>();
   }
-  const double norm = std::sqrt(sq);
+  // The gradients carry the loss scale (1 without f16): unscale and clip in one multiply.
+  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  const double norm = std::sqrt(sq) / loss_scale;
+  overflow_ = scaler_ != nullptr && !std::isfinite(norm);
+  if (overflow_) return norm;
+  double factor = 1.0 / loss_scale;
   const double coef = max_norm / (norm + 1e-6);
-  if (max_norm > 0.0 && std::isfinite(norm) && coef < 1.0) {
+  if (max_norm > 0.0 && std::isfinite(norm) && coef < 1.0) factor *= coef;
+  if (factor != 1.0) {
     if (config_.stage == 0) {
-      kernels::scale_(flat_grads_, coef);
+      kernels::scale_(flat_grads_, factor);
     } else {
       for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-        kernels::scale_(own_grad_chunk(static_cast<int64_t>(b)), coef);
+        kernels::scale_(own_grad_chunk(static_cast<int64_t>(b)), factor);
       }
     }
   }
   return norm;
 }
 
-void ZeroOptimizer::step() {
+bool ZeroOptimizer::step() {
   NoGradGuard no_grad;
+  if (scaler_) {
+    scaler_->update(overflow_);
+    if (overflow_) return false;  // DeepSpeed skips the step and keeps the parameters
+  }
   inner_->step();
-  if (config_.stage == 0) return;
   if (partitioned_) {
     partitioned_->after_step();
-    return;
+    return true;
+  }
+  if (config_.stage == 0) {
+    if (flat_model_.defined()) flat_model_.copy_(flat_params_);
+    return true;
   }
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     const int64_t block = static_cast<int64_t>(b);
@@ -254,6 +308,8 @@ void ZeroOptimizer::step() {
     // The input must not overlap the output.
     dp_.all_gather(own_param_chunk(block).clone(), flat_params_.narrow(0, blk.offset, blk.numel));
   }
+  if (flat_model_.defined()) flat_model_.copy_(flat_params_);
+  return true;
 }
 
 void ZeroOptimizer::set_lr(double lr) { inner_->set_lr(lr); }
@@ -267,6 +323,8 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
                  ? static_cast<int64_t>(param_shard_.nbytes()) + partitioned_->persistent_bytes()
                  : static_cast<int64_t>(flat_params_.nbytes());
   m.grads = static_cast<int64_t>(config_.stage <= 1 ? flat_grads_.nbytes() : grad_shard_.nbytes());
+  if (flat_model_.defined()) m.params += static_cast<int64_t>(flat_model_.nbytes());
+  if (flat_model_grads_.defined()) m.grads += static_cast<int64_t>(flat_model_grads_.nbytes());
   for (const auto& [key, t] : inner_->state_dict()) {
     if (key != "step") m.optimizer += static_cast<int64_t>(t.nbytes());
   }
@@ -335,7 +393,9 @@ void ZeroOptimizer::load_whole_state(const StateDict& whole) {
 
 StateDict ZeroOptimizer::whole_parameters() {
   StateDict out;
-  const std::vector<Tensor> values = partitioned_ ? partitioned_->gather_all() : params_;
+  const std::vector<Tensor> values = partitioned_        ? partitioned_->gather_all()
+                                     : !masters_.empty() ? masters_
+                                                         : params_;
   for (size_t i = 0; i < values.size(); ++i) out.emplace_back(layout_.params[i].name, values[i]);
   return out;
 }
@@ -347,8 +407,6 @@ Tensor ZeroOptimizer::parameter_shard() const {
 }
 
 void ZeroOptimizer::load_parameters(const StateDict& whole) {
-  TS_CHECK(partitioned_ != nullptr, "[zero] load_parameters() is for stage 3; this is stage ",
-           config_.stage);
   std::map<std::string, Tensor> given(whole.begin(), whole.end());
   std::vector<Tensor> ordered;
   for (const FlatLayout::Param& p : layout_.params) {
@@ -363,7 +421,14 @@ void ZeroOptimizer::load_parameters(const StateDict& whole) {
   }
   TS_CHECK(given.empty(), "[zero] unexpected tensor \"", given.empty() ? "" : given.begin()->first,
            "\"; expected only the model's trainable parameters");
-  partitioned_->load(ordered);
+  if (partitioned_) {
+    partitioned_->load(ordered);
+    return;
+  }
+  NoGradGuard no_grad;
+  const std::vector<Tensor>& targets = masters_.empty() ? params_ : masters_;
+  for (size_t i = 0; i < ordered.size(); ++i) targets[i].copy_(ordered[i]);
+  if (flat_model_.defined()) flat_model_.copy_(flat_params_);
 }
 
 StateDict whole_state(const FlatLayout& layout, const std::vector<StateDict>& shards) {

@@ -25,6 +25,18 @@
 // The communicators here block, so "overlap" means blocks are reduced while backward is
 // still producing later ones (bounded memory), not concurrent compute and transfer.
 //
+// Note [Mixed precision]
+// With MixedPrecision::dtype f16 or bf16 (DeepSpeed's fp16 / bf16 sections) the model's
+// parameters are views of a flat 16-bit buffer and its gradients accumulate in a flat
+// 16-bit buffer (stages 0-1) or go straight into the f32 block buffers (stage 2). The
+// optimizer steps f32 master weights (flat_params_, the buffer f32 training uses), whose
+// gradients are the 16-bit ones converted at the reduction, so state, reductions, norms
+// and the step are f32 as in DeepSpeed. After the step the masters are rounded into the
+// model's buffer. With f16 the loss is multiplied by the loss scale before backward;
+// clip_grad_norm() detects inf/nan in the scaled gradients (overflow) and otherwise unscales
+// and clips in one multiply (DeepSpeed's unscale_and_clip_grads); step() updates the scaler
+// and skips the step on overflow. Checkpoints hold the f32 masters.
+//
 // Reductions are sums in rank order and averaging is one multiply, so all ranks hold
 // bitwise identical gradients, norms and parameters. Against one process with the same
 // global batch, results differ only by summation order.
@@ -37,6 +49,7 @@
 #include "autograd/module.h"
 #include "core/tensor.h"
 #include "optim/config.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/zero/flat_layout.h"
@@ -53,30 +66,44 @@ struct ModelStateBytes {
   int64_t total() const { return params + grads + optimizer; }
 };
 
+// The dtype of the model's parameters and gradients (Note [Mixed precision]).
+struct MixedPrecision {
+  DType dtype = DType::f32;        // f32, or f16/bf16 with f32 master weights
+  optim::LossScalerConfig scaler;  // used with f16 only
+};
+
 class ZeroOptimizer {
  public:
   // `groups` as optim::decay_groups(model) makes them; every parameter must be a
-  // contiguous f32 CPU tensor that requires grad. LAMB with stage >= 1 is refused. Stage 3
+  // contiguous tensor of precision.dtype that requires grad, all on one device (any device
+  // at stages 0-2; f32 on the CPU at stage 3). LAMB with stage >= 1 is refused. Stage 3
   // installs its hooks on `model`; its forwards must open a ModuleCall wherever they read
   // parameters (autograd/module.h). The destructor removes the hooks; a stage 3 model's
   // partitioned parameters then hold no values (take whole_parameters() before).
   ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
-                const optim::OptimizerConfig& optimizer, const ZeroConfig& zero);
+                const optim::OptimizerConfig& optimizer, const ZeroConfig& zero,
+                const MixedPrecision& precision = {});
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
   // Starts an optimizer step: the gradients of the previous one are discarded.
   void zero_grad();
-  // backward(loss, scale) for one micro-batch; `boundary` marks the last micro-batch of
-  // the step, after which every gradient has been reduced.
+  // backward(loss, scale) for one micro-batch (times the loss scale with f16); `boundary`
+  // marks the last micro-batch of the step, after which every gradient has been reduced.
   void backward(const Tensor& loss, double scale, bool boundary);
-  // The L2 norm of the averaged gradient over all parameters, each element counted once;
-  // when max_norm > 0 and max_norm / (norm + 1e-6) < 1 the gradients are scaled by that,
-  // as optim::clip_grad_norm does. Call after the boundary's backward.
+  // The L2 norm of the averaged (unscaled) gradient over all parameters, each element
+  // counted once; when max_norm > 0 and max_norm / (norm + 1e-6) < 1 the gradients are
+  // scaled by that, as optim::clip_grad_norm does. With f16 it also unscales them, or finds
+  // an overflow (the norm is then inf or nan). Call once after the boundary's backward.
   double clip_grad_norm(double max_norm);
-  // The optimizer step on this rank's shard; then the parameters are all-gathered.
-  void step();
+  // The optimizer step on this rank's shard; then the parameters are all-gathered. Returns
+  // false when an f16 overflow skipped the step (the loss scale was lowered instead).
+  bool step();
+  // The f16 loss scaler (null for f32 and bf16).
+  const optim::LossScaler* loss_scaler() const { return scaler_.get(); }
+  optim::LossScaler* loss_scaler() { return scaler_.get(); }
+  DType precision() const { return precision_.dtype; }
 
   void set_lr(double lr);
   double lr() const;
@@ -95,16 +122,16 @@ class ZeroOptimizer {
   // this rank's shard: "step" and one tensor of layout().shard_numel() elements per kind
   // ("exp_avg", ...). Tensors may be the live buffers.
   StateDict state_dict() const;
-  // Every trainable parameter whole (name -> tensor, flat order). Collective at stage 3,
-  // where the parameters are gathered one at a time into new tensors; the model's own
-  // tensors otherwise.
+  // Every trainable parameter whole in f32 (name -> tensor, flat order). Collective at
+  // stage 3, where the parameters are gathered one at a time into new tensors; the f32
+  // master weights with f16/bf16; the model's own tensors otherwise.
   StateDict whole_parameters();
   // Stage 3: this rank's shard of the parameters (layout().shard_numel() elements, the
   // live buffer). Other stages hold whole parameters in the model.
   Tensor parameter_shard() const;
-  // Stage 3: sets every parameter from whole tensors (name -> tensor, like
+  // Sets every parameter (and f32 master) from whole f32 tensors (name -> tensor, like
   // Module::state_dict(); exactly the trainable parameters), all checked before any
-  // changes; other stages load into the model directly.
+  // changes. Needed at stage 3 and with f16/bf16; f32 stages 0-2 may also load the model.
   void load_parameters(const StateDict& whole);
   // The stage 3 parameters (null for other stages).
   const PartitionedParams* partitioned() const { return partitioned_.get(); }
@@ -123,10 +150,17 @@ class ZeroOptimizer {
   Communicator& dp_;
   Module& model_;
   ZeroConfig config_;
+  MixedPrecision precision_;
+  Device device_;  // of every parameter and buffer
   std::vector<optim::ParamGroup> groups_;
   std::vector<Tensor> params_;  // flat order
   FlatLayout layout_;
-  Tensor flat_params_;                              // (layout.numel); stages 0-2
+  Tensor flat_params_;                              // (layout.numel) f32; stages 0-2
+  Tensor flat_model_;                               // (layout.numel) f16/bf16 model weights
+  Tensor flat_model_grads_;                         // (layout.numel) f16/bf16; stages 0-1
+  std::vector<Tensor> masters_;                     // f32 views of flat_params_ (f16/bf16)
+  std::unique_ptr<optim::LossScaler> scaler_;       // f16 only
+  bool overflow_ = false;                           // found by clip_grad_norm
   Tensor param_shard_;                              // (layout.shard_numel()); stage 3
   Tensor flat_grads_;                               // (layout.numel); stages 0-1
   Tensor grad_shard_;                               // (layout.shard_numel()); stages 2-3

@@ -23,6 +23,13 @@ cc_library(
 
 # NCCL ships as a shared library only; the rpath lets binaries find it where it was found.
 # It needs no driver to load, so binaries linking it still start on machines without a GPU.
+# cuBLASLt, shared like NCCL (there is no static build of it here); loads without a driver.
+cc_library(
+    name = "cublaslt",
+    linkopts = ["-L{lib}", "-lcublasLt", "-Wl,-rpath,{lib}"],
+    deps = [":cuda_headers"],
+)
+
 cc_library(
     name = "nccl",
     linkopts = ["-L{lib}", "-lnccl", "-Wl,-rpath,{lib}"],

@@ -33,6 +33,13 @@ TrainerConfig read_trainer(JsonObjectReader t, const std::string& run_dir) {
   c.checkpoint_interval = t.get_in_range<int64_t>("checkpoint_interval", 0, 0, kMax);
   c.keep_last = t.get_in_range<int64_t>("keep_last", c.keep_last, 0, kMax);
   c.threads = t.get_in_range<int64_t>("threads", 0, 0, 4096);
+  const std::string device = t.get<std::string>("device", "cpu");
+  try {
+    c.device = Device::parse(device);
+  } catch (const Error&) {
+    TS_FAIL("[config] ", t.key_path("device"),
+            ": expected \"cpu\", \"cuda\" or \"cuda:N\", found \"", device, "\"");
+  }
   c.no_decay_1d = t.get<bool>("no_decay_1d", true);
   c.no_decay_names = t.get<std::vector<std::string>>("no_decay_names", {});
   JsonObjectReader s = t.object("sample");
@@ -68,7 +75,7 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   c.source = source;
   c.json = doc;
   JsonObjectReader root(doc, "config");
-  c.engine = parallel::parse_engine_config(root, /*cuda=*/false);
+  c.engine = parallel::parse_engine_config(root);
   JsonObjectReader model = root.required_object("model");
   c.checkpoint_activations = model.get<bool>("checkpoint_activations", false);
   c.init_from = model.get<std::string>("init_from", "");
@@ -79,6 +86,15 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   // Cross-key checks come after finish(): a misspelt key is the error to report, not the
   // inconsistency its default causes.
   parallel::finish_engine_config(c.engine, dp_world_size);
+  if (c.engine.precision != DType::f32) {
+    const char* key = c.engine.precision == DType::f16 ? "fp16" : "bf16";
+    TS_CHECK(c.trainer.device.is_cuda(), "[config] $.", key,
+             ".enabled: mixed precision needs the CUDA backend; this run is on the CPU, so "
+             "expected false, found true (or set $.trainer.device to \"cuda\")");
+    TS_CHECK(c.engine.zero.stage <= 2, "[config] $.zero_optimization.stage: ", key,
+             " training shards fp32 master weights at stages 0-2; expected at most 2, found ",
+             c.engine.zero.stage);
+  }
   c.model.validate("[config] $.model.");
   c.warnings = root.warnings();
   return c;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "models/gpt2/config.h"
 #include "parallel/engine_config.h"
 
@@ -54,6 +55,7 @@ struct TrainerConfig {
   int64_t checkpoint_interval = 0;  // 0: only at the end
   int64_t keep_last = 3;            // 0: keep every checkpoint
   int64_t threads = 0;              // 0: all cores
+  Device device = Device::cpu();    // where the model trains: "cpu", "cuda" or "cuda:N"
   bool no_decay_1d = true;          // no weight decay on biases and norm weights
   std::vector<std::string> no_decay_names;
   SampleConfig sample;

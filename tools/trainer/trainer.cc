@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "core/cuda_runtime.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
 #include "core/logging.h"
@@ -65,6 +66,16 @@ void load_initial_weights(Gpt& model, const std::string& path) {
   }
 }
 
+// Every tensor of `state` on the CPU (checkpoint files are written from host memory).
+StateDict on_cpu(StateDict state) {
+  for (auto& [name, t] : state) t = t.to(Device::cpu());
+  return state;
+}
+
+// Dense bf16 tensor-core peak of an H100 SXM, the reference of the CUDA MFU (PaLM's MFU
+// uses the hardware peak whatever the precision).
+constexpr double kCudaPeakFlops = 989.4e12;
+
 }  // namespace
 
 Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp)
@@ -76,15 +87,19 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp
   if (t.threads > 0) set_num_threads(static_cast<int>(t.threads));
   const parallel::BatchConfig& batch = cfg_.engine.batch;
 
+  if (t.device.is_cuda()) cuda::check_device(t.device.index);
   model_ = std::make_unique<Gpt>(cfg_.model, t.seed);
   model_->set_activation_checkpointing(cfg_.checkpoint_activations);
   if (!cfg_.init_from.empty()) load_initial_weights(*model_, cfg_.init_from);
+  // Initialized in f32 on the CPU (the same weights everywhere), then placed.
+  model_->to(t.device, cfg_.engine.precision);
   const optim::OptimizerConfig& oc = cfg_.engine.optimizer;
   optimizer_ = std::make_unique<parallel::ZeroOptimizer>(
       dp_, *model_,
       optim::decay_groups(model_->named_parameters(), oc.lr, oc.weight_decay, t.no_decay_1d,
                           t.no_decay_names),
-      oc, cfg_.engine.zero);
+      oc, cfg_.engine.zero,
+      parallel::MixedPrecision{cfg_.engine.precision, cfg_.engine.loss_scaler});
   scheduler_ = std::make_unique<optim::LrScheduler>(
       cfg_.engine.scheduler ? cfg_.engine.scheduler : std::make_shared<optim::ConstantLR>(oc.lr));
 
@@ -147,14 +162,18 @@ Trainer::~Trainer() = default;
 nlohmann::json Trainer::state_json() const {
   nlohmann::json zero = {{"stage", optimizer_->stage()}};
   if (optimizer_->sharded()) zero["layout"] = optimizer_->layout().to_json();
-  return {{"step", step_},
-          {"scheduler_last_batch_iteration", scheduler_->last_batch_iteration()},
-          {"loader", train_loader_->state().to_json()},
-          {"dropout_offset", model_->dropout_generator().offset()},
-          {"model", cfg_.model.to_json()},
-          {"world", dp_.size()},
-          {"zero", zero},
-          {"config", cfg_.json}};
+  nlohmann::json state = {{"step", step_},
+                          {"scheduler_last_batch_iteration", scheduler_->last_batch_iteration()},
+                          {"loader", train_loader_->state().to_json()},
+                          {"dropout_offset", model_->dropout_generator().offset()},
+                          {"model", cfg_.model.to_json()},
+                          {"world", dp_.size()},
+                          {"zero", zero},
+                          {"config", cfg_.json}};
+  if (const optim::LossScaler* scaler = optimizer_->loss_scaler()) {
+    state["loss_scaler"] = scaler->state().to_json();
+  }
+  return state;
 }
 
 void Trainer::restore(const CheckpointContents& c) {
@@ -173,7 +192,14 @@ void Trainer::restore(const CheckpointContents& c) {
   const data::LoaderState loader =
       data::LoaderState::from_json(*s.raw("loader"), "checkpoint loader");
   const uint64_t offset = s.required<int64_t>("dropout_offset");
+  const nlohmann::json* scaler = s.raw("loss_scaler");
   s.finish();
+  // An fp16 run resumes its loss scale; other checkpoints start the scaler afresh.
+  std::optional<optim::LossScalerState> scaler_state;
+  if (scaler != nullptr && optimizer_->loss_scaler() != nullptr) {
+    scaler_state =
+        optim::LossScalerState::from_json(*scaler, "checkpoint state.json $.loss_scaler");
+  }
   // The optimizer state as whole per-parameter tensors, whatever world and stage saved it.
   StateDict optimizer = c.optimizer;
   if (!c.optimizer_shards.empty()) {
@@ -185,8 +211,8 @@ void Trainer::restore(const CheckpointContents& c) {
     optimizer = parallel::whole_state(layout, c.optimizer_shards);
   }
   // Validate-then-write: both check every tensor before changing any. Stage 3's
-  // parameters live in the optimizer's shards.
-  if (optimizer_->stage() == 3) {
+  // parameters live in the optimizer's shards; 16-bit runs load the f32 masters.
+  if (optimizer_->stage() == 3 || optimizer_->precision() != DType::f32) {
     optimizer_->load_parameters(c.model);
   } else {
     model_->load_state_dict(c.model);
@@ -195,6 +221,7 @@ void Trainer::restore(const CheckpointContents& c) {
   scheduler_->set_last_batch_iteration(t);
   train_loader_->restore(loader);
   model_->dropout_generator().set_offset(offset);
+  if (scaler_state) optimizer_->loss_scaler()->set_state(*scaler_state);
   step_ = step;
 }
 
@@ -206,14 +233,22 @@ double Trainer::train_step() {
   double loss_sum = 0.0;
   for (int64_t micro = 0; micro < gas; ++micro) {
     const data::Batch b = train_loader_->next();
-    const Tensor loss = model_->loss(model_->forward(b.inputs), b.targets);
+    const Device device = cfg_.trainer.device;
+    const Tensor loss = model_->loss(model_->forward(b.inputs.to(device)), b.targets.to(device));
     loss_sum += loss.item<double>();
     // The mean over micro-batches, as DeepSpeed scales each micro-batch's loss by 1/GAS.
     optimizer_->backward(loss, 1.0 / static_cast<double>(gas), micro == gas - 1);
   }
   last_grad_norm_ = optimizer_->clip_grad_norm(cfg_.engine.gradient_clipping);
-  optimizer_->step();
-  scheduler_->step();
+  const double attempted_scale =
+      optimizer_->loss_scaler() ? optimizer_->loss_scaler()->scale() : 1.0;
+  if (optimizer_->step()) {
+    scheduler_->step();
+  } else if (leader()) {
+    // DeepSpeed's message; the step counts, the scheduler does not move.
+    log_info("OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {}, reducing to {}",
+             attempted_scale, optimizer_->loss_scaler()->scale());
+  }
   ++step_;
   return global_mean(loss_sum / static_cast<double>(gas));
 }
@@ -232,7 +267,9 @@ double Trainer::evaluate() {
   double total = 0.0;
   for (int64_t i = 0; i < cfg_.trainer.eval_batches; ++i) {
     const data::Batch b = val_loader_->next();
-    total += model_->loss(model_->forward(b.inputs), b.targets).item<double>();
+    const Device device = cfg_.trainer.device;
+    total +=
+        model_->loss(model_->forward(b.inputs.to(device)), b.targets.to(device)).item<double>();
   }
   model_->train();
   return global_mean(total / static_cast<double>(cfg_.trainer.eval_batches));
@@ -241,16 +278,19 @@ double Trainer::evaluate() {
 void Trainer::save_checkpoint() {
   CheckpointContents c;
   const bool partitioned = optimizer_->stage() == 3;
+  const bool mixed = optimizer_->precision() != DType::f32;
   if (leader()) {
-    if (!partitioned) c.model = model_->state_dict();
+    // 16-bit runs save their f32 master weights.
+    if (!partitioned)
+      c.model = on_cpu(mixed ? optimizer_->whole_parameters() : model_->state_dict());
     c.state = state_json();
   }
   if (optimizer_->sharded()) {
-    c.optimizer_shards.push_back(optimizer_->state_dict());
+    c.optimizer_shards.push_back(on_cpu(optimizer_->state_dict()));
     if (partitioned)
       c.optimizer_shards.back().emplace_back(kParameterShard, optimizer_->parameter_shard());
   } else if (leader()) {
-    c.optimizer = optimizer_->state_dict();
+    c.optimizer = on_cpu(optimizer_->state_dict());
   }
   const std::string dir = checkpoints_->save(step_, c, &dp_);
   if (leader()) log_info("checkpoint {}", dir);
@@ -274,16 +314,20 @@ TrainResult Trainer::run() {
   const auto start = Clock::now();
   const int64_t tokens_per_step = cfg_.engine.batch.train_batch_size * cfg_.data.seq_len;
   // Every rank measures its own peak; MFU compares against all ranks' together.
-  const double peak = bench::measure_fma_peak(num_threads()) * dp_.size();
+  const bool on_cuda = t.device.is_cuda();
+  const double peak =
+      (on_cuda ? kCudaPeakFlops : bench::measure_fma_peak(num_threads())) * dp_.size();
   const double flops = flops_per_token(cfg_.model, cfg_.data.seq_len);
   if (leader()) {
     log_info(
         "model: GPT-2 {} layers, {} heads, width {}, {} parameters; {} steps of {} tokens; "
-        "{} data-parallel rank(s), ZeRO stage {}; FMA peak {:.0f} GFLOP/s on {} threads "
-        "per rank",
+        "{} data-parallel rank(s), ZeRO stage {}, {} on {}; {}",
         cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd, cfg_.model.num_parameters(),
-        total_steps_, tokens_per_step, dp_.size(), optimizer_->stage(), peak / dp_.size() / 1e9,
-        num_threads());
+        total_steps_, tokens_per_step, dp_.size(), optimizer_->stage(),
+        dtype_name(optimizer_->precision()), t.device.str(),
+        on_cuda ? std::string("MFU against 989 TFLOP/s (H100 SXM dense bf16)")
+                : fmt::format("FMA peak {:.0f} GFLOP/s on {} threads per rank",
+                              peak / dp_.size() / 1e9, num_threads()));
   }
   dp_.reset_stats();
   const bool bar = leader() && ::isatty(STDERR_FILENO) != 0;

@@ -295,17 +295,48 @@ TEST_CASE("the batch triple is derived and checked with DeepSpeed's messages", "
         "[config] $.gradient_accumulation_steps: expected integer, found number 1.5");
 }
 
+TEST_CASE("mixed precision is read for CUDA runs, with fp16's loss-scaler keys", "[run_config]") {
+  Json d = base_config();
+  d["trainer"]["device"] = "cuda:1";
+  d["fp16"] = {{"enabled", true}, {"initial_scale_power", 12}, {"hysteresis", 3}};
+  const RunConfig c = parse(d);
+  CHECK(c.trainer.device == Device::cuda(1));
+  CHECK(c.engine.precision == DType::f16);
+  CHECK(c.engine.loss_scaler.initial_scale_power == 12);
+  CHECK(c.engine.loss_scaler.hysteresis == 3);
+  CHECK(c.engine.loss_scaler.window == 1000);
+  d.erase("fp16");
+  d["bf16"] = {{"enabled", true}};
+  CHECK(parse(d).engine.precision == DType::bf16);
+  CHECK(parse(base_config()).engine.precision == DType::f32);
+  CHECK(parse(base_config()).trainer.device == Device::cpu());
+  CHECK(error_after([](Json& j) { j["trainer"]["device"] = "gpu"; }) ==
+        "[config] $.trainer.device: expected \"cpu\", \"cuda\" or \"cuda:N\", found \"gpu\"");
+  CHECK(error_after([](Json& j) {
+          j["trainer"]["device"] = "cuda";
+          j["fp16"] = {{"enabled", true}};
+          j["bf16"] = {{"enabled", true}};
+        }) == "[config] $.bf16.enabled: fp16 and bf16 are both enabled; expected at most one");
+  CHECK(error_after([](Json& j) {
+          j["trainer"]["device"] = "cuda";
+          j["bf16"] = {{"enabled", true}};
+          j["zero_optimization"] = {{"stage", 3}};
+        }) ==
+        "[config] $.zero_optimization.stage: bf16 training shards fp32 master weights at stages "
+        "0-2; expected at most 2, found 3");
+}
+
 TEST_CASE("features this build does not have are refused, saying why", "[run_config]") {
   CHECK(error_after([](Json& d) {
           d["fp16"] = {{"enabled", true}};
         }) ==
         "[config] $.fp16.enabled: mixed precision needs the CUDA backend; this run is on the "
-        "CPU, so expected false, found true");
+        "CPU, so expected false, found true (or set $.trainer.device to \"cuda\")");
   CHECK(error_after([](Json& d) {
           d["bf16"] = {{"enabled", true}};
         }) ==
         "[config] $.bf16.enabled: mixed precision needs the CUDA backend; this run is on the "
-        "CPU, so expected false, found true");
+        "CPU, so expected false, found true (or set $.trainer.device to \"cuda\")");
   CHECK(error_after([](Json& d) {
           d["zero_optimization"] = {{"stage", 3},
                                     {"stage3_gather_16bit_weights_on_model_save", true}};

@@ -1,0 +1,244 @@
+// cuda::matmul through cuBLASLt: TF32 tensor cores for f32, bf16/f16 tensor cores with
+// f32 accumulation, f64 in double.
+//
+// Note [Row-major GEMM through column-major cuBLAS]
+// A row-major (M, N) matrix is the column-major (N, M) matrix with the same bytes. So
+// C = op(A) op(B) in row-major is C^T = op(B)^T op(A)^T in column-major: cuBLASLt gets
+// b's buffer as its first operand and a's as its second, each with its own transpose
+// flag, and writes C with no copy. An operand whose last two dims are a transposed
+// contiguous matrix (strides (1, rows)) is passed as that matrix with the flag flipped,
+// so x.transpose(-2, -1) costs no copy either.
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "core/factories.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace tessera::kernels::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS's recommendation for Hopper
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  TS_CHECK(status == CUBLAS_STATUS_SUCCESS, "[matmul] ", call,
+           " failed: ", cublasLtGetStatusName(status), " (", cublasLtGetStatusString(status), ")");
+}
+
+// Everything the chosen algorithm depends on: dtype, flags, layouts and batch.
+using AlgoKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int64_t, int64_t>;
+
+// A cuBLASLt handle and its workspace for one device, with the chosen algorithm per
+// problem. Created on first use and kept for the process, like the device allocator.
+struct DeviceContext {
+  cublasLtHandle_t handle = nullptr;
+  Tensor workspace;  // (kWorkspaceBytes) u8 on the device
+  std::mutex mutex;  // guards algos
+  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+};
+
+DeviceContext& context(int device) {
+  static std::mutex mutex;
+  static std::map<int, std::unique_ptr<DeviceContext>> contexts;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<DeviceContext>& ctx = contexts[device];
+  if (!ctx) {
+    auto fresh = std::make_unique<DeviceContext>();
+    check_cublas(cublasLtCreate(&fresh->handle), "cublasLtCreate");
+    fresh->workspace =
+        empty({static_cast<int64_t>(kWorkspaceBytes)}, {DType::u8, Device::cuda(device)});
+    ctx = std::move(fresh);
+  }
+  return *ctx;
+}
+
+// One operand as cuBLASLt sees it: a column-major rows x cols matrix (per batch) with
+// leading dimension ld, transposed when `trans`.
+struct Operand {
+  Tensor t;  // the tensor whose buffer is passed (a view with unit stride inside matrices)
+  bool trans = false;
+  int64_t rows = 0, cols = 0, ld = 0;
+  int64_t batch_stride = 0;  // elements; 0 when shared by every batch
+};
+
+// The stride between consecutive matrices of x (..., R, C) when its batch dims collapse
+// into one (false otherwise); 0 for a 2-D x, which every batch shares.
+bool batch_stride_of(const Tensor& x, int64_t& stride) {
+  stride = 0;
+  int64_t expected = -1;  // stride the next-outer batch dim must have
+  for (int64_t d = x.dim() - 3; d >= 0; --d) {
+    if (x.size(d) == 1) continue;
+    if (expected >= 0 && x.stride(d) != expected) return false;
+    if (expected < 0) stride = x.stride(d);
+    expected = x.stride(d) * x.size(d);
+  }
+  return true;
+}
+
+// Describes row-major x (..., R, C), used as op(x) when `trans`, as the column-major
+// operand op(x)^T of Note [Row-major GEMM through column-major cuBLAS]. Copies only when
+// the matrices are neither row- nor column-major or the batch dims do not collapse.
+Operand column_major(const Tensor& x, bool trans) {
+  const int64_t r = x.size(-2), c = x.size(-1);
+  const int64_t s_r = x.stride(-2), s_c = x.stride(-1);
+  int64_t batch_stride = 0;
+  if (batch_stride_of(x, batch_stride)) {
+    // Row-major (R, C) with leading dim s_r is column-major (C, R): op(x)^T needs `trans`.
+    if (s_c == 1 && s_r >= std::max<int64_t>(c, 1)) return {x, trans, c, r, s_r, batch_stride};
+    // Column-major (R, C) with leading dim s_c is x itself: op(x)^T needs the flip.
+    if (s_r == 1 && s_c >= std::max<int64_t>(r, 1)) return {x, !trans, r, c, s_c, batch_stride};
+  }
+  const Tensor dense = x.contiguous();
+  return {dense, trans, c, r, std::max<int64_t>(c, 1), x.dim() == 2 ? 0 : r * c};
+}
+
+cudaDataType_t data_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f64:
+      return CUDA_R_64F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      TS_FAIL("[matmul] expected a floating dtype (f32, f64, f16, bf16), found ",
+              dtype_name(dtype));
+  }
+}
+
+// RAII owners of the cuBLASLt descriptors of one call.
+struct Layout {
+  cublasLtMatrixLayout_t desc = nullptr;
+  Layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+         int64_t stride) {
+    check_cublas(cublasLtMatrixLayoutCreate(&desc, type, rows, cols, ld),
+                 "cublasLtMatrixLayoutCreate");
+    if (batch > 1) {
+      const int32_t count = static_cast<int32_t>(batch);
+      check_cublas(cublasLtMatrixLayoutSetAttribute(desc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                    &count, sizeof(count)),
+                   "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+      check_cublas(cublasLtMatrixLayoutSetAttribute(
+                       desc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
+                   "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+    }
+  }
+  ~Layout() { cublasLtMatrixLayoutDestroy(desc); }
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+};
+
+struct OpDesc {
+  cublasLtMatmulDesc_t desc = nullptr;
+  OpDesc(cublasComputeType_t compute, cudaDataType_t scale, bool trans_first, bool trans_second) {
+    check_cublas(cublasLtMatmulDescCreate(&desc, compute, scale), "cublasLtMatmulDescCreate");
+    const cublasOperation_t ta = trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
+                 "cublasLtMatmulDescSetAttribute(TRANSA)");
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
+                 "cublasLtMatmulDescSetAttribute(TRANSB)");
+  }
+  ~OpDesc() { cublasLtMatmulDescDestroy(desc); }
+  OpDesc(const OpDesc&) = delete;
+  OpDesc& operator=(const OpDesc&) = delete;
+};
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  // a: (..., M, K) or (..., K, M); b: (K, N) / (N, K) or batched like a.
+  const int64_t m = trans_a ? a.size(-1) : a.size(-2);
+  const int64_t k = trans_a ? a.size(-2) : a.size(-1);
+  const int64_t n = trans_b ? b.size(-2) : b.size(-1);
+  Shape out_shape(a.shape().begin(), a.shape().end() - 2);
+  int64_t batch = 1;
+  for (int64_t d : out_shape) batch *= d;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  if (m == 0 || n == 0 || batch == 0) return empty(out_shape, {a.dtype(), a.device()});
+  if (k == 0) return zeros(out_shape, {a.dtype(), a.device()});
+  set_device("matmul", a);
+
+  // A 2-D b shared by a contiguous, untransposed a: one GEMM with batch * M rows.
+  Tensor a2 = a;
+  int64_t rows = m, gemm_batch = batch;
+  if (b.dim() == 2 && a.dim() > 2 && !trans_a && a.is_contiguous()) {
+    a2 = a.reshape({batch * m, k});
+    rows = batch * m;
+    gemm_batch = 1;
+  }
+  Tensor out = empty(out_shape, {a.dtype(), a.device()});
+
+  // Column-major: C^T (N, rows) = op(B)^T (N, K) x op(A)^T (K, rows); Note [Row-major GEMM
+  // through column-major cuBLAS].
+  const Operand first = column_major(b, trans_b);
+  const Operand second = column_major(a2, trans_a);
+  const cudaDataType_t type = data_type(a.dtype());
+  const bool is_f64 = a.dtype() == DType::f64;
+  const cublasComputeType_t compute = is_f64                    ? CUBLAS_COMPUTE_64F
+                                      : a.dtype() == DType::f32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                : CUBLAS_COMPUTE_32F;
+  const cudaDataType_t scale_type = is_f64 ? CUDA_R_64F : CUDA_R_32F;
+  OpDesc op(compute, scale_type, first.trans, second.trans);
+  Layout la(type, first.rows, first.cols, first.ld, gemm_batch, first.batch_stride);
+  Layout lb(type, second.rows, second.cols, second.ld, gemm_batch, second.batch_stride);
+  Layout lc(type, n, rows, n, gemm_batch, gemm_batch > 1 ? n * m : 0);
+
+  DeviceContext& ctx = context(a.device().index);
+  const AlgoKey key{static_cast<int>(a.dtype()),
+                    first.trans,
+                    second.trans,
+                    first.rows,
+                    first.cols,
+                    first.ld,
+                    second.rows,
+                    second.cols,
+                    second.ld,
+                    rows,
+                    gemm_batch,
+                    first.batch_stride,
+                    second.batch_stride};
+  cublasLtMatmulAlgo_t algo;
+  {
+    std::lock_guard<std::mutex> lock(ctx.mutex);
+    auto it = ctx.algos.find(key);
+    if (it == ctx.algos.end()) {
+      cublasLtMatmulPreference_t pref = nullptr;
+      check_cublas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+      const size_t ws = kWorkspaceBytes;
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                           sizeof(ws));
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+          ctx.handle, op.desc, la.desc, lb.desc, lc.desc, lc.desc, pref, 1, &result, &found);
+      cublasLtMatmulPreferenceDestroy(pref);
+      check_cublas(status, "cublasLtMatmulAlgoGetHeuristic");
+      TS_CHECK(found > 0, "[matmul] cuBLASLt has no algorithm for ", dtype_name(a.dtype()), " ",
+               shape_str(a.shape()), " x ", shape_str(b.shape()));
+      it = ctx.algos.emplace(key, result.algo).first;
+    }
+    algo = it->second;
+  }
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const double one_d = 1.0, zero_d = 0.0;
+  const void* alpha = is_f64 ? static_cast<const void*>(&one_d) : &one_f;
+  const void* beta = is_f64 ? static_cast<const void*>(&zero_d) : &zero_f;
+  check_cublas(
+      cublasLtMatmul(ctx.handle, op.desc, alpha, first.t.raw_data(), la.desc, second.t.raw_data(),
+                     lb.desc, beta, out.raw_data(), lc.desc, out.raw_data(), lc.desc, &algo,
+                     ctx.workspace.raw_data(), kWorkspaceBytes, kStream),
+      "cublasLtMatmul");
+  return out;
+}
+
+}  // namespace tessera::kernels::cuda

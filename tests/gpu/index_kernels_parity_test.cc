@@ -1,0 +1,263 @@
+// CPU vs CUDA parity of the gather/scatter kernels: embedding (+backward with repeated
+// ids), cat, index_select and index_add_ (duplicate indices), and run-to-run determinism of
+// the scatter-adds. Gathers and joins copy values, so they must match exactly.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "core/factories.h"
+#include "kernels/embedding.h"
+#include "kernels/index.h"
+
+namespace tessera {
+namespace {
+
+// ---- parity helpers (the same block opens each tests/gpu/*kernels_parity_test.cc) --------
+
+const Device kCuda = Device::cuda(0);
+
+// 16-bit results are compared with the f64 reference rounded to the same dtype; 2e-2 is
+// about five bf16 ulps (2^-8) and covers the f32-accumulated kernels' last rounding.
+constexpr double kHalfTol = 2e-2;
+
+// The relative tolerance of a result of `dtype`, given the one for f32.
+double tol_for(DType dtype, double f32_tol) {
+  if (dtype == DType::f64) return 1e-10;
+  if (dtype == DType::f32) return f32_tol;
+  return kHalfTol;
+}
+
+// One operand on both sides: the same values (and layout) as an exact CPU reference and
+// as the tested dtype on the device.
+struct Input {
+  Tensor ref;  // f64 (integers: their own dtype) on the CPU
+  Tensor dev;  // the tested dtype on the device
+};
+
+// Rounds CPU values to `dtype` and places them on both sides.
+Input both(const Tensor& host, DType dtype) {
+  const Tensor h = host.to(dtype);
+  return {h.to(is_floating(dtype) ? DType::f64 : dtype), h.to(kCuda)};
+}
+
+// N(0, 1) values, or uniform in [lo, hi) when lo < hi (integers: in [-1000, 1000)).
+Input random(const Shape& shape, uint64_t seed, DType dtype, double lo = 0.0, double hi = 0.0) {
+  Generator g(seed);
+  if (!is_floating(dtype) && lo >= hi) {
+    lo = -1000.0;
+    hi = 1000.0;
+  }
+  return both(lo < hi ? rand(shape, g, {DType::f32}, lo, hi) : randn(shape, g), dtype);
+}
+
+// The same view of both sides.
+template <class F>
+Input view_of(const Input& in, F f) {
+  return {f(in.ref), f(in.dev)};
+}
+
+// Like random(), stored with the last two dims swapped: a non-contiguous (..., M, N).
+Input random_t(const Shape& shape, uint64_t seed, DType dtype, double lo = 0.0, double hi = 0.0) {
+  Shape stored = shape;
+  std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
+  Input in = view_of(random(stored, seed, dtype, lo, hi),
+                     [](const Tensor& t) { return t.transpose(-1, -2); });
+  REQUIRE_FALSE(in.dev.is_contiguous());
+  return in;
+}
+
+Input random_in(const Shape& shape, uint64_t seed, DType dtype, bool transposed, double lo = 0.0,
+                double hi = 0.0) {
+  return transposed ? random_t(shape, seed, dtype, lo, hi) : random(shape, seed, dtype, lo, hi);
+}
+
+// `got` (on the device, of `dtype`) against the f64 reference `want` rounded to `dtype`:
+// |got - want| <= tol (|want| + rms(want)) element by element, NaN matching NaN and
+// infinities matching exactly. The rms term keeps the bound meaningful where results
+// cancel to near zero (matmul, reductions). tol = 0 asks for exact equality.
+void check_close(const Tensor& got, const Tensor& want, DType dtype, double tol) {
+  REQUIRE(got.defined());
+  CHECK(got.device() == kCuda);
+  REQUIRE(dtype_name(got.dtype()) == dtype_name(dtype));
+  REQUIRE(shape_str(got.shape()) == shape_str(want.shape()));
+  const std::vector<double> g = got.to_vector<double>();
+  const std::vector<double> w = want.to(dtype).to_vector<double>();
+  double rms = 0.0;
+  for (double v : w) rms += std::isfinite(v) ? v * v : 0.0;
+  rms = w.empty() ? 0.0 : std::sqrt(rms / static_cast<double>(w.size()));
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const bool ok = std::isnan(w[i])   ? std::isnan(g[i])
+                    : std::isinf(w[i]) ? g[i] == w[i]
+                                       : std::abs(g[i] - w[i]) <= tol * (std::abs(w[i]) + rms);
+    if (!ok && bad++ == 0) first = i;
+  }
+  INFO(bad << " of " << w.size() << " elements differ; first at " << first << ": got "
+           << (bad ? g[first] : 0.0) << ", want " << (bad ? w[first] : 0.0) << " (tol " << tol
+           << ", rms " << rms << ")");
+  CHECK(bad == 0);
+}
+
+// ---- end of the parity helpers ---------------------------------------------------------------
+
+// Two device results hold the same bits (run-to-run determinism).
+void check_bitwise(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.dtype() == b.dtype());
+  REQUIRE(a.shape() == b.shape());
+  const Tensor ha = a.to(Device::cpu()).contiguous(), hb = b.to(Device::cpu()).contiguous();
+  CHECK(std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()) == 0);
+}
+
+// An index tensor of `dtype` (i32 or i64) on both sides.
+Input index_of(const std::vector<int64_t>& values, const Shape& shape, DType dtype) {
+  const Tensor host = from_vector(values, shape).to(dtype);
+  return {host, host.to(kCuda)};
+}
+
+// `count` ids in [0, high): many repeats when count >> high.
+std::vector<int64_t> random_ids(int64_t count, int64_t high, uint64_t seed) {
+  Generator g(seed);
+  return rand({count}, g, {DType::f32}, 0.0, static_cast<double>(high))
+      .to(DType::i64)
+      .to_vector<int64_t>();
+}
+
+TEST_CASE("embedding and its backward match the CPU with repeated ids", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  const int64_t V = 50, C = 67;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (DType id_dtype : {DType::i64, DType::i32}) {
+      DYNAMIC_SECTION(dtype_name(dt) << " weight, " << dtype_name(id_dtype) << " ids") {
+        // Ids in [0, 10) of 50 rows: every used row repeats, rows 10.. get no gradient.
+        const Input ids = index_of(random_ids(4 * 33, 10, 90), {4, 33}, id_dtype);  // (4, 33)
+        for (bool transposed : {false, true}) {
+          INFO((transposed ? "non-contiguous weight" : "contiguous weight"));
+          const Input w = random_in({V, C}, 91, dt, transposed);  // (V, C)
+          check_close(kernels::embedding(w.dev, ids.dev), kernels::embedding(w.ref, ids.ref), dt,
+                      0.0);
+        }
+        const Input grad = random({4, 33, C}, 92, dt);  // (4, 33, C)
+        const Tensor dw = kernels::embedding_backward(grad.dev, ids.dev, V);
+        check_close(dw, kernels::embedding_backward(grad.ref, ids.ref, V), dt, tol_for(dt, 1e-5));
+        const std::vector<double> unused = dw.narrow(0, 10, V - 10).to_vector<double>();
+        CHECK(unused == std::vector<double>(unused.size(), 0.0));
+        // 0-dim ids pick one row; no ids give a zero gradient.
+        const Input one = index_of({7}, {}, id_dtype);
+        const Input w = random({V, C}, 93, dt);
+        check_close(kernels::embedding(w.dev, one.dev), kernels::embedding(w.ref, one.ref), dt,
+                    0.0);
+        const Input none = index_of({}, {0}, id_dtype);
+        const Input g0 = random({0, C}, 94, dt);
+        check_close(kernels::embedding_backward(g0.dev, none.dev, V),
+                    kernels::embedding_backward(g0.ref, none.ref, V), dt, 0.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("cat matches the CPU along every dim, with strided and empty pieces", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i64}) {
+    DYNAMIC_SECTION("cat " << dtype_name(dt)) {
+      for (int64_t dim : {0, 1, 2, -1}) {
+        INFO("dim " << dim);
+        const int64_t d = dim < 0 ? dim + 3 : dim;
+        // Four pieces of (3, 5, 7) with sizes 5, 2, 0, 4 along `dim`; the second is strided.
+        std::vector<Tensor> refs, devs;
+        int64_t seed = 100;
+        for (int64_t n : {5, 2, 0, 4}) {
+          Shape shape{3, 5, 7};
+          shape[d] = n;
+          const bool strided = n == 2 && d != 2;  // last two dims swapped in memory
+          const Input piece = random_in(shape, static_cast<uint64_t>(seed++), dt, strided);
+          refs.push_back(piece.ref);
+          devs.push_back(piece.dev);
+        }
+        check_close(kernels::cat(devs, dim), kernels::cat(refs, dim), dt, 0.0);
+      }
+      const Input single = random_t({4, 6}, 110, dt);
+      check_close(kernels::cat({single.dev}, 0), kernels::cat({single.ref}, 0), dt, 0.0);
+    }
+  }
+}
+
+TEST_CASE("index_select matches the CPU with repeated indices", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  struct Case {
+    int64_t dim;
+    std::vector<int64_t> index;
+  };
+  const Case cases[] = {{1, {6, 0, 6, 3, 6}}, {0, {4, 4, 0}}, {-1, {8, 1}}, {1, {}}};
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i64}) {
+    for (DType id_dtype : {DType::i64, DType::i32}) {
+      DYNAMIC_SECTION(dtype_name(dt) << " x, " << dtype_name(id_dtype) << " index") {
+        for (bool transposed : {false, true}) {
+          const Input x = random_in({5, 7, 9}, 120, dt, transposed);  // (5, 7, 9)
+          for (const Case& c : cases) {
+            INFO("dim " << c.dim << ", " << c.index.size() << " indices"
+                        << (transposed ? ", non-contiguous x" : ""));
+            const Input index =
+                index_of(c.index, {static_cast<int64_t>(c.index.size())}, id_dtype);  // (L)
+            check_close(kernels::index_select(x.dev, c.dim, index.dev),
+                        kernels::index_select(x.ref, c.dim, index.ref), dt, 0.0);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("index_add_ matches the CPU with duplicate indices", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  struct Case {
+    int64_t dim;
+    std::vector<int64_t> index;
+  };
+  const Case cases[] = {{1, {2, 5, 2, 2, 0}}, {0, {4, 4, 1}}, {2, {8, 0, 8, 8}}, {1, {}}};
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (DType id_dtype : {DType::i64, DType::i32}) {
+      DYNAMIC_SECTION(dtype_name(dt) << " out, " << dtype_name(id_dtype) << " index") {
+        for (bool transposed : {false, true}) {
+          for (const Case& c : cases) {
+            INFO("dim " << c.dim << ", " << c.index.size() << " indices"
+                        << (transposed ? ", non-contiguous out and src" : ""));
+            const int64_t L = static_cast<int64_t>(c.index.size());
+            Shape src_shape{5, 7, 9};
+            src_shape[c.dim] = L;
+            const Input out = random_in({5, 7, 9}, 130, dt, transposed);  // (5, 7, 9)
+            const Input src = random_in(src_shape, 131, dt, transposed && L > 1);
+            const Input index = index_of(c.index, {L}, id_dtype);  // (L)
+            kernels::index_add_(out.ref, c.dim, index.ref, src.ref);
+            kernels::index_add_(out.dev, c.dim, index.dev, src.dev);
+            check_close(out.dev, out.ref, dt, tol_for(dt, 1e-5));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("embedding_backward and index_add_ give bitwise equal results run to run", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    DYNAMIC_SECTION("determinism " << dtype_name(dt)) {
+      // 8192 positions into 16 rows: heavy contention on every row.
+      const Tensor ids = from_vector(random_ids(8192, 16, 140)).to(kCuda);  // (8192)
+      const Input grad = random({8192, 256}, 141, dt);                      // (8192, 256)
+      check_bitwise(kernels::embedding_backward(grad.dev, ids, 16),
+                    kernels::embedding_backward(grad.dev, ids, 16));
+
+      const Input src = random({16, 8192, 64}, 142, dt);  // (16, 8192, 64)
+      Tensor a = zeros({16, 16, 64}, {dt, kCuda}), b = zeros({16, 16, 64}, {dt, kCuda});
+      kernels::index_add_(a, 1, ids, src.dev);
+      kernels::index_add_(b, 1, ids, src.dev);
+      check_bitwise(a, b);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera

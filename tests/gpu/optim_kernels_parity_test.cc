@@ -1,0 +1,275 @@
+// CPU vs CUDA parity of the optimizer steps (AdamW, LAMB, SGD) and the level-1 vector
+// kernels (squared_norm, scale_, axpy_) in f32, f64 and the 16-bit dtypes. Each step runs
+// once from the same state on both sides; the CPU runs in f64 on the same (rounded) values.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "core/factories.h"
+#include "kernels/adamw.h"
+#include "kernels/blas1.h"
+#include "kernels/lamb.h"
+#include "kernels/sgd.h"
+
+namespace tessera {
+namespace {
+
+// ---- parity helpers (the same block opens each tests/gpu/*kernels_parity_test.cc) --------
+
+const Device kCuda = Device::cuda(0);
+
+// 16-bit results are compared with the f64 reference rounded to the same dtype; 2e-2 is
+// about five bf16 ulps (2^-8) and covers the f32-accumulated kernels' last rounding.
+constexpr double kHalfTol = 2e-2;
+
+// The relative tolerance of a result of `dtype`, given the one for f32.
+double tol_for(DType dtype, double f32_tol) {
+  if (dtype == DType::f64) return 1e-10;
+  if (dtype == DType::f32) return f32_tol;
+  return kHalfTol;
+}
+
+// One operand on both sides: the same values (and layout) as an exact CPU reference and
+// as the tested dtype on the device.
+struct Input {
+  Tensor ref;  // f64 (integers: their own dtype) on the CPU
+  Tensor dev;  // the tested dtype on the device
+};
+
+// Rounds CPU values to `dtype` and places them on both sides.
+Input both(const Tensor& host, DType dtype) {
+  const Tensor h = host.to(dtype);
+  return {h.to(is_floating(dtype) ? DType::f64 : dtype), h.to(kCuda)};
+}
+
+// N(0, 1) values, or uniform in [lo, hi) when lo < hi (integers: in [-1000, 1000)).
+Input random(const Shape& shape, uint64_t seed, DType dtype, double lo = 0.0, double hi = 0.0) {
+  Generator g(seed);
+  if (!is_floating(dtype) && lo >= hi) {
+    lo = -1000.0;
+    hi = 1000.0;
+  }
+  return both(lo < hi ? rand(shape, g, {DType::f32}, lo, hi) : randn(shape, g), dtype);
+}
+
+// The same view of both sides.
+template <class F>
+Input view_of(const Input& in, F f) {
+  return {f(in.ref), f(in.dev)};
+}
+
+// Like random(), stored with the last two dims swapped: a non-contiguous (..., M, N).
+Input random_t(const Shape& shape, uint64_t seed, DType dtype, double lo = 0.0, double hi = 0.0) {
+  Shape stored = shape;
+  std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
+  Input in = view_of(random(stored, seed, dtype, lo, hi),
+                     [](const Tensor& t) { return t.transpose(-1, -2); });
+  REQUIRE_FALSE(in.dev.is_contiguous());
+  return in;
+}
+
+Input random_in(const Shape& shape, uint64_t seed, DType dtype, bool transposed, double lo = 0.0,
+                double hi = 0.0) {
+  return transposed ? random_t(shape, seed, dtype, lo, hi) : random(shape, seed, dtype, lo, hi);
+}
+
+// `got` (on the device, of `dtype`) against the f64 reference `want` rounded to `dtype`:
+// |got - want| <= tol (|want| + rms(want)) element by element, NaN matching NaN and
+// infinities matching exactly. The rms term keeps the bound meaningful where results
+// cancel to near zero (matmul, reductions). tol = 0 asks for exact equality.
+void check_close(const Tensor& got, const Tensor& want, DType dtype, double tol) {
+  REQUIRE(got.defined());
+  CHECK(got.device() == kCuda);
+  REQUIRE(dtype_name(got.dtype()) == dtype_name(dtype));
+  REQUIRE(shape_str(got.shape()) == shape_str(want.shape()));
+  const std::vector<double> g = got.to_vector<double>();
+  const std::vector<double> w = want.to(dtype).to_vector<double>();
+  double rms = 0.0;
+  for (double v : w) rms += std::isfinite(v) ? v * v : 0.0;
+  rms = w.empty() ? 0.0 : std::sqrt(rms / static_cast<double>(w.size()));
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const bool ok = std::isnan(w[i])   ? std::isnan(g[i])
+                    : std::isinf(w[i]) ? g[i] == w[i]
+                                       : std::abs(g[i] - w[i]) <= tol * (std::abs(w[i]) + rms);
+    if (!ok && bad++ == 0) first = i;
+  }
+  INFO(bad << " of " << w.size() << " elements differ; first at " << first << ": got "
+           << (bad ? g[first] : 0.0) << ", want " << (bad ? w[first] : 0.0) << " (tol " << tol
+           << ", rms " << rms << ")");
+  CHECK(bad == 0);
+}
+
+// ---- end of the parity helpers ---------------------------------------------------------------
+
+const std::vector<DType> kOptimDtypes = {DType::f32, DType::f64, DType::bf16};
+
+// A parameter with its gradient and moments (or momentum buffer in m), all (N) contiguous.
+struct State {
+  Input p, g, m, v;
+};
+
+State make_state(const Shape& shape, uint64_t seed, DType dt) {
+  return {random(shape, seed, dt), random(shape, seed + 1, dt),
+          random(shape, seed + 2, dt, -0.1, 0.1), random(shape, seed + 3, dt, 0.0, 0.01)};
+}
+
+void check_state(const State& s, DType dt, bool moments) {
+  const double tol = tol_for(dt, 1e-5);
+  {
+    INFO("param");
+    check_close(s.p.dev, s.p.ref, dt, tol);
+  }
+  {
+    INFO("exp_avg / momentum buffer");
+    check_close(s.m.dev, s.m.ref, dt, tol);
+  }
+  if (moments) {
+    INFO("exp_avg_sq");
+    check_close(s.v.dev, s.v.ref, dt, tol);
+  }
+}
+
+const Shape kParamShape{37, 129};  // 4773 elements: not a multiple of any vector width
+
+TEST_CASE("adamw_step matches the CPU", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  struct Case {
+    const char* name;
+    kernels::AdamWParams params;
+  };
+  kernels::AdamWParams adamw{.lr = 1e-2, .weight_decay = 0.01, .step = 3};
+  kernels::AdamWParams l2 = adamw;
+  l2.adam_w_mode = false;
+  kernels::AdamWParams raw = adamw;
+  raw.bias_correction = false;
+  raw.eps = 1e-3;
+  const Case cases[] = {{"AdamW", adamw}, {"Adam with L2", l2}, {"no bias correction", raw}};
+  for (DType dt : kOptimDtypes) {
+    for (const Case& c : cases) {
+      DYNAMIC_SECTION(c.name << " " << dtype_name(dt)) {
+        State s = make_state(kParamShape, 150, dt);
+        kernels::adamw_step(s.p.ref, s.g.ref, s.m.ref, s.v.ref, c.params);
+        kernels::adamw_step(s.p.dev, s.g.dev, s.m.dev, s.v.dev, c.params);
+        check_state(s, dt, true);
+      }
+    }
+  }
+}
+
+TEST_CASE("lamb_step matches the CPU, trust ratio included", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  struct Case {
+    const char* name;
+    kernels::LambParams params;
+    Shape shape;
+    bool zero_param;  // |p| = 0: the ratio is 1
+  };
+  kernels::LambParams lamb{.lr = 1e-2, .weight_decay = 0.01, .step = 3};
+  kernels::LambParams clamped = lamb;
+  clamped.eps_inside_sqrt = true;
+  clamped.max_coeff = 0.5;
+  kernels::LambParams plain = lamb;
+  plain.weight_decay = 0.0;
+  const Case cases[] = {{"LAMB", lamb, kParamShape, false},
+                        {"eps inside sqrt, clamped to 0.5", clamped, kParamShape, false},
+                        {"many blocks", lamb, {(1 << 17) + 3}, false},
+                        {"zero param", plain, kParamShape, true}};
+  for (DType dt : kOptimDtypes) {
+    for (const Case& c : cases) {
+      DYNAMIC_SECTION(c.name << " " << dtype_name(dt)) {
+        State s = make_state(c.shape, 160, dt);
+        if (c.zero_param) s.p = both(zeros(c.shape), dt);
+        const double want = kernels::lamb_step(s.p.ref, s.g.ref, s.m.ref, s.v.ref, c.params);
+        const double got = kernels::lamb_step(s.p.dev, s.g.dev, s.m.dev, s.v.dev, c.params);
+        // The ratio is a double from norms of exact values: f32 round-off, not 16-bit.
+        const double ratio_tol = dt == DType::f64 ? 1e-10 : dt == DType::f32 ? 1e-5 : 1e-4;
+        CHECK(got == Approx(want).epsilon(ratio_tol));
+        if (c.zero_param) CHECK(got == 1.0);
+        if (c.params.max_coeff == 0.5) CHECK(want == 0.5);
+        check_state(s, dt, true);
+      }
+    }
+  }
+}
+
+TEST_CASE("sgd_step matches the CPU", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  struct Case {
+    const char* name;
+    kernels::SgdParams params;
+  };
+  const Case cases[] = {
+      {"no momentum", {.lr = 0.1, .weight_decay = 0.01}},
+      {"momentum, dampening", {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01}},
+      {"Nesterov", {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true}},
+      {"first step", {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .first_step = true}}};
+  for (DType dt : kOptimDtypes) {
+    for (const Case& c : cases) {
+      DYNAMIC_SECTION(c.name << " " << dtype_name(dt)) {
+        State s = make_state(kParamShape, 170, dt);
+        const bool momentum = c.params.momentum != 0.0;
+        // Without momentum the buffer may be undefined.
+        kernels::sgd_step(s.p.ref, s.g.ref, momentum ? s.m.ref : Tensor(), c.params);
+        kernels::sgd_step(s.p.dev, s.g.dev, momentum ? s.m.dev : Tensor(), c.params);
+        check_state(s, dt, false);
+      }
+    }
+  }
+}
+
+TEST_CASE("squared_norm matches the CPU and reports non-finite values", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    DYNAMIC_SECTION("squared_norm " << dtype_name(dt)) {
+      // Accumulated in f64 from exact squares: f32 round-off at most, for every dtype.
+      const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+      const Input strided = random_t({129, 37}, 180, dt);              // (129, 37) non-contiguous
+      const Input longer = random({(int64_t{1} << 20) + 7}, 181, dt);  // (N)
+      const Input empty_x = random({0}, 182, dt);                      // (0)
+      for (const Input* x : {&strided, &longer, &empty_x}) {
+        INFO("shape " << shape_str(x->dev.shape()));
+        const double want = kernels::squared_norm(x->ref);
+        CHECK(kernels::squared_norm(x->dev) == Approx(want).epsilon(tol));
+      }
+      for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+        INFO("holding " << bad);
+        Tensor host = random({1000}, 183, dt).ref;
+        host.narrow(0, 517, 1).fill_(bad);
+        CHECK_FALSE(std::isfinite(kernels::squared_norm(both(host, dt).dev)));
+      }
+    }
+  }
+}
+
+TEST_CASE("scale_ and axpy_ match the CPU", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    DYNAMIC_SECTION("blas1 " << dtype_name(dt)) {
+      const double tol = tol_for(dt, 1e-5);
+      for (double factor : {-0.37, 0.0, 3.0}) {
+        INFO("scale_ by " << factor);
+        const Input x = random(kParamShape, 190, dt);  // (37, 129)
+        kernels::scale_(x.ref, factor);
+        kernels::scale_(x.dev, factor);
+        check_close(x.dev, x.ref, dt, tol);
+      }
+      for (double alpha : {1.0, 0.75, -2.0}) {
+        for (bool strided : {false, true}) {
+          INFO("axpy_ alpha " << alpha << (strided ? ", non-contiguous x" : ""));
+          const Input y = random(kParamShape, 191, dt);              // (37, 129)
+          const Input x = random_in(kParamShape, 192, dt, strided);  // (37, 129)
+          kernels::axpy_(y.ref, x.ref, alpha);
+          kernels::axpy_(y.dev, x.dev, alpha);
+          check_close(y.dev, y.ref, dt, tol);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,166 @@
+"""PyTorch reference for tools/bench/gpt2_gpu_bench: GPT-2 124M training steps on one CUDA GPU.
+
+The same model as tools/bench/gpt2_step_torch.py (and Tessera's Gpt(GptConfig::preset("gpt2"))):
+token and position embeddings, 12 pre-LayerNorm blocks with causal self-attention (here
+F.scaled_dot_product_attention(is_causal=True), PyTorch's flash/efficient kernels), GELU with
+the tanh approximation, no dropout, a final LayerNorm and a head tied to the token embedding,
+vocabulary padded to 50304. AdamW (lr 1e-4, weight decay 0.1 on the 2-D weights only),
+random tokens, eager mode (no torch.compile).
+
+Precision (--dtype), PyTorch's standard mixed precision: the parameters, gradients and AdamW
+state stay f32 and torch.autocast runs the matrix products in bf16 or fp16; fp16 adds
+torch.amp.GradScaler (dynamic loss scaling). f32 runs enable TF32 matrix products, as
+Tessera's f32 GEMMs use TF32. The optimizer is torch.optim.AdamW(fused=True).
+
+Each step synchronizes the device at its start and after forward + loss, backward and the
+optimizer step, as the C++ bench does. Prints one JSON line for the bench to parse:
+  {"tokens_per_s": ..., "step_ms": ..., "peak_mem_bytes": ..., ...}
+"""
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, c, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.ln_1 = nn.LayerNorm(c)
+        self.c_attn = nn.Linear(c, 3 * c)
+        self.attn_proj = nn.Linear(c, c)
+        self.ln_2 = nn.LayerNorm(c)
+        self.c_fc = nn.Linear(c, 4 * c)
+        self.mlp_proj = nn.Linear(4 * c, c)
+
+    def attention(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q = q.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
+        v = v.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        return self.attn_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+    def forward(self, x):
+        x = x + self.attention(self.ln_1(x))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab=50304, block_size=1024, n_layer=12, n_head=12, c=768):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, c)
+        self.wpe = nn.Embedding(block_size, c)
+        self.h = nn.ModuleList([Block(c, n_head) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(c)
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("proj.weight") else 0.02
+                nn.init.normal_(p, mean=0.0, std=std)
+
+    def forward(self, idx, targets, vocab_size):
+        t = idx.size(1)
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
+        for block in self.h:
+            x = block(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()  # tied head, (B, T, Vp)
+        real = logits[:, :, :vocab_size]  # the padding is never predicted
+        return F.cross_entropy(real.reshape(-1, vocab_size), targets.reshape(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--dtype", choices=["bf16", "fp16", "f32"], default="bf16")
+    ap.add_argument("--device", default="cuda:0")
+    args = ap.parse_args()
+
+    if not torch.cuda.is_available():
+        print("gpt2_gpu_torch: error: torch sees no CUDA device", file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    torch.cuda.set_device(device)
+    torch.manual_seed(1337)
+    # Tessera's f32 GEMMs use TF32 tensor cores; so does this reference.
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    vocab, padded = 50257, 50304
+    model = Gpt(vocab=padded).to(device)  # f32 parameters in every mode
+    n_params = sum(p.numel() for p in model.parameters())
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=1e-4, fused=True)
+    # PyTorch's standard mixed precision: autocast over f32 parameters (+ GradScaler for fp16).
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": None}[args.dtype]
+    scaler = torch.amp.GradScaler("cuda") if args.dtype == "fp16" else None
+    gen = torch.Generator().manual_seed(1234)
+    idx = torch.randint(0, vocab, (args.batch, args.seq), generator=gen).to(device)
+    targets = torch.randint(0, vocab, (args.batch, args.seq), generator=gen).to(device)
+
+    steps, fwd, bwd, optim = [], [], [], []
+    loss = None
+    for i in range(args.warmup + args.steps):
+        if i == args.warmup:
+            torch.cuda.reset_peak_memory_stats(device)
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = model(idx, targets, vocab)
+        torch.cuda.synchronize(device)
+        t1 = time.perf_counter()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        torch.cuda.synchronize(device)
+        t2 = time.perf_counter()
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        torch.cuda.synchronize(device)
+        t3 = time.perf_counter()
+        if i >= args.warmup:
+            steps.append(t3 - t0)
+            fwd.append(t1 - t0)
+            bwd.append(t2 - t1)
+            optim.append(t3 - t2)
+    step_s = statistics.median(steps)
+    result = {
+        "tokens_per_s": args.batch * args.seq / step_s,
+        "step_ms": 1e3 * step_s,
+        "peak_mem_bytes": torch.cuda.max_memory_allocated(device),
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(device),
+        "mean_step_ms": 1e3 * statistics.mean(steps),
+        "forward_ms": 1e3 * statistics.median(fwd),
+        "backward_ms": 1e3 * statistics.median(bwd),
+        "optimizer_ms": 1e3 * statistics.median(optim),
+        "loss": float(loss),
+        "params": n_params,
+        "dtype": args.dtype,
+        "torch": torch.__version__,
+        "device_name": torch.cuda.get_device_name(device),
+    }
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
