@@ -214,7 +214,7 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
   const int64_t dim = q.size(3);
   set_device(op, q);
   const Tensor delta = empty({heads * len}, {stats, q.device()});  // (B*H*T)
-  dispatch_floating(q.dtype(), op, [&](auto tag) {
+  dispatch_cuda_floating(q.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     attention_delta_kernel<T><<<grid_for(heads * len * 32), kThreads, 0, kStream>>>(

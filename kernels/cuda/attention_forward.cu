@@ -120,7 +120,7 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
                          empty({q.size(0), q.size(1), len}, {stat_dtype(q.dtype()), q.device()})};
   if (heads == 0 || len == 0) return result;  // D = 0 still has lse = log(t + 1)
   set_device(op, q);
-  dispatch_floating(q.dtype(), op, [&](auto tag) {
+  dispatch_cuda_floating(q.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     dispatch_head_dim(op, dim, [&](auto width) {

@@ -123,7 +123,7 @@ double squared_norm(const Tensor& x_in) {  // (*) -> scalar
   // partials[0, blocks), then the total.
   const Tensor scratch = empty({blocks + 1}, {DType::f64, x.device()});
   double* partials = ptr<double>(scratch);
-  dispatch_floating(x.dtype(), "squared_norm", [&](auto tag) {
+  dispatch_cuda_floating(x.dtype(), "squared_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int kVec = vec_of<T>();
     const T* px = ptr<const T>(x);
@@ -147,7 +147,7 @@ void scale_(const Tensor& x, double factor) {  // (*) contiguous, in place
   const int64_t n = x.numel();
   if (n == 0) return;
   set_device("scale_", x);
-  dispatch_floating(x.dtype(), "scale_", [&](auto tag) {
+  dispatch_cuda_floating(x.dtype(), "scale_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int kVec = vec_of<T>();
     T* px = ptr<T>(x);
@@ -166,7 +166,7 @@ void axpy_(const Tensor& y, const Tensor& x_in, double alpha) {  // (*) contiguo
   if (n == 0) return;
   set_device("axpy_", y);
   const Tensor x = x_in.detach().contiguous();
-  dispatch_floating(y.dtype(), "axpy_", [&](auto tag) {
+  dispatch_cuda_floating(y.dtype(), "axpy_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int kVec = vec_of<T>();
     T* py = ptr<T>(y);

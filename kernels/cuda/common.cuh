@@ -96,9 +96,10 @@ struct TypeTag {
 };
 
 // Calls f(TypeTag<T>{}) with T the device type of `dtype` (float, double, __half,
-// __nv_bfloat16); any other dtype is an error naming the op.
+// __nv_bfloat16); any other dtype is an error naming the op. Not named dispatch_floating:
+// argument-dependent lookup on DType would also find core/dispatch.h's.
 template <class F>
-decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
+decltype(auto) dispatch_cuda_floating(DType dtype, const char* op, F&& f) {
   switch (dtype) {
     case DType::f32:
       return f(TypeTag<float>{});
@@ -137,7 +138,7 @@ struct Indexer {
 inline Indexer make_indexer(const char* op, const Tensor& t, const Shape& shape) {
   TS_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "[", op, "] CUDA kernels index at most ",
            kMaxDims, " dimensions, found ", shape.size());
-  const Tensor view = t.shape() == shape ? t : t.expand(shape);
+  const Tensor view = t.shape() == shape ? t : t.detach().expand(shape);  // a raw view
   Indexer ix;
   ix.ndim = static_cast<int>(shape.size());
   for (int d = 0; d < ix.ndim; ++d) {
@@ -156,7 +157,8 @@ __device__ __forceinline__ T warp_sum(T v) {
 
 template <class T>
 __device__ __forceinline__ T warp_max(T v) {
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  // ::max, not max: kernels.h declares cuda::max(const Tensor&, ...), which would hide it.
+  for (int o = 16; o > 0; o >>= 1) v = ::max(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 

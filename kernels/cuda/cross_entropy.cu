@@ -348,7 +348,7 @@ CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_
   const int64_t ld = row_stride(logits);
   const int64_t target_stride = targets.stride(0);
   CrossEntropyOutput out;
-  dispatch_floating(logits.dtype(), op, [&](auto tag) {
+  dispatch_cuda_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     // The loss and lse are f32 for half logits (acc_t), else in the logits' dtype.
@@ -397,13 +397,13 @@ Tensor cross_entropy_backward(const Tensor& dloss_in, const Tensor& logits_in,
   dispatch_targets(op, targets, [&](auto target_tag) {
     using I = typename decltype(target_tag)::type;
     // dloss may be f32 while the logits are half: read in its own dtype.
-    dispatch_floating(dloss.dtype(), op, [&](auto dloss_tag) {
+    dispatch_cuda_floating(dloss.dtype(), op, [&](auto dloss_tag) {
       using D = typename decltype(dloss_tag)::type;
       grad_scale_kernel<D, I><<<1, kCountThreads, 0, kStream>>>(
           ptr<D>(dloss), ptr<I>(targets), target_stride, ignore_index, rows, ptr<double>(scale));
       check_launch(op);
     });
-    dispatch_floating(logits.dtype(), op, [&](auto tag) {
+    dispatch_cuda_floating(logits.dtype(), op, [&](auto tag) {
       using T = typename decltype(tag)::type;
       auto launch = [&](auto lse_tag) {
         using S = typename decltype(lse_tag)::type;

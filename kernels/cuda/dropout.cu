@@ -99,7 +99,7 @@ Tensor apply_mask(const char* op, const Tensor& x_in, double p, uint64_t seed,
   // p == 1 (allowed here, rejected by the public wrapper) gives scale inf and keeps
   // nothing, as on the CPU, since every uniform is < 1.
   const float threshold = static_cast<float>(p);
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
+  dispatch_cuda_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     // In acc_t, which for f32/f64 is the CPU's static_cast<T>(1 / (1 - p)).
     const acc_t<T> scale = static_cast<acc_t<T>>(1.0 / (1.0 - p));

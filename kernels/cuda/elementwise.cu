@@ -470,7 +470,7 @@ Tensor unary(UnaryOp op, const Tensor& x) {  // (*) -> (*)
   const char* name = unary_name(op);
   set_device(name, x);
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
-  dispatch_floating(x.dtype(), name, [&](auto tag) {
+  dispatch_cuda_floating(x.dtype(), name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_unary_op(op, [&](auto op_tag) {
       constexpr UnaryOp kOp = decltype(op_tag)::value;
@@ -485,7 +485,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x,
   const char* name = unary_name(op);
   set_device(name, grad);
   Tensor out = empty(grad.shape(), {grad.dtype(), grad.device()});
-  dispatch_floating(grad.dtype(), name, [&](auto tag) {
+  dispatch_cuda_floating(grad.dtype(), name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_unary_op(op, [&](auto op_tag) {
       constexpr UnaryOp kOp = decltype(op_tag)::value;
@@ -507,7 +507,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {  // (*a), (*b) ->
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   set_device(name, a);
   Tensor out = empty(shape, {a.dtype(), a.device()});
-  dispatch_floating(a.dtype(), name, [&](auto tag) {
+  dispatch_cuda_floating(a.dtype(), name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_binary_op(op, [&](auto op_tag) {
       constexpr BinaryOp kOp = decltype(op_tag)::value;

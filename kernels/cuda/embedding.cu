@@ -294,7 +294,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
           ptr<I>(sorted_ids), count, num_embeddings, start, end);
       check_launch(op);
 
-      dispatch_floating(g.dtype(), op, [&](auto tag) {
+      dispatch_cuda_floating(g.dtype(), op, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const RowLaunch launch = row_launch(num_embeddings, channels);
         sum_rows_kernel<T, P><<<launch.grid, launch.block, 0, kStream>>>(

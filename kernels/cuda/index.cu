@@ -360,7 +360,7 @@ void index_add_(const Tensor& out, int64_t dim, const Tensor& index,
                      temp.raw_data(), temp_bytes, ptr<I>(idx), ptr<I>(keys), ptr<P>(positions),
                      ptr<P>(sorted_positions), count, 0, end_bit, kStream),
                  op, "cub::DeviceRadixSort::SortPairs");
-      dispatch_floating(target.dtype(), op, [&](auto tag) {
+      dispatch_cuda_floating(target.dtype(), op, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const RowLaunch launch = row_launch(outer * count, inner);
         index_add_kernel<T, I, P><<<launch.grid, launch.block, 0, kStream>>>(

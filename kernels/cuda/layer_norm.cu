@@ -314,7 +314,7 @@ LayerNormOutput layer_norm(const Tensor& x_in, const Tensor& weight_in, const Te
   const Shape stat_shape(x.shape().begin(), x.shape().end() - 1);
   const int64_t cols = x.size(-1);
   const int64_t rows = numel_of(stat_shape);
-  return dispatch_floating(x.dtype(), op, [&](auto tag) {
+  return dispatch_cuda_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const TensorOptions stat_options{acc_dtype<T>(), x.device()};
@@ -352,7 +352,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
   }
   if (rows == 0 || cols == 0) return grads;
   set_device(op, x);
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
+  dispatch_cuda_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     dispatch_stats<T>(op, x, mean, rstd, [&](auto stat_tag) {

@@ -172,7 +172,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   Tensor a2 = a;
   int64_t rows = m, gemm_batch = batch;
   if (b.dim() == 2 && a.dim() > 2 && !trans_a && a.is_contiguous()) {
-    a2 = a.reshape({batch * m, k});
+    a2 = a.detach().reshape({batch * m, k});  // a raw view of the operand
     rows = batch * m;
     gemm_batch = 1;
   }

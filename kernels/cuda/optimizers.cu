@@ -272,7 +272,7 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
   set_device("adamw_step", param);
   const double bc1 = bias_correction(p.bias_correction, p.beta1, p.step);
   const double bc2 = bias_correction(p.bias_correction, p.beta2, p.step);
-  dispatch_floating(param.dtype(), "adamw_step", [&](auto tag) {
+  dispatch_cuda_floating(param.dtype(), "adamw_step", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     constexpr int kVec = vec_of<T>();
@@ -309,7 +309,7 @@ double lamb_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
   const Tensor scratch = empty({2 * int64_t{blocks} + 1}, {DType::f64, param.device()});
   double* partials = ptr<double>(scratch);
   double* coeff = partials + 2 * blocks;
-  dispatch_floating(param.dtype(), "lamb_step", [&](auto tag) {
+  dispatch_cuda_floating(param.dtype(), "lamb_step", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     constexpr int kVec = vec_of<T>();
@@ -352,7 +352,7 @@ void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_bu
   if (n == 0) return;
   set_device("sgd_step", param);
   const bool momentum = p.momentum != 0.0;
-  dispatch_floating(param.dtype(), "sgd_step", [&](auto tag) {
+  dispatch_cuda_floating(param.dtype(), "sgd_step", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     constexpr int kVec = vec_of<T>();

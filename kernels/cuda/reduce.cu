@@ -398,7 +398,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {  /
   Tensor out = empty(reduced_shape(x.shape(), mask, keepdim), {x.dtype(), x.device()});
   if (out.numel() == 0) return out;
   set_device("sum", x);
-  dispatch_floating(x.dtype(), "sum", [&](auto tag) {
+  dispatch_cuda_floating(x.dtype(), "sum", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const Block b = block_layout(x, mask);
@@ -413,7 +413,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
   Tensor out = empty(reduced_shape(x.shape(), mask, keepdim), {x.dtype(), x.device()});
   if (out.numel() == 0) return out;
   set_device("var", x);
-  dispatch_floating(x.dtype(), "var", [&](auto tag) {
+  dispatch_cuda_floating(x.dtype(), "var", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     const Block b = block_layout(x, mask);
@@ -435,7 +435,7 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {  // (*) -> (*r), (*r
   MaxResult result{empty(shape, {x.dtype(), x.device()}), empty(shape, {DType::i64, x.device()})};
   if (result.values.numel() == 0) return result;
   set_device("max", x);
-  dispatch_floating(x.dtype(), "max", [&](auto tag) {
+  dispatch_cuda_floating(x.dtype(), "max", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Block b = block_layout(x, mask);  // b.reduced > 0: the wrapper checked
     const T* px = ptr<T>(b.data);

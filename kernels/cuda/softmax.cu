@@ -219,7 +219,7 @@ Tensor forward(const char* op, const Tensor& x_in) {  // (..., V) -> (..., V)
   set_device(op, x);
   const int64_t cols = x.size(-1);
   const int64_t rows = x.numel() / cols;
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
+  dispatch_cuda_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     softmax_kernel<T, kLog>
         <<<row_blocks(rows), row_threads<T>(cols), 0, kStream>>>(ptr<T>(x), ptr<T>(y), rows, cols);
@@ -237,7 +237,7 @@ Tensor backward(const char* op, const Tensor& dy_in, const Tensor& y_in) {  // (
   set_device(op, y);
   const int64_t cols = y.size(-1);
   const int64_t rows = y.numel() / cols;
-  dispatch_floating(y.dtype(), op, [&](auto tag) {
+  dispatch_cuda_floating(y.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     softmax_backward_kernel<T, kLog><<<row_blocks(rows), row_threads<T>(cols), 0, kStream>>>(
         ptr<T>(dy), ptr<T>(y), ptr<T>(dx), rows, cols);
