@@ -13,10 +13,13 @@
 
 #include "core/factories.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gather.cuh"
 #include "kernels/cuda/kernels.h"
 
 namespace tessera::kernels::cuda {
 namespace {
+
+using namespace gather;  // NOLINT: this file's own helpers, see gather.cuh
 
 int64_t product(const Shape& shape, int64_t begin, int64_t end) {
   int64_t n = 1;
@@ -24,124 +27,9 @@ int64_t product(const Shape& shape, int64_t begin, int64_t end) {
   return n;
 }
 
-// Calls f(TypeTag<I>{}) with I the C++ type of an i32 or i64 index tensor.
-template <class F>
-void dispatch_ids(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::i32:
-      return f(TypeTag<int32_t>{});
-    case DType::i64:
-      return f(TypeTag<int64_t>{});
-    default:
-      TS_FAIL("[", op, "] expected an index of dtype i32 or i64, found ", dtype_name(dtype));
-  }
-}
-
-// Positions into the index are i32 unless there are more than 2^31 - 1 of them.
-template <class F>
-void dispatch_positions(int64_t count, F&& f) {
-  if (count <= INT32_MAX) return f(TypeTag<int32_t>{});
-  return f(TypeTag<int64_t>{});
-}
-
-template <class P>
-constexpr DType position_dtype() {
-  return sizeof(P) == 4 ? DType::i32 : DType::i64;
-}
-
-// The smallest flat position of p whose value is outside [0, bound), min-ed into *first
-// (untouched when there is none). A thread's grid-stride positions increase, so its first
-// hit is its smallest.
-template <class I>
-__global__ void first_out_of_range_kernel(const I* __restrict__ p, int64_t n, int64_t bound,
-                                          unsigned long long* first) {
-  unsigned long long mine = ULLONG_MAX;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t v = static_cast<int64_t>(p[i]);
-    if (v < 0 || v >= bound) {
-      mine = static_cast<unsigned long long>(i);
-      break;
-    }
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    const unsigned long long other = __shfl_xor_sync(0xffffffffu, mine, o);
-    mine = other < mine ? other : mine;
-  }
-  if (threadIdx.x % 32 == 0 && mine != ULLONG_MAX) atomicMin(first, mine);
-}
-
-// Throws the CPU kernel's message (kernels/cpu/index_range.h) for the first value of the
-// contiguous `values` outside [0, bound). Reads one word back, so it waits for the device.
-template <class I>
-void check_range(const char* op, const char* what, const Tensor& values,
-                 int64_t bound) {  // (L) contiguous
-  const int64_t n = values.numel();
-  if (n == 0) return;
-  Tensor first = empty({1}, {DType::i64, values.device()});
-  auto* first_ptr = static_cast<unsigned long long*>(first.raw_data());
-  check_cuda(cudaMemsetAsync(first_ptr, 0xff, sizeof(*first_ptr), kStream), op, "cudaMemsetAsync");
-  first_out_of_range_kernel<I>
-      <<<grid_for(n), kThreads, 0, kStream>>>(ptr<I>(values), n, bound, first_ptr);
-  check_launch(op);
-  unsigned long long pos = 0;
-  check_cuda(cudaMemcpy(&pos, first_ptr, sizeof(pos), cudaMemcpyDeviceToHost), op, "cudaMemcpy");
-  if (pos >= static_cast<unsigned long long>(n)) return;
-  I v{};
-  check_cuda(cudaMemcpy(&v, ptr<I>(values) + pos, sizeof(I), cudaMemcpyDeviceToHost), op,
-             "cudaMemcpy");
-  TS_FAIL("[", op, "] expected ", what, " in [0, ", bound, "), found ", static_cast<int64_t>(v),
-          " at flat position ", pos, " of ", what, " ", shape_str(values.shape()));
-}
-
-// Largest power of two up to 16 that divides every value (byte counts and addresses): the
-// widest word a row copy can move.
-int copy_unit(std::initializer_list<uint64_t> values) {
-  uint64_t bits = 16;
-  for (uint64_t v : values) bits |= v;
-  return static_cast<int>(bits & (~bits + 1));
-}
-
 uint64_t address(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
-// Calls f(TypeTag<U>{}) with U an unsigned word of `bytes` bytes (1, 2, 4, 8 or 16).
-template <class F>
-void dispatch_unit(int bytes, F&& f) {
-  switch (bytes) {
-    case 16:
-      return f(TypeTag<uint4>{});
-    case 8:
-      return f(TypeTag<uint2>{});
-    case 4:
-      return f(TypeTag<uint32_t>{});
-    case 2:
-      return f(TypeTag<uint16_t>{});
-    default:
-      return f(TypeTag<uint8_t>{});
-  }
-}
-
-// Launch shape for work on `rows` rows of `width` items: threadIdx.x walks a row (enough
-// threads for it, up to kThreads), threadIdx.y picks one of the rows a block takes, and
-// blockIdx.y splits rows wider than a block so a few wide rows still fill the device.
-struct RowLaunch {
-  dim3 grid;
-  dim3 block;
-};
-
-RowLaunch row_launch(int64_t rows, int64_t width) {
-  // Narrow rows get a power of two (several rows share a warp), wide ones whole warps.
-  unsigned per_row = 1;
-  while (per_row < width && per_row < 32) per_row *= 2;
-  if (width > 32)
-    per_row = static_cast<unsigned>(std::min<int64_t>(kThreads, (width + 31) / 32 * 32));
-  const unsigned rows_per_block = kThreads / per_row;
-  const int64_t chunks = std::min<int64_t>((width + per_row - 1) / per_row, 65535);
-  return {dim3(grid_for(rows, static_cast<int>(rows_per_block)), static_cast<unsigned>(chunks)),
-          dim3(per_row, rows_per_block)};
-}
-
-// Row loops of the 2-D launch above (grid-stride in both directions).
+// Row loops of the 2-D launch of row_launch (gather.cuh), grid-stride in both directions.
 #define TS_FOR_ROWS(r, rows)                                                   \
   for (int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; r < (rows); \
        r += int64_t{gridDim.x} * blockDim.y)
@@ -185,14 +73,6 @@ __global__ void gather_rows_kernel(U* __restrict__ out, const U* __restrict__ sr
     const U* from = src + (o * n + (valid ? v : 0)) * width;
     U* to = out + r * width;
     TS_FOR_COLUMNS(c, width) { to[c] = valid ? from[c] : U{}; }
-  }
-}
-
-template <class P>
-__global__ void iota_kernel(P* __restrict__ p, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    p[i] = static_cast<P>(i);
   }
 }
 
@@ -301,7 +181,7 @@ Tensor index_select(const Tensor& x, int64_t dim,
   out_shape[dim] = count;
   set_device(op, src);
   Tensor out = empty(out_shape, {src.dtype(), src.device()});
-  dispatch_ids(idx.dtype(), op, [&](auto itag) {
+  dispatch_ids(idx.dtype(), op, "an index", [&](auto itag) {
     using I = typename decltype(itag)::type;
     check_range<I>(op, "index", idx, n);
     if (out.numel() == 0) return;
@@ -334,7 +214,7 @@ void index_add_(const Tensor& out, int64_t dim, const Tensor& index,
   const int64_t count = idx.numel();
   const Device device = target.device();
   set_device(op, target);
-  dispatch_ids(idx.dtype(), op, [&](auto itag) {
+  dispatch_ids(idx.dtype(), op, "an index", [&](auto itag) {
     using I = typename decltype(itag)::type;
     check_range<I>(op, "index", idx, n);
     if (count == 0 || outer == 0 || inner == 0) return;

@@ -3,7 +3,6 @@
 // (rounded) values, so each bound measures the device kernel's own error.
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <utility>
 #include <vector>
 
 #include "core/cuda_runtime.h"
@@ -11,6 +10,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
+#include "tests/gpu/parity.h"
 
 namespace tessera {
 namespace {
@@ -19,93 +19,15 @@ using kernels::BinaryOp;
 using kernels::CompareOp;
 using kernels::UnaryOp;
 
-// ---- parity helpers (the same block opens each tests/gpu/*kernels_parity_test.cc) --------
-
-const Device kCuda = Device::cuda(0);
-
-// 16-bit results are compared with the f64 reference rounded to the same dtype; 2e-2 is
-// about five bf16 ulps (2^-8) and covers the f32-accumulated kernels' last rounding.
-constexpr double kHalfTol = 2e-2;
-
-// The relative tolerance of a result of `dtype`, given the one for f32.
-double tol_for(DType dtype, double f32_tol) {
-  if (dtype == DType::f64) return 1e-10;
-  if (dtype == DType::f32) return f32_tol;
-  return kHalfTol;
-}
-
-// One operand on both sides: the same values (and layout) as an exact CPU reference and
-// as the tested dtype on the device.
-struct Input {
-  Tensor ref;  // f64 (integers: their own dtype) on the CPU
-  Tensor dev;  // the tested dtype on the device
-};
-
-// Rounds CPU values to `dtype` and places them on both sides.
-Input both(const Tensor& host, DType dtype) {
-  const Tensor h = host.to(dtype);
-  return {h.to(is_floating(dtype) ? DType::f64 : dtype), h.to(kCuda)};
-}
-
-// N(0, 1) values, or uniform in [lo, hi) when lo < hi (integers: in [-1000, 1000)).
-Input random(const Shape& shape, uint64_t seed, DType dtype, double lo = 0.0, double hi = 0.0) {
-  Generator g(seed);
-  if (!is_floating(dtype) && lo >= hi) {
-    lo = -1000.0;
-    hi = 1000.0;
-  }
-  return both(lo < hi ? rand(shape, g, {DType::f32}, lo, hi) : randn(shape, g), dtype);
-}
-
-// The same view of both sides.
-template <class F>
-Input view_of(const Input& in, F f) {
-  return {f(in.ref), f(in.dev)};
-}
-
-// Like random(), stored with the last two dims swapped: a non-contiguous (..., M, N).
-Input random_t(const Shape& shape, uint64_t seed, DType dtype, double lo = 0.0, double hi = 0.0) {
-  Shape stored = shape;
-  std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
-  Input in = view_of(random(stored, seed, dtype, lo, hi),
-                     [](const Tensor& t) { return t.transpose(-1, -2); });
-  REQUIRE_FALSE(in.dev.is_contiguous());
-  return in;
-}
-
-Input random_in(const Shape& shape, uint64_t seed, DType dtype, bool transposed, double lo = 0.0,
-                double hi = 0.0) {
-  return transposed ? random_t(shape, seed, dtype, lo, hi) : random(shape, seed, dtype, lo, hi);
-}
-
-// `got` (on the device, of `dtype`) against the f64 reference `want` rounded to `dtype`:
-// |got - want| <= tol (|want| + rms(want)) element by element, NaN matching NaN and
-// infinities matching exactly. The rms term keeps the bound meaningful where results
-// cancel to near zero (matmul, reductions). tol = 0 asks for exact equality.
-void check_close(const Tensor& got, const Tensor& want, DType dtype, double tol) {
-  REQUIRE(got.defined());
-  CHECK(got.device() == kCuda);
-  REQUIRE(dtype_name(got.dtype()) == dtype_name(dtype));
-  REQUIRE(shape_str(got.shape()) == shape_str(want.shape()));
-  const std::vector<double> g = got.to_vector<double>();
-  const std::vector<double> w = want.to(dtype).to_vector<double>();
-  double rms = 0.0;
-  for (double v : w) rms += std::isfinite(v) ? v * v : 0.0;
-  rms = w.empty() ? 0.0 : std::sqrt(rms / static_cast<double>(w.size()));
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    const bool ok = std::isnan(w[i])   ? std::isnan(g[i])
-                    : std::isinf(w[i]) ? g[i] == w[i]
-                                       : std::abs(g[i] - w[i]) <= tol * (std::abs(w[i]) + rms);
-    if (!ok && bad++ == 0) first = i;
-  }
-  INFO(bad << " of " << w.size() << " elements differ; first at " << first << ": got "
-           << (bad ? g[first] : 0.0) << ", want " << (bad ? w[first] : 0.0) << " (tol " << tol
-           << ", rms " << rms << ")");
-  CHECK(bad == 0);
-}
-
-// ---- end of the parity helpers ---------------------------------------------------------------
+using testing::both;
+using testing::check_close;
+using testing::Input;
+using testing::kCuda;
+using testing::random;
+using testing::random_in;
+using testing::random_t;
+using testing::tol_for;
+using testing::view_of;
 
 const std::vector<DType> kFloating = {DType::f32, DType::f64, DType::bf16, DType::f16};
 
