@@ -38,4 +38,38 @@ int64_t reduced_count(const Shape& shape, const std::vector<bool>& mask) {
   return n;
 }
 
+ReduceBlock reduce_block_layout(const Tensor& x, const std::vector<bool>& mask) {
+  const Tensor xd = x.detach();
+  const Shape& shape = xd.shape();
+  enum { before, in, after } state = before;
+  bool one_run = true;
+  ReduceBlock b;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (mask[d]) b.reduced *= shape[d];
+    if (shape[d] == 1) continue;
+    if (mask[d]) {
+      one_run = one_run && state != after;
+      state = in;
+    } else {
+      if (state == in) state = after;
+      (state == before ? b.outer : b.inner) *= shape[d];
+    }
+  }
+  if (one_run && xd.is_contiguous()) {
+    b.data = xd;
+    return b;
+  }
+  std::vector<int64_t> perm;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (!mask[d]) perm.push_back(static_cast<int64_t>(d));
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (mask[d]) perm.push_back(static_cast<int64_t>(d));
+  }
+  b.data = xd.permute(perm).contiguous();
+  b.outer *= b.inner;
+  b.inner = 1;
+  return b;
+}
+
 }  // namespace tessera::kernels

@@ -23,50 +23,6 @@ constexpr int64_t kLeafRows = 16;  // rows a column-sum leaf adds directly
 constexpr int64_t kColumns = 64;   // columns one task of a column reduction owns
 constexpr int64_t kChunk = 65536;  // elements per parallel task
 
-// x viewed as a contiguous (outer, reduced, inner) block; out elements follow (outer, inner).
-struct Block {
-  Tensor data;
-  int64_t outer = 1;
-  int64_t reduced = 1;
-  int64_t inner = 1;
-};
-
-// Uses x in place when it is contiguous and its reduced dims (ignoring size-1 dims) are one
-// run; otherwise copies it with the kept dims first and the reduced dims last.
-Block block_layout(const Tensor& x, const std::vector<bool>& mask) {
-  const Tensor xd = x.detach();
-  const Shape& shape = xd.shape();
-  enum { before, in, after } state = before;
-  bool one_run = true;
-  Block b;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (mask[d]) b.reduced *= shape[d];
-    if (shape[d] == 1) continue;
-    if (mask[d]) {
-      one_run = one_run && state != after;
-      state = in;
-    } else {
-      if (state == in) state = after;
-      (state == before ? b.outer : b.inner) *= shape[d];
-    }
-  }
-  if (one_run && xd.is_contiguous()) {
-    b.data = xd;
-    return b;
-  }
-  std::vector<int64_t> perm;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (!mask[d]) perm.push_back(static_cast<int64_t>(d));
-  }
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (mask[d]) perm.push_back(static_cast<int64_t>(d));
-  }
-  b.data = xd.permute(perm).contiguous();
-  b.outer *= b.inner;
-  b.inner = 1;
-  return b;
-}
-
 // Sum of f(p[i]) for i < n (Note [Pairwise sums]).
 template <class T, class F>
 T pairwise_sum(const T* p, int64_t n, const F& f) {
@@ -244,7 +200,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {  /
   Tensor out = empty(reduced_shape(x.shape(), mask, keepdim), {x.dtype(), x.device()});
   dispatch_floating(x.dtype(), "sum", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const Block b = block_layout(x, mask);
+    const ReduceBlock b = reduce_block_layout(x, mask);
     reduce_sum(b.data.data_ptr<T>(), b.outer, b.reduced, b.inner, out.data_ptr<T>(), Identity());
   });
   return out;
@@ -256,7 +212,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
   Tensor out = empty(reduced_shape(x.shape(), mask, keepdim), {x.dtype(), x.device()});
   dispatch_floating(x.dtype(), "var", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const Block b = block_layout(x, mask);
+    const ReduceBlock b = reduce_block_layout(x, mask);
     const T* data = b.data.data_ptr<T>();
     T* o = out.data_ptr<T>();
     // Two passes, the mean then the squared deviations from it: no cancellation.
@@ -281,7 +237,7 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {  // (*) -> (*r), (*r
   MaxResult result{empty(shape, {x.dtype(), x.device()}), empty(shape, {DType::i64, x.device()})};
   dispatch_floating(x.dtype(), "max", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const Block b = block_layout(x, mask);
+    const ReduceBlock b = reduce_block_layout(x, mask);
     reduce_max(b.data.data_ptr<T>(), b.outer, b.reduced, b.inner, result.values.data_ptr<T>(),
                result.indices.data_ptr<int64_t>());
   });

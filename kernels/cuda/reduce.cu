@@ -34,49 +34,6 @@ constexpr int64_t kMinChunkRows = 256;   // rows per chunk of a cut column reduc
 constexpr int64_t kMaxChunks = 65535;    // chunks index gridDim.y in column reductions
 constexpr int64_t kMaxGrid = 65535 * 8;  // blocks per launch; grid-stride loops do the rest
 
-// x viewed as a contiguous (outer, reduced, inner) block; outputs follow (outer, inner).
-struct Block {
-  Tensor data;
-  int64_t outer = 1;
-  int64_t reduced = 1;
-  int64_t inner = 1;
-};
-
-// The CPU's layout rule (kernels/cpu/reduce.cc), so both backends add in the same groups.
-Block block_layout(const Tensor& x, const std::vector<bool>& mask) {
-  const Tensor xd = x.detach();
-  const Shape& shape = xd.shape();
-  enum { before, in, after } state = before;
-  bool one_run = true;
-  Block b;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (mask[d]) b.reduced *= shape[d];
-    if (shape[d] == 1) continue;
-    if (mask[d]) {
-      one_run = one_run && state != after;
-      state = in;
-    } else {
-      if (state == in) state = after;
-      (state == before ? b.outer : b.inner) *= shape[d];
-    }
-  }
-  if (one_run && xd.is_contiguous()) {
-    b.data = xd;
-    return b;
-  }
-  std::vector<int64_t> perm;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (!mask[d]) perm.push_back(static_cast<int64_t>(d));
-  }
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (mask[d]) perm.push_back(static_cast<int64_t>(d));
-  }
-  b.data = xd.permute(perm).contiguous();
-  b.outer *= b.inner;
-  b.inner = 1;
-  return b;
-}
-
 template <class T>
 constexpr DType acc_dtype() {
   return std::is_same_v<acc_t<T>, double> ? DType::f64 : DType::f32;
@@ -212,7 +169,7 @@ void launch_cols(const char* op, const T* x, int64_t outer, int64_t n, int64_t i
 // out[i] = (sum of f(i, v) over the elements v reduced into output i) / div, for every
 // output i of b (Note [CUDA reduction layout]). An empty reduction gives 0 / div.
 template <class T, class Out, class F>
-void reduce_sum(const char* op, const Block& b, Out* out, F f, acc_t<T> div) {
+void reduce_sum(const char* op, const ReduceBlock& b, Out* out, F f, acc_t<T> div) {
   using A = acc_t<T>;
   const T* x = ptr<T>(b.data);
   const int64_t n = b.reduced;
@@ -401,7 +358,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {  /
   dispatch_cuda_floating(x.dtype(), "sum", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    const Block b = block_layout(x, mask);
+    const ReduceBlock b = reduce_block_layout(x, mask);
     reduce_sum<T>("sum", b, ptr<T>(out), Identity(), A(1));
   });
   return out;
@@ -416,7 +373,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
   dispatch_cuda_floating(x.dtype(), "var", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    const Block b = block_layout(x, mask);
+    const ReduceBlock b = reduce_block_layout(x, mask);
     // Two passes as on the CPU, the mean then the squared deviations: no cancellation. An
     // empty reduction gives the mean 0 / 0 = NaN and the variance NaN.
     const Tensor mean = empty({out.numel()}, {acc_dtype<T>(), x.device()});  // (outer * inner)
@@ -437,7 +394,7 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {  // (*) -> (*r), (*r
   set_device("max", x);
   dispatch_cuda_floating(x.dtype(), "max", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const Block b = block_layout(x, mask);  // b.reduced > 0: the wrapper checked
+    const ReduceBlock b = reduce_block_layout(x, mask);  // b.reduced > 0: the wrapper checked
     const T* px = ptr<T>(b.data);
     T* values = ptr<T>(result.values);
     int64_t* indices = ptr<int64_t>(result.indices);

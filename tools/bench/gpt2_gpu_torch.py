@@ -1,6 +1,6 @@
 """PyTorch reference for tools/bench/gpt2_gpu_bench: GPT-2 124M training steps on one CUDA GPU.
 
-The same model as tools/bench/gpt2_step_torch.py (and Tessera's Gpt(GptConfig::preset("gpt2"))):
+The model of tools/bench/gpt2_step_torch.py (imported from it) (and Tessera's Gpt(GptConfig::preset("gpt2"))):
 token and position embeddings, 12 pre-LayerNorm blocks with causal self-attention (here
 F.scaled_dot_product_attention(is_causal=True), PyTorch's flash/efficient kernels), GELU with
 the tanh approximation, no dropout, a final LayerNorm and a head tied to the token embedding,
@@ -19,26 +19,19 @@ optimizer step, as the C++ bench does. Prints one JSON line for the bench to par
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
+# The model of the CPU reference; this script's directory is on sys.path when it runs.
+import gpt2_step_torch as ref
 
-class Block(nn.Module):
-    def __init__(self, c, n_head):
-        super().__init__()
-        self.n_head = n_head
-        self.ln_1 = nn.LayerNorm(c)
-        self.c_attn = nn.Linear(c, 3 * c)
-        self.attn_proj = nn.Linear(c, c)
-        self.ln_2 = nn.LayerNorm(c)
-        self.c_fc = nn.Linear(c, 4 * c)
-        self.mlp_proj = nn.Linear(4 * c, c)
+
+class FusedBlock(ref.Block):
+    """The reference block with F.scaled_dot_product_attention (no (T, T) matrix)."""
 
     def attention(self, x):
         b, t, c = x.shape
@@ -48,34 +41,6 @@ class Block(nn.Module):
         v = v.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
         return self.attn_proj(y.transpose(1, 2).contiguous().view(b, t, c))
-
-    def forward(self, x):
-        x = x + self.attention(self.ln_1(x))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class Gpt(nn.Module):
-    def __init__(self, vocab=50304, block_size=1024, n_layer=12, n_head=12, c=768):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, c)
-        self.wpe = nn.Embedding(block_size, c)
-        self.h = nn.ModuleList([Block(c, n_head) for _ in range(n_layer)])
-        self.ln_f = nn.LayerNorm(c)
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            elif p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("proj.weight") else 0.02
-                nn.init.normal_(p, mean=0.0, std=std)
-
-    def forward(self, idx, targets, vocab_size):
-        t = idx.size(1)
-        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
-        for block in self.h:
-            x = block(x)
-        logits = self.ln_f(x) @ self.wte.weight.t()  # tied head, (B, T, Vp)
-        real = logits[:, :, :vocab_size]  # the padding is never predicted
-        return F.cross_entropy(real.reshape(-1, vocab_size), targets.reshape(-1))
 
 
 def main():
@@ -98,7 +63,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     vocab, padded = 50257, 50304
-    model = Gpt(vocab=padded).to(device)  # f32 parameters in every mode
+    model = ref.Gpt(vocab=padded, block=FusedBlock).to(device)  # f32 parameters in every mode
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]

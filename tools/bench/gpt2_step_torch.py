@@ -61,11 +61,11 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    def __init__(self, vocab=50304, block_size=1024, n_layer=12, n_head=12, c=768):
+    def __init__(self, vocab=50304, block_size=1024, n_layer=12, n_head=12, c=768, block=Block):
         super().__init__()
         self.wte = nn.Embedding(vocab, c)
         self.wpe = nn.Embedding(block_size, c)
-        self.h = nn.ModuleList([Block(c, n_head, block_size) for _ in range(n_layer)])
+        self.h = nn.ModuleList([block(c, n_head, block_size) for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(c)
         for name, p in self.named_parameters():
             if name.endswith("bias"):
