@@ -1,6 +1,6 @@
 """PyTorch reference for tools/bench/gpt2_gpu_bench: GPT-2 124M training steps on one CUDA GPU.
 
-The model of tools/bench/gpt2_step_torch.py (imported from it) (and Tessera's Gpt(GptConfig::preset("gpt2"))):
+The model of tools/bench/gpt2_step_torch.py, imported from it (Tessera's Gpt(GptConfig::preset("gpt2"))):
 token and position embeddings, 12 pre-LayerNorm blocks with causal self-attention (here
 F.scaled_dot_product_attention(is_causal=True), PyTorch's flash/efficient kernels), GELU with
 the tanh approximation, no dropout, a final LayerNorm and a head tied to the token embedding,
