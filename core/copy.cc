@@ -4,6 +4,7 @@
 
 #include "core/cuda_runtime.h"
 #include "core/dispatch.h"
+#include "core/factories.h"
 #include "core/grad_mode.h"
 #include "core/strided_loop.h"
 #include "core/tensor.h"
@@ -92,6 +93,22 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
     copy_with_cuda(*this, s);
   }
   return *this;
+}
+
+Tensor Tensor::pin_memory() const {
+  TS_CHECK(device().is_cpu(), "[pin_memory] expected a CPU tensor, found one on ", device());
+  if (is_contiguous() && is_pinned()) return *this;
+  Allocator& pinned = cuda::pinned_host_allocator();
+  const size_t bytes = static_cast<size_t>(numel()) * itemsize();
+  void* block = pinned.allocate(bytes);
+  Tensor out = from_blob(block, shape(), dtype(), Device::cpu(),
+                         [&pinned, bytes](void* p) { pinned.deallocate(p, bytes); });
+  out.copy_(*this);
+  return out;
+}
+
+bool Tensor::is_pinned() const {
+  return device().is_cpu() && numel() > 0 && cuda::is_pinned(raw_data());
 }
 
 const Tensor& Tensor::fill_(double value) const {

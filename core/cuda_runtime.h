@@ -40,4 +40,45 @@ void copy_strided(const StridedView& dst, const StridedView& src, const Shape& s
 // Blocks until all work on `device` is done.
 void synchronize(int device);
 
+// Note [Pinned host memory]
+// Page-locked host memory (cudaHostAlloc) is what the DMA engines read directly: a copy from
+// it to a device can be queued on the compute stream and return at once, where a copy from
+// pageable memory first waits for the device to finish all queued work. The trainer puts
+// each batch in pinned memory and queues its transfer, so the host never stalls the device
+// between micro-batches. A pinned block freed while such a copy may still be queued is kept
+// aside until an event recorded at free time completes, then reused by size like device
+// blocks (Note [Block cache]).
+
+// The allocator of pinned host memory (created on first use; throws without a device).
+Allocator& pinned_host_allocator();
+// True when `ptr` points into a block of pinned_host_allocator().
+bool is_pinned(const void* ptr);
+// Queues a copy of `nbytes` from pinned host memory to `device` on its compute stream and
+// returns before it runs. The source must not be written until the device has done it;
+// freeing it is safe (Note [Pinned host memory]).
+void memcpy_from_pinned_async(void* dst, const void* pinned_src, size_t nbytes, int device);
+
+// A CUDA event on a device's compute stream: marks a point in the queued work, for timing
+// device work and for waiting on part of it.
+class Event {
+ public:
+  explicit Event(int device);  // throws without such a device
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  // Marks the current end of the device's compute stream.
+  void record();
+  // True when the work queued before record() has finished (or record() was never called).
+  bool done() const;
+  // Blocks until the work queued before record() has finished.
+  void synchronize() const;
+  // Milliseconds of device time between two recorded events of one device.
+  static double elapsed_ms(const Event& start, const Event& end);
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t
+  int device_;
+};
+
 }  // namespace tessera::cuda

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <optional>
 
+#include "core/cuda_runtime.h"
 #include "core/grad_mode.h"
 
 namespace tessera {
@@ -355,9 +356,13 @@ Tensor Tensor::clone() const {
   return out;
 }
 
-Tensor Tensor::to(Device target) const {
+Tensor Tensor::to(Device target, bool non_blocking) const {
   if (device() == target) return *this;
   Tensor out = make_tensor(shape(), dtype(), target);
+  if (non_blocking && target.is_cuda() && is_contiguous() && is_pinned() && numel() > 0) {
+    cuda::memcpy_from_pinned_async(out.raw_data(), raw_data(), nbytes(), target.index);
+    return out;
+  }
   out.copy_(*this);
   return out;
 }

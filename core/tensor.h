@@ -121,8 +121,17 @@ class Tensor {
   Tensor contiguous() const;
   // A contiguous copy with its own storage.
   Tensor clone() const;
-  // Copy on `device` (this tensor when already there).
-  Tensor to(Device device) const;
+  // Copy on `device` (this tensor when already there). With `non_blocking`, a contiguous
+  // CPU tensor in pinned memory (pin_memory()) is copied to a CUDA device asynchronously:
+  // the copy is queued on the device's compute stream, which runs it before any later
+  // kernel, and the caller must not write the source until the device has done it (Note
+  // [Pinned host memory] in core/cuda_runtime.h). Other copies ignore the flag.
+  Tensor to(Device device, bool non_blocking = false) const;
+  // A contiguous copy in page-locked host memory (this tensor when already pinned); throws
+  // without a CUDA device.
+  Tensor pin_memory() const;
+  // True for a CPU tensor whose memory comes from pin_memory().
+  bool is_pinned() const;
   // Copy converted to `dtype` (this tensor when already of that dtype).
   Tensor to(DType dtype) const;
   // Shares data and shape but carries no autograd state.

@@ -19,5 +19,17 @@ void copy_strided(const StridedView&, const StridedView&, const Shape&, int) {
   built_without_cuda("cannot copy");
 }
 void synchronize(int) { built_without_cuda("cannot synchronize"); }
+Allocator& pinned_host_allocator() { built_without_cuda("cannot pin host memory"); }
+bool is_pinned(const void*) { return false; }
+void memcpy_from_pinned_async(void*, const void*, size_t, int) {
+  built_without_cuda("cannot copy");
+}
+
+Event::Event(int device) : device_(device) { built_without_cuda("cannot create an event"); }
+Event::~Event() = default;
+void Event::record() { built_without_cuda("cannot record an event"); }
+bool Event::done() const { return true; }
+void Event::synchronize() const {}
+double Event::elapsed_ms(const Event&, const Event&) { built_without_cuda("cannot time events"); }
 
 }  // namespace tessera::cuda

@@ -47,6 +47,12 @@ TEST_CASE("CUDA tensors fail clearly without a GPU", "[cuda]") {
   CHECK_THROWS_WITH(tessera::arange(4).to(Device::cuda(0)), Contains(expected));
   CHECK_THROWS_WITH(tessera::cuda::check_device(0), Contains(expected));
   CHECK_THROWS_WITH(tessera::allocator_for(Device::cuda(0)), Contains(expected));
+  CHECK_THROWS_WITH(tessera::arange(4).pin_memory(), Contains(expected));
+  CHECK_THROWS_WITH(tessera::cuda::Event(0), Contains(expected));
+  CHECK_FALSE(tessera::arange(4).is_pinned());
+  // A non-blocking copy of pageable memory is a plain copy, which fails the same way.
+  CHECK_THROWS_WITH(tessera::arange(4).to(Device::cuda(0), /*non_blocking=*/true),
+                    Contains(expected));
   CHECK(tessera::cuda::device_count() == 0);
   // The CPU keeps working after the failures.
   CHECK(tessera::ones({2}).to_vector<float>() == std::vector<float>{1, 1});

@@ -1,8 +1,10 @@
-// Tensors on a CUDA device: transfers, strided and converting copies, fills, allocator reuse.
+// Tensors on a CUDA device: transfers (pinned and asynchronous included), strided and
+// converting copies, fills, allocator reuse, events.
 #include <catch2/catch.hpp>
 
 #include "core/cuda_runtime.h"
 #include "core/factories.h"
+#include "kernels/matmul.h"
 
 namespace tessera {
 namespace {
@@ -42,6 +44,58 @@ TEST_CASE("the caching allocator reuses freed blocks", "[gpu]") {
   CHECK(alloc.stats().reserved == reserved);
   CHECK(alloc.stats().allocated == 0);
   CHECK(alloc.stats().peak_allocated >= (int64_t{4} << 20));
+}
+
+TEST_CASE("pinned host memory: pin_memory, is_pinned and non-blocking transfers", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  Generator g(3);
+  const Tensor x = randn({64, 33}, g);
+  CHECK_FALSE(x.is_pinned());
+  const Tensor pinned = x.pin_memory();
+  CHECK(pinned.is_pinned());
+  CHECK(pinned.device() == Device::cpu());
+  CHECK(pinned.to_vector<float>() == x.to_vector<float>());
+  CHECK(pinned.pin_memory().raw_data() == pinned.raw_data());  // already pinned: itself
+  CHECK(x.transpose(0, 1).pin_memory().to_vector<float>() ==
+        x.transpose(0, 1).contiguous().to_vector<float>());
+  const Tensor d = pinned.to(Device::cuda(0), /*non_blocking=*/true);
+  CHECK(d.to(Device::cpu()).to_vector<float>() == x.to_vector<float>());
+}
+
+TEST_CASE("a pinned source freed while its copy is queued is not reused too early", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  Generator g(4);
+  // A large GEMM queued first keeps the device busy while the copies below are queued.
+  const Tensor a = randn({4096, 4096}, g).to(Device::cuda(0));
+  const Tensor busy = kernels::matmul(a, a, false, false);
+  const Tensor x = randn({1 << 20}, g);
+  Tensor d;
+  {
+    const Tensor pinned = x.pin_memory();
+    d = pinned.to(Device::cuda(0), /*non_blocking=*/true);
+  }  // freed at once; the allocator must keep the block until the copy has run
+  const Tensor other = full({1 << 20}, 7.0).pin_memory();  // same size: would reuse it
+  CHECK(other.to_vector<float>() == std::vector<float>(1 << 20, 7.0f));
+  CHECK(d.to(Device::cpu()).to_vector<float>() == x.to_vector<float>());
+  CHECK(busy.numel() == 4096 * 4096);
+}
+
+TEST_CASE("events time device work and report completion", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  Generator g(5);
+  const Tensor a = randn({2048, 2048}, g).to(Device::cuda(0));
+  cuda::Event start(0), end(0);
+  CHECK(start.done());  // never recorded
+  start.record();
+  Tensor c = a;
+  for (int i = 0; i < 8; ++i) c = kernels::matmul(c, a, false, false);
+  end.record();
+  end.synchronize();
+  CHECK(end.done());
+  CHECK(start.done());
+  const double ms = cuda::Event::elapsed_ms(start, end);
+  CHECK(ms > 0.0);
+  CHECK(ms < 10000.0);
 }
 
 }  // namespace
