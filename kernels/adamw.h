@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -23,5 +24,15 @@ struct AdamWParams {
 // All four tensors contiguous with one shape; param, exp_avg, exp_avg_sq f32 (or f64).
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                 const Tensor& exp_avg_sq, const AdamWParams& p);
+
+// One parameter's operands of the multi-tensor step; each entry as adamw_step's arguments.
+struct AdamWTensors {
+  Tensor param, grad, exp_avg, exp_avg_sq;
+};
+
+// adamw_step on every entry with the same hyperparameters, element for element the same
+// numbers. Every entry on one device with one dtype. On CUDA the whole list takes a few
+// launches instead of one per tensor (Note [Multi-tensor AdamW] in kernels/cuda/optimizers.cu).
+void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p);
 
 }  // namespace tessera::kernels

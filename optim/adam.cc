@@ -1,5 +1,7 @@
 #include "optim/adam.h"
 
+#include <vector>
+
 #include "kernels/adamw.h"
 
 namespace tessera::optim {
@@ -18,12 +20,14 @@ void Adam::step() {
     const kernels::AdamWParams ap{
         g.lr, options_.beta1,           options_.beta2,      options_.eps, g.weight_decay,
         t,    options_.bias_correction, options_.adam_w_mode};
+    // One multi-tensor step per group: a few launches for all its parameters on CUDA.
+    std::vector<kernels::AdamWTensors> tensors;
     for (const NamedParameter& p : g.params) {
       const Tensor grad = p.tensor.grad();
       if (!grad.defined()) continue;
-      kernels::adamw_step(p.tensor, grad.contiguous(), state("exp_avg", p), state("exp_avg_sq", p),
-                          ap);
+      tensors.push_back({p.tensor, grad.contiguous(), state("exp_avg", p), state("exp_avg_sq", p)});
     }
+    kernels::adamw_step(tensors, ap);
   }
   advance();
 }

@@ -67,6 +67,7 @@ AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, co
 
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                 const Tensor& exp_avg_sq, const AdamWParams& p);
+void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p);
 double lamb_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                  const Tensor& exp_avg_sq, const LambParams& p);
 void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,

@@ -54,6 +54,7 @@ AttentionGrads causal_attention_backward(const Tensor&, const Tensor&, const Ten
 void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWParams&) {
   missing("adamw_step");
 }
+void adamw_step(const std::vector<AdamWTensors>&, const AdamWParams&) { missing("adamw_step"); }
 double lamb_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const LambParams&) {
   missing("lamb_step");
 }

@@ -80,6 +80,39 @@ TEST_CASE("adamw_step matches the CPU", "[gpu]") {
   }
 }
 
+TEST_CASE("the multi-tensor adamw_step equals the one-tensor kernel bit for bit", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  // 40 tensors (past the 24 of one table) of sizes around the 65536-element chunk, one of
+  // them past the 320 blocks of one launch, and views at odd offsets (no vector access).
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 40; ++i) sizes.push_back(1 + (i * 40009) % 200000);
+  sizes[7] = 320 * 65536 + 3;
+  const kernels::AdamWParams hp{.lr = 1e-2, .weight_decay = 0.01, .step = 5};
+  for (DType dt : kOptimDtypes) {
+    DYNAMIC_SECTION(dtype_name(dt)) {
+      std::vector<kernels::AdamWTensors> multi, single;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        const int64_t shift = i % 3 == 1 ? 1 : 0;  // a misaligned view
+        State s = make_state({sizes[i] + shift}, 500 + 4 * i, dt);
+        auto part = [&](const Tensor& t) { return t.narrow(0, shift, sizes[i]); };
+        multi.push_back(
+            {part(s.p.dev.clone()), part(s.g.dev), part(s.m.dev.clone()), part(s.v.dev.clone())});
+        single.push_back({part(s.p.dev), part(s.g.dev), part(s.m.dev), part(s.v.dev)});
+      }
+      kernels::adamw_step(multi, hp);
+      for (const kernels::AdamWTensors& t : single) {
+        kernels::adamw_step(t.param, t.grad, t.exp_avg, t.exp_avg_sq, hp);
+      }
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        INFO("tensor " << i << " of " << sizes[i] << " elements");
+        testing::check_bitwise(multi[i].param, single[i].param);
+        testing::check_bitwise(multi[i].exp_avg, single[i].exp_avg);
+        testing::check_bitwise(multi[i].exp_avg_sq, single[i].exp_avg_sq);
+      }
+    }
+  }
+}
+
 TEST_CASE("lamb_step matches the CPU, trust ratio included", "[gpu]") {
   REQUIRE(cuda::device_count() > 0);
   struct Case {

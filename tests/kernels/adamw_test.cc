@@ -108,4 +108,45 @@ TEST_CASE("adamw_step rejects bad tensors and steps", "[adamw]") {
                                       "found 0"));
 }
 
+TEST_CASE("the multi-tensor adamw_step equals one step per tensor", "[adamw]") {
+  AdamWParams hp;
+  hp.lr = 1e-2;
+  hp.weight_decay = 0.1;
+  hp.step = 2;
+  Generator gen(11);
+  const std::vector<Shape> shapes = {{5}, {3, 7}, {0}, {1000}};
+  std::vector<kernels::AdamWTensors> multi, single;
+  std::vector<Tensor> before;
+  for (const Shape& s : shapes) {
+    const Tensor p = randn(s, gen), g = randn(s, gen), m = randn(s, gen), v = rand(s, gen);
+    before.push_back(p);
+    multi.push_back({p.clone(), g, m.clone(), v.clone()});
+    single.push_back({p.clone(), g, m.clone(), v.clone()});
+  }
+  adamw_step(multi, hp);
+  for (const kernels::AdamWTensors& t : single) {
+    adamw_step(t.param, t.grad, t.exp_avg, t.exp_avg_sq, hp);
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    CAPTURE(i);
+    CHECK(multi[i].param.to_vector<float>() == single[i].param.to_vector<float>());
+    CHECK(multi[i].exp_avg.to_vector<float>() == single[i].exp_avg.to_vector<float>());
+    CHECK(multi[i].exp_avg_sq.to_vector<float>() == single[i].exp_avg_sq.to_vector<float>());
+  }
+  // The step moved the parameters (a no-op would pass the comparison above).
+  CHECK(multi[3].param.to_vector<float>() != before[3].to_vector<float>());
+}
+
+TEST_CASE("the multi-tensor adamw_step checks every entry", "[adamw]") {
+  const Tensor z = zeros({3});
+  const Tensor d = zeros({3}, {DType::f64});
+  AdamWParams hp;
+  REQUIRE_NOTHROW(adamw_step(std::vector<kernels::AdamWTensors>{}, hp));
+  REQUIRE_THROWS_WITH(adamw_step({{z, z, z, z}, {d, d, d, d}}, hp),
+                      Catch::Contains("[adamw_step] expected every tensor on cpu in f32, found "
+                                      "tensor 1 on cpu in f64"));
+  REQUIRE_THROWS_WITH(adamw_step({{z, z, z, z}, {z, z, zeros({4}), z}}, hp),
+                      Catch::Contains("[adamw_step] shapes differ: param (3) vs exp_avg (4)"));
+}
+
 }  // namespace tessera
