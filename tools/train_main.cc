@@ -4,7 +4,8 @@
 //   mpirun -np 4 bazel-bin/tools/train --config configs/shakespeare_char.json
 //
 // Under mpirun every process is one data-parallel rank (rank and world from the MPI
-// environment); Note [Data-parallel trainer] in tools/trainer/trainer.h. Relative paths
+// environment); Note [Data-parallel trainer] in tools/trainer/trainer.h. With
+// "device": "cuda", rank r of a node drives cuda:r and gradients move over NCCL. Relative paths
 // (the config, and the paths inside it) resolve against the directory the command was
 // started from. Exit codes: 0 done, 2 bad flags, 1 any other error.
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "core/factories.h"
 #include "core/logging.h"
 #include "parallel/comm/mpi_comm.h"
+#include "parallel/comm/nccl_comm.h"
 #include "parallel/comm/thread_comm.h"
 #include "tools/cli/flags.h"
 #include "tools/trainer/trainer.h"
@@ -26,7 +28,8 @@ constexpr const char* kUsage =
        mpirun -np N train --config FILE [...]
 
 Trains the model the config describes; see configs/README.md for the keys. Under mpirun,
-each process is a data-parallel rank: the config's batch keys must fit N ranks.
+each process is a data-parallel rank: the config's batch keys must fit N ranks. With
+"trainer": {"device": "cuda"}, the ranks of a node drive one GPU each and reduce over NCCL.
 
   --config FILE     the run config (JSON)
   --resume          continue from the latest checkpoint; error when there is none
@@ -73,7 +76,15 @@ int train_mpi(int* argc, char*** argv, const std::string& config, tessera::train
     return 1;
   }
   try {
-    tessera::train::Trainer trainer(std::move(*cfg), mode, *world);
+    // A CUDA run drives one GPU per rank, cuda:(N + local rank) for the config's cuda:N,
+    // and reduces gradients over NCCL; the MPI world keeps the trainer's CPU values.
+    std::unique_ptr<Communicator> gpus;
+    tessera::Device& device = cfg->trainer.device;
+    if (device.is_cuda() && world->size() > 1) {
+      device = tessera::Device::cuda(device.index + mpi.local_rank());
+      gpus = tessera::parallel::nccl_group(*world, device.index, options);
+    }
+    tessera::train::Trainer trainer(std::move(*cfg), mode, *world, gpus.get());
     trainer.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train: error: [rank %d] %s\n", mpi.world_rank(), e.what());

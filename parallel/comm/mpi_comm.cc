@@ -363,6 +363,13 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   }
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank", "mpi");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world_size_), "MPI_Comm_size", "mpi");
+  // The processes that share this node's memory, ranked by world rank.
+  MPI_Comm node = MPI_COMM_NULL;
+  check_mpi(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node),
+      "MPI_Comm_split_type", "mpi");
+  check_mpi(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank", "mpi");
+  MPI_Comm_free(&node);
 }
 
 MpiRuntime::~MpiRuntime() {

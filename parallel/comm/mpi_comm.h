@@ -32,7 +32,8 @@ class MpiRuntime {
  public:
   // Calls MPI_Init_thread(MPI_THREAD_FUNNELED): only the thread that constructed the
   // runtime makes MPI calls. MPI may remove its own arguments from argc/argv. Throws when
-  // MPI was already finalized or cannot give that thread level.
+  // MPI was already finalized or cannot give that thread level. Collective: it finds the
+  // ranks of its node with MPI_Comm_split_type.
   MpiRuntime(int* argc, char*** argv);
   // Calls MPI_Finalize if this object initialized MPI.
   ~MpiRuntime();
@@ -45,6 +46,8 @@ class MpiRuntime {
   // communicator (for log tags, or decisions made before the world is created).
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
+  // This process's rank among the processes of its node (the GPU a rank drives).
+  int local_rank() const { return local_rank_; }
   // True when the process was started by mpirun (OpenMPI) or another PMI launcher, as
   // opposed to a lone process that MPI would run as a singleton world of size 1.
   static bool launched_by_mpirun();
@@ -57,6 +60,7 @@ class MpiRuntime {
   bool owns_mpi_ = false;
   int world_rank_ = 0;
   int world_size_ = 1;
+  int local_rank_ = 0;
 };
 
 // A Communicator over a duplicate of MPI_COMM_WORLD named "world", so that its traffic

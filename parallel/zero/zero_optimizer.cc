@@ -263,7 +263,8 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
     for (size_t b = 0; b < layout_.blocks.size(); ++b) {
       sq += kernels::squared_norm(own_grad_chunk(static_cast<int64_t>(b)));
     }
-    const Tensor total = scalar_tensor(sq, {DType::f64});
+    // On the parameters' device: an NCCL group moves device tensors only.
+    const Tensor total = scalar_tensor(sq, {DType::f64, device_});
     dp_.all_reduce(total);
     sq = total.item<double>();
   }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "autograd/ops.h"
 #include "core/cuda_runtime.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
@@ -72,14 +73,35 @@ StateDict on_cpu(StateDict state) {
   return state;
 }
 
+// A batch tensor on the training device. A CUDA transfer is queued from pinned memory, so
+// the host goes on queuing the forward without waiting for the device (Note [Pinned host
+// memory]); the pinned copy may be dropped at once.
+Tensor to_device(const Tensor& host, Device device) {
+  if (!device.is_cuda()) return host;
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+// Adds a loss to the running sum `total` (f64 on the loss's device). Losses stay on the
+// device until the end of the step: reading each one would make the host wait for the
+// device after every micro-batch.
+void accumulate(Tensor& total, const Tensor& loss) {
+  NoGradGuard no_grad;
+  const Tensor l = loss.detach().to(DType::f64);
+  total = total.defined() ? add(total, l) : l;
+}
+
 // Dense bf16 tensor-core peak of an H100 SXM, the reference of the CUDA MFU (PaLM's MFU
 // uses the hardware peak whatever the precision).
 constexpr double kCudaPeakFlops = 989.4e12;
 
 }  // namespace
 
-Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp)
-    : cfg_(std::move(config)), dp_(dp) {
+Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp,
+                 parallel::Communicator* device_dp)
+    : cfg_(std::move(config)), dp_(dp), grads_(device_dp ? *device_dp : dp) {
+  TS_CHECK(grads_.size() == dp_.size() && grads_.rank() == dp_.rank(),
+           "[train] expected the device group to have the data-parallel group's ranks, found rank ",
+           grads_.rank(), " of ", grads_.size(), " against rank ", dp_.rank(), " of ", dp_.size());
   if (leader()) {
     for (const std::string& w : cfg_.warnings) log_warn("{}", w);
   }
@@ -95,7 +117,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp
   model_->to(t.device, cfg_.engine.precision);
   const optim::OptimizerConfig& oc = cfg_.engine.optimizer;
   optimizer_ = std::make_unique<parallel::ZeroOptimizer>(
-      dp_, *model_,
+      grads_, *model_,
       optim::decay_groups(model_->named_parameters(), oc.lr, oc.weight_decay, t.no_decay_1d,
                           t.no_decay_names),
       oc, cfg_.engine.zero,
@@ -230,12 +252,13 @@ double Trainer::train_step() {
   optimizer_->set_lr(scheduler_->lr());
   if (const std::optional<double> beta1 = scheduler_->beta1()) optimizer_->set_momentum(*beta1);
   optimizer_->zero_grad();
-  double loss_sum = 0.0;
+  Tensor loss_sum;  // f64, on the device
   for (int64_t micro = 0; micro < gas; ++micro) {
     const data::Batch b = train_loader_->next();
     const Device device = cfg_.trainer.device;
-    const Tensor loss = model_->loss(model_->forward(b.inputs.to(device)), b.targets.to(device));
-    loss_sum += loss.item<double>();
+    const Tensor loss =
+        model_->loss(model_->forward(to_device(b.inputs, device)), to_device(b.targets, device));
+    accumulate(loss_sum, loss);
     // The mean over micro-batches, as DeepSpeed scales each micro-batch's loss by 1/GAS.
     optimizer_->backward(loss, 1.0 / static_cast<double>(gas), micro == gas - 1);
   }
@@ -250,7 +273,7 @@ double Trainer::train_step() {
              attempted_scale, optimizer_->loss_scaler()->scale());
   }
   ++step_;
-  return global_mean(loss_sum / static_cast<double>(gas));
+  return global_mean(loss_sum.item<double>() / static_cast<double>(gas));
 }
 
 double Trainer::global_mean(double value) const {
@@ -264,15 +287,15 @@ double Trainer::evaluate() {
   NoGradGuard no_grad;
   model_->eval();
   val_loader_->reset();
-  double total = 0.0;
+  Tensor total;  // f64, on the device
   for (int64_t i = 0; i < cfg_.trainer.eval_batches; ++i) {
     const data::Batch b = val_loader_->next();
     const Device device = cfg_.trainer.device;
-    total +=
-        model_->loss(model_->forward(b.inputs.to(device)), b.targets.to(device)).item<double>();
+    accumulate(total, model_->loss(model_->forward(to_device(b.inputs, device)),
+                                   to_device(b.targets, device)));
   }
   model_->train();
-  return global_mean(total / static_cast<double>(cfg_.trainer.eval_batches));
+  return global_mean(total.item<double>() / static_cast<double>(cfg_.trainer.eval_batches));
 }
 
 void Trainer::save_checkpoint() {
@@ -329,7 +352,7 @@ TrainResult Trainer::run() {
                 : fmt::format("FMA peak {:.0f} GFLOP/s on {} threads per rank",
                               peak / dp_.size() / 1e9, num_threads()));
   }
-  dp_.reset_stats();
+  grads_.reset_stats();
   const bool bar = leader() && ::isatty(STDERR_FILENO) != 0;
   TrainResult result;
   double window_time = 0.0, train_time = 0.0;
@@ -405,8 +428,8 @@ TrainResult Trainer::run() {
                m.total() / 1e6, m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6);
       const int64_t steps = std::max<int64_t>(step_ - first, 1);
       log_info("rank 0 communication, {} steps: {:.2f} MB sent per step", steps,
-               static_cast<double>(dp_.stats().total_bytes_sent()) / steps / 1e6);
-      std::istringstream lines(dp_.stats().summary());
+               static_cast<double>(grads_.stats().total_bytes_sent()) / steps / 1e6);
+      std::istringstream lines(grads_.stats().summary());
       for (std::string line; std::getline(lines, line);) log_info("  {}", line);
     }
   }

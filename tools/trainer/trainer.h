@@ -49,8 +49,13 @@ struct TrainResult {
 // (optimizer state is resharded through whole per-parameter tensors).
 class Trainer {
  public:
-  // `config` must have been resolved for dp.size() ranks (load_run_config). Collective.
-  Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp);
+  // `config` must have been resolved for dp.size() ranks (load_run_config). `dp` moves the
+  // trainer's own CPU values (resume agreement, mean losses, checkpoint barriers);
+  // `device_dp`, the same ranks over the training device (an NCCL group for CUDA runs of
+  // more than one rank), moves gradients and parameters; dp does both when it is null.
+  // Collective.
+  Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp,
+          parallel::Communicator* device_dp = nullptr);
   ~Trainer();
 
   // Trains to the configured step count, evaluating, logging and checkpointing on the way,
@@ -74,6 +79,7 @@ class Trainer {
 
   RunConfig cfg_;
   parallel::Communicator& dp_;
+  parallel::Communicator& grads_;  // ZeroOptimizer's group: dp_ or the device group
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<parallel::ZeroOptimizer> optimizer_;
   std::unique_ptr<optim::LrScheduler> scheduler_;
