@@ -3,10 +3,13 @@
 #include "kernels/checks.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/elementwise.h"
 
 namespace tessera::kernels {
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+namespace {
+
+void check_operands(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   constexpr const char* op = "matmul";
   check_defined(op, "a", a);
   check_defined(op, "b", b);
@@ -26,8 +29,29 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const int64_t k_b = trans_b ? b.size(-1) : b.size(-2);
   TS_CHECK(k_a == k_b, "[matmul] inner dimensions differ: ", shape_str(a.shape()), " vs ",
            shape_str(b.shape()), trans_a ? " (trans_a)" : "", trans_b ? " (trans_b)" : "");
-  if (a.device().is_cuda()) return cuda::matmul(a, b, trans_a, trans_b);
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  check_operands(a, b, trans_a, trans_b);
+  if (a.device().is_cuda()) return cuda::matmul(a, b, trans_a, trans_b, Tensor());
   return cpu::matmul(a, b, trans_a, trans_b);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  TS_CHECK(weight.dim() == 2, "[linear] expected a 2-D weight (out, in), found shape ",
+           shape_str(weight.shape()));
+  check_operands(x, weight, false, true);
+  if (bias.defined()) {
+    check_same_dtype("linear", "x", x, "bias", bias);
+    check_same_device("linear", "x", x, "bias", bias);
+    TS_CHECK(bias.shape() == Shape{weight.size(0)}, "[linear] expected bias of shape (",
+             weight.size(0), "), found ", shape_str(bias.shape()));
+  }
+  if (x.device().is_cuda()) return cuda::matmul(x, weight, false, true, bias);
+  const Tensor y = cpu::matmul(x, weight, false, true);
+  return bias.defined() ? binary(BinaryOp::add, y, bias) : y;
 }
 
 }  // namespace tessera::kernels

@@ -13,4 +13,11 @@ namespace tessera::kernels {
 // A 2-D b is shared by every batch of a (one large GEMM when a is contiguous).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 
+// The forward of a linear layer: out = x @ weight^T + bias.
+//   x: (..., M, K) with at least 2 dims; weight: (N, K); bias: (N), or undefined for none
+//   out: (..., M, N)
+// On CUDA the bias is added in the GEMM's epilogue (cuBLASLt), with no second pass over
+// out; on the CPU it is added after the GEMM.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
 }  // namespace tessera::kernels

@@ -38,12 +38,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   TS_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
            "[linear] input features differ: ", shape_str(x.shape()), " vs weight ",
            shape_str(weight.shape()));
-  Tensor y = kernels::matmul(x, weight, false, true);
-  if (bias.defined()) {
-    TS_CHECK(bias.shape() == Shape{weight.size(0)}, "[linear] expected bias of shape (",
-             weight.size(0), "), found ", shape_str(bias.shape()));
-    y = kernels::binary(kernels::BinaryOp::add, y, bias);
-  }
+  Tensor y = kernels::linear(x, weight, bias);  // the bias fused into the GEMM on CUDA
   record_function(
       "linear", {x, weight, bias}, {&y},
       [x = x.detach(), w = weight.detach(), rx = x.requires_grad(), rw = weight.requires_grad(),

@@ -35,7 +35,8 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim);
 MaxResult max(const Tensor& x, int64_t dim, bool keepdim);
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
+// `bias` (N), when defined, is added to every row of the result (linear's forward).
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias);
 
 Tensor softmax(const Tensor& x);
 Tensor log_softmax(const Tensor& x);

@@ -8,6 +8,14 @@
 // flag, and writes C with no copy. An operand whose last two dims are a transposed
 // contiguous matrix (strides (1, rows)) is passed as that matrix with the flag flipped,
 // so x.transpose(-2, -1) costs no copy either.
+//
+// Note [cuBLASLt alignment]
+// cuBLASLt's heuristic assumes 256-byte aligned operands unless told otherwise, and an
+// algorithm it picks under that assumption fails on a view at an odd offset (parameters
+// are views of ZeRO's flat buffer at any element offset). So each call states the real
+// alignment of every pointer (the largest power of two up to 256 that divides it), which
+// is also part of the key of the cached algorithm. The bias epilogue wants a 16-byte
+// aligned bias; a bias that is not gets a separate add after the GEMM.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -30,9 +38,20 @@ void check_cublas(cublasStatus_t status, const char* call) {
            " failed: ", cublasLtGetStatusName(status), " (", cublasLtGetStatusString(status), ")");
 }
 
-// Everything the chosen algorithm depends on: dtype, flags, layouts and batch.
+// Everything the chosen algorithm depends on: dtype, flags, layouts, batch, the operands'
+// alignments (Note [cuBLASLt alignment]) and whether the bias epilogue is on.
 using AlgoKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           int64_t, int64_t, int64_t, int64_t>;
+                           int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool>;
+
+// The largest power of two, at most 256, that divides the address.
+uint32_t alignment_of(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+constexpr uint32_t kBiasAlignment = 16;
 
 // A cuBLASLt handle and its workspace for one device, with the chosen algorithm per
 // problem. Created on first use and kept for the process, like the device allocator.
@@ -154,7 +173,7 @@ struct OpDesc {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias) {
   // a: (..., M, K) or (..., K, M); b: (K, N) / (N, K) or batched like a.
   const int64_t m = trans_a ? a.size(-1) : a.size(-2);
   const int64_t k = trans_a ? a.size(-2) : a.size(-1);
@@ -165,8 +184,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   out_shape.push_back(m);
   out_shape.push_back(n);
   if (m == 0 || n == 0 || batch == 0) return empty(out_shape, {a.dtype(), a.device()});
-  if (k == 0) return zeros(out_shape, {a.dtype(), a.device()});
+  if (k == 0) {
+    const Tensor z = zeros(out_shape, {a.dtype(), a.device()});
+    return bias.defined() ? cuda::binary(BinaryOp::add, z, bias) : z;
+  }
   set_device("matmul", a);
+  // The epilogue adds a contiguous, aligned bias in f32/f16/bf16 (Note [cuBLASLt alignment]).
+  const bool fuse_bias = bias.defined() && a.dtype() != DType::f64 && bias.is_contiguous() &&
+                         alignment_of(bias.raw_data()) >= kBiasAlignment;
 
   // A 2-D b shared by a contiguous, untransposed a: one GEMM with batch * M rows.
   Tensor a2 = a;
@@ -189,6 +214,17 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
                                                                 : CUBLAS_COMPUTE_32F;
   const cudaDataType_t scale_type = is_f64 ? CUDA_R_64F : CUDA_R_32F;
   OpDesc op(compute, scale_type, first.trans, second.trans);
+  if (fuse_bias) {
+    // The bias has one entry per row of column-major C^T: one per output feature n.
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    check_cublas(cublasLtMatmulDescSetAttribute(op.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                sizeof(epilogue)),
+                 "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+    const void* bias_ptr = bias.raw_data();
+    check_cublas(cublasLtMatmulDescSetAttribute(op.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &bias_ptr, sizeof(bias_ptr)),
+                 "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  }
   Layout la(type, first.rows, first.cols, first.ld, gemm_batch, first.batch_stride);
   Layout lb(type, second.rows, second.cols, second.ld, gemm_batch, second.batch_stride);
   Layout lc(type, n, rows, n, gemm_batch, gemm_batch > 1 ? n * m : 0);
@@ -206,7 +242,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
                     rows,
                     gemm_batch,
                     first.batch_stride,
-                    second.batch_stride};
+                    second.batch_stride,
+                    alignment_of(first.t.raw_data()),
+                    alignment_of(second.t.raw_data()),
+                    alignment_of(out.raw_data()),
+                    fuse_bias};
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard<std::mutex> lock(ctx.mutex);
@@ -217,6 +257,16 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
       const size_t ws = kWorkspaceBytes;
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                            sizeof(ws));
+      const uint32_t align_a = std::get<13>(key), align_b = std::get<14>(key),
+                     align_c = std::get<15>(key);
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                           &align_a, sizeof(align_a));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                           &align_b, sizeof(align_b));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                           &align_c, sizeof(align_c));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                           &align_c, sizeof(align_c));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
@@ -238,6 +288,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
                      lb.desc, beta, out.raw_data(), lc.desc, out.raw_data(), lc.desc, &algo,
                      ctx.workspace.raw_data(), kWorkspaceBytes, kStream),
       "cublasLtMatmul");
+  if (bias.defined() && !fuse_bias) return cuda::binary(BinaryOp::add, out, bias);
   return out;
 }
 

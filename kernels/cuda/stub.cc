@@ -19,7 +19,7 @@ Tensor where(const Tensor&, const Tensor&, const Tensor&) { missing("where"); }
 Tensor sum(const Tensor&, const std::vector<int64_t>&, bool) { missing("sum"); }
 Tensor var(const Tensor&, const std::vector<int64_t>&, int64_t, bool) { missing("var"); }
 MaxResult max(const Tensor&, int64_t, bool) { missing("max"); }
-Tensor matmul(const Tensor&, const Tensor&, bool, bool) { missing("matmul"); }
+Tensor matmul(const Tensor&, const Tensor&, bool, bool, const Tensor&) { missing("matmul"); }
 Tensor softmax(const Tensor&) { missing("softmax"); }
 Tensor log_softmax(const Tensor&) { missing("log_softmax"); }
 Tensor softmax_backward(const Tensor&, const Tensor&) { missing("softmax_backward"); }

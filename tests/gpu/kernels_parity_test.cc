@@ -245,5 +245,36 @@ TEST_CASE("matmul matches an f64 CPU reference for every transpose and batch lay
   }
 }
 
+// linear's bias epilogue, with operands at every alignment: views at element offsets of a
+// flat buffer (as ZeRO's parameters are) must work, and a bias that is not 16-byte aligned
+// takes the separate add (Note [cuBLASLt alignment] in kernels/cuda/matmul.cu).
+TEST_CASE("linear (bias in the GEMM epilogue) matches the CPU at any operand alignment", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  const int64_t B = 3, T = 37, K = 48, N = 40;
+  for (DType dt : kFloating) {
+    for (int64_t offset : {0, 1, 2, 3, 4}) {
+      DYNAMIC_SECTION(dtype_name(dt) << " offset " << offset) {
+        const double tol = tol_for(dt, 5e-3);
+        // Weight and bias as views of one flat buffer, at `offset` elements.
+        const Input flat = random({offset + N * K + offset + N}, 30, dt);
+        const Input w = view_of(flat, [&](const Tensor& f) {
+          return f.narrow(0, offset, N * K).view({N, K});
+        });
+        const Input bias =
+            view_of(flat, [&](const Tensor& f) { return f.narrow(0, offset + N * K + offset, N); });
+        const Input x = random({B, T, K}, 31, dt);
+        check_close(kernels::linear(x.dev, w.dev, bias.dev),
+                    kernels::linear(x.ref, w.ref, bias.ref), dt, tol);
+        check_close(kernels::linear(x.dev, w.dev, Tensor()),
+                    kernels::linear(x.ref, w.ref, Tensor()), dt, tol);
+        // A transposed (non-contiguous) input runs as a batched GEMM with the bias broadcast.
+        const Input xt = random_t({B, T, K}, 32, dt);
+        check_close(kernels::linear(xt.dev, w.dev, bias.dev),
+                    kernels::linear(xt.ref, w.ref, bias.ref), dt, tol);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera

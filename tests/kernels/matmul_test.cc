@@ -238,4 +238,28 @@ TEST_CASE("matmul rejects mismatched operands", "[matmul]") {
                       Catch::Contains("[matmul] expected a to be a defined tensor"));
 }
 
+TEST_CASE("linear adds the bias to every row of x @ weight^T", "[matmul]") {
+  Generator gen(41);
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor x = randn({2, 3, 7}, gen, {dt});
+    const Tensor w = randn({5, 7}, gen, {dt});
+    const Tensor b = randn({5}, gen, {dt});
+    const std::vector<double> xw = reference(x, w, false, true);
+    const std::vector<double> bv = b.to_vector<double>();
+    std::vector<double> want = xw;
+    for (size_t i = 0; i < want.size(); ++i) want[i] += bv[i % 5];
+    const Tensor y = kernels::linear(x, w, b);
+    REQUIRE(y.shape() == Shape{2, 3, 5});
+    CHECK(max_abs_diff(y.to_vector<double>(), want) <= tolerance(dt));
+    CHECK(max_abs_diff(kernels::linear(x, w, Tensor()).to_vector<double>(), xw) <= tolerance(dt));
+  }
+  const Tensor x = zeros({2, 7});
+  REQUIRE_THROWS_WITH(kernels::linear(x, zeros({5, 7}), zeros({4})),
+                      Catch::Contains("[linear] expected bias of shape (5), found (4)"));
+  REQUIRE_THROWS_WITH(kernels::linear(x, zeros({5, 7}), zeros({5}, {DType::f64})),
+                      Catch::Contains("[linear] dtypes differ: x f32 vs bias f64"));
+  REQUIRE_THROWS_WITH(kernels::linear(x, zeros({5, 6}), Tensor()),
+                      Catch::Contains("[matmul] inner dimensions differ"));
+}
+
 }  // namespace tessera
