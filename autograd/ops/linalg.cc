@@ -2,7 +2,6 @@
 #include "autograd/ops/linalg.h"
 
 #include "autograd/record.h"
-#include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
 
