@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/cuda_runtime.h"
+#include "parallel/comm/nccl_comm.h"
 #include "parallel/comm/thread_comm.h"
 #include "tests/test_files.h"
 #include "tools/data/shard.h"
@@ -237,6 +238,52 @@ TEST_CASE("an fp16 run on CUDA resumes from its checkpoint bit for bit", "[gpu][
   CHECK(got.state.at("dropout_offset") == want.state.at("dropout_offset"));
   CHECK(got.state.at("scheduler_last_batch_iteration") ==
         want.state.at("scheduler_last_batch_iteration"));
+}
+
+// What tools/train does under mpirun with a CUDA device, on thread ranks: rank r trains on
+// cuda:r, its gradients move over NCCL, its own values over the CPU group.
+TEST_CASE("two ranks on two GPUs over NCCL follow the one-GPU run", "[gpu][trainer][nccl]") {
+  if (cuda::device_count() < 2) {
+    WARN("skipped: needs two CUDA devices, found " << cuda::device_count());
+    return;
+  }
+  const fs::path root = testing::fresh_dir("trainer_gpu_nccl");
+  write_shards(root / "data");
+  const Outcome want = train(run_config(root / "data", root / "one", "cuda", 8, 0.0), root / "one",
+                             ResumeMode::never);
+  const fs::path two = root / "two";
+  for (int stage : {0, 2}) {
+    DYNAMIC_SECTION("ZeRO stage " << stage) {
+      fs::remove_all(two);
+      Json doc = run_config(root / "data", two, "cuda", 8, 0.0);
+      doc["zero_optimization"] = {{"stage", stage}};
+      parallel::run_thread_ranks(2, [&](parallel::Communicator& cpu) {
+        std::unique_ptr<parallel::Communicator> gpus = parallel::nccl_group(cpu, cpu.rank(), {});
+        RunConfig cfg = parse_run_config(doc, "test", two.string(), 2);
+        cfg.trainer.device = Device::cuda(cpu.rank());
+        Trainer trainer(std::move(cfg), ResumeMode::never, cpu, gpus.get());
+        trainer.run();
+      });
+      const Outcome got = read_outcome(two);
+      // The same global batch split over two GPUs: sums in another order, TF32 products.
+      constexpr double kTol = 1e-2;
+      REQUIRE(got.losses.size() == want.losses.size());
+      for (const auto& [step, loss] : want.losses) {
+        INFO("step " << step << ": one GPU " << loss << ", two " << got.losses.at(step));
+        CHECK(std::abs(got.losses.at(step) - loss) <= kTol * loss);
+      }
+      REQUIRE(got.weights.size() == want.weights.size());
+      for (const auto& [name, t] : want.weights) {
+        INFO(name);
+        const std::vector<double> g = got.weights.at(name).to_vector<double>();
+        const std::vector<double> w = t.to_vector<double>();
+        double diff = 0, norm = 0;
+        for (size_t i = 0; i < w.size(); ++i)
+          diff += (g[i] - w[i]) * (g[i] - w[i]), norm += w[i] * w[i];
+        CHECK(std::sqrt(diff) <= kTol * std::sqrt(norm));
+      }
+    }
+  }
 }
 
 }  // namespace
