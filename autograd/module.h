@@ -24,7 +24,8 @@ namespace tessera {
 struct Placement {
   enum class Kind : uint8_t { replicated, sharded };
   Kind kind = Kind::replicated;
-  int64_t dim = 0;  // the split dim when sharded
+  int64_t dim = 0;    // the split dim when sharded
+  int64_t parts = 1;  // equal blocks along dim, each split on its own (3: fused q, k, v)
 };
 
 struct NamedParameter {

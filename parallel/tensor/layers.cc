@@ -1,0 +1,113 @@
+#include "parallel/tensor/layers.h"
+
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "core/factories.h"
+#include "core/grad_mode.h"
+#include "kernels/elementwise.h"
+#include "parallel/tensor/mappings.h"
+
+namespace tessera::parallel {
+namespace {
+
+// n / size, with an error naming the layer when it does not divide.
+int64_t split_size(const char* layer, const char* what, int64_t n, int64_t blocks, int size) {
+  TS_CHECK(n % (blocks * size) == 0, "[", layer, "] ", what, " ", n,
+           " does not split over a model-parallel group of ", size,
+           blocks > 1 ? " in " + std::to_string(blocks) + " blocks" : std::string(),
+           "; expected a multiple of ", blocks * size);
+  return n / size;
+}
+
+}  // namespace
+
+ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_features, bool bias,
+                                           Communicator& group, bool gather_output, int64_t parts,
+                                           DType dtype)
+    : group_(group), gather_output_(gather_output), parts_(parts) {
+  const int64_t local =
+      split_size("ColumnParallelLinear", "out_features", out_features, parts, group.size());
+  const Placement rows{Placement::Kind::sharded, 0, parts};
+  weight_ = zeros({local, in_features}, {dtype});
+  register_parameter("weight", weight_, rows);
+  if (bias) {
+    bias_ = zeros({local}, {dtype});
+    register_parameter("bias", bias_, rows);
+  }
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) const {
+  const ModuleCall call(*this);
+  const Tensor y = linear(copy_to_model_parallel(x, group_), weight_, bias_);  // (..., out / size)
+  if (!gather_output_) return call.output(y);
+  const Tensor all = gather_from_model_parallel(y, group_);  // rank-major: r0's parts, r1's...
+  if (parts_ == 1) return call.output(all);
+  // Back to the dense layout, part-major: every rank's q, then every rank's k, then v.
+  const int64_t piece = y.size(-1) / parts_;
+  std::vector<Tensor> pieces;
+  for (int64_t p = 0; p < parts_; ++p) {
+    for (int r = 0; r < group_.size(); ++r) {
+      pieces.push_back(narrow(all, -1, (r * parts_ + p) * piece, piece));
+    }
+  }
+  return call.output(cat(pieces, -1));
+}
+
+RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, bool bias,
+                                     Communicator& group, bool input_is_parallel, DType dtype)
+    : group_(group), input_is_parallel_(input_is_parallel) {
+  const int64_t local =
+      split_size("RowParallelLinear", "in_features", in_features, 1, group.size());
+  weight_ = zeros({out_features, local}, {dtype});
+  register_parameter("weight", weight_, {Placement::Kind::sharded, 1, 1});
+  if (bias) {
+    bias_ = zeros({out_features}, {dtype});
+    register_parameter("bias", bias_);
+  }
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x) const {
+  const ModuleCall call(*this);
+  const Tensor mine = input_is_parallel_ ? x : scatter_to_model_parallel(x, group_);
+  Tensor y = reduce_from_model_parallel(linear(mine, weight_, Tensor()), group_);  // (..., out)
+  if (bias_.defined()) y = add(y, bias_);
+  return call.output(y);
+}
+
+VocabParallelEmbedding::VocabParallelEmbedding(int64_t num_embeddings, int64_t embedding_dim,
+                                               Communicator& group, DType dtype)
+    : group_(group) {
+  const int64_t local =
+      split_size("VocabParallelEmbedding", "num_embeddings", num_embeddings, 1, group.size());
+  first_ = group.rank() * local;
+  weight_ = zeros({local, embedding_dim}, {dtype});
+  register_parameter("weight", weight_, {Placement::Kind::sharded, 0, 1});
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
+  const ModuleCall call(*this);
+  const int64_t rows = weight_.size(0);
+  Tensor local_ids, mask;  // (...) ids in this rank's table (0 elsewhere); 1 where it has them
+  {
+    // Integer ids in f64 (exact below 2^53): the elementwise kernels do floating math.
+    NoGradGuard no_grad;
+    using kernels::BinaryOp;
+    using kernels::CompareOp;
+    const TensorOptions f64{DType::f64, ids.device()};
+    const Tensor shifted =
+        kernels::binary(BinaryOp::sub, ids.to(DType::f64), scalar_tensor(first_, f64));
+    const Tensor in_range = kernels::binary(
+        BinaryOp::mul,
+        kernels::compare(CompareOp::ge, shifted, scalar_tensor(0, f64)).to(DType::f64),
+        kernels::compare(CompareOp::lt, shifted, scalar_tensor(rows, f64)).to(DType::f64));
+    local_ids = kernels::binary(BinaryOp::mul, shifted, in_range).to(DType::i64);
+    mask = in_range.to(weight_.dtype()).unsqueeze(-1);  // (..., 1)
+  }
+  // Rows for ids of other ranks are zeroed, so their gradient (to row 0) is zero too.
+  const Tensor partial = mul(embedding(weight_, local_ids), mask);  // (..., C)
+  return call.output(reduce_from_model_parallel(partial, group_));
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,74 @@
+// Megatron's tensor-parallel layers over a model-parallel group (DESIGN.md section 5). Each
+// holds this rank's slice of the dense layer's parameters under the dense names ("weight",
+// "bias") with a sharded Placement, so a checkpoint of the full tensors maps onto any
+// model-parallel size through model_parallel_slice (parallel/tensor/mappings.h). With a
+// group of one they compute exactly what the dense layers compute. Parameters start at
+// zero: models initialize the full logical tensor by name and load each rank's slice.
+#pragma once
+
+#include <cstdint>
+
+#include "autograd/module.h"
+#include "parallel/comm/communicator.h"
+
+namespace tessera::parallel {
+
+// y = x W^T + b with W (out, in) split by rows: this rank computes out / size features.
+// `parts` > 1 splits each of that many equal row blocks on its own (a fused q, k, v
+// projection, parts 3: every rank gets the q, k and v rows of its heads).
+class ColumnParallelLinear : public Module {
+ public:
+  // Parameters "weight" (out / size, in) and, with `bias`, "bias" (out / size), both sharded
+  // on dim 0. Throws unless size * parts divides out. With `gather_output` the forward
+  // returns the full (..., out) on every rank, in the dense layout; otherwise this rank's
+  // (..., out / size).
+  ColumnParallelLinear(int64_t in_features, int64_t out_features, bool bias, Communicator& group,
+                       bool gather_output = false, int64_t parts = 1, DType dtype = DType::f32);
+  Tensor forward(const Tensor& x) const;  // (..., in), the same on every rank -> see above
+
+ private:
+  Communicator& group_;
+  bool gather_output_;
+  int64_t parts_;
+  Tensor weight_;
+  Tensor bias_;
+};
+
+// y = x W^T + b with W (out, in) split by columns: this rank multiplies its in / size input
+// features and the partial products are summed over the group; the bias is added once,
+// after the sum.
+class RowParallelLinear : public Module {
+ public:
+  // Parameters "weight" (out, in / size) sharded on dim 1 and, with `bias`, "bias" (out)
+  // replicated. Throws unless size divides in. With `input_is_parallel` the forward takes
+  // this rank's (..., in / size) (a column-parallel layer's output); otherwise the full
+  // (..., in), of which it keeps its slice.
+  RowParallelLinear(int64_t in_features, int64_t out_features, bool bias, Communicator& group,
+                    bool input_is_parallel = true, DType dtype = DType::f32);
+  Tensor forward(const Tensor& x) const;  // -> (..., out), the same on every rank
+
+ private:
+  Communicator& group_;
+  bool input_is_parallel_;
+  Tensor weight_;
+  Tensor bias_;
+};
+
+// An embedding table (V, C) split by rows: this rank holds ids [r V / size, (r + 1) V / size);
+// ids outside its range give zero rows, and the sum over the group is the full lookup.
+class VocabParallelEmbedding : public Module {
+ public:
+  // Parameter "weight" (V / size, C) sharded on dim 0. Throws unless size divides V.
+  VocabParallelEmbedding(int64_t num_embeddings, int64_t embedding_dim, Communicator& group,
+                         DType dtype = DType::f32);
+  Tensor forward(const Tensor& ids) const;  // (...) i32|i64 -> (..., C)
+  const Tensor& weight() const { return weight_; }
+  int64_t first_id() const { return first_; }
+
+ private:
+  Communicator& group_;
+  int64_t first_;  // the first id of this rank's rows
+  Tensor weight_;
+};
+
+}  // namespace tessera::parallel

@@ -1,0 +1,33 @@
+// Megatron's tensor-parallel mappings as autograd ops over a model-parallel group
+// (DESIGN.md section 5). Each is the other's transpose: what one does in forward, its
+// partner does in backward.
+//
+//   copy_to_model_parallel      forward: identity        backward: all-reduce (sum)
+//   reduce_from_model_parallel  forward: all-reduce      backward: identity
+//   scatter_to_model_parallel   forward: own last-dim slice   backward: all-gather last dim
+//   gather_from_model_parallel  forward: all-gather last dim  backward: own last-dim slice
+//
+// A column-parallel linear starts with copy_to (its input is replicated, its input
+// gradient a sum of every rank's part); a row-parallel linear ends with reduce_from (the
+// partial products add up). The group must stay alive until backward has run.
+#pragma once
+
+#include "core/tensor.h"
+#include "parallel/comm/communicator.h"
+
+namespace tessera::parallel {
+
+Tensor copy_to_model_parallel(const Tensor& x, Communicator& group);      // (...) -> (...)
+Tensor reduce_from_model_parallel(const Tensor& x, Communicator& group);  // (...) -> (...)
+// (..., n * size) -> (..., n): this rank's slice; throws unless size divides the last dim.
+Tensor scatter_to_model_parallel(const Tensor& x, Communicator& group);
+// (..., n) -> (..., n * size): the ranks' slices side by side in rank order.
+Tensor gather_from_model_parallel(const Tensor& x, Communicator& group);
+
+// The slice rank `rank` of `size` holds of a full tensor split along `dim` into `parts`
+// equal blocks, each cut into `size` pieces (parts = 3 for a fused q, k, v projection: the
+// rank takes its heads' rows of q, of k and of v). Throws unless size * parts divides the
+// dim. Contiguous.
+Tensor model_parallel_slice(const Tensor& full, int64_t dim, int64_t parts, int rank, int size);
+
+}  // namespace tessera::parallel
