@@ -8,10 +8,11 @@
 
 namespace tessera {
 
-CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen)
-    : n_head_(cfg.n_head),
-      c_attn_(cfg.n_embd, 3 * cfg.n_embd, cfg.bias),
-      c_proj_(cfg.n_embd, cfg.n_embd, cfg.bias),
+CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen,
+                                         parallel::Communicator& model)
+    : n_head_(cfg.n_head / model.size()),
+      c_attn_(cfg.n_embd, 3 * cfg.n_embd, cfg.bias, model, /*gather_output=*/false, /*parts=*/3),
+      c_proj_(cfg.n_embd, cfg.n_embd, cfg.bias, model, /*input_is_parallel=*/true),
       resid_dropout_(cfg.dropout, gen) {
   register_module("c_attn", c_attn_);
   register_module("c_proj", c_proj_);
@@ -19,8 +20,9 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen)
 }
 
 std::vector<Tensor> CausalSelfAttention::heads(const Tensor& x) const {
-  const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
-  const Tensor qkv = c_attn_.forward(x);  // (B, T, 3C)
+  const int64_t b = x.size(0), t = x.size(1);
+  const Tensor qkv = c_attn_.forward(x);  // (B, T, 3 C_local): this rank's q, k, v
+  const int64_t c = qkv.size(2) / 3;
   std::vector<Tensor> parts = split(qkv, {c, c, c}, 2);
   for (Tensor& p : parts) {
     p = transpose(view(contiguous(p), {b, t, n_head_, c / n_head_}), 1, 2);  // (B, H, T, D)
@@ -50,7 +52,7 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& cache_k, Ten
   const int64_t total = start + t;
   const Tensor k = cache_k.narrow(2, 0, total);  // (B, H, S, D)
   const Tensor v = cache_v.narrow(2, 0, total);  // (B, H, S, D)
-  const double scale = 1.0 / std::sqrt(static_cast<double>(x.size(2) / n_head_));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(qkv[0].size(3)));
   Tensor scores = matmul(qkv[0], transpose(k, 2, 3)) * scale;  // (B, H, T, S)
   if (t > 1) {
     // New row i sits at position start + i and sees keys s <= start + i.

@@ -4,15 +4,18 @@
 #include "autograd/module.h"
 #include "models/gpt2/config.h"
 #include "models/layers/dropout.h"
-#include "models/layers/linear.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/tensor/layers.h"
 
 namespace tessera {
 
 class CausalSelfAttention : public Module {
  public:
   // Children "c_attn" (C -> 3C: q, k, v in that order) and "c_proj" (C -> C); dropout on
-  // the output draws from `gen`.
-  CausalSelfAttention(const GptConfig& cfg, Generator& gen);
+  // the output draws from `gen`. The heads are split over the model-parallel group
+  // `model` (Note [Tensor-parallel GPT] in models/gpt2/gpt.h): c_attn is column-parallel
+  // (each rank's q, k and v rows), c_proj row-parallel.
+  CausalSelfAttention(const GptConfig& cfg, Generator& gen, parallel::Communicator& model);
 
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
   // Inference over new positions [cache_k/v length, + T): appends their keys and values
@@ -21,13 +24,13 @@ class CausalSelfAttention : public Module {
                         int64_t start) const;  // (B, T, C) -> (B, T, C)
 
  private:
-  // (B, T, C) -> q, k, v each (B, H, T, D).
+  // (B, T, C) -> q, k, v each (B, H, T, D), H this rank's heads.
   std::vector<Tensor> heads(const Tensor& x) const;
   Tensor merge_heads(const Tensor& y) const;  // (B, H, T, D) -> (B, T, C) through c_proj
 
-  int64_t n_head_;
-  Linear c_attn_;
-  Linear c_proj_;
+  int64_t n_head_;  // this rank's heads
+  parallel::ColumnParallelLinear c_attn_;
+  parallel::RowParallelLinear c_proj_;
   Dropout resid_dropout_;
 };
 

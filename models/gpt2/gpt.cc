@@ -8,6 +8,9 @@
 #include "autograd/ops.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "parallel/comm/thread_comm.h"
+#include "parallel/tensor/cross_entropy.h"
+#include "parallel/tensor/mappings.h"
 
 namespace tessera {
 namespace {
@@ -19,27 +22,49 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-Gpt::Transformer::Transformer(const GptConfig& cfg, Generator& gen)
-    : wte(cfg.padded_vocab_size(), cfg.n_embd),
+Gpt::Transformer::Transformer(const GptConfig& cfg, Generator& gen, parallel::Communicator& model)
+    : wte(cfg.padded_vocab_size(), cfg.n_embd, model),
       wpe(cfg.block_size, cfg.n_embd),
       drop(cfg.dropout, gen),
       ln_f(cfg.n_embd, cfg.layer_norm_eps, cfg.bias) {
   register_module("wte", wte);
   register_module("wpe", wpe);
   register_module("drop", drop);
-  for (int64_t i = 0; i < cfg.n_layer; ++i) h.push_back(std::make_unique<Block>(cfg, gen));
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    h.push_back(std::make_unique<Block>(cfg, gen, model));
+  }
   register_module("h", h);
   register_module("ln_f", ln_f);
 }
 
-Gpt::Gpt(const GptConfig& cfg, uint64_t seed)
-    : cfg_((cfg.validate(), cfg)),
+namespace {
+
+// The group the model splits over: the given one, or a group of one it owns.
+std::unique_ptr<parallel::Communicator> own_group(const GptConfig& cfg,
+                                                  parallel::Communicator* given) {
+  cfg.validate();
+  if (given != nullptr) {
+    TS_CHECK(cfg.n_head % given->size() == 0, "[gpt2] n_head ", cfg.n_head,
+             " does not split over a tensor-parallel group of ", given->size(),
+             "; expected a multiple of ", given->size());
+    return nullptr;
+  }
+  return std::move(parallel::make_thread_group(1)[0]);
+}
+
+}  // namespace
+
+Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group)
+    : cfg_(cfg),
+      own_group_(own_group(cfg, model_group)),
+      model_(model_group ? *model_group : *own_group_),
       dropout_gen_(Generator::for_name(seed, "dropout")),
-      transformer_(cfg, dropout_gen_) {
+      transformer_(cfg, dropout_gen_, model_) {
   register_module("transformer", transformer_);
   if (!cfg.tie_word_embeddings) {
-    lm_head_ = zeros({cfg.padded_vocab_size(), cfg.n_embd});
-    register_parameter("lm_head.weight", lm_head_);
+    const int64_t rows = transformer_.wte.weight().size(0);  // Vp / P, split like wte
+    lm_head_ = zeros({rows, cfg.n_embd});
+    register_parameter("lm_head.weight", lm_head_, {Placement::Kind::sharded, 0, 1});
   }
   init_weights(seed);
 }
@@ -48,6 +73,8 @@ void Gpt::init_weights(uint64_t seed) {
   NoGradGuard no_grad;
   const double std = 0.02;
   const double residual_std = std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
+  const int size = model_.size(), rank = model_.rank();
+  const int64_t pad = cfg_.padded_vocab_size() - cfg_.vocab_size;
   for (const NamedParameter& p : named_parameters()) {
     Tensor t = p.tensor;
     const std::string& name = p.name;
@@ -56,15 +83,19 @@ void Gpt::init_weights(uint64_t seed) {
     } else if (name.find(".ln_") != std::string::npos) {
       t.fill_(1.0);  // LayerNorm weights: ln_1, ln_2, ln_f
     } else {
+      // Drawn on the full logical shape; a tensor-parallel rank keeps its slice.
+      const bool sharded = p.placement.kind == Placement::Kind::sharded;
+      Shape full_shape = t.shape();
+      if (sharded) full_shape[p.placement.dim] *= size;
       const bool residual = ends_with(name, "c_proj.weight");
       Generator gen = Generator::for_name(seed, name);
-      t.copy_(randn(t.shape(), gen, {t.dtype()}, 0.0, residual ? residual_std : std));
+      const Tensor full = randn(full_shape, gen, {t.dtype()}, 0.0, residual ? residual_std : std);
+      const bool vocab_rows = name == "transformer.wte.weight" || name == "lm_head.weight";
+      if (vocab_rows && pad > 0) full.narrow(0, cfg_.vocab_size, pad).fill_(0.0);
+      t.copy_(sharded ? parallel::model_parallel_slice(full, p.placement.dim, p.placement.parts,
+                                                       rank, size)
+                      : full);
     }
-  }
-  const int64_t pad = cfg_.padded_vocab_size() - cfg_.vocab_size;
-  if (pad > 0) {
-    transformer_.wte.weight().narrow(0, cfg_.vocab_size, pad).fill_(0.0);
-    if (lm_head_.defined()) lm_head_.narrow(0, cfg_.vocab_size, pad).fill_(0.0);
   }
 }
 
@@ -81,12 +112,13 @@ Tensor Gpt::embed(const Tensor& idx, int64_t start) const {
 }
 
 Tensor Gpt::head(const Tensor& x) const {
-  const Tensor h = transformer_.ln_f.forward(x);
+  // Replicated activations meet the vocabulary-split weight: a column-parallel product.
+  const Tensor h = parallel::copy_to_model_parallel(transformer_.ln_f.forward(x), model_);
   // The head's weight is wte's (tied) or this module's own lm_head.
   const bool tied = cfg_.tie_word_embeddings;
   const ModuleCall call(tied ? static_cast<const Module&>(transformer_.wte) : *this);
   const Tensor& weight = tied ? transformer_.wte.weight() : lm_head_;
-  return call.output(linear(h, weight, Tensor()));  // (B, T, C) -> (B, T, Vp)
+  return call.output(linear(h, weight, Tensor()));  // (B, T, C) -> (B, T, Vp / P)
 }
 
 Tensor Gpt::forward(const Tensor& idx) const {
@@ -109,12 +141,20 @@ Tensor Gpt::loss(const Tensor& logits, const Tensor& targets) const {
            "[gpt2] loss expects logits (B, T, Vp) and targets (B, T), found ",
            shape_str(logits.shape()), " and ", shape_str(targets.shape()));
   const int64_t rows = logits.size(0) * logits.size(1);
+  if (model_.size() > 1) {
+    return parallel::vocab_parallel_cross_entropy(
+        reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}), cfg_.vocab_size, model_);
+  }
   const Tensor real =
       logits.size(2) == cfg_.vocab_size ? logits : narrow(logits, 2, 0, cfg_.vocab_size);
   return cross_entropy(reshape(real, {rows, cfg_.vocab_size}), reshape(targets, {rows}));
 }
 
 Tensor Gpt::forward_cached(const Tensor& idx, KvCache& cache) const {
+  TS_CHECK(model_.size() == 1,
+           "[gpt2] KV-cached inference runs on one rank; found a "
+           "tensor-parallel group of ",
+           model_.size());
   NoGradGuard no_grad;
   Tensor x = embed(idx, cache.length);
   for (size_t i = 0; i < transformer_.h.size(); ++i) {

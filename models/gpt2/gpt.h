@@ -21,40 +21,50 @@
 #include "models/layers/dropout.h"
 #include "models/layers/embedding.h"
 #include "models/layers/layer_norm.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/tensor/layers.h"
 
 namespace tessera {
 
 class Gpt : public Module {
  public:
   // Builds the model and initializes it with init_weights(seed); dropout masks come from
-  // a Philox stream keyed by `seed` as well.
-  Gpt(const GptConfig& cfg, uint64_t seed);
+  // a Philox stream keyed by `seed` as well. With `model_group` the weights are split over
+  // it (Note [Tensor-parallel GPT]); the group must outlive the model. Throws when n_head
+  // or the padded vocabulary does not split over the group.
+  Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group = nullptr);
 
   // GPT-2 initialization, a function of (seed, parameter name) only: N(0, 0.02) for
   // weights and embeddings, N(0, 0.02 / sqrt(2 n_layer)) for the residual projections
   // (attn.c_proj.weight, mlp.c_proj.weight), LayerNorm weight 1, biases 0, and zero
-  // rows for the vocabulary padding.
+  // rows for the vocabulary padding. Drawn on each parameter's full logical shape; a
+  // tensor-parallel rank keeps its slice.
   void init_weights(uint64_t seed);
 
-  Tensor forward(const Tensor& idx) const;  // (B, T) i32|i64 -> logits (B, T, Vp)
-  // Mean cross-entropy over the first vocab_size logits (padding is never predicted).
-  Tensor loss(const Tensor& logits, const Tensor& targets) const;  // (B, T, Vp), (B, T) -> ()
+  // (B, T) i32|i64 -> logits (B, T, Vp / P): this rank's vocabulary slice (all of it when
+  // P = 1).
+  Tensor forward(const Tensor& idx) const;
+  // Mean cross-entropy over the first vocab_size logits (padding is never predicted), from
+  // forward()'s logits. Collective over the model group.
+  Tensor loss(const Tensor& logits, const Tensor& targets) const;  // (B, T, Vp/P), (B, T) -> ()
   // Inference: logits of the new positions idx (B, T) placed after the cache's contents,
-  // whose keys and values it appends. No graph is recorded.
+  // whose keys and values it appends. No graph is recorded. Needs P = 1.
   Tensor forward_cached(const Tensor& idx, KvCache& cache) const;  // -> (B, T, Vp)
 
   // Recompute each block in backward instead of storing its activations.
   void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
 
   const GptConfig& config() const { return cfg_; }
+  // The tensor-parallel group (of one without one given).
+  parallel::Communicator& model_group() const { return model_; }
   // The dropout stream (its offset is part of a checkpoint's exact-resume state).
   Generator& dropout_generator() { return dropout_gen_; }
 
  private:
   // The "transformer" child: embeddings, blocks and the final LayerNorm.
   struct Transformer : Module {
-    Transformer(const GptConfig& cfg, Generator& gen);
-    Embedding wte;
+    Transformer(const GptConfig& cfg, Generator& gen, parallel::Communicator& model);
+    parallel::VocabParallelEmbedding wte;
     Embedding wpe;
     Dropout drop;
     ModuleList h;
@@ -66,10 +76,12 @@ class Gpt : public Module {
   const Block& block(size_t i) const { return static_cast<const Block&>(transformer_.h[i]); }
 
   GptConfig cfg_;
+  std::unique_ptr<parallel::Communicator> own_group_;  // the group of one, when none is given
+  parallel::Communicator& model_;
   // Mutable: a forward pass in training draws dropout masks (the layers hold pointers).
   mutable Generator dropout_gen_;
   Transformer transformer_;
-  Tensor lm_head_;  // (Vp, C), defined only when the head is not tied
+  Tensor lm_head_;  // (Vp / P, C), defined only when the head is not tied
   bool checkpoint_blocks_ = false;
 };
 

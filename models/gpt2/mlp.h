@@ -4,19 +4,21 @@
 #include "autograd/module.h"
 #include "models/gpt2/config.h"
 #include "models/layers/dropout.h"
-#include "models/layers/linear.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/tensor/layers.h"
 
 namespace tessera {
 
 class Mlp : public Module {
  public:
-  // Children "c_fc" and "c_proj"; dropout on the output draws from `gen`.
-  Mlp(const GptConfig& cfg, Generator& gen);
+  // Children "c_fc" (column-parallel over `model`) and "c_proj" (row-parallel); dropout on
+  // the output draws from `gen`.
+  Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model);
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
 
  private:
-  Linear c_fc_;
-  Linear c_proj_;
+  parallel::ColumnParallelLinear c_fc_;
+  parallel::RowParallelLinear c_proj_;
   Dropout dropout_;
 };
 

@@ -70,6 +70,8 @@ RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, 
 
 Tensor RowParallelLinear::forward(const Tensor& x) const {
   const ModuleCall call(*this);
+  // One rank: the dense linear, its bias fused into the GEMM.
+  if (group_.size() == 1) return call.output(linear(x, weight_, bias_));
   const Tensor mine = input_is_parallel_ ? x : scatter_to_model_parallel(x, group_);
   Tensor y = reduce_from_model_parallel(linear(mine, weight_, Tensor()), group_);  // (..., out)
   if (bias_.defined()) y = add(y, bias_);

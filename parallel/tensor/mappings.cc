@@ -44,6 +44,7 @@ Tensor gathered(const Tensor& x, Communicator& group) {
 }  // namespace
 
 Tensor copy_to_model_parallel(const Tensor& x, Communicator& group) {
+  if (group.size() == 1) return x;  // nothing to move, nothing to record
   Tensor y = x.detach();
   record_function("copy_to_model_parallel", {x}, {&y},
                   [&group](const TensorList& g) { return TensorList{all_reduced(g[0], group)}; });
@@ -51,6 +52,7 @@ Tensor copy_to_model_parallel(const Tensor& x, Communicator& group) {
 }
 
 Tensor reduce_from_model_parallel(const Tensor& x, Communicator& group) {
+  if (group.size() == 1) return x;  // nothing to move, nothing to record
   Tensor y = all_reduced(x, group);
   record_function("reduce_from_model_parallel", {x}, {&y},
                   [](const TensorList& g) { return TensorList{g[0]}; });
@@ -58,6 +60,7 @@ Tensor reduce_from_model_parallel(const Tensor& x, Communicator& group) {
 }
 
 Tensor scatter_to_model_parallel(const Tensor& x, Communicator& group) {
+  if (group.size() == 1) return x;  // nothing to move, nothing to record
   Tensor y = own_slice(x, group);
   record_function("scatter_to_model_parallel", {x}, {&y},
                   [&group](const TensorList& g) { return TensorList{gathered(g[0], group)}; });
@@ -65,6 +68,7 @@ Tensor scatter_to_model_parallel(const Tensor& x, Communicator& group) {
 }
 
 Tensor gather_from_model_parallel(const Tensor& x, Communicator& group) {
+  if (group.size() == 1) return x;  // nothing to move, nothing to record
   Tensor y = gathered(x, group);
   record_function("gather_from_model_parallel", {x}, {&y},
                   [&group](const TensorList& g) { return TensorList{own_slice(g[0], group)}; });

@@ -9,7 +9,8 @@
 //
 // A column-parallel linear starts with copy_to (its input is replicated, its input
 // gradient a sum of every rank's part); a row-parallel linear ends with reduce_from (the
-// partial products add up). The group must stay alive until backward has run.
+// partial products add up). The group must stay alive until backward has run. Over a
+// group of one each returns its input itself and records nothing.
 #pragma once
 
 #include "core/tensor.h"
