@@ -134,14 +134,16 @@ class ModuleCall {
   std::shared_ptr<ModuleHooks> hooks_;
 };
 
-// An indexed list of owned child modules named "0", "1", ...
+// An indexed list of owned child modules named "0", "1", ... (from `first_index` on: a
+// pipeline stage holds blocks 4..7 of a model under their model-wide names).
 class ModuleList : public Module {
  public:
+  explicit ModuleList(int64_t first_index = 0) : first_index_(first_index) {}
   // Takes ownership of `module` and registers it under the next index.
   template <class M>
   M& push_back(std::unique_ptr<M> module) {
     M& ref = *module;
-    register_module(std::to_string(items_.size()), ref);
+    register_module(std::to_string(first_index_ + static_cast<int64_t>(items_.size())), ref);
     items_.push_back(std::move(module));
     return ref;
   }
@@ -149,6 +151,7 @@ class ModuleList : public Module {
   Module& operator[](size_t i) const { return *items_.at(i); }
 
  private:
+  int64_t first_index_;
   std::vector<std::unique_ptr<Module>> items_;
 };
 

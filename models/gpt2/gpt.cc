@@ -22,19 +22,29 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-Gpt::Transformer::Transformer(const GptConfig& cfg, Generator& gen, parallel::Communicator& model)
-    : wte(cfg.padded_vocab_size(), cfg.n_embd, model),
-      wpe(cfg.block_size, cfg.n_embd),
-      drop(cfg.dropout, gen),
-      ln_f(cfg.n_embd, cfg.layer_norm_eps, cfg.bias) {
-  register_module("wte", wte);
-  register_module("wpe", wpe);
-  register_module("drop", drop);
-  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part, Generator& gen,
+                              parallel::Communicator& model)
+    : h(part.first_block) {
+  if (part.embedding || (part.head && cfg.tie_word_embeddings)) {
+    wte = std::make_unique<parallel::VocabParallelEmbedding>(cfg.padded_vocab_size(), cfg.n_embd,
+                                                             model);
+    register_module("wte", *wte);
+  }
+  if (part.embedding) {
+    wpe = std::make_unique<Embedding>(cfg.block_size, cfg.n_embd);
+    drop = std::make_unique<Dropout>(cfg.dropout, gen);
+    register_module("wpe", *wpe);
+    register_module("drop", *drop);
+  }
+  const int64_t end = part.end_block < 0 ? cfg.n_layer : part.end_block;
+  for (int64_t i = part.first_block; i < end; ++i) {
     h.push_back(std::make_unique<Block>(cfg, gen, model));
   }
   register_module("h", h);
-  register_module("ln_f", ln_f);
+  if (part.final_norm) {
+    ln_f = std::make_unique<LayerNorm>(cfg.n_embd, cfg.layer_norm_eps, cfg.bias);
+    register_module("ln_f", *ln_f);
+  }
 }
 
 namespace {
@@ -54,15 +64,22 @@ std::unique_ptr<parallel::Communicator> own_group(const GptConfig& cfg,
 
 }  // namespace
 
-Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group)
+Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group,
+         const GptPart& part)
     : cfg_(cfg),
+      part_(part),
       own_group_(own_group(cfg, model_group)),
       model_(model_group ? *model_group : *own_group_),
       dropout_gen_(Generator::for_name(seed, "dropout")),
-      transformer_(cfg, dropout_gen_, model_) {
+      transformer_(cfg, part, dropout_gen_, model_) {
+  TS_CHECK(part.first_block >= 0 && part.first_block <= cfg.n_layer &&
+               (part.end_block < 0 ||
+                (part.end_block >= part.first_block && part.end_block <= cfg.n_layer)),
+           "[gpt2] blocks [", part.first_block, ", ", part.end_block, ") are not blocks of a ",
+           cfg.n_layer, "-layer model");
   register_module("transformer", transformer_);
-  if (!cfg.tie_word_embeddings) {
-    const int64_t rows = transformer_.wte.weight().size(0);  // Vp / P, split like wte
+  if (part.head && !cfg.tie_word_embeddings) {
+    const int64_t rows = cfg.padded_vocab_size() / model_.size();  // Vp / P, split like wte
     lm_head_ = zeros({rows, cfg.n_embd});
     register_parameter("lm_head.weight", lm_head_, {Placement::Kind::sharded, 0, 1});
   }
@@ -99,6 +116,10 @@ void Gpt::init_weights(uint64_t seed) {
   }
 }
 
+void Gpt::require(bool has, const char* what) const {
+  TS_CHECK(has, "[gpt2] ", what, "; this pipeline stage holds ", part_.describe(cfg_));
+}
+
 Tensor Gpt::embed(const Tensor& idx, int64_t start) const {
   TS_CHECK(idx.dim() == 2, "[gpt2] expected token ids of shape (B, T), found ",
            shape_str(idx.shape()));
@@ -107,22 +128,21 @@ Tensor Gpt::embed(const Tensor& idx, int64_t start) const {
            " positions exceeds block_size ", cfg_.block_size);
   const Tensor pos = arange(static_cast<double>(start), static_cast<double>(start + t), 1.0,
                             {DType::i64, idx.device()});
-  const Tensor x = transformer_.wte.forward(idx) + transformer_.wpe.forward(pos);  // (B, T, C)
-  return transformer_.drop.forward(x);
+  const Tensor x = transformer_.wte->forward(idx) + transformer_.wpe->forward(pos);  // (B, T, C)
+  return transformer_.drop->forward(x);
 }
 
 Tensor Gpt::head(const Tensor& x) const {
   // Replicated activations meet the vocabulary-split weight: a column-parallel product.
-  const Tensor h = parallel::copy_to_model_parallel(transformer_.ln_f.forward(x), model_);
+  const Tensor h = parallel::copy_to_model_parallel(x, model_);
   // The head's weight is wte's (tied) or this module's own lm_head.
   const bool tied = cfg_.tie_word_embeddings;
-  const ModuleCall call(tied ? static_cast<const Module&>(transformer_.wte) : *this);
-  const Tensor& weight = tied ? transformer_.wte.weight() : lm_head_;
+  const ModuleCall call(tied ? static_cast<const Module&>(*transformer_.wte) : *this);
+  const Tensor& weight = tied ? transformer_.wte->weight() : lm_head_;
   return call.output(linear(h, weight, Tensor()));  // (B, T, C) -> (B, T, Vp / P)
 }
 
-Tensor Gpt::forward(const Tensor& idx) const {
-  Tensor x = embed(idx, 0);
+Tensor Gpt::blocks(Tensor x) const {
   for (size_t i = 0; i < transformer_.h.size(); ++i) {
     const Block& b = block(i);
     if (checkpoint_blocks_ && GradMode::is_enabled()) {
@@ -132,10 +152,23 @@ Tensor Gpt::forward(const Tensor& idx) const {
       x = b.forward(x);
     }
   }
-  return head(x);
+  return x;
+}
+
+Tensor Gpt::forward(const Tensor& idx) const {
+  require(part_.whole(cfg_), "forward needs the whole model (use forward_stage)");
+  return forward_stage(idx);
+}
+
+Tensor Gpt::forward_stage(const Tensor& input) const {
+  Tensor x = part_.embedding ? embed(input, 0) : input;
+  x = blocks(x);
+  if (part_.final_norm) x = transformer_.ln_f->forward(x);
+  return part_.head ? head(x) : x;
 }
 
 Tensor Gpt::loss(const Tensor& logits, const Tensor& targets) const {
+  require(part_.head, "the loss needs the LM head");
   TS_CHECK(logits.dim() == 3 && targets.dim() == 2 && logits.size(0) == targets.size(0) &&
                logits.size(1) == targets.size(1),
            "[gpt2] loss expects logits (B, T, Vp) and targets (B, T), found ",
@@ -155,13 +188,14 @@ Tensor Gpt::forward_cached(const Tensor& idx, KvCache& cache) const {
            "[gpt2] KV-cached inference runs on one rank; found a "
            "tensor-parallel group of ",
            model_.size());
+  require(part_.whole(cfg_), "KV-cached inference needs the whole model");
   NoGradGuard no_grad;
   Tensor x = embed(idx, cache.length);
   for (size_t i = 0; i < transformer_.h.size(); ++i) {
     x = block(i).forward_cached(x, cache.keys[i], cache.values[i], cache.length);
   }
   cache.length += idx.size(1);
-  return head(x);
+  return head(transformer_.ln_f->forward(x));
 }
 
 }  // namespace tessera

@@ -18,6 +18,7 @@
 #include "models/gpt2/block.h"
 #include "models/gpt2/config.h"
 #include "models/gpt2/kv_cache.h"
+#include "models/gpt2/stage.h"
 #include "models/layers/dropout.h"
 #include "models/layers/embedding.h"
 #include "models/layers/layer_norm.h"
@@ -31,8 +32,10 @@ class Gpt : public Module {
   // Builds the model and initializes it with init_weights(seed); dropout masks come from
   // a Philox stream keyed by `seed` as well. With `model_group` the weights are split over
   // it (Note [Tensor-parallel GPT]); the group must outlive the model. Throws when n_head
-  // or the padded vocabulary does not split over the group.
-  Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group = nullptr);
+  // or the padded vocabulary does not split over the group. `part` builds one pipeline
+  // stage's layers only (Note [Pipeline GPT]).
+  Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group = nullptr,
+      const GptPart& part = {});
 
   // GPT-2 initialization, a function of (seed, parameter name) only: N(0, 0.02) for
   // weights and embeddings, N(0, 0.02 / sqrt(2 n_layer)) for the residual projections
@@ -42,10 +45,13 @@ class Gpt : public Module {
   void init_weights(uint64_t seed);
 
   // (B, T) i32|i64 -> logits (B, T, Vp / P): this rank's vocabulary slice (all of it when
-  // P = 1).
+  // P = 1). Needs the whole model.
   Tensor forward(const Tensor& idx) const;
+  // This stage's layers: token ids (B, T) when it holds the embedding, else the previous
+  // stage's (B, T, C); returns the logits when it holds the head, else (B, T, C).
+  Tensor forward_stage(const Tensor& input) const;
   // Mean cross-entropy over the first vocab_size logits (padding is never predicted), from
-  // forward()'s logits. Collective over the model group.
+  // forward()'s logits. Collective over the model group. Needs the head.
   Tensor loss(const Tensor& logits, const Tensor& targets) const;  // (B, T, Vp/P), (B, T) -> ()
   // Inference: logits of the new positions idx (B, T) placed after the cache's contents,
   // whose keys and values it appends. No graph is recorded. Needs P = 1.
@@ -55,6 +61,8 @@ class Gpt : public Module {
   void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
 
   const GptConfig& config() const { return cfg_; }
+  // The layers this model holds (all of them unless built as a pipeline stage).
+  const GptPart& part() const { return part_; }
   // The tensor-parallel group (of one without one given).
   parallel::Communicator& model_group() const { return model_; }
   // The dropout stream (its offset is part of a checkpoint's exact-resume state).
@@ -62,20 +70,28 @@ class Gpt : public Module {
 
  private:
   // The "transformer" child: embeddings, blocks and the final LayerNorm.
+  // The "transformer" child: embeddings, blocks and the final LayerNorm, those `part` holds
+  // (wte also on a stage with a tied head).
   struct Transformer : Module {
-    Transformer(const GptConfig& cfg, Generator& gen, parallel::Communicator& model);
-    parallel::VocabParallelEmbedding wte;
-    Embedding wpe;
-    Dropout drop;
+    Transformer(const GptConfig& cfg, const GptPart& part, Generator& gen,
+                parallel::Communicator& model);
+    std::unique_ptr<parallel::VocabParallelEmbedding> wte;
+    std::unique_ptr<Embedding> wpe;
+    std::unique_ptr<Dropout> drop;
     ModuleList h;
-    LayerNorm ln_f;
+    std::unique_ptr<LayerNorm> ln_f;
   };
 
+  // Throws unless this model holds `what` (`has`), naming the part it holds.
+  void require(bool has, const char* what) const;
+
   Tensor embed(const Tensor& idx, int64_t start) const;  // (B, T) -> (B, T, C)
-  Tensor head(const Tensor& x) const;                    // (B, T, C) -> (B, T, Vp)
+  Tensor head(const Tensor& x) const;                    // (B, T, C) -> (B, T, Vp / P)
+  Tensor blocks(Tensor x) const;                         // (B, T, C) -> (B, T, C)
   const Block& block(size_t i) const { return static_cast<const Block&>(transformer_.h[i]); }
 
   GptConfig cfg_;
+  GptPart part_;
   std::unique_ptr<parallel::Communicator> own_group_;  // the group of one, when none is given
   parallel::Communicator& model_;
   // Mutable: a forward pass in training draws dropout masks (the layers hold pointers).
