@@ -31,7 +31,9 @@ struct Channel {
 // What one rank posts for an operation; peers read it between arrival and departure.
 struct Post {
   CommOp op = CommOp::barrier;
-  int64_t sequence = 0;
+  int64_t sequence = 0;        // the rank's operation number, for messages
+  int64_t collective = 0;      // its collective number: what ranks match on (sends and
+                               // receives pair up by themselves, as in MPI)
   const Tensor* in = nullptr;  // the tensor peers read (t, or in)
   int64_t numel = 0;
   DType dtype = DType::f32;
@@ -260,6 +262,7 @@ class ThreadCommunicator final : public Communicator {
     Post& me = group_->posts[rank()];
     me.op = op;
     me.sequence = sequence() - 1;
+    me.collective = collectives_++;
     me.in = in;
     me.numel = numel;
     me.dtype = dtype;
@@ -269,7 +272,7 @@ class ThreadCommunicator final : public Communicator {
     rendezvous(op);
     for (int r = 0; r < size(); ++r) {
       const Post& p = group_->posts[r];
-      const bool same = p.op == op && p.sequence == me.sequence && p.numel == numel &&
+      const bool same = p.op == op && p.collective == me.collective && p.numel == numel &&
                         p.dtype == dtype && (op != CommOp::broadcast || p.root == root);
       if (!same) {
         fail(op, str_cat("ranks disagree: rank ", r, " called ", describe(p),
@@ -290,6 +293,7 @@ class ThreadCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Group> group_;
+  int64_t collectives_ = 0;  // collectives this rank has entered
 };
 
 }  // namespace

@@ -1,0 +1,198 @@
+#include "parallel/pipeline/executor.h"
+
+#include <chrono>
+
+#include "autograd/engine.h"
+#include "core/error.h"
+#include "core/factories.h"
+#include "core/grad_mode.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace tessera::parallel::pipeline {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+constexpr int64_t kMaxDims = 6;
+constexpr int64_t kHeader = kMaxDims + 2;  // [ndim, dims..., dtype]
+
+// A stage's buffers: what each in-flight micro-batch needs between its instructions.
+struct Buffers {
+  std::vector<Tensor> inputs, outputs, labels, grads, losses;
+  explicit Buffers(int n) : inputs(n), outputs(n), labels(n), grads(n), losses(n) {}
+};
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(Communicator& pipe, PipelineStage& stage)
+    : pipe_(pipe), stage_(stage) {}
+
+void PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
+  const Tensor data = t.detach().contiguous();
+  if (!channel.known) {
+    TS_CHECK(data.dim() <= kMaxDims, "[pipeline] stage ", pipe_.rank(), " sends a ", data.dim(),
+             "-D tensor; expected at most ", kMaxDims, " dims");
+    std::vector<int64_t> header(kHeader, 0);
+    header[0] = data.dim();
+    for (int64_t d = 0; d < data.dim(); ++d) header[1 + d] = data.size(d);
+    header[kHeader - 1] = static_cast<int64_t>(data.dtype());
+    pipe_.send(from_vector(header, {kHeader}).to(stage_.device()), peer);
+    channel = {true, data.shape(), data.dtype()};
+  }
+  TS_CHECK(data.shape() == channel.shape && data.dtype() == channel.dtype, "[pipeline] stage ",
+           pipe_.rank(), " sends ", shape_str(data.shape()), " ", dtype_name(data.dtype()),
+           " to stage ", peer, "; expected the ", shape_str(channel.shape), " ",
+           dtype_name(channel.dtype), " of its first message (shapes are fixed within a run)");
+  pipe_.send(data, peer);
+}
+
+Tensor PipelineExecutor::recv(int peer, Channel& channel) {
+  if (!channel.known) {
+    const Tensor header = zeros({kHeader}, {DType::i64, stage_.device()});
+    pipe_.recv(header, peer);
+    const std::vector<int64_t> h = header.to(Device::cpu()).to_vector<int64_t>();
+    TS_CHECK(h[0] >= 0 && h[0] <= kMaxDims, "[pipeline] stage ", pipe_.rank(),
+             " received a header of ", h[0], " dims from stage ", peer, "; expected 0 to ",
+             kMaxDims);
+    channel.shape.assign(h.begin() + 1, h.begin() + 1 + h[0]);
+    channel.dtype = static_cast<DType>(h[kHeader - 1]);
+    channel.known = true;
+  }
+  const Tensor t = empty(channel.shape, {channel.dtype, stage_.device()});
+  pipe_.recv(t, peer);
+  return t;
+}
+
+double PipelineExecutor::finish(double loss_sum, int micro_batches) {
+  // The last stage's mean, to every stage.
+  const Tensor mean =
+      scalar_tensor(loss_sum / micro_batches, {DType::f64, stage_.device()}).view({1});
+  pipe_.broadcast(mean, pipe_.size() - 1);
+  return mean.to(Device::cpu()).to_vector<double>()[0];
+}
+
+double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batches) {
+  const auto start = Clock::now();
+  timing_ = {};
+  const int m = static_cast<int>(micro_batches.size());
+  const int stages = pipe_.size(), s = pipe_.rank();
+  const bool first = s == 0, last = s == stages - 1;
+  const std::vector<PipeStep> schedule = train_schedule(m, stages, s);
+  Buffers buf(train_buffers(m, stages, s));
+  const Tensor grad_scale = scalar_tensor(1.0 / m, {DType::f32, stage_.device()});
+  double loss_sum = 0.0;
+  int backwards = 0;
+  for (const PipeStep& step : schedule) {
+    for (const PipeInstruction& in : step) {
+      const int b = in.buffer;
+      switch (in.op) {
+        case PipeOp::load_micro_batch: {
+          const MicroBatch& mb = micro_batches.at(in.micro_batch);
+          if (first) buf.inputs[b] = mb.inputs;
+          if (last) buf.labels[b] = mb.labels;
+          break;
+        }
+        case PipeOp::recv_activation: {
+          Tensor x = recv(s - 1, act_in_);
+          x.set_requires_grad(true);  // its gradient goes back upstream
+          buf.inputs[b] = x;
+          break;
+        }
+        case PipeOp::forward: {
+          const auto t0 = Clock::now();
+          buf.outputs[b] = stage_.forward(buf.inputs[b]);
+          if (last) {
+            buf.losses[b] = stage_.loss(buf.outputs[b], buf.labels[b]);
+            loss_sum += buf.losses[b].to(Device::cpu()).to(DType::f64).item<double>();
+          }
+          timing_.busy_s += seconds_since(t0);
+          break;
+        }
+        case PipeOp::send_activation:
+          send(buf.outputs[b], s + 1, act_out_);  // kept: the root of its backward
+          break;
+        case PipeOp::recv_grad:
+          buf.grads[b] = recv(s + 1, grad_in_);
+          break;
+        case PipeOp::backward: {
+          const auto t0 = Clock::now();
+          const bool final_backward = ++backwards == m;
+          if (last) {
+            stage_.backward(buf.losses[b], grad_scale.to(buf.losses[b].dtype()), final_backward);
+          } else {
+            stage_.backward(buf.outputs[b], buf.grads[b], final_backward);
+          }
+          buf.outputs[b] = buf.losses[b] = buf.grads[b] = Tensor();
+          timing_.busy_s += seconds_since(t0);
+          break;
+        }
+        case PipeOp::send_grad: {
+          const Tensor g = buf.inputs[b].grad();
+          TS_CHECK(g.defined(), "[pipeline] stage ", s, " has no gradient for micro-batch ",
+                   in.micro_batch, "'s input; expected the stage's output to depend on it");
+          send(g, s - 1, grad_out_);
+          buf.inputs[b] = Tensor();
+          break;
+        }
+        case PipeOp::reduce_tied_grads:
+        case PipeOp::reduce_grads:
+        case PipeOp::optimizer_step:
+          break;  // the caller's, after train_batch (Note [Pipeline executor])
+      }
+    }
+  }
+  const double loss = finish(loss_sum, m);
+  timing_.total_s = seconds_since(start);
+  return loss;
+}
+
+double PipelineExecutor::eval_batch(const std::vector<MicroBatch>& micro_batches) {
+  NoGradGuard no_grad;
+  const auto start = Clock::now();
+  timing_ = {};
+  const int m = static_cast<int>(micro_batches.size());
+  const int stages = pipe_.size(), s = pipe_.rank();
+  const bool first = s == 0, last = s == stages - 1;
+  Buffers buf(2);
+  double loss_sum = 0.0;
+  for (const PipeStep& step : inference_schedule(m, stages, s)) {
+    for (const PipeInstruction& in : step) {
+      const int b = in.buffer;
+      switch (in.op) {
+        case PipeOp::load_micro_batch:
+          if (first) buf.inputs[b] = micro_batches.at(in.micro_batch).inputs;
+          if (last) buf.labels[b] = micro_batches.at(in.micro_batch).labels;
+          break;
+        case PipeOp::recv_activation:
+          buf.inputs[b] = recv(s - 1, act_in_);
+          break;
+        case PipeOp::forward: {
+          const auto t0 = Clock::now();
+          buf.outputs[b] = stage_.forward(buf.inputs[b]);
+          if (last) {
+            loss_sum += stage_.loss(buf.outputs[b], buf.labels[b])
+                            .to(Device::cpu())
+                            .to(DType::f64)
+                            .item<double>();
+          }
+          timing_.busy_s += seconds_since(t0);
+          break;
+        }
+        case PipeOp::send_activation:
+          send(buf.outputs[b], s + 1, act_out_);
+          break;
+        default:
+          TS_FAIL("[pipeline] internal error: ", to_string(in), " in an inference schedule");
+      }
+    }
+  }
+  const double loss = finish(loss_sum, m);
+  timing_.total_s = seconds_since(start);
+  return loss;
+}
+
+}  // namespace tessera::parallel::pipeline

@@ -1,0 +1,85 @@
+// Runs the pipeline schedules (parallel/pipeline/schedule.h) over a stage's model and the
+// pipe group: micro-batches in, activations and gradients sent between neighbouring
+// stages, losses out (shared/reference/deepspeed.md section 4.4).
+//
+// Note [Pipeline executor]
+// Rank s of the pipe group is stage s. The executor walks its stage's instruction list:
+// LoadMicroBatch takes a micro-batch's inputs (first stage) or labels (last stage);
+// RecvActivation fills a buffer's input, which then requires grad; ForwardPass runs the
+// stage (and, on the last stage, its loss); SendActivation sends the output; RecvGrad takes
+// the output's gradient; BackwardPass backpropagates it (the loss / M on the last stage);
+// SendGrad sends the input's gradient. The first message each way carries the tensor's
+// shape and dtype (an i64 header), later ones only the data, whose shape must not change
+// within a run. The schedule's closing ReduceTiedGrads, ReduceGrads and OptimizerStep come
+// after every backward, so train_batch returns there and the caller reduces and steps.
+// The loss is the mean over micro-batches on the last stage, broadcast to every stage.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "parallel/comm/communicator.h"
+
+namespace tessera::parallel::pipeline {
+
+// What the executor needs of one stage's model.
+class PipelineStage {
+ public:
+  virtual ~PipelineStage() = default;
+  // The stage's layers on one micro-batch: its inputs on the first stage, the previous
+  // stage's activation elsewhere.
+  virtual Tensor forward(const Tensor& input) = 0;
+  // On the last stage: the scalar loss of forward()'s output against the labels.
+  virtual Tensor loss(const Tensor& output, const Tensor& labels) = 0;
+  // Backpropagates `grad` from `root` (a forward output, or the loss); `last` marks the
+  // batch's last backward on this stage (gradient reduction may start there).
+  virtual void backward(const Tensor& root, const Tensor& grad, bool last) = 0;
+  // Where activations live (the device of the stage's parameters).
+  virtual Device device() const = 0;
+};
+
+// One micro-batch: the first stage reads `inputs`, the last stage `labels` (a stage may
+// leave what it does not read undefined).
+struct MicroBatch {
+  Tensor inputs;
+  Tensor labels;
+};
+
+// Seconds of the last batch on this stage: busy in forward and backward, and in all.
+struct PipelineTiming {
+  double busy_s = 0;
+  double total_s = 0;
+};
+
+class PipelineExecutor {
+ public:
+  // `pipe`: the stages in order (rank s = stage s). Both must outlive the executor.
+  PipelineExecutor(Communicator& pipe, PipelineStage& stage);
+
+  // One training batch through the 1F1B schedule; every stage passes the same number of
+  // micro-batches. Returns the mean loss, equal on every stage. Gradients are accumulated
+  // into the stage's parameters; reducing and stepping is the caller's (Note [Pipeline
+  // executor]). Collective over the pipe group.
+  double train_batch(const std::vector<MicroBatch>& micro_batches);
+  // The mean loss of a batch through the inference schedule, without gradients.
+  double eval_batch(const std::vector<MicroBatch>& micro_batches);
+  const PipelineTiming& last_timing() const { return timing_; }
+
+ private:
+  // A direction's tensor shape, learnt from the first message.
+  struct Channel {
+    bool known = false;
+    Shape shape;
+    DType dtype = DType::f32;
+  };
+  void send(const Tensor& t, int peer, Channel& channel);
+  Tensor recv(int peer, Channel& channel);
+  double finish(double loss_sum, int micro_batches);
+
+  Communicator& pipe_;
+  PipelineStage& stage_;
+  Channel act_out_, act_in_, grad_out_, grad_in_;
+  PipelineTiming timing_;
+};
+
+}  // namespace tessera::parallel::pipeline
