@@ -11,6 +11,7 @@
 #include "core/factories.h"
 #include "core/grad_mode.h"
 #include "kernels/blas1.h"
+#include "kernels/elementwise.h"
 
 namespace tessera::parallel {
 namespace {
@@ -193,6 +194,35 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
   }
 }
 
+void ZeroOptimizer::backward_unreduced(const Tensor& root, const Tensor& grad) {
+  TS_CHECK(config_.stage <= 1, "[zero] pipeline backward needs ZeRO stage 0 or 1, found stage ",
+           config_.stage, " (it reduces during backward, before the tied gradients are summed)");
+  reducing_ = false;
+  in_backward_ = false;
+  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  const Tensor seed =
+      loss_scale == 1.0 ? grad
+                        : kernels::binary(kernels::BinaryOp::mul, grad,
+                                          scalar_tensor(loss_scale, {grad.dtype(), grad.device()}));
+  tessera::backward(root, seed);
+}
+
+void ZeroOptimizer::reduce_gradients() {
+  TS_CHECK(config_.stage <= 1, "[zero] reduce_gradients is for stages 0-1, found stage ",
+           config_.stage);
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) reduce_block(static_cast<int64_t>(b));
+}
+
+void ZeroOptimizer::set_model_parallel_norm(Communicator& group, std::set<std::string> duplicates) {
+  norm_group_ = &group;
+  counted_.assign(params_.size(), true);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    counted_[i] = duplicates.erase(layout_.params[i].name) == 0;
+  }
+  TS_CHECK(duplicates.empty(), "[zero] set_model_parallel_norm: ", *duplicates.begin(),
+           " is not a parameter of this optimizer");
+}
+
 void ZeroOptimizer::on_grad_ready(int64_t param) {
   if (!in_backward_) return;
   const int64_t block = layout_.params[param].block;
@@ -254,18 +284,47 @@ void ZeroOptimizer::reduce_block(int64_t block) {
   }
 }
 
-double ZeroOptimizer::clip_grad_norm(double max_norm) {
-  NoGradGuard no_grad;
+double ZeroOptimizer::counted_squared_norm() const {
+  const bool all =
+      counted_.empty() || std::all_of(counted_.begin(), counted_.end(), [](bool c) { return c; });
   double sq = 0.0;
   if (config_.stage == 0) {
-    sq = kernels::squared_norm(flat_grads_);  // identical on every rank
-  } else {
-    for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-      sq += kernels::squared_norm(own_grad_chunk(static_cast<int64_t>(b)));
+    if (all) return kernels::squared_norm(flat_grads_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const FlatLayout::Param& p = layout_.params[i];
+      if (counted_[i]) sq += kernels::squared_norm(flat_grads_.narrow(0, p.offset, p.numel));
     }
+    return sq;
+  }
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+    const Tensor own = own_grad_chunk(static_cast<int64_t>(b));
+    if (all) {
+      sq += kernels::squared_norm(own);
+      continue;
+    }
+    // The counted parameters' elements inside this rank's chunk of the block.
+    const FlatLayout::Block& blk = layout_.blocks[b];
+    const int64_t chunk_begin = layout_.chunk_offset(static_cast<int64_t>(b), dp_.rank());
+    for (int64_t i = blk.first_param; i < blk.end_param; ++i) {
+      const FlatLayout::Param& p = layout_.params[i];
+      const int64_t begin = std::max(p.offset, chunk_begin);
+      const int64_t end = std::min(p.offset + p.numel, chunk_begin + blk.chunk);
+      if (counted_[i] && end > begin) {
+        sq += kernels::squared_norm(own.narrow(0, begin - chunk_begin, end - begin));
+      }
+    }
+  }
+  return sq;
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  NoGradGuard no_grad;
+  double sq = counted_squared_norm();  // stage 0: identical on every rank of dp
+  if (config_.stage > 0 || norm_group_ != nullptr) {
     // On the parameters' device: an NCCL group moves device tensors only.
     const Tensor total = scalar_tensor(sq, {DType::f64, device_});
-    dp_.all_reduce(total);
+    if (config_.stage > 0) dp_.all_reduce(total);
+    if (norm_group_ != nullptr) norm_group_->all_reduce(total);
     sq = total.item<double>();
   }
   // The gradients carry the loss scale (1 without f16): unscale and clip in one multiply.

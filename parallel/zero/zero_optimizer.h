@@ -40,10 +40,22 @@
 // Reductions are sums in rank order and averaging is one multiply, so all ranks hold
 // bitwise identical gradients, norms and parameters. Against one process with the same
 // global batch, results differ only by summation order.
+//
+// Note [ZeRO under model parallelism]
+// With tensor slicing or a pipeline, each rank's optimizer covers the parameters its model
+// holds, and `dp` is its data-parallel group (the ranks holding the same slice). A
+// pipeline stage backpropagates each micro-batch with backward_unreduced(); after the last
+// one the tied embedding's copies are summed over their stages, then reduce_gradients()
+// averages over dp (DeepSpeed's ReduceTiedGrads, then ReduceGrads). Stage 2 reduces during
+// backward, before the tied sum could happen, so pipelines take stages 0-1, as in DeepSpeed.
+// The global gradient norm adds each replica's squares over the model-parallel group
+// (set_model_parallel_norm), counting replicated and tied copies once.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "autograd/module.h"
@@ -92,6 +104,20 @@ class ZeroOptimizer {
   // backward(loss, scale) for one micro-batch (times the loss scale with f16); `boundary`
   // marks the last micro-batch of the step, after which every gradient has been reduced.
   void backward(const Tensor& loss, double scale, bool boundary);
+  // For a pipeline stage (Note [ZeRO under model parallelism]): backward from `root` (an
+  // activation, or the loss) seeded with `grad` times the loss scale, with no reduction;
+  // reduce_gradients() follows the last micro-batch, after the tied copies' gradients are
+  // summed. Stages 0-1 only.
+  void backward_unreduced(const Tensor& root, const Tensor& grad);
+  // Averages every gradient over the data-parallel group, as the boundary backward does.
+  // Stages 0-1 only.
+  void reduce_gradients();
+  // Model parallelism: clip_grad_norm() sums the squared gradients over `group` (every rank
+  // of one model replica: DeepSpeed's model-parallel group), leaving out the parameters
+  // named in `duplicates` (copies that another rank of `group` counts: replicated
+  // parameters on tensor-parallel ranks > 0, the tied head's wte). `group` must outlive
+  // this optimizer.
+  void set_model_parallel_norm(Communicator& group, std::set<std::string> duplicates);
   // The L2 norm of the averaged (unscaled) gradient over all parameters, each element
   // counted once; when max_norm > 0 and max_norm / (norm + 1e-6) < 1 the gradients are
   // scaled by that, as optim::clip_grad_norm does. With f16 it also unscales them, or finds
@@ -143,6 +169,9 @@ class ZeroOptimizer {
  private:
   void on_grad_ready(int64_t param);
   void reduce_block(int64_t block);
+  // This rank's share of the squared gradient norm: its own elements (all of them at
+  // stage 0), the parameters counted_ leaves out excluded.
+  double counted_squared_norm() const;
   // This rank's chunk of block b in the flat parameter buffer.
   Tensor own_param_chunk(int64_t block) const;
   Tensor own_grad_chunk(int64_t block) const;
@@ -170,6 +199,8 @@ class ZeroOptimizer {
   std::vector<bool> reduced_;                       // per block, in the current micro-batch
   bool reducing_ = false;                           // whether this micro-batch reduces
   bool in_backward_ = false;
+  Communicator* norm_group_ = nullptr;  // the model-parallel group of the norm, if any
+  std::vector<bool> counted_;           // per parameter: counted in the norm
 };
 
 // The whole per-parameter optimizer state ("step", "<kind>.<parameter name>") from the
