@@ -3,6 +3,8 @@
 #include <limits>
 
 #include "core/error.h"
+#include "parallel/pipeline/partition.h"
+#include "parallel/topology.h"
 
 namespace tessera::parallel {
 namespace {
@@ -13,8 +15,6 @@ constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 // so (DESIGN.md section 6), never silently ignored.
 const std::pair<const char*, const char*> kNotYet[] = {
     {"sparse_attention", "block-sparse attention has not landed yet"},
-    {"pipeline", "pipeline parallelism has not landed yet"},
-    {"tensor_parallel", "tensor parallelism has not landed yet"},
     {"amp", "Apex AMP is PyTorch-only; use fp16 or bf16 on the CUDA backend"},
     {"elasticity", "elastic training is not implemented"},
     {"flops_profiler", "the flops profiler is not implemented; the trainer reports MFU"},
@@ -152,12 +152,37 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   c.activation_checkpointing.synchronize_checkpoint_boundary =
       ac.get<bool>("synchronize_checkpoint_boundary", false);
   c.activation_checkpointing.profile = ac.get<bool>("profile", false);
+
+  JsonObjectReader pipe = root.object("pipeline");
+  c.pipeline.stages = pipe.get_in_range<int64_t>("stages", 1, 1, 1 << 16);
+  c.pipeline.partition_method = pipe.get<std::string>("partition_method", "parameters");
+  pipeline::check_partition_method(c.pipeline.partition_method, pipe.key_path("partition_method"));
+  c.pipeline.activation_checkpoint_interval =
+      pipe.get_in_range<int64_t>("activation_checkpoint_interval", 0, 0, kMax);
+  JsonObjectReader tp = root.object("tensor_parallel");
+  c.tensor_parallel.tp_size = tp.get_in_range<int64_t>("tp_size", 1, 1, 1 << 16);
+  TS_CHECK(c.pipeline.stages == 1 || c.zero.stage <= 1, "[config] ",
+           "$.zero_optimization.stage: stage ", c.zero.stage,
+           " reduces gradients during backward, before a pipeline sums its tied embedding's "
+           "gradients; expected stage 0 or 1 with pipeline.stages ",
+           c.pipeline.stages, " (as DeepSpeed's PipelineEngine)");
+  TS_CHECK(c.tensor_parallel.tp_size == 1 || c.zero.stage <= 2, "[config] ",
+           "$.zero_optimization.stage: stage 3 with tensor_parallel.tp_size ",
+           c.tensor_parallel.tp_size, " is not supported; expected stage 0, 1 or 2");
+  TS_CHECK(c.tensor_parallel.tp_size == 1 || c.optimizer.type != optim::OptimizerType::lamb,
+           "[config] $.optimizer.type: LAMB's trust ratio needs each parameter whole, and "
+           "tensor_parallel.tp_size ",
+           c.tensor_parallel.tp_size, " slices them; expected tp_size 1 with LAMB");
   return c;
 }
 
-void finish_engine_config(EngineConfig& config, int64_t dp_world_size) {
+void finish_engine_config(EngineConfig& config, int64_t world_size) {
+  const ProcessGrid grid =
+      ProcessGrid::for_world(static_cast<int>(world_size), static_cast<int>(config.pipeline.stages),
+                             static_cast<int>(config.tensor_parallel.tp_size));
+  config.data_parallel_size = grid.data_size();
   config.batch = resolve_batch(config.train_batch_size, config.train_micro_batch_size_per_gpu,
-                               config.gradient_accumulation_steps, dp_world_size);
+                               config.gradient_accumulation_steps, grid.data_size());
 }
 
 }  // namespace tessera::parallel

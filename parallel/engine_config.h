@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/json.h"
@@ -40,6 +41,20 @@ struct ActivationCheckpointingConfig {
   bool profile = false;
 };
 
+// $.pipeline: the stages of a pipeline (shared/reference/deepspeed.md section 4).
+struct PipelineConfig {
+  int64_t stages = 1;
+  std::string partition_method = "parameters";  // "uniform" or "type:<regex>" too
+  // Blocks per activation checkpoint (0: off): every k consecutive transformer blocks of a
+  // stage are recomputed in backward instead of keeping their activations.
+  int64_t activation_checkpoint_interval = 0;
+};
+
+// $.tensor_parallel: Megatron-style tensor slicing.
+struct TensorParallelConfig {
+  int64_t tp_size = 1;
+};
+
 struct EngineConfig {
   // The batch keys as written; `batch` is resolved from them by finish_engine_config().
   std::optional<int64_t> train_batch_size;
@@ -58,15 +73,22 @@ struct EngineConfig {
   optim::LossScalerConfig loss_scaler;  // $.fp16's scaler keys (used with f16 only)
   bool wall_clock_breakdown = false;
   ActivationCheckpointingConfig activation_checkpointing;
+  PipelineConfig pipeline;
+  TensorParallelConfig tensor_parallel;
+  // World / (pipeline stages x tp_size), set by finish_engine_config().
+  int64_t data_parallel_size = 1;
 };
 
 // Reads the engine keys from the root of a run config (other sections are left for the
 // caller's finish()). The caller refuses fp16/bf16 on a CPU run (it knows the device);
-// LAMB with ZeRO stage >= 1 is refused (its trust ratio needs whole tensors); the DeepSpeed
-// features Tessera does not have yet are refused by name.
+// LAMB with ZeRO stage >= 1 or tensor slicing is refused (its trust ratio needs whole
+// tensors), as are ZeRO stages 2-3 with a pipeline (DeepSpeed's rule) and stage 3 with
+// tensor slicing; the DeepSpeed features Tessera does not have yet are refused by name.
 EngineConfig parse_engine_config(JsonObjectReader& root);
-// Resolves the batch triple over `dp_world_size` ranks. Call it after the root reader's
-// finish(), so that a misspelt batch key is reported as unknown rather than as missing.
-void finish_engine_config(EngineConfig& config, int64_t dp_world_size);
+// Lays `world_size` ranks out as (pipeline stages, data, tp_size) and resolves the batch
+// triple over the data-parallel size. Throws when the world does not factor. Call it
+// after the root reader's finish(), so that a misspelt batch key is reported as unknown
+// rather than as missing.
+void finish_engine_config(EngineConfig& config, int64_t world_size);
 
 }  // namespace tessera::parallel

@@ -1,5 +1,6 @@
 #include "models/gpt2/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -143,14 +144,21 @@ Tensor Gpt::head(const Tensor& x) const {
 }
 
 Tensor Gpt::blocks(Tensor x) const {
-  for (size_t i = 0; i < transformer_.h.size(); ++i) {
-    const Block& b = block(i);
-    if (checkpoint_blocks_ && GradMode::is_enabled()) {
-      x = checkpoint([&b](const TensorList& in) { return TensorList{b.forward(in[0])}; }, {x},
-                     {&dropout_gen_})[0];
-    } else {
-      x = b.forward(x);
-    }
+  const size_t n = transformer_.h.size();
+  if (checkpoint_interval_ <= 0 || !GradMode::is_enabled()) {
+    for (size_t i = 0; i < n; ++i) x = block(i).forward(x);
+    return x;
+  }
+  const size_t k = static_cast<size_t>(checkpoint_interval_);
+  for (size_t first = 0; first < n; first += k) {
+    const size_t end = std::min(n, first + k);
+    x = checkpoint(
+        [this, first, end](const TensorList& in) {
+          Tensor y = in[0];
+          for (size_t i = first; i < end; ++i) y = block(i).forward(y);
+          return TensorList{y};
+        },
+        {x}, {&dropout_gen_})[0];
   }
   return x;
 }

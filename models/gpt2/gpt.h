@@ -57,8 +57,9 @@ class Gpt : public Module {
   // whose keys and values it appends. No graph is recorded. Needs P = 1.
   Tensor forward_cached(const Tensor& idx, KvCache& cache) const;  // -> (B, T, Vp)
 
-  // Recompute each block in backward instead of storing its activations.
-  void set_activation_checkpointing(bool on) { checkpoint_blocks_ = on; }
+  // Recompute blocks in backward instead of storing their activations: every `interval`
+  // consecutive blocks form one checkpoint (0: none; 1, or true: each block).
+  void set_activation_checkpointing(int64_t interval) { checkpoint_interval_ = interval; }
 
   const GptConfig& config() const { return cfg_; }
   // The layers this model holds (all of them unless built as a pipeline stage).
@@ -98,7 +99,7 @@ class Gpt : public Module {
   mutable Generator dropout_gen_;
   Transformer transformer_;
   Tensor lm_head_;  // (Vp / P, C), defined only when the head is not tied
-  bool checkpoint_blocks_ = false;
+  int64_t checkpoint_interval_ = 0;
 };
 
 }  // namespace tessera

@@ -93,4 +93,26 @@ Tensor model_parallel_slice(const Tensor& full, int64_t dim, int64_t parts, int 
   return parts == 1 ? pieces[0].contiguous() : kernels::cat(pieces, d);
 }
 
+Tensor gather_model_parallel_slices(const Tensor& slice, const Placement& placement,
+                                    Communicator& group) {
+  if (placement.kind == Placement::Kind::replicated || group.size() == 1) return slice;
+  NoGradGuard no_grad;
+  const Tensor mine = slice.detach().contiguous();
+  const int size = group.size();
+  const Tensor all = empty({size * mine.numel()}, {mine.dtype(), mine.device()});
+  group.all_gather(mine.view({mine.numel()}), all);
+  // Rank r's slice holds `parts` pieces along the dim; the full tensor puts every rank's
+  // piece b side by side in block b.
+  const int64_t d = placement.dim, parts = placement.parts;
+  const int64_t piece = mine.size(d) / parts;
+  std::vector<Tensor> pieces;
+  for (int64_t b = 0; b < parts; ++b) {
+    for (int r = 0; r < size; ++r) {
+      const Tensor rank_slice = all.narrow(0, r * mine.numel(), mine.numel()).view(mine.shape());
+      pieces.push_back(rank_slice.narrow(d, b * piece, piece));
+    }
+  }
+  return kernels::cat(pieces, d);
+}
+
 }  // namespace tessera::parallel

@@ -13,6 +13,7 @@
 // group of one each returns its input itself and records nothing.
 #pragma once
 
+#include "autograd/module.h"
 #include "core/tensor.h"
 #include "parallel/comm/communicator.h"
 
@@ -30,5 +31,11 @@ Tensor gather_from_model_parallel(const Tensor& x, Communicator& group);
 // rank takes its heads' rows of q, of k and of v). Throws unless size * parts divides the
 // dim. Contiguous.
 Tensor model_parallel_slice(const Tensor& full, int64_t dim, int64_t parts, int rank, int size);
+
+// The inverse over the group: every rank's slice of a parameter placed as `placement`
+// (Module::register_parameter), all-gathered into the full tensor on every rank. A
+// replicated tensor comes back as it is. Collective over `group`.
+Tensor gather_model_parallel_slices(const Tensor& slice, const Placement& placement,
+                                    Communicator& group);
 
 }  // namespace tessera::parallel

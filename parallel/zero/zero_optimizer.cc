@@ -418,6 +418,25 @@ StateDict ZeroOptimizer::state_dict() const {
   return out;
 }
 
+StateDict ZeroOptimizer::whole_state_dict() const {
+  if (!sharded()) return state_dict();
+  NoGradGuard no_grad;
+  const StateDict mine = state_dict();
+  std::vector<StateDict> shards(static_cast<size_t>(dp_.size()));
+  for (const auto& [key, t] : mine) {
+    if (key == "step") {
+      for (StateDict& s : shards) s.emplace_back(key, t);
+      continue;
+    }
+    const Tensor all = empty({t.numel() * dp_.size()}, {t.dtype(), device_});
+    dp_.all_gather(t.to(device_).contiguous(), all);
+    for (int r = 0; r < dp_.size(); ++r) {
+      shards[r].emplace_back(key, all.narrow(0, r * t.numel(), t.numel()).to(Device::cpu()));
+    }
+  }
+  return whole_state(layout_, shards);
+}
+
 void ZeroOptimizer::load_whole_state(const StateDict& whole) {
   if (!sharded()) {
     inner_->load_state_dict(whole);

@@ -148,6 +148,10 @@ class ZeroOptimizer {
   // this rank's shard: "step" and one tensor of layout().shard_numel() elements per kind
   // ("exp_avg", ...). Tensors may be the live buffers.
   StateDict state_dict() const;
+  // The whole per-parameter state ("step", "<kind>.<parameter name>") on every rank:
+  // stage 0's state_dict(), or the shards all-gathered over the data-parallel group and
+  // unsharded (collective at stages 1-3).
+  StateDict whole_state_dict() const;
   // Every trainable parameter whole in f32 (name -> tensor, flat order). Collective at
   // stage 3, where the parameters are gathered one at a time into new tensors; the f32
   // master weights with f16/bf16; the model's own tensors otherwise.

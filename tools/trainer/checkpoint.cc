@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <vector>
 
 #include "core/error.h"
@@ -71,6 +72,15 @@ StateDict weights_from_shards(const nlohmann::json& state, std::vector<StateDict
   return out;
 }
 
+// A file as the manifest lists it.
+struct Listed {
+  std::string name, hash;
+  int64_t bytes = 0;
+};
+
+// Checks the listed file `name` of checkpoint `d` against its size and hash.
+void verify_file(const fs::path& d, const Listed& l);
+
 }  // namespace
 
 std::string file_fnv1a64(const std::string& path) {
@@ -89,6 +99,50 @@ std::string file_fnv1a64(const std::string& path) {
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
   return hex;
 }
+
+namespace {
+
+void verify_file(const fs::path& d, const Listed& l) {
+  const fs::path p = d / l.name;
+  TS_CHECK(fs::exists(p), "[checkpoint] ", p.string(), " is listed in the manifest but missing");
+  const int64_t size = static_cast<int64_t>(fs::file_size(p));
+  TS_CHECK(size == l.bytes, "[checkpoint] ", p.string(), ": expected ", l.bytes,
+           " bytes (manifest), found ", size);
+  const std::string found = file_fnv1a64(p.string());
+  TS_CHECK(found == l.hash, "[checkpoint] ", p.string(), ": checksum mismatch, expected fnv1a64 ",
+           l.hash, ", found ", found, " (the file changed after the save)");
+}
+
+// Merges the stage parts of a pipeline checkpoint (the tied wte is in two of them, equal).
+CheckpointContents load_parts(const fs::path& d, const std::vector<Listed>& listed,
+                              bool with_optimizer) {
+  CheckpointContents c;
+  c.state = parse_json_file((d / "state.json").string());
+  std::set<std::string> seen_model, seen_optimizer;
+  for (int s = 0;; ++s) {
+    auto find = [&](const std::string& f) {
+      return std::find_if(listed.begin(), listed.end(),
+                          [&](const Listed& l) { return l.name == f; });
+    };
+    const auto model = find(model_part_name(s));
+    if (model == listed.end()) break;
+    const auto optimizer = find(optimizer_part_name(s));
+    TS_CHECK(optimizer != listed.end(), "[checkpoint] ", (d / "manifest.json").string(), ": lists ",
+             model_part_name(s), " but not ", optimizer_part_name(s));
+    verify_file(d, *model);
+    for (auto& [name, t] : read_safetensors((d / model->name).string()).tensors) {
+      if (seen_model.insert(name).second) c.model.emplace_back(name, t);
+    }
+    if (!with_optimizer) continue;
+    verify_file(d, *optimizer);
+    for (auto& [key, t] : read_safetensors((d / optimizer->name).string()).tensors) {
+      if (seen_optimizer.insert(key).second) c.optimizer.emplace_back(key, t);
+    }
+  }
+  return c;
+}
+
+}  // namespace
 
 CheckpointDir::CheckpointDir(std::string root, int64_t keep_last)
     : root_(std::move(root)), keep_last_(keep_last) {}
@@ -117,6 +171,7 @@ std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents
     fs::create_directories(tmp);
   }
   barrier();  // the directory exists
+  if (contents.parts > 0) return save_parts(step, contents, comm, tmp, final_dir);
   const bool sharded = !contents.optimizer_shards.empty();
   if (sharded) {
     write_safetensors((tmp / optimizer_shard_name(rank)).string(),
@@ -140,30 +195,61 @@ std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents
     } else {
       files.push_back("optimizer.safetensors");
     }
-    nlohmann::json listed = nlohmann::json::array();
-    for (const std::string& f : files) {
-      const fs::path p = tmp / f;
-      TS_CHECK(fs::exists(p), "[checkpoint] expected ", p.string(), " after every rank wrote ",
-               "its part, found no file");
-      listed.push_back({{"name", f},
-                        {"bytes", static_cast<int64_t>(fs::file_size(p))},
-                        {"fnv1a64", file_fnv1a64(p.string())}});
-    }
-    const nlohmann::json manifest = {{"format", kFormat},
-                                     {"version", kVersion},
-                                     {"step", step},
-                                     {"world", world},
-                                     {"files", listed}};
-    write_file_atomically((tmp / "manifest.json").string(), {manifest.dump(1) + "\n"});
-    fsync_directory(tmp.string());
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-save of the same step
-    fs::rename(tmp, final_dir);
-    fsync_directory(root.string());
-    write_file_atomically((root / "latest").string(), {name + "\n"});
-    prune();
+    commit(step, world, files, tmp, final_dir);
   }
   barrier();  // committed: every rank may read it
   return final_dir.string();
+}
+
+std::string CheckpointDir::save_parts(int64_t step, const CheckpointContents& contents,
+                                      parallel::Communicator* comm, const fs::path& tmp,
+                                      const fs::path& final_dir) const {
+  const int rank = comm ? comm->rank() : 0;
+  const int world = comm ? comm->size() : 1;
+  if (contents.part >= 0) {
+    write_safetensors((tmp / model_part_name(contents.part)).string(), contents.model);
+    write_safetensors((tmp / optimizer_part_name(contents.part)).string(), contents.optimizer);
+  }
+  if (rank == 0) {
+    write_file_atomically((tmp / "state.json").string(), {contents.state.dump(1) + "\n"});
+  }
+  if (comm) comm->barrier();  // every file is written
+  if (rank == 0) {
+    std::vector<std::string> files = {"state.json"};
+    for (int s = 0; s < contents.parts; ++s) {
+      files.push_back(model_part_name(s));
+      files.push_back(optimizer_part_name(s));
+    }
+    commit(step, world, files, tmp, final_dir);
+  }
+  if (comm) comm->barrier();  // committed
+  return final_dir.string();
+}
+
+void CheckpointDir::commit(int64_t step, int world, const std::vector<std::string>& files,
+                           const fs::path& tmp, const fs::path& final_dir) const {
+  nlohmann::json listed = nlohmann::json::array();
+  for (const std::string& f : files) {
+    const fs::path p = tmp / f;
+    TS_CHECK(fs::exists(p), "[checkpoint] expected ", p.string(), " after every rank wrote ",
+             "its part, found no file");
+    listed.push_back({{"name", f},
+                      {"bytes", static_cast<int64_t>(fs::file_size(p))},
+                      {"fnv1a64", file_fnv1a64(p.string())}});
+  }
+  const nlohmann::json manifest = {{"format", kFormat},
+                                   {"version", kVersion},
+                                   {"step", step},
+                                   {"world", world},
+                                   {"files", listed}};
+  write_file_atomically((tmp / "manifest.json").string(), {manifest.dump(1) + "\n"});
+  fsync_directory(tmp.string());
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-save of the same step
+  fs::rename(tmp, final_dir);
+  const fs::path root = final_dir.parent_path();
+  fsync_directory(root.string());
+  write_file_atomically((root / "latest").string(), {step_name(step) + "\n"});
+  prune();
 }
 
 void CheckpointDir::prune() const {
@@ -206,10 +292,6 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer) 
            kVersion, ", found ", version);
   m.required<int64_t>("step");
   const int64_t world = m.get_in_range<int64_t>("world", 1, 1, 1 << 20);
-  struct Listed {
-    std::string name, hash;
-    int64_t bytes = 0;
-  };
   std::vector<Listed> listed;
   for (JsonObjectReader f : m.objects("files")) {
     Listed l;
@@ -225,6 +307,7 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer) 
   };
   TS_CHECK(is_listed("state.json"), "[checkpoint] ", manifest_path.string(),
            ": expected the manifest to list state.json");
+  if (is_listed(model_part_name(0))) return load_parts(d, listed, with_optimizer);
   // The optimizer: one whole file, or one shard per rank of the saving run. The weights:
   // model.safetensors, or the shards' parameter shards.
   const bool sharded = !is_listed("optimizer.safetensors");
@@ -243,14 +326,7 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer) 
     const bool whole_optimizer = l.name == "optimizer.safetensors";
     const bool shard = l.name.rfind("zero_pp_rank_", 0) == 0;
     if ((whole_optimizer && !with_optimizer) || (shard && !read_shards)) continue;
-    const fs::path p = d / l.name;
-    TS_CHECK(fs::exists(p), "[checkpoint] ", p.string(), " is listed in the manifest but missing");
-    const int64_t size = static_cast<int64_t>(fs::file_size(p));
-    TS_CHECK(size == l.bytes, "[checkpoint] ", p.string(), ": expected ", l.bytes,
-             " bytes (manifest), found ", size);
-    const std::string found = file_fnv1a64(p.string());
-    TS_CHECK(found == l.hash, "[checkpoint] ", p.string(), ": checksum mismatch, expected fnv1a64 ",
-             l.hash, ", found ", found, " (the file changed after the save)");
+    verify_file(d, l);
   }
   CheckpointContents c;
   c.state = parse_json_file((d / "state.json").string());
@@ -290,6 +366,14 @@ int64_t checkpoint_step(const std::string& dir) {
 
 std::string optimizer_shard_name(int rank) {
   return "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states.safetensors";
+}
+
+std::string model_part_name(int stage) {
+  return "model_part_" + std::to_string(stage) + ".safetensors";
+}
+
+std::string optimizer_part_name(int stage) {
+  return "optimizer_part_" + std::to_string(stage) + ".safetensors";
 }
 
 }  // namespace tessera::train

@@ -8,6 +8,9 @@
 //                       /zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors
 //                                              rank r's optimizer shard (stages 1-3); at
 //                                              stage 3 also its parameter shard ("param")
+//                       /model_part_<s>.safetensors, optimizer_part_<s>.safetensors
+//                                      pipeline stage s's whole tensors (pipeline and
+//                                      tensor-parallel runs; instead of the files above)
 //                       /state.json    step counters, scheduler, RNG, data cursor, config,
 //                                      world size and ZeRO layout
 //                       /manifest.json written last: each file's size and FNV-1a 64 hash
@@ -22,9 +25,11 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "autograd/module.h"
 #include "parallel/comm/communicator.h"
@@ -43,6 +48,12 @@ struct CheckpointContents {
   // shard, in rank order.
   std::vector<StateDict> optimizer_shards;
   nlohmann::json state;  // trainer state (see Trainer)
+  // Pipeline runs (Note [3D checkpoints] in tools/trainer/trainer.h). Saving: `parts` > 0
+  // stage files, and the index of the one this rank writes (its weights in `model`, its
+  // whole optimizer state in `optimizer`), or -1. Loading reads the parts back merged into
+  // `model` and `optimizer`, as if one process had saved them.
+  int parts = 0;
+  int part = -1;
 };
 
 class CheckpointDir {
@@ -63,6 +74,13 @@ class CheckpointDir {
   const std::string& root() const { return root_; }
 
  private:
+  // The pipeline form of save() (CheckpointContents::parts).
+  std::string save_parts(int64_t step, const CheckpointContents& contents,
+                         parallel::Communicator* comm, const std::filesystem::path& tmp,
+                         const std::filesystem::path& final_dir) const;
+  // Lists `files` in the manifest, renames `tmp` to `final_dir`, moves `latest`, prunes.
+  void commit(int64_t step, int world, const std::vector<std::string>& files,
+              const std::filesystem::path& tmp, const std::filesystem::path& final_dir) const;
   void prune() const;
 
   std::string root_;
@@ -89,6 +107,10 @@ int64_t checkpoint_step(const std::string& dir);
 
 // The file of rank r's optimizer shard: "zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors".
 std::string optimizer_shard_name(int rank);
+// The files of pipeline stage s's part: "model_part_<s>.safetensors",
+// "optimizer_part_<s>.safetensors".
+std::string model_part_name(int stage);
+std::string optimizer_part_name(int stage);
 
 // FNV-1a 64 of a file's bytes, as 16 hex digits.
 std::string file_fnv1a64(const std::string& path);

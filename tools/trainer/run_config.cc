@@ -68,7 +68,7 @@ TrainerConfig read_trainer(JsonObjectReader t, const std::string& run_dir) {
 }  // namespace
 
 RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
-                           const std::string& default_run_dir, int64_t dp_world_size) {
+                           const std::string& default_run_dir, int64_t world_size) {
   TS_CHECK(doc.is_object(), "[config] ", source, ": expected a JSON object at the top, found ",
            describe_json(doc));
   RunConfig c;
@@ -85,7 +85,7 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   root.finish();
   // Cross-key checks come after finish(): a misspelt key is the error to report, not the
   // inconsistency its default causes.
-  parallel::finish_engine_config(c.engine, dp_world_size);
+  parallel::finish_engine_config(c.engine, world_size);
   if (c.engine.precision != DType::f32) {
     const char* key = c.engine.precision == DType::f16 ? "fp16" : "bf16";
     TS_CHECK(c.trainer.device.is_cuda(), "[config] $.", key,
@@ -96,14 +96,30 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
              c.engine.zero.stage);
   }
   c.model.validate("[config] $.model.");
+  const int64_t tp = c.engine.tensor_parallel.tp_size, stages = c.engine.pipeline.stages;
+  TS_CHECK(c.model.n_head % tp == 0, "[config] $.tensor_parallel.tp_size: ", tp,
+           " does not divide model.n_head ", c.model.n_head, "; expected a divisor of it");
+  TS_CHECK(c.model.padded_vocab_size() % tp == 0, "[config] $.tensor_parallel.tp_size: ", tp,
+           " does not divide the padded vocabulary ", c.model.padded_vocab_size(),
+           "; expected a divisor of it");
+  TS_CHECK(stages <= c.model.n_layer + 3, "[config] $.pipeline.stages: ", stages,
+           " stages for the model's ", c.model.n_layer + 3,
+           " layers (embedding, blocks, final norm, head); expected at most ", c.model.n_layer + 3);
+  TS_CHECK(!c.trainer.device.is_cuda() || tp * stages == 1, "[config] $.trainer.device: ",
+           "pipeline and tensor parallelism run on CPU ranks (MPI or threads) for now; expected "
+           "\"cpu\" with pipeline.stages ",
+           stages, " and tensor_parallel.tp_size ", tp);
+  TS_CHECK(!c.checkpoint_activations || c.engine.pipeline.activation_checkpoint_interval == 0,
+           "[config] $.pipeline.activation_checkpoint_interval: model.checkpoint_activations ",
+           "already checkpoints every block; expected one of the two");
   c.warnings = root.warnings();
   return c;
 }
 
-RunConfig load_run_config(const std::string& path, int64_t dp_world_size) {
+RunConfig load_run_config(const std::string& path, int64_t world_size) {
   const nlohmann::json doc = parse_json_file(path);
   const std::string stem = std::filesystem::path(path).stem().string();
-  return parse_run_config(doc, path, ".runs/" + stem, dp_world_size);
+  return parse_run_config(doc, path, ".runs/" + stem, world_size);
 }
 
 }  // namespace tessera::train

@@ -75,10 +75,11 @@ struct RunConfig {
 
 // Parses and validates the whole document; every error is one line with its JSON path.
 // `default_run_dir` fills log_dir/checkpoint_dir when absent (".runs/<config stem>"). The
-// batch triple is resolved over `dp_world_size` data-parallel ranks.
+// batch triple is resolved over the data-parallel ranks of `world_size` (world / (pipeline
+// stages x tp_size)).
 RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
-                           const std::string& default_run_dir, int64_t dp_world_size = 1);
+                           const std::string& default_run_dir, int64_t world_size = 1);
 // Reads `path` strictly (duplicate keys are errors) and parses it.
-RunConfig load_run_config(const std::string& path, int64_t dp_world_size = 1);
+RunConfig load_run_config(const std::string& path, int64_t world_size = 1);
 
 }  // namespace tessera::train

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "autograd/ops.h"
@@ -18,7 +19,9 @@
 #include "models/gpt2/llmc_weights.h"
 #include "models/gpt2/sampler.h"
 #include "optim/config.h"
+#include "parallel/pipeline/partition.h"
 #include "tools/bench/fma_peak.h"
+#include "tools/trainer/model_parallel_state.h"
 
 namespace tessera::train {
 namespace fs = std::filesystem;
@@ -52,19 +55,26 @@ int64_t shard_tokens(const std::vector<std::string>& paths) {
 }
 
 // Loads `path` into `model`: Hugging Face GPT-2 safetensors, or an llm.c checkpoint (.bin).
+// Loads Hugging Face safetensors or an llm.c checkpoint into `model`: all of it, or the
+// stage and slices a pipeline or tensor-parallel rank holds.
 void load_initial_weights(Gpt& model, const std::string& path) {
   const GptConfig& cfg = model.config();
+  StateDict full;
   if (path.size() > 4 && path.substr(path.size() - 4) == ".bin") {
-    const LlmcCheckpoint ck = read_llmc_checkpoint(path);
+    LlmcCheckpoint ck = read_llmc_checkpoint(path);
     TS_CHECK(ck.config.n_layer == cfg.n_layer && ck.config.n_embd == cfg.n_embd &&
                  ck.config.padded_vocab_size() == cfg.padded_vocab_size(),
              "[train] ", path, " holds a GPT-2 with ", ck.config.n_layer, " layers, width ",
              ck.config.n_embd, ", vocab ", ck.config.vocab_size, "; the config's model has ",
              cfg.n_layer, ", ", cfg.n_embd, ", ", cfg.vocab_size);
-    model.load_state_dict(ck.state);
+    full = std::move(ck.state);
   } else {
-    model.load_state_dict(load_hf_safetensors(path, cfg));
+    full = load_hf_safetensors(path, cfg);
   }
+  const parallel::Communicator& group = model.model_group();
+  if (group.size() == 1 && model.part().whole(cfg)) return model.load_state_dict(full);
+  model.load_state_dict(
+      take_local(full, model.named_parameters(), group.rank(), group.size(), false));
 }
 
 // Every tensor of `state` on the CPU (checkpoint files are written from host memory).
@@ -96,9 +106,39 @@ constexpr double kCudaPeakFlops = 989.4e12;
 
 }  // namespace
 
-Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp,
+namespace {
+
+// The 3D groups when the config asks for a pipeline or tensor slicing (null otherwise).
+std::unique_ptr<parallel::ParallelGroups> make_groups(const RunConfig& cfg,
+                                                      parallel::Communicator& world) {
+  const int stages = static_cast<int>(cfg.engine.pipeline.stages);
+  const int tp = static_cast<int>(cfg.engine.tensor_parallel.tp_size);
+  if (stages == 1 && tp == 1) return nullptr;
+  return std::make_unique<parallel::ParallelGroups>(parallel::make_parallel_groups(
+      world, parallel::ProcessGrid::for_world(world.size(), stages, tp)));
+}
+
+// The names of this rank's parameters that another rank of its replica also holds:
+// replicated ones on tensor-parallel ranks > 0, and the last stage's copy of the tied wte.
+std::set<std::string> norm_duplicates(const Gpt& model, const parallel::ParallelGroups& g) {
+  std::set<std::string> out;
+  const bool tied_copy_stage = g.grid.pipe_size() > 1 && g.coord.pipe == g.grid.pipe_size() - 1;
+  for (const NamedParameter& p : model.named_parameters()) {
+    const bool replica = g.coord.model > 0 && p.placement.kind == Placement::Kind::replicated;
+    if (replica || (tied_copy_stage && p.name == "transformer.wte.weight")) out.insert(p.name);
+  }
+  return out;
+}
+
+}  // namespace
+
+Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& world,
                  parallel::Communicator* device_dp)
-    : cfg_(std::move(config)), dp_(dp), grads_(device_dp ? *device_dp : dp) {
+    : cfg_(std::move(config)),
+      world_(world),
+      groups_(make_groups(cfg_, world)),
+      dp_(groups_ ? *groups_->data : world),
+      grads_(device_dp ? *device_dp : dp_) {
   TS_CHECK(grads_.size() == dp_.size() && grads_.rank() == dp_.rank(),
            "[train] expected the device group to have the data-parallel group's ranks, found rank ",
            grads_.rank(), " of ", grads_.size(), " against rank ", dp_.rank(), " of ", dp_.size());
@@ -110,8 +150,18 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp
   const parallel::BatchConfig& batch = cfg_.engine.batch;
 
   if (t.device.is_cuda()) cuda::check_device(t.device.index);
-  model_ = std::make_unique<Gpt>(cfg_.model, t.seed);
-  model_->set_activation_checkpointing(cfg_.checkpoint_activations);
+  GptPart part;
+  if (groups_ && groups_->grid.pipe_size() > 1) {
+    const std::vector<int> parts =
+        parallel::pipeline::partition_layers(pipeline_layers(cfg_.model), groups_->grid.pipe_size(),
+                                             cfg_.engine.pipeline.partition_method);
+    part = part_of_stage(cfg_.model, parts, groups_->coord.pipe);
+  }
+  model_ = std::make_unique<Gpt>(
+      cfg_.model, t.seed,
+      groups_ && groups_->grid.model_size() > 1 ? groups_->model.get() : nullptr, part);
+  model_->set_activation_checkpointing(
+      cfg_.checkpoint_activations ? 1 : cfg_.engine.pipeline.activation_checkpoint_interval);
   if (!cfg_.init_from.empty()) load_initial_weights(*model_, cfg_.init_from);
   // Initialized in f32 on the CPU (the same weights everywhere), then placed.
   model_->to(t.device, cfg_.engine.precision);
@@ -122,6 +172,18 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp
                           t.no_decay_names),
       oc, cfg_.engine.zero,
       parallel::MixedPrecision{cfg_.engine.precision, cfg_.engine.loss_scaler});
+  if (groups_) {
+    optimizer_->set_model_parallel_norm(*groups_->pipe_model, norm_duplicates(*model_, *groups_));
+    if (groups_->grid.pipe_size() > 1) {
+      parallel::ZeroOptimizer& zero = *optimizer_;
+      stage_ = std::make_unique<GptPipelineStage>(
+          *model_, [&zero](const Tensor& root, const Tensor& grad, bool) {
+            zero.backward_unreduced(root, grad);
+          });
+      executor_ = std::make_unique<parallel::pipeline::PipelineExecutor>(*groups_->pipe, *stage_);
+      tied_ = tied_stage_group(*groups_->pipe);
+    }
+  }
   scheduler_ = std::make_unique<optim::LrScheduler>(
       cfg_.engine.scheduler ? cfg_.engine.scheduler : std::make_shared<optim::ConstantLR>(oc.lr));
 
@@ -166,9 +228,9 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp
   // Every rank must resume from the same step (or none): [max, -min] in one reduction.
   const int64_t mine = latest ? checkpoint_step(*latest) : -1;
   const Tensor agree = from_vector(std::vector<int64_t>{mine, -mine}, {2});
-  dp_.all_reduce(agree, parallel::ReduceOp::max);
+  world_.all_reduce(agree, parallel::ReduceOp::max);
   const std::vector<int64_t> steps = agree.to_vector<int64_t>();
-  TS_CHECK(steps[0] == -steps[1], "[train] rank ", dp_.rank(), " found ",
+  TS_CHECK(steps[0] == -steps[1], "[train] rank ", world_.rank(), " found ",
            latest ? "checkpoint step " + std::to_string(mine) : std::string("no checkpoint"),
            " in ", t.checkpoint_dir, ", but the ranks' latest steps range from ", -steps[1], " to ",
            steps[0], " (-1: none); expected every rank to see the same checkpoint");
@@ -184,14 +246,16 @@ Trainer::~Trainer() = default;
 nlohmann::json Trainer::state_json() const {
   nlohmann::json zero = {{"stage", optimizer_->stage()}};
   if (optimizer_->sharded()) zero["layout"] = optimizer_->layout().to_json();
-  nlohmann::json state = {{"step", step_},
-                          {"scheduler_last_batch_iteration", scheduler_->last_batch_iteration()},
-                          {"loader", train_loader_->state().to_json()},
-                          {"dropout_offset", model_->dropout_generator().offset()},
-                          {"model", cfg_.model.to_json()},
-                          {"world", dp_.size()},
-                          {"zero", zero},
-                          {"config", cfg_.json}};
+  nlohmann::json state = {
+      {"step", step_},
+      {"scheduler_last_batch_iteration", scheduler_->last_batch_iteration()},
+      {"loader", train_loader_->state().to_json()},
+      {"dropout_offset", model_->dropout_generator().offset()},
+      {"model", cfg_.model.to_json()},
+      {"world", world_.size()},
+      {"grid", {cfg_.engine.pipeline.stages, dp_.size(), cfg_.engine.tensor_parallel.tp_size}},
+      {"zero", zero},
+      {"config", cfg_.json}};
   if (const optim::LossScaler* scaler = optimizer_->loss_scaler()) {
     state["loss_scaler"] = scaler->state().to_json();
   }
@@ -208,6 +272,7 @@ void Trainer::restore(const CheckpointContents& c) {
            cfg_.model.to_json().dump(), "; expected the same model to resume");
   s.raw("config");
   s.get_in_range<int64_t>("world", 1, 1, 1 << 20);
+  s.raw("grid");  // the layout that saved it: any other may resume (Note [3D checkpoints])
   const nlohmann::json* zero = s.raw("zero");
   const int64_t step = s.required_in_range<int64_t>("step", 0, std::numeric_limits<int64_t>::max());
   const int64_t t = s.required<int64_t>("scheduler_last_batch_iteration");
@@ -234,12 +299,20 @@ void Trainer::restore(const CheckpointContents& c) {
   }
   // Validate-then-write: both check every tensor before changing any. Stage 3's
   // parameters live in the optimizer's shards; 16-bit runs load the f32 masters.
-  if (optimizer_->stage() == 3 || optimizer_->precision() != DType::f32) {
-    optimizer_->load_parameters(c.model);
+  if (model_parallel()) {
+    // This rank's stage and slices of the whole checkpoint (Note [3D checkpoints]).
+    const std::vector<NamedParameter> params = model_->named_parameters();
+    const int rank = groups_->coord.model, size = groups_->grid.model_size();
+    optimizer_->load_parameters(take_local(c.model, params, rank, size, false));
+    optimizer_->load_whole_state(take_local(optimizer, params, rank, size, true));
   } else {
-    model_->load_state_dict(c.model);
+    if (optimizer_->stage() == 3 || optimizer_->precision() != DType::f32) {
+      optimizer_->load_parameters(c.model);
+    } else {
+      model_->load_state_dict(c.model);
+    }
+    optimizer_->load_whole_state(optimizer);
   }
-  optimizer_->load_whole_state(optimizer);
   scheduler_->set_last_batch_iteration(t);
   train_loader_->restore(loader);
   model_->dropout_generator().set_offset(offset);
@@ -252,6 +325,7 @@ double Trainer::train_step() {
   optimizer_->set_lr(scheduler_->lr());
   if (const std::optional<double> beta1 = scheduler_->beta1()) optimizer_->set_momentum(*beta1);
   optimizer_->zero_grad();
+  if (executor_) return finish_step(pipeline_step());
   Tensor loss_sum;  // f64, on the device
   for (int64_t micro = 0; micro < gas; ++micro) {
     const data::Batch b = train_loader_->next();
@@ -262,6 +336,24 @@ double Trainer::train_step() {
     // The mean over micro-batches, as DeepSpeed scales each micro-batch's loss by 1/GAS.
     optimizer_->backward(loss, 1.0 / static_cast<double>(gas), micro == gas - 1);
   }
+  return finish_step(loss_sum.item<double>() / static_cast<double>(gas));
+}
+
+double Trainer::pipeline_step() {
+  const int64_t gas = cfg_.engine.batch.gradient_accumulation_steps;
+  std::vector<parallel::pipeline::MicroBatch> micro_batches;
+  for (int64_t micro = 0; micro < gas; ++micro) {
+    const data::Batch b = train_loader_->next();
+    micro_batches.push_back({b.inputs, b.targets});
+  }
+  const double loss = executor_->train_batch(micro_batches);
+  // DeepSpeed's ReduceTiedGrads, then ReduceGrads (Note [ZeRO under model parallelism]).
+  if (tied_) reduce_tied_gradients(*model_, *tied_);
+  optimizer_->reduce_gradients();
+  return loss;
+}
+
+double Trainer::finish_step(double loss) {
   last_grad_norm_ = optimizer_->clip_grad_norm(cfg_.engine.gradient_clipping);
   const double attempted_scale =
       optimizer_->loss_scaler() ? optimizer_->loss_scaler()->scale() : 1.0;
@@ -273,7 +365,7 @@ double Trainer::train_step() {
              attempted_scale, optimizer_->loss_scaler()->scale());
   }
   ++step_;
-  return global_mean(loss_sum.item<double>() / static_cast<double>(gas));
+  return global_mean(loss);
 }
 
 double Trainer::global_mean(double value) const {
@@ -287,6 +379,16 @@ double Trainer::evaluate() {
   NoGradGuard no_grad;
   model_->eval();
   val_loader_->reset();
+  if (executor_) {
+    std::vector<parallel::pipeline::MicroBatch> batches;
+    for (int64_t i = 0; i < cfg_.trainer.eval_batches; ++i) {
+      const data::Batch b = val_loader_->next();
+      batches.push_back({b.inputs, b.targets});
+    }
+    const double loss = executor_->eval_batch(batches);
+    model_->train();
+    return global_mean(loss);
+  }
   Tensor total;  // f64, on the device
   for (int64_t i = 0; i < cfg_.trainer.eval_batches; ++i) {
     const data::Batch b = val_loader_->next();
@@ -298,7 +400,24 @@ double Trainer::evaluate() {
   return global_mean(total.item<double>() / static_cast<double>(cfg_.trainer.eval_batches));
 }
 
+void Trainer::save_model_parallel_checkpoint() {
+  // Note [3D checkpoints]: whole tensors, gathered over the data group (optimizer state)
+  // and the model group (both), written per stage by its data-0, model-0 rank.
+  const std::vector<NamedParameter> params = model_->named_parameters();
+  parallel::Communicator& model_group = *groups_->model;
+  CheckpointContents c;
+  c.model = on_cpu(gather_full(optimizer_->whole_parameters(), params, model_group));
+  c.optimizer = on_cpu(gather_full(optimizer_->whole_state_dict(), params, model_group));
+  c.parts = static_cast<int>(groups_->grid.pipe_size());
+  c.part = groups_->coord.data == 0 && groups_->coord.model == 0 ? groups_->coord.pipe : -1;
+  if (c.part < 0) c.model.clear(), c.optimizer.clear();
+  if (leader()) c.state = state_json();
+  const std::string dir = checkpoints_->save(step_, c, &world_);
+  if (leader()) log_info("checkpoint {}", dir);
+}
+
 void Trainer::save_checkpoint() {
+  if (model_parallel()) return save_model_parallel_checkpoint();
   CheckpointContents c;
   const bool partitioned = optimizer_->stage() == 3;
   const bool mixed = optimizer_->precision() != DType::f32;
@@ -315,7 +434,7 @@ void Trainer::save_checkpoint() {
   } else if (leader()) {
     c.optimizer = on_cpu(optimizer_->state_dict());
   }
-  const std::string dir = checkpoints_->save(step_, c, &dp_);
+  const std::string dir = checkpoints_->save(step_, c, &world_);
   if (leader()) log_info("checkpoint {}", dir);
 }
 
@@ -339,20 +458,23 @@ TrainResult Trainer::run() {
   // Every rank measures its own peak; MFU compares against all ranks' together.
   const bool on_cuda = t.device.is_cuda();
   const double peak =
-      (on_cuda ? kCudaPeakFlops : bench::measure_fma_peak(num_threads())) * dp_.size();
+      (on_cuda ? kCudaPeakFlops : bench::measure_fma_peak(num_threads())) * world_.size();
   const double flops = flops_per_token(cfg_.model, cfg_.data.seq_len);
   if (leader()) {
     log_info(
         "model: GPT-2 {} layers, {} heads, width {}, {} parameters; {} steps of {} tokens; "
-        "{} data-parallel rank(s), ZeRO stage {}, {} on {}; {}",
+        "{} data-parallel rank(s) x {} pipeline stage(s) x {} tensor-parallel rank(s), ZeRO "
+        "stage {}, {} on {}; {}",
         cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd, cfg_.model.num_parameters(),
-        total_steps_, tokens_per_step, dp_.size(), optimizer_->stage(),
+        total_steps_, tokens_per_step, dp_.size(), cfg_.engine.pipeline.stages,
+        cfg_.engine.tensor_parallel.tp_size, optimizer_->stage(),
         dtype_name(optimizer_->precision()), t.device.str(),
         on_cuda ? std::string("MFU against 989 TFLOP/s (H100 SXM dense bf16)")
                 : fmt::format("FMA peak {:.0f} GFLOP/s on {} threads per rank",
-                              peak / dp_.size() / 1e9, num_threads()));
+                              peak / world_.size() / 1e9, num_threads()));
   }
   grads_.reset_stats();
+  if (groups_) groups_->pipe->reset_stats(), groups_->model->reset_stats();
   const bool bar = leader() && ::isatty(STDERR_FILENO) != 0;
   TrainResult result;
   double window_time = 0.0, train_time = 0.0;
@@ -415,7 +537,11 @@ TrainResult Trainer::run() {
   }
   result.steps = step_;
   // Stage 3 gathers parameters in every forward: every rank samples, rank 0 prints.
-  if ((leader() || optimizer_->stage() == 3) && t.sample.tokens > 0 && tokenizer_) {
+  if (model_parallel() && t.sample.tokens > 0 && leader()) {
+    log_info(
+        "no sample: the model is split over ranks; sample from the checkpoint with "
+        "tools/generate");
+  } else if ((leader() || optimizer_->stage() == 3) && t.sample.tokens > 0 && tokenizer_) {
     sample_text();
   }
   result.seconds = seconds_since(start);
@@ -431,6 +557,15 @@ TrainResult Trainer::run() {
                static_cast<double>(grads_.stats().total_bytes_sent()) / steps / 1e6);
       std::istringstream lines(grads_.stats().summary());
       for (std::string line; std::getline(lines, line);) log_info("  {}", line);
+    }
+    if (groups_) {
+      const int64_t steps = std::max<int64_t>(step_ - first, 1);
+      log_info(
+          "rank 0 bytes sent per step: data group {:.3f} MB, pipe group {:.3f} MB, model "
+          "group {:.3f} MB",
+          static_cast<double>(grads_.stats().total_bytes_sent()) / steps / 1e6,
+          static_cast<double>(groups_->pipe->stats().total_bytes_sent()) / steps / 1e6,
+          static_cast<double>(groups_->model->stats().total_bytes_sent()) / steps / 1e6);
     }
   }
   return result;

@@ -8,8 +8,11 @@
 #include <string>
 
 #include "models/gpt2/gpt.h"
+#include "models/gpt2/pipeline_stage.h"
 #include "optim/lr_schedule.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/topology.h"
 #include "parallel/zero/zero_optimizer.h"
 #include "tools/data/loader.h"
 #include "tools/data/tokenizer.h"
@@ -47,14 +50,33 @@ struct TrainResult {
 // rank; only rank 0 logs progress, writes metrics and samples text. Checkpoints are saved
 // collectively, and a checkpoint of any world size and ZeRO stage 0-2 resumes at any other
 // (optimizer state is resharded through whole per-parameter tensors).
+// Note [3D trainer]
+// With pipeline.stages P or tensor_parallel.tp_size T above 1, the world is the grid of
+// Note [3D grid] (parallel/topology.h): each rank builds its stage's part of the model
+// (models/gpt2/stage.h) as tensor-parallel slices over its model group, ZeroOptimizer
+// (stages 0-1 with a pipeline, 0-2 with slicing alone) shards over its data group, and the
+// gradient norm adds up over the replica's pipe x model group. A step runs the 1F1B
+// schedule over gradient_accumulation_steps micro-batches (parallel/pipeline/executor.h),
+// sums the tied embedding's gradients over the first and last stages, then reduces and
+// steps; every rank of a replica reads the same micro-batches (the loader shards over the
+// data coordinate). Runs are CPU ranks (threads or mpirun).
+//
+// Note [3D checkpoints]
+// A pipeline or tensor-parallel run saves whole tensors: each rank gathers its optimizer
+// state over its data group and both weights and state over its model group; the data-0,
+// model-0 rank of each stage writes model_part_<s> and optimizer_part_<s>. Loading merges
+// the parts into one whole checkpoint, which any run, of any (P, T, data) and ZeRO stage
+// 0-2, slices to what it holds (tools/trainer/model_parallel_state.h): resuming at the same
+// layout is exact, and tools/generate and zero_to_fp32 read the same files.
 class Trainer {
  public:
-  // `config` must have been resolved for dp.size() ranks (load_run_config). `dp` moves the
-  // trainer's own CPU values (resume agreement, mean losses, checkpoint barriers);
-  // `device_dp`, the same ranks over the training device (an NCCL group for CUDA runs of
-  // more than one rank), moves gradients and parameters; dp does both when it is null.
-  // Collective.
-  Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& dp,
+  // `config` must have been resolved for world.size() ranks (load_run_config). `world`
+  // moves the trainer's own CPU values (resume agreement, mean losses, checkpoint
+  // barriers) and, with a pipeline or tensor slicing, is split into the 3D groups (Note
+  // [3D trainer]); `device_dp`, the same ranks over the training device (an NCCL group
+  // for CUDA data-parallel runs), moves gradients and parameters; world does both when it
+  // is null. Collective.
+  Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& world,
           parallel::Communicator* device_dp = nullptr);
   ~Trainer();
 
@@ -71,16 +93,28 @@ class Trainer {
   double evaluate();    // mean validation loss over eval_batches batches (of every rank)
   // The mean of `value` over the data-parallel ranks.
   double global_mean(double value) const;
-  bool leader() const { return dp_.rank() == 0; }
+  bool leader() const { return world_.rank() == 0; }
   void save_checkpoint();
   void restore(const CheckpointContents& c);
   nlohmann::json state_json() const;
   void sample_text();
 
+  // True for pipeline or tensor-parallel runs (Note [3D trainer]).
+  bool model_parallel() const { return groups_ != nullptr; }
+  void save_model_parallel_checkpoint();
+  double pipeline_step();  // the pipeline's part of train_step(): the mean loss
+  // Clips, steps the optimizer and the schedule; the global mean of `loss`.
+  double finish_step(double loss);
+
   RunConfig cfg_;
-  parallel::Communicator& dp_;
+  parallel::Communicator& world_;
+  std::unique_ptr<parallel::ParallelGroups> groups_;  // pipeline or tensor-parallel runs
+  parallel::Communicator& dp_;     // the data-parallel group (the world without 3D)
   parallel::Communicator& grads_;  // ZeroOptimizer's group: dp_ or the device group
   std::unique_ptr<Gpt> model_;
+  std::unique_ptr<GptPipelineStage> stage_;  // pipelines only
+  std::unique_ptr<parallel::pipeline::PipelineExecutor> executor_;
+  std::unique_ptr<parallel::Communicator> tied_;  // first and last stage, tied head
   std::unique_ptr<parallel::ZeroOptimizer> optimizer_;
   std::unique_ptr<optim::LrScheduler> scheduler_;
   std::unique_ptr<data::DataLoader> train_loader_;

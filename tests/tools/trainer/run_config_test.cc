@@ -427,10 +427,6 @@ TEST_CASE("missing and inconsistent sections", "[run_config]") {
         }) == "[config] unknown key $.train_batch_sise; did you mean \"train_batch_size\"?");
   // DeepSpeed features that have not landed are refused by name.
   CHECK_THAT(error_after([](Json& d) {
-               d["pipeline"] = {{"stages", 2}};
-             }),
-             Catch::Contains("$.pipeline is not supported: pipeline parallelism has not landed"));
-  CHECK_THAT(error_after([](Json& d) {
                d["sparse_attention"] = {{"mode", "fixed"}};
              }),
              Catch::Contains("$.sparse_attention is not supported"));
@@ -495,4 +491,87 @@ TEST_CASE("load_run_config reads a file and defaults the run directory to its st
 }
 
 }  // namespace
+TEST_CASE("pipeline and tensor_parallel sections lay out the world", "[run_config]") {
+  auto parse_at = [](const std::function<void(Json&)>& edit, int64_t world) {
+    Json doc = base_config();
+    doc.erase("train_micro_batch_size_per_gpu");
+    edit(doc);
+    return parse_run_config(doc, "run.json", ".runs/run", world);
+  };
+  const RunConfig c = parse_at(
+      [](Json& d) {
+        d["pipeline"] = {{"stages", 2},
+                         {"partition_method", "type:block"},
+                         {"activation_checkpoint_interval", 2}};
+        d["tensor_parallel"] = {{"tp_size", 2}};
+        d["zero_optimization"] = {{"stage", 1}};
+      },
+      8);
+  CHECK(c.engine.pipeline.stages == 2);
+  CHECK(c.engine.pipeline.partition_method == "type:block");
+  CHECK(c.engine.pipeline.activation_checkpoint_interval == 2);
+  CHECK(c.engine.tensor_parallel.tp_size == 2);
+  CHECK(c.engine.data_parallel_size == 2);
+  CHECK(c.engine.batch.train_micro_batch_size_per_gpu == 6);  // 12 / (1 x 2 data ranks)
+  // Defaults: one stage, no slicing, the whole world data-parallel.
+  const RunConfig d = parse_at([](Json&) {}, 4);
+  CHECK(d.engine.pipeline.stages == 1);
+  CHECK(d.engine.pipeline.partition_method == "parameters");
+  CHECK(d.engine.tensor_parallel.tp_size == 1);
+  CHECK(d.engine.data_parallel_size == 4);
+
+  auto error_at = [&](const std::function<void(Json&)>& edit, int64_t world) {
+    return error_of([&] { parse_at(edit, world); });
+  };
+  CHECK_THAT(error_at(
+                 [](Json& d) {
+                   d["pipeline"] = {{"stages", 4}};
+                 },
+                 6),
+             Catch::Contains("[topology] a world of 6 ranks does not factor into pipeline "
+                             "stages x tensor-parallel size x data-parallel size: expected a "
+                             "multiple of 4"));
+  CHECK_THAT(error_at(
+                 [](Json& d) {
+                   d["pipeline"] = {{"stages", 2}};
+                   d["zero_optimization"] = {{"stage", 2}};
+                 },
+                 2),
+             Catch::Contains("$.zero_optimization.stage: stage 2 reduces gradients during "
+                             "backward, before a pipeline sums its tied embedding's gradients; "
+                             "expected stage 0 or 1 with pipeline.stages 2"));
+  CHECK_THAT(error_at(
+                 [](Json& d) {
+                   d["tensor_parallel"] = {{"tp_size", 3}};
+                 },
+                 3),
+             Catch::Contains("$.tensor_parallel.tp_size: 3 does not divide model.n_head 4"));
+  CHECK_THAT(error_at(
+                 [](Json& d) {
+                   d["pipeline"] = {{"partition_method", "best"}};
+                 },
+                 1),
+             Catch::Contains("$.pipeline.partition_method: expected \"parameters\", "
+                             "\"uniform\" or \"type:<regex>\", found \"best\""));
+  CHECK_THAT(error_at(
+                 [](Json& d) {
+                   d["pipeline"] = {{"stages", 8}};
+                 },
+                 8),
+             Catch::Contains("$.pipeline.stages: 8 stages for the model's 7 layers"));
+  CHECK_THAT(error_at(
+                 [](Json& d) {
+                   d["pipeline"] = {{"stage", 2}};
+                 },
+                 2),
+             Catch::Contains("unknown key $.pipeline.stage; did you mean \"stages\"?"));
+  CHECK_THAT(error_at(
+                 [](Json& d) {
+                   d["tensor_parallel"] = {{"tp_size", 2}};
+                   d["trainer"]["device"] = "cuda";
+                 },
+                 2),
+             Catch::Contains("pipeline and tensor parallelism run on CPU ranks"));
+}
+
 }  // namespace tessera::train

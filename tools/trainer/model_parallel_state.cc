@@ -1,0 +1,79 @@
+#include "tools/trainer/model_parallel_state.h"
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "core/error.h"
+#include "parallel/tensor/mappings.h"
+
+namespace tessera::train {
+namespace {
+
+// The parameter a state key belongs to ("<name>" or "<kind>.<name>"), or null.
+const NamedParameter* owner(const std::string& key,
+                            const std::map<std::string, const NamedParameter*>& by_name) {
+  if (auto it = by_name.find(key); it != by_name.end()) return it->second;
+  const size_t dot = key.find('.');
+  if (dot == std::string::npos) return nullptr;
+  auto it = by_name.find(key.substr(dot + 1));
+  return it == by_name.end() ? nullptr : it->second;
+}
+
+std::map<std::string, const NamedParameter*> index(const std::vector<NamedParameter>& params) {
+  std::map<std::string, const NamedParameter*> by_name;
+  for (const NamedParameter& p : params) by_name[p.name] = &p;
+  return by_name;
+}
+
+Tensor slice_of(const Tensor& full, const Placement& placement, int rank, int size) {
+  if (placement.kind == Placement::Kind::replicated || size == 1) return full;
+  return parallel::model_parallel_slice(full, placement.dim, placement.parts, rank, size);
+}
+
+}  // namespace
+
+StateDict gather_full(const StateDict& local, const std::vector<NamedParameter>& params,
+                      parallel::Communicator& model) {
+  const auto by_name = index(params);
+  StateDict out;
+  for (const auto& [key, t] : local) {
+    const NamedParameter* p = owner(key, by_name);
+    out.emplace_back(key, p ? parallel::gather_model_parallel_slices(t, p->placement, model) : t);
+  }
+  return out;
+}
+
+StateDict take_local(const StateDict& full, const std::vector<NamedParameter>& params, int rank,
+                     int size, bool optimizer) {
+  const std::map<std::string, Tensor> by_key(full.begin(), full.end());
+  StateDict out;
+  if (!optimizer) {
+    for (const NamedParameter& p : params) {
+      auto it = by_key.find(p.name);
+      TS_CHECK(it != by_key.end(), "[checkpoint] expected weights for ", p.name,
+               ", found none in the checkpoint");
+      out.emplace_back(p.name, slice_of(it->second, p.placement, rank, size));
+    }
+    return out;
+  }
+  std::set<std::string> kinds;
+  for (const auto& [key, t] : full) {
+    if (key == "step") {
+      out.emplace_back(key, t);
+    } else if (const size_t dot = key.find('.'); dot != std::string::npos) {
+      kinds.insert(key.substr(0, dot));
+    }
+  }
+  for (const std::string& kind : kinds) {
+    for (const NamedParameter& p : params) {
+      auto it = by_key.find(kind + "." + p.name);
+      TS_CHECK(it != by_key.end(), "[checkpoint] expected optimizer state ", kind, ".", p.name,
+               ", found none in the checkpoint");
+      out.emplace_back(it->first, slice_of(it->second, p.placement, rank, size));
+    }
+  }
+  return out;
+}
+
+}  // namespace tessera::train
