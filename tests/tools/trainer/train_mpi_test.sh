@@ -7,6 +7,9 @@
 #     summary at the end;
 #   - 2-rank stage-2 and stage-3 runs resumed at 2 ranks from their checkpoints end bit for
 #     bit as the uninterrupted runs, and resumed at 1 rank within 1e-6;
+#   - 3D parallelism, (pipe, data, model) = (2, 2, 2) on 8 ranks with ZeRO-1, gives the
+#     single-process losses and weights within 1e-5, and its checkpoint resumes at 8 ranks
+#     bit for bit and in one process within 1e-5 (Note [3D trainer]);
 #   - a config whose batch keys do not fit the world fails on every rank with DeepSpeed's
 #     message, and a killed rank ends the job (non-zero) instead of hanging.
 set -eu
@@ -120,6 +123,52 @@ code=0
   fail "zero_to_fp32 on a run directory: expected exit 1 and a one-line error, found $code: $(cat bad.log)"
 [ ! -e bad.safetensors ] || fail "zero_to_fp32 wrote output after an error"
 echo "ok: zero_to_fp32 consolidates stage-3 shards to the single-process weights"
+# 3D: config3d NAME PIPE TP ZERO writes NAME.json (4 heads of 6, so both slices divide).
+config3d() {
+  cat >"$1.json" <<JSON
+{
+  "train_batch_size": 8, "gradient_accumulation_steps": 2,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
+  "gradient_clipping": 0.5,
+  "zero_optimization": {"stage": $4},
+  "pipeline": {"stages": $2},
+  "tensor_parallel": {"tp_size": $3},
+  "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 2, "n_head": 4,
+            "n_embd": 24, "bias": false},
+  "data": {"train": "data/train_*.bin", "sampling": "random"},
+  "trainer": {"steps": 6, "seed": 11, "threads": 1, "log_dir": "$1/log",
+              "checkpoint_dir": "$1/ckpt", "checkpoint_interval": 3, "keep_last": 0}
+}
+JSON
+}
+config3d single3d 1 1 0
+"$TRAIN" --config single3d.json >single3d.log 2>&1 || fail "single3d failed: $(tail -n 5 single3d.log)"
+config3d p2d2m2 2 2 1
+mpi 300 8 --config p2d2m2.json --comm-timeout 60 >p2d2m2.log 2>&1 ||
+  fail "p2d2m2 failed: $(tail -n 5 p2d2m2.log)"
+"$COMPARE" single3d p2d2m2 1e-5 || fail "the (2, 2, 2) run differs from the single-process run"
+grep -q 'rank 0 bytes sent per step: data group .* MB, pipe group .* MB, model group .* MB' p2d2m2.log ||
+  fail "no per-group communication summary in p2d2m2.log"
+[ -e p2d2m2/ckpt/step_00000003/model_part_1.safetensors ] ||
+  fail "the (2, 2, 2) checkpoint has no model_part_1.safetensors"
+for np in 8 1; do
+  name="resume3d_np$np"
+  if [ "$np" = 8 ]; then config3d "$name" 2 2 1; else config3d "$name" 1 1 0; fi
+  mkdir -p "$name/ckpt" "$name/log"
+  cp -r p2d2m2/ckpt/step_00000003 "$name/ckpt/"
+  echo step_00000003 >"$name/ckpt/latest"
+  grep '"step":[123],' p2d2m2/log/metrics.jsonl >"$name/log/metrics.jsonl"
+  if [ "$np" = 1 ]; then
+    "$TRAIN" --config "$name.json" --resume >"$name.log" 2>&1 || fail "$name failed: $(tail -n 5 "$name.log")"
+    "$COMPARE" p2d2m2 "$name" 1e-5 || fail "$name does not continue the (2, 2, 2) run"
+  else
+    mpi 300 8 --config "$name.json" --resume --comm-timeout 60 >"$name.log" 2>&1 ||
+      fail "$name failed: $(tail -n 5 "$name.log")"
+    "$COMPARE" p2d2m2 "$name" 0 || fail "$name does not continue the (2, 2, 2) run bit for bit"
+  fi
+done
+echo "ok: (2, 2, 2) under mpirun equals one process; its checkpoint resumes at 8 ranks and at 1"
+
 # A config that does not fit the world: every rank says so, and the job fails.
 config misfit 1 6 '"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2'
 code=0
