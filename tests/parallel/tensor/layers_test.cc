@@ -202,6 +202,25 @@ TEST_CASE("vocab_parallel_cross_entropy equals the dense loss on the real column
       Catch::Contains("target 13 of row 0 is outside [0, 13)"));
 }
 
+TEST_CASE("gather_model_parallel_slices reassembles model_parallel_slice", "[tensor_parallel]") {
+  Generator gen(5);
+  const Tensor full = randn({12, 24}, gen);
+  for (int size : kSizes) {
+    for (int64_t dim : {0, 1}) {
+      for (int64_t parts : {1, 3}) {
+        DYNAMIC_SECTION("size " << size << ", dim " << dim << ", parts " << parts) {
+          std::vector<RankResult> got = on_ranks(size, [&](Communicator& group) {
+            const Placement p{Placement::Kind::sharded, dim, parts};
+            const Tensor slice = model_parallel_slice(full, dim, parts, group.rank(), size);
+            return RankResult{gather_model_parallel_slices(slice, p, group).to_vector<float>()};
+          });
+          for (int r = 0; r < size; ++r) CHECK(got[r].y == full.to_vector<float>());
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("tensor-parallel sizes that do not divide are clear errors", "[tensor_parallel]") {
   run_thread_ranks(4, [](Communicator& group) {
     if (group.rank() != 0) return;

@@ -215,6 +215,56 @@ TEST_CASE("ranks save one optimizer shard each; a damaged or missing shard is re
   }
 }
 
+TEST_CASE("pipeline stages save whole parts that load merged; a damaged part is refused",
+          "[checkpoint]") {
+  const fs::path root = fresh_dir("parts");
+  const CheckpointDir ckpt(root.string(), 0);
+  // 4 ranks, 2 stages: ranks 0 and 2 write stage 0's and 1's parts; the tied wte is in both.
+  const CheckpointContents whole = contents(6);
+  std::vector<std::string> dirs(4);
+  parallel::run_thread_ranks(4, [&](parallel::Communicator& comm) {
+    CheckpointContents c;
+    const int r = comm.rank();
+    c.parts = 2;
+    c.part = r % 2 == 0 ? r / 2 : -1;
+    if (c.part == 0) {
+      c.model = {whole.model[0]};
+      c.optimizer = whole.optimizer;
+    } else if (c.part == 1) {
+      c.model = whole.model;  // wte again, and ln_f
+      c.optimizer = {whole.optimizer[0]};
+    }
+    if (r == 0) c.state = whole.state;
+    dirs[static_cast<size_t>(r)] = ckpt.save(6, c, &comm);
+  });
+  const fs::path dir = dirs[0];
+  CHECK(entries(dir) == std::vector<std::string>{"manifest.json", model_part_name(0),
+                                                 model_part_name(1), optimizer_part_name(0),
+                                                 optimizer_part_name(1), "state.json"});
+  const CheckpointContents c = load_checkpoint(dir.string());
+  require_equal(c.model, whole.model);
+  require_equal(c.optimizer, whole.optimizer);
+  CHECK(c.state == whole.state);
+  CHECK(load_checkpoint(dir.string(), /*with_optimizer=*/false).optimizer.empty());
+
+  const fs::path part1 = dir / model_part_name(1);
+  SECTION("a damaged part") {
+    std::string bad = read_bytes(part1);
+    bad.back() ^= 0x01;
+    testing::write_bytes(part1, bad);
+    CHECK_THAT(error_of([&] { load_checkpoint(dir.string()); }),
+               Contains(part1.string() + ": checksum mismatch"));
+  }
+  SECTION("a missing part") {
+    fs::remove(dir / optimizer_part_name(1));
+    CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
+          "[checkpoint] " + (dir / optimizer_part_name(1)).string() +
+              " is listed in the manifest but missing");
+    // Weights alone do not need the optimizer parts.
+    require_equal(load_checkpoint(dir.string(), /*with_optimizer=*/false).model, whole.model);
+  }
+}
+
 TEST_CASE("weights kept as parameter shards (ZeRO-3) load whole; their shards are verified",
           "[checkpoint]") {
   // Two parameters, "a" (3) and "b" (2 x 2), laid out for 2 ranks with a block each:
