@@ -90,6 +90,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(int64_t num_embeddings, int64_t e
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
   const ModuleCall call(*this);
+  if (group_.size() == 1) return call.output(embedding(weight_, ids));  // the dense lookup
   const int64_t rows = weight_.size(0);
   Tensor local_ids, mask;  // (...) ids in this rank's table (0 elsewhere); 1 where it has them
   {

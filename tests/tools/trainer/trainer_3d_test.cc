@@ -13,6 +13,7 @@
 #include "parallel/comm/thread_comm.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
+#include "tests/tools/trainer/run_metrics.h"
 #include "tools/data/shard.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/trainer.h"
@@ -88,13 +89,9 @@ Outcome train(const Json& doc, const fs::path& dir, int world, ResumeMode mode) 
     trainer.run();
   });
   Outcome o;
-  std::ifstream in(dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const Json r = Json::parse(line);
-    const int64_t step = r["step"].get<int64_t>();
-    if (r["kind"] == "train") o.losses[step] = r["loss"].get<double>();
-    if (r["kind"] == "eval") o.val_losses[step] = r["val_loss"].get<double>();
-  }
+  const testing::RunMetrics m = testing::read_run_metrics(dir);
+  o.losses = m.losses;
+  o.val_losses = m.val_losses;
   const std::optional<std::string> last = CheckpointDir((dir / "ckpt").string(), 0).latest();
   REQUIRE(last.has_value());
   const CheckpointContents c = load_checkpoint(*last);

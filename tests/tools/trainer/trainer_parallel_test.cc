@@ -12,6 +12,7 @@
 #include "parallel/comm/thread_comm.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
+#include "tests/tools/trainer/run_metrics.h"
 #include "tools/data/shard.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/trainer.h"
@@ -84,11 +85,7 @@ struct Outcome {
 
 Outcome read_outcome(const fs::path& dir) {
   Outcome o;
-  std::ifstream in(dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const Json r = Json::parse(line);
-    if (r["kind"] == "train") o.losses[r["step"].get<int64_t>()] = r["loss"].get<double>();
-  }
+  o.losses = testing::read_run_metrics(dir).losses;
   const std::optional<std::string> last = CheckpointDir((dir / "ckpt").string(), 0).latest();
   REQUIRE(last.has_value());
   for (const auto& [name, t] : load_checkpoint(*last, false).model) {
