@@ -21,6 +21,7 @@
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
 #include "kernels/sgd.h"
+#include "kernels/signs.h"
 #include "kernels/softmax.h"
 
 namespace tessera::kernels::cuda {
@@ -75,6 +76,9 @@ void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_bu
               const SgdParams& p);
 
 double squared_norm(const Tensor& x);
+
+Tensor pack_signs(const Tensor& x);
+Tensor unpack_signs(const Tensor& bits, int64_t n, DType dtype);
 void scale_(const Tensor& x, double factor);
 void axpy_(const Tensor& y, const Tensor& x, double alpha);
 

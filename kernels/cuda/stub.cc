@@ -62,6 +62,8 @@ void sgd_step(const Tensor&, const Tensor&, const Tensor&, const SgdParams&) {
   missing("sgd_step");
 }
 double squared_norm(const Tensor&) { missing("squared_norm"); }
+Tensor pack_signs(const Tensor&) { missing("pack_signs"); }
+Tensor unpack_signs(const Tensor&, int64_t, DType) { missing("unpack_signs"); }
 void scale_(const Tensor&, double) { missing("scale_"); }
 void axpy_(const Tensor&, const Tensor&, double) { missing("axpy_"); }
 

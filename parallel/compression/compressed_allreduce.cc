@@ -1,0 +1,110 @@
+#include "parallel/compression/compressed_allreduce.h"
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "core/factories.h"
+#include "core/grad_mode.h"
+#include "kernels/blas1.h"
+#include "kernels/elementwise.h"
+#include "kernels/signs.h"
+
+namespace tessera::parallel {
+namespace {
+
+using kernels::BinaryOp;
+
+// s = |v|_2 / sqrt(size), in f32 (the norm accumulated in f64).
+float rms_scale(const Tensor& v) {
+  return static_cast<float>(std::sqrt(kernels::squared_norm(v)) /
+                            std::sqrt(static_cast<double>(v.numel())));
+}
+
+// e = v - s sgn(v), in place into `error`, and the packed sgn(v).
+Tensor compress(const Tensor& v, float s, const Tensor& error) {
+  const Tensor bits = kernels::pack_signs(v);
+  const Tensor signs = kernels::unpack_signs(bits, v.numel(), DType::f32);
+  const Tensor scaled =
+      kernels::binary(BinaryOp::mul, signs, scalar_tensor(s, {DType::f32, v.device()}));
+  error.copy_(kernels::binary(BinaryOp::sub, v, scaled));
+  return bits;
+}
+
+}  // namespace
+
+int64_t CompressedAllReduce::padded_numel(int64_t numel, int world) {
+  const int64_t divider = std::lcm<int64_t>(world, 8);
+  const int64_t unit = world * divider;
+  return (numel + unit - 1) / unit * unit;
+}
+
+CompressedAllReduce::CompressedAllReduce(Communicator& group, int64_t numel, Device device)
+    : group_(group),
+      numel_(numel),
+      padded_(padded_numel(numel, group.size())),
+      worker_error_(zeros({padded_}, {DType::f32, device})),
+      server_error_(zeros({padded_ / group.size()}, {DType::f32, device})) {
+  TS_CHECK(numel >= 0, "[compressed_allreduce] expected numel >= 0, found ", numel);
+}
+
+void CompressedAllReduce::run(const Tensor& x) {
+  TS_CHECK(x.dtype() == DType::f32 && x.numel() == numel_ && x.is_contiguous() &&
+               x.device() == worker_error_.device(),
+           "[compressed_allreduce] expected a contiguous f32 buffer of ", numel_, " elements on ",
+           worker_error_.device(), ", found ", x.str());
+  const int world = group_.size();
+  if (world == 1 || numel_ == 0) return;
+  NoGradGuard no_grad;
+  const Device device = x.device();
+  const int64_t chunk = padded_ / world;  // elements of one server chunk
+  const int64_t chunk_bytes = chunk / 8;
+
+  // Worker: y = x + e_w over the padded buffer, its scale, its signs and new error.
+  const Tensor y = zeros({padded_}, {DType::f32, device});
+  y.narrow(0, 0, numel_).copy_(x.view({numel_}));
+  kernels::axpy_(y, worker_error_);
+  const float s_w = rms_scale(y);
+  last_worker_scale_ = s_w;
+  const Tensor worker_bits = compress(y, s_w, worker_error_);  // (padded / 8) u8
+
+  // Phase 1: chunk i of every worker's signs to rank i; every worker's scale to all.
+  const Tensor received = empty({padded_ / 8}, {DType::u8, device});
+  group_.all_to_all(worker_bits, received);
+  const Tensor worker_scales = empty({world}, {DType::f32, device});
+  group_.all_gather(scalar_tensor(s_w, {DType::f32, device}).view({1}), worker_scales);
+  const std::vector<float> s = worker_scales.to(Device::cpu()).to_vector<float>();
+
+  // Server, for this rank's chunk: z = sum_j (s_j (1/W)) sgn_j + e_s, j in rank order.
+  // Each product is exactly +-(s_j / W), so the sum is the same however it is fused.
+  const float inv_world = static_cast<float>(1.0 / world);
+  const Tensor z = zeros({chunk}, {DType::f32, device});
+  for (int j = 0; j < world; ++j) {
+    const Tensor signs =
+        kernels::unpack_signs(received.narrow(0, j * chunk_bytes, chunk_bytes), chunk, DType::f32);
+    kernels::axpy_(z, signs, s[static_cast<size_t>(j)] * inv_world);
+  }
+  kernels::axpy_(z, server_error_);
+  const float s_s = rms_scale(z);
+  last_server_scale_ = s_s;
+  const Tensor server_bits = compress(z, s_s, server_error_);  // (chunk / 8) u8
+
+  // Phase 2: every server chunk's signs and scale to all; decode in rank order.
+  const Tensor all_bits = empty({padded_ / 8}, {DType::u8, device});
+  group_.all_gather(server_bits, all_bits);
+  const Tensor server_scales = empty({world}, {DType::f32, device});
+  group_.all_gather(scalar_tensor(s_s, {DType::f32, device}).view({1}), server_scales);
+  const std::vector<float> ss = server_scales.to(Device::cpu()).to_vector<float>();
+  const Tensor out = empty({padded_}, {DType::f32, device});
+  for (int i = 0; i < world; ++i) {
+    const Tensor signs =
+        kernels::unpack_signs(all_bits.narrow(0, i * chunk_bytes, chunk_bytes), chunk, DType::f32);
+    out.narrow(0, i * chunk, chunk)
+        .copy_(kernels::binary(BinaryOp::mul, signs,
+                               scalar_tensor(ss[static_cast<size_t>(i)], {DType::f32, device})));
+  }
+  x.view({numel_}).copy_(out.narrow(0, 0, numel_));
+}
+
+}  // namespace tessera::parallel
