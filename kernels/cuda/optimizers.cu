@@ -93,20 +93,25 @@ __device__ __forceinline__ void adamw_element(T& w_io, T g_in, T& m_io, T& v_io,
   v_io = from_acc<T>(v);
 }
 
+// Pack k of W elements (W = 1: element k) of the four tensors, stepped in place.
+template <int W, class T>
+__device__ __forceinline__ void adamw_pack(T* w, const T* g, T* m, T* v, int64_t k,
+                                           const AdamWConsts<acc_t<T>>& c) {
+  Pack<T, W> pw = load<W>(w, k), pm = load<W>(m, k), pv = load<W>(v, k);
+  const Pack<T, W> pg = load<W>(g, k);
+#pragma unroll
+  for (int e = 0; e < W; ++e) adamw_element(pw.v[e], pg.v[e], pm.v[e], pv.v[e], c);
+  store<W>(w, k, pw);
+  store<W>(m, k, pm);
+  store<W>(v, k, pv);
+}
+
 template <int VEC, class T>
 __global__ void __launch_bounds__(kThreads)
     adamw_kernel(T* __restrict__ w, const T* __restrict__ g, T* __restrict__ m, T* __restrict__ v,
                  int64_t n, AdamWConsts<acc_t<T>> c) {
-  for_each_pack<VEC>(n, [&](auto width, int64_t k) {
-    constexpr int W = decltype(width)::value;
-    Pack<T, W> pw = load<W>(w, k), pm = load<W>(m, k), pv = load<W>(v, k);
-    const Pack<T, W> pg = load<W>(g, k);
-#pragma unroll
-    for (int e = 0; e < W; ++e) adamw_element(pw.v[e], pg.v[e], pm.v[e], pv.v[e], c);
-    store<W>(w, k, pw);
-    store<W>(m, k, pm);
-    store<W>(v, k, pv);
-  });
+  for_each_pack<VEC>(
+      n, [&](auto width, int64_t k) { adamw_pack<decltype(width)::value>(w, g, m, v, k, c); });
 }
 
 // Note [Multi-tensor AdamW]
@@ -152,17 +157,9 @@ __global__ void __launch_bounds__(kThreads)
                          reinterpret_cast<uintptr_t>(m) | reinterpret_cast<uintptr_t>(v)) %
                         (sizeof(T) * kVec)) == 0;
   const int64_t packs = aligned ? count / kVec : 0;
-  for (int64_t k = threadIdx.x; k < packs; k += blockDim.x) {
-    Pack<T, kVec> pw = load<kVec>(w, k), pm = load<kVec>(m, k), pv = load<kVec>(v, k);
-    const Pack<T, kVec> pg = load<kVec>(g, k);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) adamw_element(pw.v[e], pg.v[e], pm.v[e], pv.v[e], c);
-    store<kVec>(w, k, pw);
-    store<kVec>(m, k, pm);
-    store<kVec>(v, k, pv);
-  }
+  for (int64_t k = threadIdx.x; k < packs; k += blockDim.x) adamw_pack<kVec>(w, g, m, v, k, c);
   for (int64_t i = packs * kVec + threadIdx.x; i < count; i += blockDim.x) {
-    adamw_element(w[i], g[i], m[i], v[i], c);
+    adamw_pack<1>(w, g, m, v, i, c);
   }
 }
 

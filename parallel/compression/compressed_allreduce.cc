@@ -32,6 +32,13 @@ Tensor compress(const Tensor& v, float s, const Tensor& error) {
   return bits;
 }
 
+// Every rank's `value`, in rank order.
+std::vector<float> gather_scalars(Communicator& group, float value, Device device) {
+  const Tensor all = empty({group.size()}, {DType::f32, device});
+  group.all_gather(scalar_tensor(value, {DType::f32, device}).view({1}), all);
+  return all.to(Device::cpu()).to_vector<float>();
+}
+
 }  // namespace
 
 int64_t CompressedAllReduce::padded_numel(int64_t numel, int world) {
@@ -72,9 +79,7 @@ void CompressedAllReduce::run(const Tensor& x) {
   // Phase 1: chunk i of every worker's signs to rank i; every worker's scale to all.
   const Tensor received = empty({padded_ / 8}, {DType::u8, device});
   group_.all_to_all(worker_bits, received);
-  const Tensor worker_scales = empty({world}, {DType::f32, device});
-  group_.all_gather(scalar_tensor(s_w, {DType::f32, device}).view({1}), worker_scales);
-  const std::vector<float> s = worker_scales.to(Device::cpu()).to_vector<float>();
+  const std::vector<float> s = gather_scalars(group_, s_w, device);
 
   // Server, for this rank's chunk: z = sum_j (s_j (1/W)) sgn_j + e_s, j in rank order.
   // Each product is exactly +-(s_j / W), so the sum is the same however it is fused.
@@ -93,16 +98,10 @@ void CompressedAllReduce::run(const Tensor& x) {
   // Phase 2: every server chunk's signs and scale to all; decode in rank order.
   const Tensor all_bits = empty({padded_ / 8}, {DType::u8, device});
   group_.all_gather(server_bits, all_bits);
-  const Tensor server_scales = empty({world}, {DType::f32, device});
-  group_.all_gather(scalar_tensor(s_s, {DType::f32, device}).view({1}), server_scales);
-  const std::vector<float> ss = server_scales.to(Device::cpu()).to_vector<float>();
-  const Tensor out = empty({padded_}, {DType::f32, device});
+  const std::vector<float> ss = gather_scalars(group_, s_s, device);
+  const Tensor out = kernels::unpack_signs(all_bits, padded_, DType::f32);
   for (int i = 0; i < world; ++i) {
-    const Tensor signs =
-        kernels::unpack_signs(all_bits.narrow(0, i * chunk_bytes, chunk_bytes), chunk, DType::f32);
-    out.narrow(0, i * chunk, chunk)
-        .copy_(kernels::binary(BinaryOp::mul, signs,
-                               scalar_tensor(ss[static_cast<size_t>(i)], {DType::f32, device})));
+    kernels::scale_(out.narrow(0, i * chunk, chunk), ss[static_cast<size_t>(i)]);
   }
   x.view({numel_}).copy_(out.narrow(0, 0, numel_));
 }

@@ -215,9 +215,12 @@ void ZeroOptimizer::reduce_gradients() {
 
 void ZeroOptimizer::set_model_parallel_norm(Communicator& group, std::set<std::string> duplicates) {
   norm_group_ = &group;
-  counted_.assign(params_.size(), true);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    counted_[i] = duplicates.erase(layout_.params[i].name) == 0;
+  counted_.clear();  // empty: every parameter counts
+  if (!duplicates.empty()) {
+    counted_.assign(params_.size(), true);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      counted_[i] = duplicates.erase(layout_.params[i].name) == 0;
+    }
   }
   TS_CHECK(duplicates.empty(), "[zero] set_model_parallel_norm: ", *duplicates.begin(),
            " is not a parameter of this optimizer");
@@ -285,8 +288,7 @@ void ZeroOptimizer::reduce_block(int64_t block) {
 }
 
 double ZeroOptimizer::counted_squared_norm() const {
-  const bool all =
-      counted_.empty() || std::all_of(counted_.begin(), counted_.end(), [](bool c) { return c; });
+  const bool all = counted_.empty();
   double sq = 0.0;
   if (config_.stage == 0) {
     if (all) return kernels::squared_norm(flat_grads_);

@@ -204,7 +204,7 @@ class ZeroOptimizer {
   bool reducing_ = false;                           // whether this micro-batch reduces
   bool in_backward_ = false;
   Communicator* norm_group_ = nullptr;  // the model-parallel group of the norm, if any
-  std::vector<bool> counted_;           // per parameter: counted in the norm
+  std::vector<bool> counted_;           // per parameter: counted in the norm (empty: all)
 };
 
 // The whole per-parameter optimizer state ("step", "<kind>.<parameter name>") from the
