@@ -3,9 +3,11 @@
 //   bazel run //tools:train -- --config configs/shakespeare_char.json [--resume | --no-resume]
 //   mpirun -np 4 bazel-bin/tools/train --config configs/shakespeare_char.json
 //
-// Under mpirun every process is one data-parallel rank (rank and world from the MPI
-// environment); Note [Data-parallel trainer] in tools/trainer/trainer.h. With
-// "device": "cuda", rank r of a node drives cuda:r and gradients move over NCCL. Relative paths
+// Under mpirun every process is one rank (rank and world from the MPI environment): a
+// data-parallel rank (Note [Data-parallel trainer] in tools/trainer/trainer.h), or a place
+// in the (pipe, data, model) grid when the config has a pipeline or tensor slicing (Note
+// [3D trainer]). With "device": "cuda", rank r of a node drives cuda:r and gradients move
+// over NCCL. Relative paths
 // (the config, and the paths inside it) resolve against the directory the command was
 // started from. Exit codes: 0 done, 2 bad flags, 1 any other error.
 #include <cstdio>
@@ -28,7 +30,8 @@ constexpr const char* kUsage =
        mpirun -np N train --config FILE [...]
 
 Trains the model the config describes; see configs/README.md for the keys. Under mpirun,
-each process is a data-parallel rank: the config's batch keys must fit N ranks. With
+each process is a rank: with $.pipeline.stages P and $.tensor_parallel.tp_size T, N must
+be a multiple of P x T, and the batch keys must fit the N / (P x T) data-parallel ranks. With
 "trainer": {"device": "cuda"}, the ranks of a node drive one GPU each and reduce over NCCL.
 
   --config FILE     the run config (JSON)

@@ -30,7 +30,6 @@ Tensor own_slice(const Tensor& x, Communicator& group) {
 // The ranks' (..., n) pieces side by side: (..., n * size).
 Tensor gathered(const Tensor& x, Communicator& group) {
   const Tensor mine = x.detach().contiguous();
-  if (group.size() == 1) return mine.clone();
   Shape stacked = mine.shape();
   stacked.insert(stacked.begin(), group.size());
   const Tensor all = empty(stacked, {mine.dtype(), mine.device()});  // (size, ..., n)
