@@ -62,7 +62,10 @@ Tensor& Optimizer::state(const std::string& kind, const NamedParameter& p) {
     it = std::prev(state_.end());
   }
   Tensor& t = it->second[index_.at(p.name)];
-  if (!t.defined()) t = zeros(p.tensor.shape(), {p.tensor.dtype(), p.tensor.device()});
+  if (!t.defined()) {
+    t = scalar_state(kind) ? zeros({}, {DType::f32, p.tensor.device()})
+                           : zeros(p.tensor.shape(), {p.tensor.dtype(), p.tensor.device()});
+  }
   return t;
 }
 
@@ -117,9 +120,11 @@ void Optimizer::load_state_dict(const StateDict& saved) {
     TS_CHECK(it != by_name.end(), "[", name(), "] optimizer state \"", key,
              "\" names no parameter of this model");
     const Tensor& p = it->second->tensor;
-    TS_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype(), "[", name(), "] optimizer state \"",
-             key, "\": expected ", dtype_name(p.dtype()), " ", shape_str(p.shape()), ", found ",
-             dtype_name(t.dtype()), " ", shape_str(t.shape()));
+    const Shape want_shape = scalar_state(kind) ? Shape{} : p.shape();
+    const DType want_dtype = scalar_state(kind) ? DType::f32 : p.dtype();
+    TS_CHECK(t.shape() == want_shape && t.dtype() == want_dtype, "[", name(),
+             "] optimizer state \"", key, "\": expected ", dtype_name(want_dtype), " ",
+             shape_str(want_shape), ", found ", dtype_name(t.dtype()), " ", shape_str(t.shape()));
     targets.push_back({kind, it->second, t});
   }
   TS_CHECK(step.has_value(), "[", name(), "] optimizer state has no \"step\"");

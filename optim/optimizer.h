@@ -50,8 +50,9 @@ class Optimizer {
   int64_t step_count() const { return step_count_; }
 
   // Everything needed to continue bit for bit: per-parameter state tensors named
-  // "<state>.<param name>" (e.g. "exp_avg.transformer.wte.weight") plus "step", a 0-dim
-  // i64 tensor. Tensors are the live buffers, not copies.
+  // "<state>.<param name>" (e.g. "exp_avg.transformer.wte.weight"), shaped like the
+  // parameter or 0-dim (scalar_state), plus "step", a 0-dim i64 tensor. Tensors are the
+  // live buffers, not copies.
   StateDict state_dict() const;
   // Restores state_dict() output; names, shapes and dtypes must match exactly, and all are
   // checked before anything is written.
@@ -61,6 +62,9 @@ class Optimizer {
   // Called by state_dict()/load_state_dict(): the state kinds this optimizer keeps for a
   // parameter, created (zero-filled, like the parameter) on first use.
   virtual std::vector<std::string> state_names() const = 0;
+  // Whether `kind` holds one f32 number per parameter (a 0-dim tensor, like 1-bit LAMB's
+  // frozen trust ratio) rather than a tensor shaped like the parameter.
+  virtual bool scalar_state(const std::string& kind) const { return false; }
   Tensor& state(const std::string& kind, const NamedParameter& p);
   // Whether state(kind, p) exists yet (SGD starts its momentum buffer from the gradient).
   bool has_state(const std::string& kind, const NamedParameter& p) const;

@@ -59,6 +59,20 @@ bool read_precision(JsonObjectReader& root, const char* key, optim::LossScalerCo
   return enabled;
 }
 
+// $.simulated_network {bandwidth_gbps, latency_us}: a Tessera extension. Absent, no link is
+// modeled; present, it needs a positive bandwidth.
+SimulatedLink read_simulated_network(JsonObjectReader& root) {
+  SimulatedLink link;
+  if (!root.has("simulated_network")) return link;
+  JsonObjectReader s = root.required_object("simulated_network");
+  link.gbit_per_s = s.required<double>("bandwidth_gbps");
+  TS_CHECK(link.gbit_per_s > 0 && link.gbit_per_s <= 1e6, "[config] ", s.key_path("bandwidth_gbps"),
+           ": expected the simulated link's bandwidth in Gbit/s, > 0 and <= 1e6, found ",
+           link.gbit_per_s, " (leave the section out to simulate no network)");
+  link.latency_us = s.get_in_range<double>("latency_us", 0.0, 0.0, 1e9);
+  return link;
+}
+
 }  // namespace
 
 BatchConfig resolve_batch(std::optional<int64_t> tbs, std::optional<int64_t> mbs,
@@ -138,6 +152,14 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
            "$.zero_optimization.stage: LAMB's trust ratio needs each parameter whole, and ZeRO "
            "stage ",
            c.zero.stage, " shards them; expected stage 0 with LAMB");
+  // DeepSpeed's assertions, with its words: the 1-bit optimizers compress whole replicas'
+  // momenta and hold per-rank error buffers over every parameter.
+  TS_CHECK(c.zero.stage == 0 || !optim::is_onebit(c.optimizer.type), "[config] ",
+           "$.zero_optimization.stage: ",
+           c.optimizer.type == optim::OptimizerType::onebit_adam     ? "1bit-Adam"
+           : c.optimizer.type == optim::OptimizerType::zero_one_adam ? "0/1 Adam"
+                                                                     : "1bit-Lamb",
+           " is not compatible with ZeRO; expected stage 0, found stage ", c.zero.stage);
 
   JsonObjectReader ac = root.object("activation_checkpointing");
   c.activation_checkpointing.partition_activations = ac.get<bool>("partition_activations", false);
@@ -161,6 +183,7 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
       pipe.get_in_range<int64_t>("activation_checkpoint_interval", 0, 0, kMax);
   JsonObjectReader tp = root.object("tensor_parallel");
   c.tensor_parallel.tp_size = tp.get_in_range<int64_t>("tp_size", 1, 1, 1 << 16);
+  c.simulated_link = read_simulated_network(root);
   TS_CHECK(c.pipeline.stages == 1 || c.zero.stage <= 1, "[config] ",
            "$.zero_optimization.stage: stage ", c.zero.stage,
            " reduces gradients during backward, before a pipeline sums its tied embedding's "
@@ -169,7 +192,8 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   TS_CHECK(c.tensor_parallel.tp_size == 1 || c.zero.stage <= 2, "[config] ",
            "$.zero_optimization.stage: stage 3 with tensor_parallel.tp_size ",
            c.tensor_parallel.tp_size, " is not supported; expected stage 0, 1 or 2");
-  TS_CHECK(c.tensor_parallel.tp_size == 1 || c.optimizer.type != optim::OptimizerType::lamb,
+  TS_CHECK(c.tensor_parallel.tp_size == 1 || (c.optimizer.type != optim::OptimizerType::lamb &&
+                                                c.optimizer.type != optim::OptimizerType::onebit_lamb),
            "[config] $.optimizer.type: LAMB's trust ratio needs each parameter whole, and "
            "tensor_parallel.tp_size ",
            c.tensor_parallel.tp_size, " slices them; expected tp_size 1 with LAMB");

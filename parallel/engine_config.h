@@ -14,6 +14,7 @@
 #include "core/json.h"
 #include "optim/config.h"
 #include "optim/loss_scaler.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/zero/zero_config.h"
 
 namespace tessera::parallel {
@@ -77,6 +78,10 @@ struct EngineConfig {
   TensorParallelConfig tensor_parallel;
   // World / (pipeline stages x tp_size), set by finish_engine_config().
   int64_t data_parallel_size = 1;
+  // $.simulated_network (a Tessera extension, not a DeepSpeed key): the link every rank's
+  // communicators model (Note [Simulated link] in parallel/comm/communicator.h); off when
+  // the section is absent.
+  SimulatedLink simulated_link;
 };
 
 // Reads the engine keys from the root of a run config (other sections are left for the

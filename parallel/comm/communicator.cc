@@ -1,6 +1,9 @@
 #include "parallel/comm/communicator.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <thread>
 #include <utility>
 
 #include "core/error.h"
@@ -43,15 +46,48 @@ const char* reduce_op_name(ReduceOp op) {
   return "unknown reduction";
 }
 
-void CommStats::add(CommOp op, int64_t bytes_sent) {
+double SimulatedLink::seconds(int64_t bytes, int64_t steps) const {
+  if (!enabled()) return 0;
+  return latency_us * 1e-6 * static_cast<double>(steps) +
+         static_cast<double>(bytes) * 8 / (gbit_per_s * 1e9);
+}
+
+int64_t ring_steps(CommOp op, int size) {
+  if (size <= 1) return 0;
+  switch (op) {
+    case CommOp::all_reduce:
+      return 2 * (size - 1);
+    case CommOp::reduce_scatter:
+    case CommOp::all_gather:
+    case CommOp::all_to_all:
+      return size - 1;
+    case CommOp::broadcast:
+    case CommOp::send:
+    case CommOp::recv:
+      return 1;
+    case CommOp::barrier:
+    case CommOp::split:
+      return 0;
+  }
+  return 0;
+}
+
+void CommStats::add(CommOp op, int64_t bytes_sent, double simulated_seconds) {
   Op& o = ops_[static_cast<int>(op)];
   ++o.calls;
   o.bytes_sent += bytes_sent;
+  o.simulated_seconds += simulated_seconds;
 }
 
 int64_t CommStats::total_bytes_sent() const {
   int64_t total = 0;
   for (const Op& o : ops_) total += o.bytes_sent;
+  return total;
+}
+
+double CommStats::total_simulated_seconds() const {
+  double total = 0;
+  for (const Op& o : ops_) total += o.simulated_seconds;
   return total;
 }
 
@@ -64,6 +100,11 @@ std::string CommStats::summary() const {
                   comm_op_name(static_cast<CommOp>(i)), static_cast<long long>(ops_[i].calls),
                   static_cast<double>(ops_[i].bytes_sent) / 1e6);
     out += line;
+    if (ops_[i].simulated_seconds > 0) {
+      std::snprintf(line, sizeof(line), ", %.3f s on the simulated link",
+                    ops_[i].simulated_seconds);
+      out += line;
+    }
   }
   return out;
 }
@@ -74,6 +115,19 @@ Communicator::Communicator(int rank, int size, std::string name, CommOptions opt
            "] expected 0 <= rank < size, found rank ", rank, " and size ", size);
   TS_CHECK(options.timeout.count() > 0, "[comm ", name_, "] expected a positive timeout, found ",
            options.timeout.count(), " ms");
+}
+
+void Communicator::set_simulated_link(const SimulatedLink& link) {
+  TS_CHECK(std::isfinite(link.gbit_per_s) && link.gbit_per_s >= 0, "[comm ", name_,
+           "] simulated link: expected a bandwidth >= 0 Gbit/s (0: no simulated link), found ",
+           link.gbit_per_s);
+  TS_CHECK(std::isfinite(link.latency_us) && link.latency_us >= 0, "[comm ", name_,
+           "] simulated link: expected a latency >= 0 us, found ", link.latency_us);
+  TS_CHECK(link.enabled() || link.latency_us == 0, "[comm ", name_,
+           "] simulated link: a latency of ", link.latency_us,
+           " us needs a bandwidth, but gbit_per_s is 0, which switches the link off; set "
+           "both, or neither");
+  link_ = link;
 }
 
 std::string Communicator::where(CommOp op) const {
@@ -128,6 +182,19 @@ void Communicator::check_pair(CommOp op, const Tensor& in, const Tensor& out,
   }
 }
 
+namespace {
+
+// The bytes one operation moved through this rank's link, each way.
+struct Traffic {
+  int64_t sent = 0;  // Note [Bytes sent]
+  int64_t received = 0;
+};
+
+// A ring algorithm's traffic, the same both ways.
+Traffic both_ways(int64_t bytes) { return {bytes, bytes}; }
+
+}  // namespace
+
 template <class F>
 void Communicator::run(CommOp op, F&& f) {
   ++sequence_;
@@ -135,12 +202,23 @@ void Communicator::run(CommOp op, F&& f) {
     throw Error(
         str_cat(where(op), ": the group is unusable after an earlier failure: ", broken_reason_));
   }
+  const auto start = std::chrono::steady_clock::now();
+  Traffic traffic;
   try {
-    stats_.add(op, f());
+    traffic = f();
   } catch (const Error& e) {
     broken_reason_ = e.what();
     on_broken(broken_reason_);
     throw;
+  }
+  // Note [Simulated link]: the modeled time, less what the operation already took.
+  const double modeled =
+      link_.seconds(std::max(traffic.sent, traffic.received), ring_steps(op, size_));
+  stats_.add(op, traffic.sent, modeled);
+  if (modeled > 0) {
+    const std::chrono::duration<double> left =
+        std::chrono::duration<double>(modeled) - (std::chrono::steady_clock::now() - start);
+    if (left.count() > 0) std::this_thread::sleep_for(left);
   }
 }
 
@@ -151,9 +229,10 @@ void Communicator::run(CommOp op, F&& f) {
 
 namespace {
 
-// `factor` x (N - 1) / N of `bytes`: a ring algorithm's share per rank (Note [Bytes sent]).
-int64_t ring_share(size_t bytes, int size, int factor = 1) {
-  return static_cast<int64_t>(bytes) * factor * (size - 1) / size;
+// `factor` x (N - 1) / N of `bytes`: a ring algorithm's share per rank (Note [Bytes sent]),
+// sent and received alike.
+Traffic ring_share(size_t bytes, int size, int factor = 1) {
+  return both_ways(static_cast<int64_t>(bytes) * factor * (size - 1) / size);
 }
 
 }  // namespace
@@ -213,7 +292,9 @@ void Communicator::broadcast(const Tensor& t, int root) {
     check_tensor(CommOp::broadcast, "t", t);
     check_peer(CommOp::broadcast, "root", root);
     if (size_ > 1) do_broadcast(t, root);
-    return root == rank_ && size_ > 1 ? static_cast<int64_t>(t.nbytes()) : int64_t{0};
+    if (size_ == 1) return Traffic{};
+    const auto bytes = static_cast<int64_t>(t.nbytes());
+    return root == rank_ ? Traffic{bytes, 0} : Traffic{0, bytes};
   });
 }
 
@@ -223,7 +304,7 @@ void Communicator::send(const Tensor& t, int dst) {
     check_peer(CommOp::send, "dst", dst);
     if (dst == rank_) fail(CommOp::send, "cannot send to itself");
     do_send(t, dst);
-    return static_cast<int64_t>(t.nbytes());
+    return Traffic{static_cast<int64_t>(t.nbytes()), 0};
   });
 }
 
@@ -233,14 +314,14 @@ void Communicator::recv(const Tensor& t, int src) {
     check_peer(CommOp::recv, "src", src);
     if (src == rank_) fail(CommOp::recv, "cannot receive from itself");
     do_recv(t, src);
-    return int64_t{0};
+    return Traffic{0, static_cast<int64_t>(t.nbytes())};
   });
 }
 
 void Communicator::barrier() {
   run(CommOp::barrier, [&] {
     do_barrier();
-    return int64_t{0};
+    return Traffic{};
   });
 }
 
@@ -248,8 +329,9 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   std::unique_ptr<Communicator> group;
   run(CommOp::split, [&] {
     group = do_split(color, key);
-    return int64_t{0};
+    return Traffic{};
   });
+  if (group) group->link_ = link_;  // the child's ranks sit behind the same links
   return group;
 }
 

@@ -48,7 +48,24 @@ struct CommOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
 };
 
-// Calls and bytes sent per op on one rank.
+// A network link each rank of a group is modeled to sit behind, so the effect of a slow
+// network (and of compressing what crosses it) shows on one machine (Note [Simulated
+// link]). A bandwidth of 0 switches the model off.
+struct SimulatedLink {
+  double gbit_per_s = 0;  // per rank and direction, in 1e9 bits per second; 0: no model
+  double latency_us = 0;  // per message of a ring algorithm's sequence, in microseconds
+  bool enabled() const { return gbit_per_s > 0; }
+  // Seconds that `steps` sequential messages carrying `bytes` in all take on this link:
+  // latency_us * 1e-6 * steps + bytes * 8 / (gbit_per_s * 1e9); 0 when not enabled().
+  double seconds(int64_t bytes, int64_t steps) const;
+};
+
+// The sequential messages of a ring algorithm for `op` in a group of `size` ranks: 2(N-1)
+// for all_reduce; N-1 for reduce_scatter, all_gather and all_to_all; 1 for broadcast, send
+// and recv; 0 for barrier, split and any op in a group of one.
+int64_t ring_steps(CommOp op, int size);
+
+// Calls, bytes sent and simulated link time per op on one rank.
 //
 // Note [Bytes sent]
 // Bytes are the volume a bandwidth-optimal (ring) algorithm sends from this rank, the
@@ -61,17 +78,40 @@ class CommStats {
   struct Op {
     int64_t calls = 0;
     int64_t bytes_sent = 0;
+    // The time the simulated link took for these calls (Note [Simulated link]).
+    double simulated_seconds = 0;
   };
   const Op& operator[](CommOp op) const { return ops_[static_cast<int>(op)]; }
-  void add(CommOp op, int64_t bytes_sent);
+  void add(CommOp op, int64_t bytes_sent, double simulated_seconds = 0);
   int64_t total_bytes_sent() const;
-  // One line per op that was called: "all_reduce: 12 calls, 3.40 MB sent".
+  // The modeled link time of every op; 0 while no simulated link is set.
+  double total_simulated_seconds() const;
+  // One line per op that was called: "all_reduce: 12 calls, 3.40 MB sent", followed by
+  // ", 0.272 s on the simulated link" when that op had a modeled link time.
   std::string summary() const;
 
  private:
   std::array<Op, kNumCommOps> ops_{};
 };
 
+// Note [Simulated link]
+// With set_simulated_link(), every operation of a group of two or more ranks lasts at least
+// as long as its traffic takes on a link of the given bandwidth and latency. Each rank has
+// its own full-duplex link, as each GPU or node has its own NIC, and collectives are
+// modeled as ring algorithms: an operation of `steps` sequential messages (ring_steps())
+// moving `bytes` through this rank's link takes
+//     latency_us * 1e-6 * steps + bytes * 8 / (gbit_per_s * 1e9)
+// seconds, where bytes are those of Note [Bytes sent], or, for a rank that only receives
+// (recv, and broadcast on a non-root rank), the bytes it receives: data cannot arrive
+// faster than its sender's link puts it out. The real elapsed time of the operation (the
+// backend's work and any wait for peers) counts toward the modeled time, and the rank
+// sleeps only the remainder, so on one machine the delay is that of the simulated network
+// rather than in addition to the in-memory copy. Ranks sleep concurrently: a run with one
+// thread per rank sees the delay once per collective, not once per rank. A rank that
+// arrives early counts its wait for late peers as link time, so under skew the model is a
+// lower bound for the early ranks and exact for the last to arrive, which sets the pace.
+// CommStats records the modeled seconds per op, so a benchmark can report the time the
+// network would have taken next to the bytes it moved.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -87,6 +127,11 @@ class Communicator {
   int64_t sequence() const { return sequence_; }
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats(); }
+  // Models this rank's network link from the next operation on (Note [Simulated link]);
+  // groups split off later inherit it. Throws on a negative or non-finite value, or on a
+  // latency without a bandwidth (gbit_per_s 0 switches the model off).
+  void set_simulated_link(const SimulatedLink& link);
+  const SimulatedLink& simulated_link() const { return link_; }
 
   // t (any shape) = op over the ranks of t, in place.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum);
@@ -138,7 +183,8 @@ class Communicator {
   // in and out of one dtype and device, out.numel() = in.numel() * num / den.
   void check_pair(CommOp op, const Tensor& in, const Tensor& out, int64_t num, int64_t den);
   // Starts an operation (its sequence number) and runs f, which validates, calls the
-  // backend and returns the bytes sent; an error from it breaks the group.
+  // backend and returns the bytes it sent and received; an error from it breaks the group.
+  // With a simulated link, the operation then lasts at least the link's time.
   template <class F>
   void run(CommOp op, F&& f);
 
@@ -148,6 +194,7 @@ class Communicator {
   CommOptions options_;
   int64_t sequence_ = 0;
   CommStats stats_;
+  SimulatedLink link_;
   std::string broken_reason_;
 };
 

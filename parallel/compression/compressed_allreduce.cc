@@ -56,6 +56,21 @@ CompressedAllReduce::CompressedAllReduce(Communicator& group, int64_t numel, Dev
   TS_CHECK(numel >= 0, "[compressed_allreduce] expected numel >= 0, found ", numel);
 }
 
+void CompressedAllReduce::load_errors(const Tensor& worker, const Tensor& server) {
+  TS_CHECK(worker.dtype() == DType::f32 && worker.shape() == worker_error_.shape() &&
+               server.dtype() == DType::f32 && server.shape() == server_error_.shape(),
+           "[compressed_allreduce] expected error buffers of f32 (", padded_, ") and (",
+           padded_ / group_.size(), "), found ", worker.str(), " and ", server.str());
+  NoGradGuard no_grad;
+  worker_error_.copy_(worker);
+  server_error_.copy_(server);
+}
+
+void CompressedAllReduce::reset_errors() {
+  worker_error_.fill_(0.0);
+  server_error_.fill_(0.0);
+}
+
 void CompressedAllReduce::run(const Tensor& x) {
   TS_CHECK(x.dtype() == DType::f32 && x.numel() == numel_ && x.is_contiguous() &&
                x.device() == worker_error_.device(),

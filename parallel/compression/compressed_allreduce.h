@@ -42,6 +42,11 @@ class CompressedAllReduce {
   // The error-feedback buffers: (padded) on the worker side, (padded / W) on the server.
   const Tensor& worker_error() const { return worker_error_; }
   const Tensor& server_error() const { return server_error_; }
+  // Restores both buffers (a checkpoint of this rank at the same world size); shapes,
+  // dtypes and values are checked before anything is written.
+  void load_errors(const Tensor& worker, const Tensor& server);
+  // Zeroes both buffers (a fresh start of the error feedback).
+  void reset_errors();
   // The last call's scales: this rank's worker scale and its server chunk's scale.
   float last_worker_scale() const { return last_worker_scale_; }
   float last_server_scale() const { return last_server_scale_; }

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/json.h"
 
 namespace tessera::parallel {
 
@@ -67,27 +66,6 @@ OneBitStep ZeroOneAdamSchedule::next() {
     local_interval_ = std::min(local_step_clipper_, 2 * local_interval_);
   }
   return kind;
-}
-
-nlohmann::json ZeroOneAdamSchedule::to_json() const {
-  return {{"step", step_},
-          {"frozen", frozen_},
-          {"var_interval", var_interval_},
-          {"var_counter", var_counter_},
-          {"local_step_interval", local_interval_},
-          {"local_step_counter", local_counter_}};
-}
-
-void ZeroOneAdamSchedule::load_json(const nlohmann::json& state, const std::string& source) {
-  JsonObjectReader r(state, source);
-  constexpr int64_t kMax = int64_t{1} << 62;
-  step_ = r.required_in_range<int64_t>("step", 0, kMax);
-  frozen_ = r.required<bool>("frozen");
-  var_interval_ = r.required_in_range<int64_t>("var_interval", 1, kMax);
-  var_counter_ = r.required_in_range<int64_t>("var_counter", 0, var_update_scaler_ - 1);
-  local_interval_ = r.required_in_range<int64_t>("local_step_interval", 1, local_step_clipper_);
-  local_counter_ = r.required_in_range<int64_t>("local_step_counter", 0, local_step_scaler_ - 1);
-  r.finish();
 }
 
 }  // namespace tessera::parallel

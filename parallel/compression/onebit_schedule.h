@@ -15,8 +15,6 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
-#include <string>
 
 namespace tessera::parallel {
 
@@ -50,10 +48,9 @@ class ZeroOneAdamSchedule {
   // enable_backward_allreduce).
   bool next_is_full_precision() const;
 
-  // The counters, for checkpoints; load_json() reads them back strictly (errors name
-  // `source`).
-  nlohmann::json to_json() const;
-  void load_json(const nlohmann::json& state, const std::string& source);
+  // Whether the variance is frozen: true from the end of the first step past
+  // var_freeze_step, so every later step is local or local_sync.
+  bool variance_frozen() const { return frozen_; }
 
  private:
   int64_t var_freeze_step_, var_update_scaler_, local_step_scaler_, local_step_clipper_;

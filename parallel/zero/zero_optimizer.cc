@@ -33,6 +33,10 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
            "[zero] LAMB's trust ratio needs each parameter whole; expected stage 0 with LAMB, "
            "found stage ",
            config_.stage);
+  TS_CHECK(config_.stage == 0 || !optim::is_onebit(optimizer.type),
+           "[zero] the 1-bit optimizers are not compatible with ZeRO (as in DeepSpeed); expected "
+           "stage 0, found stage ",
+           config_.stage);
   const DType dtype = precision_.dtype;
   TS_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16,
            "[zero] expected a parameter precision of f32, f16 or bf16, found ", dtype_name(dtype));
@@ -102,9 +106,9 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
         p.tensor.set_grad(flat_grads_.narrow(0, lp.offset, lp.numel).view(lp.shape));
       }
     }
-    inner_ = optim::make_optimizer(optimizer, std::move(master_groups));
+    inner_ = make_inner(optimizer, std::move(master_groups));
   } else if (config_.stage == 0) {
-    inner_ = optim::make_optimizer(optimizer, groups_);
+    inner_ = make_inner(optimizer, groups_);
   } else {
     // One optimizer parameter per owned chunk, in its block's group.
     std::vector<optim::ParamGroup> chunks;
@@ -124,6 +128,14 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
                                   [this, i](Tensor&) { on_grad_ready(static_cast<int64_t>(i)); });
   }
   zero_grad();
+}
+
+std::unique_ptr<optim::Optimizer> ZeroOptimizer::make_inner(const optim::OptimizerConfig& config,
+                                                            std::vector<optim::ParamGroup> groups) {
+  if (!optim::is_onebit(config.type)) return optim::make_optimizer(config, std::move(groups));
+  std::unique_ptr<OneBitOptimizer> onebit = make_onebit_optimizer(config, std::move(groups), dp_);
+  onebit_ = onebit.get();
+  return onebit;
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
@@ -243,6 +255,7 @@ void ZeroOptimizer::reduce_block(int64_t block) {
     flat_grads_.narrow(0, b.offset, b.numel).copy_(flat_model_grads_.narrow(0, b.offset, b.numel));
   }
   if (config_.stage == 0) {
+    if (!full_precision_reduction()) return;  // the 1-bit optimizer takes local gradients
     const Tensor view = flat_grads_.narrow(0, b.offset, b.numel);
     dp_.all_reduce(view);
     kernels::scale_(view, inv_world);
@@ -333,6 +346,13 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
   const double norm = std::sqrt(sq) / loss_scale;
   overflow_ = scaler_ != nullptr && !std::isfinite(norm);
+  if (scaler_ && !full_precision_reduction()) {
+    // Local gradients: every rank must agree on skipping the step, or the ones that step
+    // would wait in the 1-bit all-reduce for the ones that do not.
+    const Tensor any = scalar_tensor(overflow_ ? 1.0 : 0.0, {DType::f32, device_});
+    dp_.all_reduce(any, ReduceOp::max);
+    overflow_ = any.item<float>() > 0.0f;
+  }
   if (overflow_) return norm;
   double factor = 1.0 / loss_scale;
   const double coef = max_norm / (norm + 1e-6);
@@ -372,6 +392,29 @@ bool ZeroOptimizer::step() {
   }
   if (flat_model_.defined()) flat_model_.copy_(flat_params_);
   return true;
+}
+
+bool ZeroOptimizer::full_precision_reduction() const {
+  return onebit_ == nullptr || onebit_->reduce_gradients_next();
+}
+
+StateDict ZeroOptimizer::rank_state() const {
+  return onebit_ != nullptr ? onebit_->rank_state() : StateDict{};
+}
+
+void ZeroOptimizer::load_rank_state(const StateDict& saved) {
+  TS_CHECK(onebit_ != nullptr || saved.empty(), "[zero] ", inner_->name(),
+           " keeps no per-rank state; expected none, found \"", saved.front().first, "\"");
+  if (onebit_ == nullptr) return;
+  NoGradGuard no_grad;
+  onebit_->load_rank_state(saved);
+  if (flat_model_.defined()) flat_model_.copy_(flat_params_);  // 0/1 Adam's local parameters
+}
+
+void ZeroOptimizer::reset_rank_state() {
+  if (onebit_ == nullptr) return;
+  NoGradGuard no_grad;
+  onebit_->reset_rank_state();
 }
 
 void ZeroOptimizer::set_lr(double lr) { inner_->set_lr(lr); }

@@ -41,6 +41,15 @@
 // bitwise identical gradients, norms and parameters. Against one process with the same
 // global batch, results differ only by summation order.
 //
+// Note [1-bit optimizers under ZeRO stage 0]
+// OneBitAdam, ZeroOneAdam and OneBitLamb (parallel/compression/onebit_optimizer.h) run at
+// stage 0 only, as in DeepSpeed. Before each step the optimizer says whether it wants the
+// gradients averaged in f32 (warm-up, variance steps); otherwise the boundary's reduction
+// is skipped and it reads each rank's local gradient (the micro-batch mean, as always) and
+// communicates in 1 bit itself. clip_grad_norm() then clips each rank's local gradient by
+// its local norm (DeepSpeed's behaviour), and with f16 the ranks agree on an overflow
+// through one max all-reduce, so that they all skip the same steps.
+//
 // Note [ZeRO under model parallelism]
 // With tensor slicing or a pipeline, each rank's optimizer covers the parameters its model
 // holds, and `dp` is its data-parallel group (the ranks holding the same slice). A
@@ -64,6 +73,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/compression/onebit_optimizer.h"
 #include "parallel/zero/flat_layout.h"
 #include "parallel/zero/partitioned_params.h"
 #include "parallel/zero/zero_config.h"
@@ -165,12 +175,27 @@ class ZeroOptimizer {
   void load_parameters(const StateDict& whole);
   // The stage 3 parameters (null for other stages).
   const PartitionedParams* partitioned() const { return partitioned_.get(); }
+  // The 1-bit optimizer this stage-0 optimizer steps with (Note [1-bit optimizers under
+  // ZeRO stage 0]), or null.
+  const OneBitOptimizer* onebit() const { return onebit_; }
+  // The state that differs between the ranks of dp (the 1-bit optimizers' error buffers
+  // and local values; empty for the others): saved per rank, restored only at the same
+  // world size with load_rank_state(), else started afresh with reset_rank_state().
+  StateDict rank_state() const;
+  void load_rank_state(const StateDict& saved);
+  void reset_rank_state();
   // Loads whole per-parameter state (stage 0's state_dict(), or whole_state() of the shards
   // of any world size), keeping this rank's part. Everything is checked before anything
   // changes.
   void load_whole_state(const StateDict& whole);
 
  private:
+  // inner_ for `config`, which may be a 1-bit optimizer over dp_ (then also onebit_).
+  std::unique_ptr<optim::Optimizer> make_inner(const optim::OptimizerConfig& config,
+                                               std::vector<optim::ParamGroup> groups);
+  // Whether this step's gradients are averaged over dp in f32 (always, except when a 1-bit
+  // optimizer takes local gradients).
+  bool full_precision_reduction() const;
   void on_grad_ready(int64_t param);
   void reduce_block(int64_t block);
   // This rank's share of the squared gradient norm: its own elements (all of them at
@@ -199,6 +224,7 @@ class ZeroOptimizer {
   Tensor grad_shard_;                               // (layout.shard_numel()); stages 2-3
   std::shared_ptr<PartitionedParams> partitioned_;  // stage 3; the model's hooks
   std::unique_ptr<optim::Optimizer> inner_;         // over the parameters (0) or the chunks (1-2)
+  OneBitOptimizer* onebit_ = nullptr;               // inner_ when it is a 1-bit optimizer
   std::vector<int64_t> pending_;                    // per block: parameters whose hook has not run
   std::vector<bool> reduced_;                       // per block, in the current micro-batch
   bool reducing_ = false;                           // whether this micro-batch reduces

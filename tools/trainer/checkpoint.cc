@@ -142,6 +142,58 @@ CheckpointContents load_parts(const fs::path& d, const std::vector<Listed>& list
   return c;
 }
 
+CheckpointContents load_whole_or_shards(const fs::path& d, const std::vector<Listed>& listed,
+                                        const fs::path& manifest_path, bool with_optimizer,
+                                        int64_t world) {
+  auto is_listed = [&](const std::string& f) {
+    return std::count_if(listed.begin(), listed.end(),
+                         [&](const Listed& l) { return l.name == f; }) == 1;
+  };
+  // The optimizer: one whole file, or one shard per rank of the saving run. The weights:
+  // model.safetensors, or the shards' parameter shards.
+  const bool sharded = !is_listed("optimizer.safetensors");
+  const bool whole_model = is_listed("model.safetensors");
+  if (sharded) {
+    for (int r = 0; r < world; ++r) {
+      TS_CHECK(is_listed(optimizer_shard_name(r)), "[checkpoint] ", manifest_path.string(),
+               ": expected the manifest to list optimizer.safetensors or the ", world,
+               " shards of a ", world, "-rank run; ", optimizer_shard_name(r), " is not listed");
+    }
+  }
+  TS_CHECK(whole_model || sharded, "[checkpoint] ", manifest_path.string(),
+           ": expected the manifest to list model.safetensors");
+  const bool read_shards = sharded && (with_optimizer || !whole_model);
+  for (const Listed& l : listed) {
+    const bool whole_optimizer = l.name == "optimizer.safetensors";
+    const bool shard = l.name.rfind("zero_pp_rank_", 0) == 0;
+    // Per-rank state files are checked by the one rank that reads each.
+    const bool rank_file = l.name.rfind("rank_state_", 0) == 0;
+    if ((whole_optimizer && !with_optimizer) || (shard && !read_shards) || rank_file) continue;
+    verify_file(d, l);
+  }
+  CheckpointContents c;
+  c.state = parse_json_file((d / "state.json").string());
+  if (whole_model) c.model = read_safetensors((d / "model.safetensors").string()).tensors;
+  if (with_optimizer && !sharded) {
+    c.optimizer = read_safetensors((d / "optimizer.safetensors").string()).tensors;
+  }
+  if (!read_shards) return c;
+  std::vector<StateDict> shards;
+  for (int r = 0; r < world; ++r) {
+    shards.push_back(read_safetensors((d / optimizer_shard_name(r)).string()).tensors);
+  }
+  if (!whole_model) c.model = weights_from_shards(c.state, shards, (d / "state.json").string());
+  if (with_optimizer) c.optimizer_shards = std::move(shards);
+  return c;
+}
+
+// Every rank's rank_state_<r> file when this rank has per-rank state (then all do).
+void add_rank_state_files(const CheckpointContents& contents, int world,
+                          std::vector<std::string>& files) {
+  if (contents.rank_state.empty()) return;
+  for (int r = 0; r < world; ++r) files.push_back(rank_state_name(r));
+}
+
 }  // namespace
 
 CheckpointDir::CheckpointDir(std::string root, int64_t keep_last)
@@ -171,6 +223,9 @@ std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents
     fs::create_directories(tmp);
   }
   barrier();  // the directory exists
+  if (!contents.rank_state.empty()) {
+    write_safetensors((tmp / rank_state_name(rank)).string(), contents.rank_state);
+  }
   if (contents.parts > 0) return save_parts(step, contents, comm, tmp, final_dir);
   const bool sharded = !contents.optimizer_shards.empty();
   if (sharded) {
@@ -195,6 +250,7 @@ std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents
     } else {
       files.push_back("optimizer.safetensors");
     }
+    add_rank_state_files(contents, world, files);
     commit(step, world, files, tmp, final_dir);
   }
   barrier();  // committed: every rank may read it
@@ -220,6 +276,7 @@ std::string CheckpointDir::save_parts(int64_t step, const CheckpointContents& co
       files.push_back(model_part_name(s));
       files.push_back(optimizer_part_name(s));
     }
+    add_rank_state_files(contents, world, files);
     commit(step, world, files, tmp, final_dir);
   }
   if (comm) comm->barrier();  // committed
@@ -276,7 +333,7 @@ std::optional<std::string> CheckpointDir::latest() const {
   return dir.string();
 }
 
-CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer) {
+CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer, int rank_state_of) {
   const fs::path d(dir);
   TS_CHECK(fs::is_directory(d), "[checkpoint] expected a checkpoint directory, found no directory ",
            dir);
@@ -307,40 +364,18 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer) 
   };
   TS_CHECK(is_listed("state.json"), "[checkpoint] ", manifest_path.string(),
            ": expected the manifest to list state.json");
-  if (is_listed(model_part_name(0))) return load_parts(d, listed, with_optimizer);
-  // The optimizer: one whole file, or one shard per rank of the saving run. The weights:
-  // model.safetensors, or the shards' parameter shards.
-  const bool sharded = !is_listed("optimizer.safetensors");
-  const bool whole_model = is_listed("model.safetensors");
-  if (sharded) {
-    for (int r = 0; r < world; ++r) {
-      TS_CHECK(is_listed(optimizer_shard_name(r)), "[checkpoint] ", manifest_path.string(),
-               ": expected the manifest to list optimizer.safetensors or the ", world,
-               " shards of a ", world, "-rank run; ", optimizer_shard_name(r), " is not listed");
-    }
+  StateDict rank_state;
+  if (with_optimizer && rank_state_of >= 0 && is_listed(rank_state_name(rank_state_of))) {
+    const std::string name = rank_state_name(rank_state_of);
+    verify_file(d, *std::find_if(listed.begin(), listed.end(),
+                                 [&](const Listed& l) { return l.name == name; }));
+    rank_state = read_safetensors((d / name).string()).tensors;
   }
-  TS_CHECK(whole_model || sharded, "[checkpoint] ", manifest_path.string(),
-           ": expected the manifest to list model.safetensors");
-  const bool read_shards = sharded && (with_optimizer || !whole_model);
-  for (const Listed& l : listed) {
-    const bool whole_optimizer = l.name == "optimizer.safetensors";
-    const bool shard = l.name.rfind("zero_pp_rank_", 0) == 0;
-    if ((whole_optimizer && !with_optimizer) || (shard && !read_shards)) continue;
-    verify_file(d, l);
-  }
-  CheckpointContents c;
-  c.state = parse_json_file((d / "state.json").string());
-  if (whole_model) c.model = read_safetensors((d / "model.safetensors").string()).tensors;
-  if (with_optimizer && !sharded) {
-    c.optimizer = read_safetensors((d / "optimizer.safetensors").string()).tensors;
-  }
-  if (!read_shards) return c;
-  std::vector<StateDict> shards;
-  for (int r = 0; r < world; ++r) {
-    shards.push_back(read_safetensors((d / optimizer_shard_name(r)).string()).tensors);
-  }
-  if (!whole_model) c.model = weights_from_shards(c.state, shards, (d / "state.json").string());
-  if (with_optimizer) c.optimizer_shards = std::move(shards);
+  CheckpointContents c =
+      is_listed(model_part_name(0))
+          ? load_parts(d, listed, with_optimizer)
+          : load_whole_or_shards(d, listed, manifest_path, with_optimizer, world);
+  c.rank_state = std::move(rank_state);
   return c;
 }
 
@@ -366,6 +401,10 @@ int64_t checkpoint_step(const std::string& dir) {
 
 std::string optimizer_shard_name(int rank) {
   return "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states.safetensors";
+}
+
+std::string rank_state_name(int rank) {
+  return "rank_state_" + std::to_string(rank) + ".safetensors";
 }
 
 std::string model_part_name(int stage) {

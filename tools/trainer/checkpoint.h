@@ -11,6 +11,9 @@
 //                       /model_part_<s>.safetensors, optimizer_part_<s>.safetensors
 //                                      pipeline stage s's whole tensors (pipeline and
 //                                      tensor-parallel runs; instead of the files above)
+//                       /rank_state_<r>.safetensors
+//                                      rank r's per-rank optimizer state (the 1-bit
+//                                      optimizers' error buffers and local values)
 //                       /state.json    step counters, scheduler, RNG, data cursor, config,
 //                                      world size and ZeRO layout
 //                       /manifest.json written last: each file's size and FNV-1a 64 hash
@@ -54,6 +57,9 @@ struct CheckpointContents {
   // `model` and `optimizer`, as if one process had saved them.
   int parts = 0;
   int part = -1;
+  // The per-rank optimizer state (ZeroOptimizer::rank_state()) of this rank, saved by every
+  // rank or by none. Loading: the state of the rank load_checkpoint() was asked for.
+  StateDict rank_state;
 };
 
 class CheckpointDir {
@@ -95,7 +101,10 @@ class CheckpointDir {
 // reassembled into whole tensors with the layout in state.json ($.zero.layout), and the
 // parameter shards are dropped from optimizer_shards: the contents look the same
 // whichever stage saved them.
-CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer = true);
+// With `rank_state_of` >= 0 (and with_optimizer), that rank's per-rank state is read too
+// when the checkpoint has one (checked against the manifest like every file read).
+CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer = true,
+                                   int rank_state_of = -1);
 
 // The checkpoint step directory `path` names: `path` itself when it holds manifest.json,
 // else the directory its `latest` file names (a checkpoint root). Throws when it is
@@ -107,6 +116,8 @@ int64_t checkpoint_step(const std::string& dir);
 
 // The file of rank r's optimizer shard: "zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors".
 std::string optimizer_shard_name(int rank);
+// The file of rank r's per-rank optimizer state: "rank_state_<r>.safetensors".
+std::string rank_state_name(int rank);
 // The files of pipeline stage s's part: "model_part_<s>.safetensors",
 // "optimizer_part_<s>.safetensors".
 std::string model_part_name(int stage);

@@ -109,8 +109,11 @@ constexpr double kCudaPeakFlops = 989.4e12;
 namespace {
 
 // The 3D groups when the config asks for a pipeline or tensor slicing (null otherwise).
+// The world first takes the simulated link of $.simulated_network, which the groups
+// split from it inherit.
 std::unique_ptr<parallel::ParallelGroups> make_groups(const RunConfig& cfg,
                                                       parallel::Communicator& world) {
+  world.set_simulated_link(cfg.engine.simulated_link);
   const int stages = static_cast<int>(cfg.engine.pipeline.stages);
   const int tp = static_cast<int>(cfg.engine.tensor_parallel.tp_size);
   if (stages == 1 && tp == 1) return nullptr;
@@ -142,6 +145,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
   TS_CHECK(grads_.size() == dp_.size() && grads_.rank() == dp_.rank(),
            "[train] expected the device group to have the data-parallel group's ranks, found rank ",
            grads_.rank(), " of ", grads_.size(), " against rank ", dp_.rank(), " of ", dp_.size());
+  if (device_dp) device_dp->set_simulated_link(cfg_.engine.simulated_link);
   if (leader()) {
     for (const std::string& w : cfg_.warnings) log_warn("{}", w);
   }
@@ -235,7 +239,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
            " in ", t.checkpoint_dir, ", but the ranks' latest steps range from ", -steps[1], " to ",
            steps[0], " (-1: none); expected every rank to see the same checkpoint");
   if (latest) {
-    restore(load_checkpoint(*latest));
+    restore(load_checkpoint(*latest, /*with_optimizer=*/true, world_.rank()));
     if (leader()) log_info("resumed from {} at step {}", *latest, step_);
   }
   if (leader()) metrics_ = std::make_unique<MetricsLog>(t.log_dir, latest ? step_ : -1);
@@ -243,19 +247,22 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
 
 Trainer::~Trainer() = default;
 
+nlohmann::json Trainer::grid_json() const {
+  return {cfg_.engine.pipeline.stages, dp_.size(), cfg_.engine.tensor_parallel.tp_size};
+}
+
 nlohmann::json Trainer::state_json() const {
   nlohmann::json zero = {{"stage", optimizer_->stage()}};
   if (optimizer_->sharded()) zero["layout"] = optimizer_->layout().to_json();
-  nlohmann::json state = {
-      {"step", step_},
-      {"scheduler_last_batch_iteration", scheduler_->last_batch_iteration()},
-      {"loader", train_loader_->state().to_json()},
-      {"dropout_offset", model_->dropout_generator().offset()},
-      {"model", cfg_.model.to_json()},
-      {"world", world_.size()},
-      {"grid", {cfg_.engine.pipeline.stages, dp_.size(), cfg_.engine.tensor_parallel.tp_size}},
-      {"zero", zero},
-      {"config", cfg_.json}};
+  nlohmann::json state = {{"step", step_},
+                          {"scheduler_last_batch_iteration", scheduler_->last_batch_iteration()},
+                          {"loader", train_loader_->state().to_json()},
+                          {"dropout_offset", model_->dropout_generator().offset()},
+                          {"model", cfg_.model.to_json()},
+                          {"world", world_.size()},
+                          {"grid", grid_json()},
+                          {"zero", zero},
+                          {"config", cfg_.json}};
   if (const optim::LossScaler* scaler = optimizer_->loss_scaler()) {
     state["loss_scaler"] = scaler->state().to_json();
   }
@@ -271,8 +278,9 @@ void Trainer::restore(const CheckpointContents& c) {
            saved_model ? saved_model->dump() : "(none)", " differs from the config's ",
            cfg_.model.to_json().dump(), "; expected the same model to resume");
   s.raw("config");
-  s.get_in_range<int64_t>("world", 1, 1, 1 << 20);
-  s.raw("grid");  // the layout that saved it: any other may resume (Note [3D checkpoints])
+  const int64_t world = s.get_in_range<int64_t>("world", 1, 1, 1 << 20);
+  // The layout that saved it: any other may resume (Note [3D checkpoints]).
+  const nlohmann::json* grid = s.raw("grid");
   const nlohmann::json* zero = s.raw("zero");
   const int64_t step = s.required_in_range<int64_t>("step", 0, std::numeric_limits<int64_t>::max());
   const int64_t t = s.required<int64_t>("scheduler_last_batch_iteration");
@@ -313,6 +321,8 @@ void Trainer::restore(const CheckpointContents& c) {
     }
     optimizer_->load_whole_state(optimizer);
   }
+  restore_rank_state(c.rank_state,
+                     world == world_.size() && grid != nullptr && *grid == grid_json());
   scheduler_->set_last_batch_iteration(t);
   train_loader_->restore(loader);
   model_->dropout_generator().set_offset(offset);
@@ -320,7 +330,28 @@ void Trainer::restore(const CheckpointContents& c) {
   step_ = step;
 }
 
+void Trainer::restore_rank_state(const StateDict& saved, bool same_layout) {
+  if (optimizer_->onebit() == nullptr) return;
+  if (same_layout && !saved.empty()) {
+    optimizer_->load_rank_state(saved);
+    return;
+  }
+  // DeepSpeed's behaviour, which it always has: the error feedback starts afresh.
+  optimizer_->reset_rank_state();
+  if (leader()) {
+    log_warn(
+        "[train] {}: the checkpoint {}; the per-rank error-feedback buffers (and 0/1 Adam's "
+        "local state) start afresh, so this resume is not bit for bit",
+        optimizer_->onebit()->name(),
+        saved.empty() ? "has no per-rank state" : "was saved by another rank layout");
+  }
+}
+
 double Trainer::train_step() {
+  step_bytes_start_ = grads_.stats().total_bytes_sent();
+  if (const parallel::OneBitOptimizer* onebit = optimizer_->onebit()) {
+    comm_path_ = parallel::onebit_step_name(onebit->next_step_kind());
+  }
   const int64_t gas = cfg_.engine.batch.gradient_accumulation_steps;
   optimizer_->set_lr(scheduler_->lr());
   if (const std::optional<double> beta1 = scheduler_->beta1()) optimizer_->set_momentum(*beta1);
@@ -365,7 +396,9 @@ double Trainer::finish_step(double loss) {
              attempted_scale, optimizer_->loss_scaler()->scale());
   }
   ++step_;
-  return global_mean(loss);
+  const double mean = global_mean(loss);
+  step_bytes_ = grads_.stats().total_bytes_sent() - step_bytes_start_;
+  return mean;
 }
 
 double Trainer::global_mean(double value) const {
@@ -411,6 +444,7 @@ void Trainer::save_model_parallel_checkpoint() {
   c.parts = static_cast<int>(groups_->grid.pipe_size());
   c.part = groups_->coord.data == 0 && groups_->coord.model == 0 ? groups_->coord.pipe : -1;
   if (c.part < 0) c.model.clear(), c.optimizer.clear();
+  c.rank_state = on_cpu(optimizer_->rank_state());
   if (leader()) c.state = state_json();
   const std::string dir = checkpoints_->save(step_, c, &world_);
   if (leader()) log_info("checkpoint {}", dir);
@@ -434,6 +468,7 @@ void Trainer::save_checkpoint() {
   } else if (leader()) {
     c.optimizer = on_cpu(optimizer_->state_dict());
   }
+  c.rank_state = on_cpu(optimizer_->rank_state());
   const std::string dir = checkpoints_->save(step_, c, &world_);
   if (leader()) log_info("checkpoint {}", dir);
 }
@@ -500,16 +535,19 @@ TrainResult Trainer::run() {
                           {"grad_norm", last_grad_norm_},
                           {"tokens_per_s", tok_s},
                           {"mfu", mfu},
+                          {"comm_bytes", step_bytes_},
                           {"elapsed_s", seconds_since(start)}};
+    if (!comm_path_.empty()) rec["comm"] = comm_path_;
     if (leader()) metrics_->write(rec);
     const bool report = step_ % cfg_.engine.steps_per_print == 0 || step_ == total_steps_;
     if (leader() && report) {
       if (bar) std::fprintf(stderr, "\r\033[K");
       log_info(
           "step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | MFU "
-          "{:.1f}% | ETA {}",
+          "{:.1f}% | ETA {}{}",
           step_, total_steps_, loss, optimizer_->lr(), last_grad_norm_, tok_s, 100 * mfu,
-          format_duration(step_s * static_cast<double>(total_steps_ - step_)));
+          format_duration(step_s * static_cast<double>(total_steps_ - step_)),
+          comm_path_.empty() ? "" : " | comm " + comm_path_);
     } else if (bar) {
       const int width = 30;
       const int filled = static_cast<int>(width * step_ / total_steps_);

@@ -96,7 +96,12 @@ class Trainer {
   bool leader() const { return world_.rank() == 0; }
   void save_checkpoint();
   void restore(const CheckpointContents& c);
+  // Loads the 1-bit optimizer's per-rank state when the checkpoint has it and was saved by
+  // the same rank layout; otherwise starts it afresh with a warning.
+  void restore_rank_state(const StateDict& saved, bool same_layout);
   nlohmann::json state_json() const;
+  // [pipeline stages, data-parallel ranks, tensor-parallel ranks]: the run's rank layout.
+  nlohmann::json grid_json() const;
   void sample_text();
 
   // True for pipeline or tensor-parallel runs (Note [3D trainer]).
@@ -125,6 +130,9 @@ class Trainer {
   int64_t step_ = 0;  // optimizer steps done
   int64_t total_steps_ = 0;
   double last_grad_norm_ = 0;
+  std::string comm_path_;  // 1-bit optimizers: what the last step communicated
+  int64_t step_bytes_start_ = 0;
+  int64_t step_bytes_ = 0;  // sent on the gradients' group in the last step
 };
 
 }  // namespace tessera::train

@@ -235,7 +235,8 @@ TEST_CASE("out-of-range values and enumerations name the allowed values", "[run_
                       "\"WarmupDecayLR\", \"WarmupCosineLR\", \"OneCycle\", \"LRRangeTest\"; "
                       "found \"CosineLR\""));
   CHECK(error_after([](Json& d) { d["optimizer"]["type"] = "Adagrad"; }) ==
-        "[config] $.optimizer.type: expected one of Adam, AdamW, Lamb, SGD, found \"Adagrad\"");
+        "[config] $.optimizer.type: expected one of Adam, AdamW, Lamb, SGD, OneBitAdam, "
+        "ZeroOneAdam, OneBitLamb, found \"Adagrad\"");
   CHECK(error_after([](Json& d) {
           d["optimizer"]["params"]["betas"] = {0.9, 1.5};
         }) == "[config] $.optimizer.params.betas: expected two numbers in [0, 1), found [0.9,1.5]");
@@ -363,9 +364,12 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
   CHECK(error_after([](Json& d) { d["gradient_predivide_factor"] = 2.0; }) ==
         "[config] $.gradient_predivide_factor: gradients are averaged after the reduction; "
         "expected 1.0, found 2");
-  CHECK(error_after([](Json& d) { d["optimizer"]["type"] = "OneBitAdam"; }) ==
-        "[config] $.optimizer.type is not supported: the 1-bit optimizers need the "
-        "compressed-communication backend, which this build does not have yet");
+  CHECK(error_after([](Json& d) {
+          d["optimizer"]["type"] = "OneBitAdam";
+          d["zero_optimization"] = {{"stage", 1}};
+        }) ==
+        "[config] $.zero_optimization.stage: 1bit-Adam is not compatible with ZeRO; "
+        "expected stage 0, found stage 1");
   CHECK(error_after([](Json& d) { d["optimizer"]["params"]["amsgrad"] = true; }) ==
         "[config] $.optimizer.params.amsgrad is not supported: expected false; AMSGrad is not "
         "implemented");
