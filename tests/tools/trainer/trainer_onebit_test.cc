@@ -131,5 +131,90 @@ TEST_CASE("at 4 ranks on Tiny Shakespeare the 1-bit optimizers reach Adam's and 
   CHECK(val["OneBitLamb"] <= 1.02 * val["Lamb"]);
 }
 
+// A shard of 8192 random tokens below 29 in `dir`.
+void write_random_shard(const fs::path& dir) {
+  std::vector<uint16_t> tokens(8192);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<uint16_t>(philox4x32(i, 0, 43)[0] % 29);
+  }
+  fs::create_directories(dir);
+  data::write_shard((dir / "train_000000.bin").string(), tokens);
+}
+
+// 12 steps of `optimizer` on 2 micro-batches per step, checkpoints every 3 steps.
+Json small_run(const fs::path& data, const fs::path& dir, const Json& optimizer) {
+  return {{"train_batch_size", 8},
+          {"gradient_accumulation_steps", 2},
+          {"gradient_clipping", 0.5},
+          {"optimizer", optimizer},
+          {"model",
+           {{"type", "gpt2"},
+            {"vocab_size", 29},
+            {"block_size", 6},
+            {"n_layer", 2},
+            {"n_head", 5},
+            {"n_embd", 25}}},
+          {"data", {{"train", (data / "train_*.bin").string()}, {"sampling", "random"}}},
+          {"trainer",
+           {{"steps", 12},
+            {"threads", 1},
+            {"seed", 3},
+            {"log_dir", dir.string()},
+            {"checkpoint_dir", (dir / "ckpt").string()},
+            {"checkpoint_interval", 3},
+            {"keep_last", 0}}}};
+}
+
+std::map<std::string, std::vector<float>> last_weights(const fs::path& dir) {
+  std::map<std::string, std::vector<float>> out;
+  const std::optional<std::string> last = CheckpointDir((dir / "ckpt").string(), 0).latest();
+  REQUIRE(last.has_value());
+  for (const auto& [name, t] : load_checkpoint(*last, false).model) {
+    out[name] = t.to_vector<float>();
+  }
+  return out;
+}
+
+TEST_CASE("a 1-bit checkpoint resumes bit for bit at the same world size, afresh at another",
+          "[trainer][onebit]") {
+  const fs::path root = testing::fresh_dir("trainer_onebit_resume");
+  write_random_shard(root / "data");
+  // Step 9 is in the compressed stage, and for 0/1 Adam (variance frozen after step 5,
+  // syncs at 6, 7, 8, 10, 12) between two syncs.
+  Json zero_one = optimizer_section("ZeroOneAdam", 2e-3, 4);
+  zero_one["params"]["var_update_scaler"] = 1;
+  zero_one["params"]["local_step_scaler"] = 2;
+  for (const Json& optimizer : {optimizer_section("OneBitAdam", 2e-3, 4), zero_one,
+                                optimizer_section("OneBitLamb", 2e-2, 4)}) {
+    const std::string type = optimizer["type"];
+    DYNAMIC_SECTION(type) {
+      const fs::path full = root / (type + "_full");
+      train(small_run(root / "data", full, optimizer), full, 2, ResumeMode::never);
+      const fs::path step9 = full / "ckpt" / "step_00000009";
+      REQUIRE(fs::exists(step9 / rank_state_name(0)));
+      REQUIRE(fs::exists(step9 / rank_state_name(1)));
+      const testing::RunMetrics want = testing::read_run_metrics(full);
+      for (const int world : {2, 1}) {
+        const fs::path dir = root / (type + "_resumed_at_" + std::to_string(world));
+        fs::create_directories(dir / "ckpt");
+        fs::copy(step9, dir / "ckpt" / "step_00000009", fs::copy_options::recursive);
+        testing::write_bytes(dir / "ckpt" / "latest", "step_00000009\n");
+        train(small_run(root / "data", dir, optimizer), dir, world, ResumeMode::required);
+        const testing::RunMetrics got = testing::read_run_metrics(dir);
+        REQUIRE(got.losses.size() == 3);  // steps 10-12
+        if (world == 2) {
+          for (const auto& [step, loss] : got.losses) CHECK(loss == want.losses.at(step));
+          CHECK(last_weights(dir) == last_weights(full));
+        } else {
+          // One rank reads both ranks' batches: the same data, the error feedback reset.
+          for (const auto& [step, loss] : got.losses) {
+            CHECK(std::abs(loss - want.losses.at(step)) < 0.05 * want.losses.at(step));
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::train
