@@ -1,7 +1,6 @@
 #include "parallel/compression/onebit_adam.h"
 
 #include "core/grad_mode.h"
-#include "kernels/adamw.h"
 
 namespace tessera::parallel {
 
@@ -31,14 +30,7 @@ void OneBitAdam::step() {
   for (size_t gi = 0; gi < groups_.size() && kind != OneBitStep::init; ++gi) {
     const optim::ParamGroup& g = groups_[gi];
     if (kind == OneBitStep::full_precision) {
-      // Adam on the averaged gradient: the fused kernel without bias correction.
-      const kernels::AdamWParams ap{g.lr,           adam_.beta1, adam_.beta2, adam_.eps,
-                                    g.weight_decay, t,           false,       true};
-      std::vector<kernels::AdamWTensors> tensors;
-      for (const NamedParameter& p : g.params) {
-        tensors.push_back({p.tensor, grad_of(p), state("exp_avg", p), state("exp_avg_sq", p)});
-      }
-      kernels::adamw_step(tensors, ap);
+      adam_step(g, t, adam_);
       continue;
     }
     // Compressed: local momenta, averaged in 1 bit as one buffer; the variance is frozen.

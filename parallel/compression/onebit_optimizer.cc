@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "kernels/adamw.h"
 #include "kernels/blas1.h"
 #include "kernels/elementwise.h"
 #include "parallel/compression/onebit_adam.h"
@@ -49,6 +50,17 @@ std::vector<int64_t> OneBitOptimizer::numel_of_all(const std::vector<optim::Para
 Tensor OneBitOptimizer::grad_of(const NamedParameter& p) {
   const Tensor g = p.tensor.grad();
   return g.defined() ? g.contiguous() : zeros(p.tensor.shape(), {DType::f32, p.tensor.device()});
+}
+
+void OneBitOptimizer::adam_step(const optim::ParamGroup& g, int64_t t,
+                                const optim::AdamOptions& adam) {
+  const kernels::AdamWParams ap{g.lr,           adam.beta1, adam.beta2, adam.eps,
+                                g.weight_decay, t,          false,      true};
+  std::vector<kernels::AdamWTensors> tensors;
+  for (const NamedParameter& p : g.params) {
+    tensors.push_back({p.tensor, grad_of(p), state("exp_avg", p), state("exp_avg_sq", p)});
+  }
+  kernels::adamw_step(tensors, ap);
 }
 
 StateDict OneBitOptimizer::rank_state() const {

@@ -75,6 +75,9 @@ class OneBitOptimizer : public optim::Optimizer {
   static std::vector<int64_t> numel_of_all(const std::vector<optim::ParamGroup>& groups);
 
   CompressedAllReduce& compressor(size_t buffer) { return *compressors_[buffer]; }
+  // The full-precision step of 1-bit Adam and 0/1 Adam: Adam without bias correction on
+  // group g's (averaged) gradients, as step t.
+  void adam_step(const optim::ParamGroup& g, int64_t t, const optim::AdamOptions& adam);
   // This rank's gradient of p (zeros when backward did not reach it, so that every rank
   // communicates the same sizes).
   static Tensor grad_of(const NamedParameter& p);

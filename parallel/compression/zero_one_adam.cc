@@ -4,7 +4,6 @@
 
 #include "core/factories.h"
 #include "core/grad_mode.h"
-#include "kernels/adamw.h"
 #include "kernels/blas1.h"
 #include "kernels/elementwise.h"
 
@@ -55,7 +54,7 @@ void ZeroOneAdam::step() {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     switch (kind) {
       case OneBitStep::full_precision:
-        variance_step(groups_[gi], schedule_.step());
+        adam_step(groups_[gi], schedule_.step(), adam_);
         break;
       case OneBitStep::onebit_gradient:
         onebit_gradient_step(gi);
@@ -71,16 +70,6 @@ void ZeroOneAdam::step() {
   // From now on the errors are those of the accumulated update, not of the gradient.
   if (!was_frozen && schedule_.variance_frozen()) OneBitOptimizer::reset_rank_state();
   advance();
-}
-
-void ZeroOneAdam::variance_step(const optim::ParamGroup& g, int64_t t) {
-  const kernels::AdamWParams ap{g.lr,           adam_.beta1, adam_.beta2, adam_.eps,
-                                g.weight_decay, t,           false,       true};
-  std::vector<kernels::AdamWTensors> tensors;
-  for (const NamedParameter& p : g.params) {
-    tensors.push_back({p.tensor, grad_of(p), state("exp_avg", p), state("exp_avg_sq", p)});
-  }
-  kernels::adamw_step(tensors, ap);
 }
 
 void ZeroOneAdam::onebit_gradient_step(size_t gi) {

@@ -46,7 +46,6 @@ class ZeroOneAdam final : public OneBitOptimizer {
  private:
   // The schedule after step_count() steps (replayed after a load changed the count).
   const ZeroOneAdamSchedule& schedule() const;
-  void variance_step(const optim::ParamGroup& g, int64_t t);
   void onebit_gradient_step(size_t gi);
   void local_step(size_t gi, bool sync);
 
