@@ -2,6 +2,7 @@
 // parameter by the trust ratio |p| / |u|, clamped to [min_coeff, max_coeff].
 #pragma once
 
+#include "kernels/lamb.h"
 #include "optim/optimizer.h"
 
 namespace tessera::optim {
@@ -15,6 +16,10 @@ struct LambOptions {
   double max_coeff = 10.0;
   double min_coeff = 0.01;
 };
+
+// The fused kernel's parameters for step `step` (from 1) of group `g` under `options`.
+kernels::LambParams lamb_kernel_params(const LambOptions& options, const ParamGroup& g,
+                                       int64_t step);
 
 class Lamb final : public Optimizer {
  public:

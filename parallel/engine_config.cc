@@ -192,11 +192,12 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   TS_CHECK(c.tensor_parallel.tp_size == 1 || c.zero.stage <= 2, "[config] ",
            "$.zero_optimization.stage: stage 3 with tensor_parallel.tp_size ",
            c.tensor_parallel.tp_size, " is not supported; expected stage 0, 1 or 2");
-  TS_CHECK(c.tensor_parallel.tp_size == 1 || (c.optimizer.type != optim::OptimizerType::lamb &&
-                                                c.optimizer.type != optim::OptimizerType::onebit_lamb),
-           "[config] $.optimizer.type: LAMB's trust ratio needs each parameter whole, and "
-           "tensor_parallel.tp_size ",
-           c.tensor_parallel.tp_size, " slices them; expected tp_size 1 with LAMB");
+  TS_CHECK(
+      c.tensor_parallel.tp_size == 1 || (c.optimizer.type != optim::OptimizerType::lamb &&
+                                         c.optimizer.type != optim::OptimizerType::onebit_lamb),
+      "[config] $.optimizer.type: LAMB's trust ratio needs each parameter whole, and "
+      "tensor_parallel.tp_size ",
+      c.tensor_parallel.tp_size, " slices them; expected tp_size 1 with LAMB");
   return c;
 }
 

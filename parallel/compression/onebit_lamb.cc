@@ -55,16 +55,11 @@ void OneBitLamb::step() {
 }
 
 void OneBitLamb::warmup_step(const optim::ParamGroup& g, int64_t t) {
-  kernels::LambParams lp;
-  lp.lr = g.lr;
-  lp.beta1 = lamb_.beta1;
-  lp.beta2 = lamb_.beta2;
-  lp.eps = lamb_.eps;
-  lp.weight_decay = g.weight_decay;
-  lp.step = t;
+  // No bias correction and eps outside the root, whatever the options say (Note [1-bit
+  // decisions]).
+  kernels::LambParams lp = optim::lamb_kernel_params(lamb_, g, t);
   lp.bias_correction = false;
-  lp.max_coeff = lamb_.max_coeff;
-  lp.min_coeff = lamb_.min_coeff;
+  lp.eps_inside_sqrt = false;
   for (const NamedParameter& p : g.params) {
     const double c =
         kernels::lamb_step(p.tensor, grad_of(p), state("exp_avg", p), state("exp_avg_sq", p), lp);

@@ -60,8 +60,6 @@ class OneBitOptimizer : public optim::Optimizer {
   // Starts the per-rank state afresh after a resume at another world size.
   virtual void reset_rank_state();
 
-  Communicator& group() const { return dp_; }
-
  protected:
   // `buffers`: the numel of each compressed buffer (one CompressedAllReduce each).
   OneBitOptimizer(std::vector<optim::ParamGroup> groups, Communicator& dp,

@@ -10,12 +10,11 @@
 #include <map>
 #include <string>
 
-#include "core/philox.h"
 #include "parallel/comm/thread_comm.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
+#include "tests/tools/trainer/random_shard.h"
 #include "tests/tools/trainer/run_metrics.h"
-#include "tools/data/shard.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/trainer.h"
 
@@ -131,16 +130,6 @@ TEST_CASE("at 4 ranks on Tiny Shakespeare the 1-bit optimizers reach Adam's and 
   CHECK(val["OneBitLamb"] <= 1.02 * val["Lamb"]);
 }
 
-// A shard of 8192 random tokens below 29 in `dir`.
-void write_random_shard(const fs::path& dir) {
-  std::vector<uint16_t> tokens(8192);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<uint16_t>(philox4x32(i, 0, 43)[0] % 29);
-  }
-  fs::create_directories(dir);
-  data::write_shard((dir / "train_000000.bin").string(), tokens);
-}
-
 // 12 steps of `optimizer` on 2 micro-batches per step, checkpoints every 3 steps.
 Json small_run(const fs::path& data, const fs::path& dir, const Json& optimizer) {
   return {{"train_batch_size", 8},
@@ -178,7 +167,7 @@ std::map<std::string, std::vector<float>> last_weights(const fs::path& dir) {
 TEST_CASE("a 1-bit checkpoint resumes bit for bit at the same world size, afresh at another",
           "[trainer][onebit]") {
   const fs::path root = testing::fresh_dir("trainer_onebit_resume");
-  write_random_shard(root / "data");
+  testing::write_random_shard(root / "data", 43);
   // Step 9 is in the compressed stage, and for 0/1 Adam (variance frozen after step 5,
   // syncs at 6, 7, 8, 10, 12) between two syncs.
   Json zero_one = optimizer_section("ZeroOneAdam", 2e-3, 4);

@@ -8,12 +8,11 @@
 #include <map>
 #include <string>
 
-#include "core/philox.h"
 #include "parallel/comm/thread_comm.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
+#include "tests/tools/trainer/random_shard.h"
 #include "tests/tools/trainer/run_metrics.h"
-#include "tools/data/shard.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/trainer.h"
 
@@ -24,16 +23,6 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 constexpr int64_t kGlobalBatch = 12;
-
-// A shard of 8192 random tokens below 29 in `dir`.
-void write_random_shard(const fs::path& dir) {
-  std::vector<uint16_t> tokens(8192);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<uint16_t>(philox4x32(i, 0, 41)[0] % 29);
-  }
-  fs::create_directories(dir);
-  data::write_shard((dir / "train_000000.bin").string(), tokens);
-}
 
 // Stage 3 partitions every parameter above 30 elements (the LayerNorm weights, 25, stay
 // whole) and gathers at most 6000 elements at a time (wte is 128 x 25).
@@ -119,7 +108,7 @@ void check_close(const Outcome& got, const Outcome& want, double tol) {
 TEST_CASE("data-parallel training equals one process with the same global batch",
           "[trainer][zero]") {
   const fs::path root = testing::fresh_dir("trainer_parallel_equivalence");
-  write_random_shard(root / "data");
+  testing::write_random_shard(root / "data", 41);
   const Outcome want = train(run_config(root / "data", root / "single", 0, 6, 500'000'000),
                              root / "single", 1, ResumeMode::never);
   REQUIRE(want.losses.size() == 6);
@@ -138,7 +127,7 @@ TEST_CASE("data-parallel training equals one process with the same global batch"
 TEST_CASE("a 2-rank ZeRO-2 or ZeRO-3 checkpoint resumes at 2 ranks bitwise and at 1 and 3 ranks",
           "[trainer][zero]") {
   const fs::path root = testing::fresh_dir("trainer_parallel_resume");
-  write_random_shard(root / "data");
+  testing::write_random_shard(root / "data", 41);
   for (int saved : {2, 3}) {
     // The uninterrupted run: 6 steps, checkpoints at 3 and 6.
     const fs::path full = root / ("full" + std::to_string(saved));
@@ -180,7 +169,7 @@ TEST_CASE("a 2-rank ZeRO-2 or ZeRO-3 checkpoint resumes at 2 ranks bitwise and a
 
 TEST_CASE("ranks that see different checkpoints refuse to resume", "[trainer][zero]") {
   const fs::path root = testing::fresh_dir("trainer_parallel_disagree");
-  write_random_shard(root / "data");
+  testing::write_random_shard(root / "data", 41);
   const fs::path dir = root / "run";
   train(run_config(root / "data", dir, 1, 3, 1000), dir, 2, ResumeMode::never);
   // Rank 1 reads another checkpoint directory that has none.
