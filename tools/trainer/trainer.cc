@@ -278,7 +278,7 @@ void Trainer::restore(const CheckpointContents& c) {
            saved_model ? saved_model->dump() : "(none)", " differs from the config's ",
            cfg_.model.to_json().dump(), "; expected the same model to resume");
   s.raw("config");
-  const int64_t world = s.get_in_range<int64_t>("world", 1, 1, 1 << 20);
+  s.get_in_range<int64_t>("world", 1, 1, 1 << 20);
   // The layout that saved it: any other may resume (Note [3D checkpoints]).
   const nlohmann::json* grid = s.raw("grid");
   const nlohmann::json* zero = s.raw("zero");
@@ -321,8 +321,7 @@ void Trainer::restore(const CheckpointContents& c) {
     }
     optimizer_->load_whole_state(optimizer);
   }
-  restore_rank_state(c.rank_state,
-                     world == world_.size() && grid != nullptr && *grid == grid_json());
+  restore_rank_state(c.rank_state, grid != nullptr && *grid == grid_json());
   scheduler_->set_last_batch_iteration(t);
   train_loader_->restore(loader);
   model_->dropout_generator().set_offset(offset);
