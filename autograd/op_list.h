@@ -7,7 +7,7 @@
 
 namespace tessera {
 
-inline constexpr std::array<std::string_view, 43> kDifferentiableOps = {
+inline constexpr std::array<std::string_view, 46> kDifferentiableOps = {
     // elementwise (autograd/ops/elementwise.h)
     "add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "relu", "gelu",
     "sigmoid", "where",
@@ -18,6 +18,8 @@ inline constexpr std::array<std::string_view, 43> kDifferentiableOps = {
     // neural-network ops (autograd/ops/nn.h)
     "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "dropout",
     "causal_attention",
+    // block-sparse attention (autograd/ops/block_sparse.h)
+    "sdd_matmul", "sparse_softmax", "dsd_matmul",
     // views, joins and gathers (autograd/ops/shape.h)
     "reshape", "view", "transpose", "permute", "narrow", "slice", "select", "expand", "squeeze",
     "unsqueeze", "contiguous", "cast", "cat", "split", "index_select"};

@@ -11,6 +11,7 @@
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/blas1.h"
+#include "kernels/block_sparse.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
@@ -66,6 +67,15 @@ AttentionOutput causal_attention(const Tensor& q, const Tensor& k, const Tensor&
 AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                          const Tensor& v, const Tensor& out, const Tensor& lse,
                                          double scale);
+
+// Block-sparse attention (kernels/block_sparse.h); the layout's tables are on the device.
+Tensor block_sparse_sdd(const Tensor& a, const Tensor& b, const BlockLayout& layout);
+Tensor block_sparse_dsd(const Tensor& s, const Tensor& x, const BlockLayout& layout,
+                        bool transpose_s);
+Tensor block_sparse_softmax(const Tensor& x, const BlockLayout& layout,
+                            const BlockSoftmaxOptions& options);
+Tensor block_sparse_softmax_backward(const Tensor& y, const Tensor& dy, const BlockLayout& layout,
+                                     double scale);
 
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                 const Tensor& exp_avg_sq, const AdamWParams& p);

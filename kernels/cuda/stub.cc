@@ -51,6 +51,18 @@ AttentionGrads causal_attention_backward(const Tensor&, const Tensor&, const Ten
                                          const Tensor&, const Tensor&, double) {
   missing("causal_attention_backward");
 }
+Tensor block_sparse_sdd(const Tensor&, const Tensor&, const BlockLayout&) {
+  missing("block_sparse_sdd");
+}
+Tensor block_sparse_dsd(const Tensor&, const Tensor&, const BlockLayout&, bool) {
+  missing("block_sparse_dsd");
+}
+Tensor block_sparse_softmax(const Tensor&, const BlockLayout&, const BlockSoftmaxOptions&) {
+  missing("block_sparse_softmax");
+}
+Tensor block_sparse_softmax_backward(const Tensor&, const Tensor&, const BlockLayout&, double) {
+  missing("block_sparse_softmax_backward");
+}
 void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWParams&) {
   missing("adamw_step");
 }

@@ -212,6 +212,34 @@ std::vector<Case> all_cases() {
                                    nc_leaf({1, 2, 5, 3}, 40)};
                }});
 
+  // Block-sparse ops over 2 heads of 3 blocks of 2 positions; head 1 has an empty block
+  // row and an empty block column (T = 6).
+  const kernels::BlockLayout layout = kernels::make_block_layout(
+      ids({1, 0, 1, 1, 1, 0, 0, 1, 1, /**/ 1, 0, 0, 0, 0, 0, 1, 0, 1}, {2, 3, 3}), 2,
+      Device::cpu());
+  c.push_back({"sdd_matmul", "B=2, H=2, T=6, D=3",
+               [layout](const TensorList& x) { return sdd_matmul(x[0], x[1], layout); },
+               [] {
+                 return TensorList{leaf({2, 2, 6, 3}, 58), nc_leaf({2, 2, 6, 3}, 59)};
+               }});
+  c.push_back({"sparse_softmax", "scale 0.7, causal, additive key padding",
+               [layout](const TensorList& x) {
+                 kernels::BlockSoftmaxOptions o;
+                 o.scale = 0.7;
+                 o.causal = true;
+                 Generator g(60);
+                 o.key_padding_mask = randn({2, 6}, g, {DType::f64});
+                 return sparse_softmax(x[0], layout, o);
+               },
+               [layout] {
+                 return TensorList{leaf({2, layout.nnz, 2, 2}, 61)};
+               }});
+  c.push_back({"dsd_matmul", "B=2, H=2, T=6, D=3",
+               [layout](const TensorList& x) { return dsd_matmul(x[0], x[1], layout); },
+               [layout] {
+                 return TensorList{leaf({2, layout.nnz, 2, 2}, 62), nc_leaf({2, 2, 6, 3}, 63)};
+               }});
+
   c.push_back({"reshape", "non-contiguous (copies)",
                [](const TensorList& x) {
                  return mul(reshape(x[0], {2, -1}), scalar_like(x[0], 3.0));
