@@ -14,6 +14,10 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen,
       c_attn_(cfg.n_embd, 3 * cfg.n_embd, cfg.bias, model, /*gather_output=*/false, /*parts=*/3),
       c_proj_(cfg.n_embd, cfg.n_embd, cfg.bias, model, /*input_is_parallel=*/true),
       resid_dropout_(cfg.dropout, gen) {
+  if (cfg.sparse_attention) {
+    sparse_ = std::make_unique<SparseSelfAttention>(*cfg.sparse_attention, n_head_, cfg.block_size,
+                                                    hash_name(gen.seed(), "sparse_attention"));
+  }
   register_module("c_attn", c_attn_);
   register_module("c_proj", c_proj_);
   register_module("resid_dropout", resid_dropout_);
@@ -38,6 +42,7 @@ Tensor CausalSelfAttention::merge_heads(const Tensor& y) const {
 
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
   const std::vector<Tensor> qkv = heads(x);
+  if (sparse_) return merge_heads(sparse_->forward(qkv[0], qkv[1], qkv[2], /*causal=*/true));
   return merge_heads(causal_attention(qkv[0], qkv[1], qkv[2]));
 }
 
@@ -54,13 +59,20 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& cache_k, Ten
   const Tensor v = cache_v.narrow(2, 0, total);  // (B, H, S, D)
   const double scale = 1.0 / std::sqrt(static_cast<double>(qkv[0].size(3)));
   Tensor scores = matmul(qkv[0], transpose(k, 2, 3)) * scale;  // (B, H, T, S)
-  if (t > 1) {
-    // New row i sits at position start + i and sees keys s <= start + i.
-    std::vector<bool> visible(static_cast<size_t>(t * total));
-    for (int64_t i = 0; i < t; ++i) {
-      for (int64_t s = 0; s < total; ++s) visible[i * total + s] = s <= start + i;
+  if (t > 1 || sparse_) {
+    // New row i sits at position start + i and sees keys s <= start + i (and, sparse, those
+    // of its layout: Note [Sparse GPT attention]).
+    const int64_t heads = sparse_ ? n_head_ : 1;
+    std::vector<bool> visible(static_cast<size_t>(heads * t * total));
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < t; ++i) {
+        for (int64_t s = 0; s < total; ++s) {
+          visible[(h * t + i) * total + s] =
+              s <= start + i && (!sparse_ || sparse_->visible(h, start + i, s));
+        }
+      }
     }
-    scores = where(from_vector(visible, {t, total}).to(x.device()), scores,
+    scores = where(from_vector(visible, {heads, t, total}).to(x.device()), scores,
                    scalar_like(scores, -std::numeric_limits<double>::infinity()));
   }
   return merge_heads(matmul(softmax(scores), v));  // (B, H, T, D) -> (B, T, C)

@@ -4,17 +4,26 @@
 #include "autograd/module.h"
 #include "models/gpt2/config.h"
 #include "models/layers/dropout.h"
+#include "models/sparse/sparse_self_attention.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/tensor/layers.h"
 
 namespace tessera {
 
+// Note [Sparse GPT attention]
+// With a sparsity config every block builds the same layout (random blocks from one seed
+// derived from the model's), as DeepSpeed's class-wide op cache makes all its layers share
+// the first layer's layout; queries also never see later keys inside a block. Generation
+// with a KV cache applies the same layout as an element mask, so a model samples with the
+// attention it was trained with. Under tensor slicing every rank holds heads of one
+// shared layout (per-head layouts are refused by the run config).
 class CausalSelfAttention : public Module {
  public:
   // Children "c_attn" (C -> 3C: q, k, v in that order) and "c_proj" (C -> C); dropout on
   // the output draws from `gen`. The heads are split over the model-parallel group
   // `model` (Note [Tensor-parallel GPT] in models/gpt2/gpt.h): c_attn is column-parallel
-  // (each rank's q, k and v rows), c_proj row-parallel.
+  // (each rank's q, k and v rows), c_proj row-parallel. With cfg.sparse_attention the
+  // heads attend through its block-sparse layout (Note [Sparse GPT attention]).
   CausalSelfAttention(const GptConfig& cfg, Generator& gen, parallel::Communicator& model);
 
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
@@ -28,7 +37,8 @@ class CausalSelfAttention : public Module {
   std::vector<Tensor> heads(const Tensor& x) const;
   Tensor merge_heads(const Tensor& y) const;  // (B, H, T, D) -> (B, T, C) through c_proj
 
-  int64_t n_head_;  // this rank's heads
+  int64_t n_head_;                               // this rank's heads
+  std::unique_ptr<SparseSelfAttention> sparse_;  // null: dense causal attention
   parallel::ColumnParallelLinear c_attn_;
   parallel::RowParallelLinear c_proj_;
   Dropout resid_dropout_;

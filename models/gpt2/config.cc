@@ -32,6 +32,13 @@ void GptConfig::validate(const std::string& where) const {
            dropout);
   TS_CHECK(layer_norm_eps > 0.0, where, "layer_norm_eps: expected a number > 0, found ",
            layer_norm_eps);
+  if (sparse_attention) {
+    const SparsityConfig& s = *sparse_attention;
+    TS_CHECK(s.mode == SparsityMode::dense || s.unidirectional, where,
+             "sparse_attention.attention: GPT is causal; expected \"unidirectional\" for mode \"",
+             sparsity_mode_name(s.mode), "\", found \"bidirectional\"");
+    s.validate(where + "sparse_attention: ");
+  }
 }
 
 GptConfig GptConfig::preset(const std::string& name) {
@@ -65,22 +72,27 @@ GptConfig GptConfig::from_json(JsonObjectReader model) {
   cfg.bias = model.get<bool>("bias", cfg.bias);
   cfg.tie_word_embeddings = model.get<bool>("tie_word_embeddings", cfg.tie_word_embeddings);
   cfg.layer_norm_eps = model.get_in_range<double>("layer_norm_eps", cfg.layer_norm_eps, 1e-12, 1.0);
+  if (model.has("sparse_attention")) {
+    cfg.sparse_attention = SparsityConfig::from_json(model.object("sparse_attention"));
+  }
   model.finish();
   cfg.validate("[config] " + model.path() + ".");
   return cfg;
 }
 
 nlohmann::json GptConfig::to_json() const {
-  return {{"type", "gpt2"},
-          {"vocab_size", vocab_size},
-          {"block_size", block_size},
-          {"n_layer", n_layer},
-          {"n_head", n_head},
-          {"n_embd", n_embd},
-          {"dropout", dropout},
-          {"bias", bias},
-          {"tie_word_embeddings", tie_word_embeddings},
-          {"layer_norm_eps", layer_norm_eps}};
+  nlohmann::json j = {{"type", "gpt2"},
+                      {"vocab_size", vocab_size},
+                      {"block_size", block_size},
+                      {"n_layer", n_layer},
+                      {"n_head", n_head},
+                      {"n_embd", n_embd},
+                      {"dropout", dropout},
+                      {"bias", bias},
+                      {"tie_word_embeddings", tie_word_embeddings},
+                      {"layer_norm_eps", layer_norm_eps}};
+  if (sparse_attention) j["sparse_attention"] = sparse_attention->to_json();
+  return j;
 }
 
 }  // namespace tessera

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/json.h"
+#include "models/sparse/sparsity_config.h"
 
 namespace tessera {
 
@@ -18,6 +20,10 @@ struct GptConfig {
   bool bias = true;                 // biases in Linear and LayerNorm
   bool tie_word_embeddings = true;  // the LM head reuses transformer.wte.weight
   double layer_norm_eps = 1e-5;
+  // Block-sparse attention (the run config's top-level "sparse_attention" section): every
+  // block attends through this layout instead of dense causal attention. GPT is causal,
+  // so the layout must be unidirectional (or dense).
+  std::optional<SparsityConfig> sparse_attention;
 
   // vocab_size rounded up to a multiple of 128 (GEMM-friendly; padding rows are never
   // predicted: the loss and sampling use the first vocab_size logits only).
@@ -33,8 +39,9 @@ struct GptConfig {
   // for any other name, listing the presets.
   static GptConfig preset(const std::string& name);
   // Reads the `model` section: {"type": "gpt2", "preset": name?, then any field above to
-  // override}, checking each value's type and range. Then it calls finish() on the section
-  // (read any extra keys first) and validate().
+  // override; "sparse_attention" as an object, as to_json writes it}, checking each value's
+  // type and range. Then it calls finish() on the section (read any extra keys first) and
+  // validate().
   static GptConfig from_json(JsonObjectReader model);
   // The same fields as JSON (for checkpoint manifests and safetensors metadata).
   nlohmann::json to_json() const;

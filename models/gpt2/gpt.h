@@ -19,6 +19,7 @@
 #include "models/gpt2/config.h"
 #include "models/gpt2/kv_cache.h"
 #include "models/gpt2/stage.h"
+#include "models/language_model.h"
 #include "models/layers/dropout.h"
 #include "models/layers/embedding.h"
 #include "models/layers/layer_norm.h"
@@ -27,7 +28,7 @@
 
 namespace tessera {
 
-class Gpt : public Module {
+class Gpt : public LanguageModel {
  public:
   // Builds the model and initializes it with init_weights(seed); dropout masks come from
   // a Philox stream keyed by `seed` as well. With `model_group` the weights are split over
@@ -46,20 +47,21 @@ class Gpt : public Module {
 
   // (B, T) i32|i64 -> logits (B, T, Vp / P): this rank's vocabulary slice (all of it when
   // P = 1). Needs the whole model.
-  Tensor forward(const Tensor& idx) const;
+  Tensor forward(const Tensor& idx) const override;
   // This stage's layers: token ids (B, T) when it holds the embedding, else the previous
   // stage's (B, T, C); returns the logits when it holds the head, else (B, T, C).
   Tensor forward_stage(const Tensor& input) const;
   // Mean cross-entropy over the first vocab_size logits (padding is never predicted), from
   // forward()'s logits. Collective over the model group. Needs the head.
-  Tensor loss(const Tensor& logits, const Tensor& targets) const;  // (B, T, Vp/P), (B, T) -> ()
+  Tensor loss(const Tensor& logits,
+              const Tensor& targets) const override;  // (B, T, Vp/P), (B, T) -> ()
   // Inference: logits of the new positions idx (B, T) placed after the cache's contents,
   // whose keys and values it appends. No graph is recorded. Needs P = 1.
   Tensor forward_cached(const Tensor& idx, KvCache& cache) const;  // -> (B, T, Vp)
 
   // Recompute blocks in backward instead of storing their activations: every `interval`
   // consecutive blocks form one checkpoint (0: none; 1, or true: each block).
-  void set_activation_checkpointing(int64_t interval) { checkpoint_interval_ = interval; }
+  void set_activation_checkpointing(int64_t interval) override { checkpoint_interval_ = interval; }
 
   const GptConfig& config() const { return cfg_; }
   // The layers this model holds (all of them unless built as a pipeline stage).
@@ -67,7 +69,7 @@ class Gpt : public Module {
   // The tensor-parallel group (of one without one given).
   parallel::Communicator& model_group() const { return model_; }
   // The dropout stream (its offset is part of a checkpoint's exact-resume state).
-  Generator& dropout_generator() { return dropout_gen_; }
+  Generator& dropout_generator() override { return dropout_gen_; }
 
  private:
   // The "transformer" child: embeddings, blocks and the final LayerNorm.

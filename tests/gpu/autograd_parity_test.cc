@@ -307,6 +307,41 @@ std::vector<Case> all_cases() {
       },
       kTf32Tol);
 
+  // Block-sparse ops: 2 heads of 3 blocks of 16 (T = 48) with an empty block row.
+  const auto layout_on = [](Device device) {
+    return kernels::make_block_layout(
+        from_vector(std::vector<int64_t>{1, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 1},
+                    {2, 3, 3}),
+        16, device);
+  };
+  constexpr int64_t kNnz = 9;  // nonzero blocks of that layout
+  add_case(
+      "sdd_matmul", "B=2, H=2, T=48, D=64",
+      [layout_on](const TensorList& x) { return sdd_matmul(x[0], x[1], layout_on(x[0].device())); },
+      [](const Side& s) {
+        return TensorList{s.leaf({2, 2, 48, 64}, 64), s.nc_leaf({2, 2, 48, 64}, 65)};
+      },
+      kTf32Tol);
+  add_case(
+      "sparse_softmax", "scale 0.125, causal, additive key padding",
+      [layout_on](const TensorList& x) {
+        kernels::BlockSoftmaxOptions o;
+        o.scale = 0.125;
+        o.causal = true;
+        o.key_padding_mask = x[1];
+        return sparse_softmax(x[0], layout_on(x[0].device()), o);
+      },
+      [](const Side& s) {
+        return TensorList{s.leaf({2, kNnz, 16, 16}, 66), s.data({2, 48}, 67)};
+      });
+  add_case(
+      "dsd_matmul", "B=2, H=2, T=48, D=64",
+      [layout_on](const TensorList& x) { return dsd_matmul(x[0], x[1], layout_on(x[0].device())); },
+      [](const Side& s) {
+        return TensorList{s.leaf({2, kNnz, 16, 16}, 68), s.nc_leaf({2, 2, 48, 64}, 69)};
+      },
+      kTf32Tol);
+
   add_case(
       "reshape", "non-contiguous (copies)",
       [](const TensorList& x) {

@@ -65,6 +65,40 @@ TrainerConfig read_trainer(JsonObjectReader t, const std::string& run_dir) {
   return c;
 }
 
+// A BERT run: data parallel (and ZeRO), no weights to start from, no sampling.
+void check_bert_run(const RunConfig& c) {
+  const int64_t tp = c.engine.tensor_parallel.tp_size, stages = c.engine.pipeline.stages;
+  TS_CHECK(stages == 1 && tp == 1, "[config] $.model.type: the bert model trains data-parallel ",
+           "(with ZeRO); expected pipeline.stages 1 and tensor_parallel.tp_size 1, found ", stages,
+           " and ", tp);
+  TS_CHECK(c.init_from.empty(), "[config] $.model.init_from: the bert model starts from its ",
+           "own initialization; expected no init_from, found \"", c.init_from, "\"");
+  TS_CHECK(c.trainer.sample.tokens == 0, "[config] $.trainer.sample.tokens: a masked-LM model ",
+           "does not generate text; expected 0, found ", c.trainer.sample.tokens);
+  if (c.sparse_attention) {
+    TS_CHECK(c.sparse_attention->mode == SparsityMode::dense || !c.sparse_attention->unidirectional,
+             "[config] $.sparse_attention.attention: BERT is bidirectional; expected "
+             "\"bidirectional\", found \"unidirectional\"");
+  }
+}
+
+// Moves the top-level sparse_attention section into the GPT config; GPT is causal.
+void check_gpt_sparse_attention(RunConfig& c) {
+  if (!c.sparse_attention) return;
+  TS_CHECK(!c.model.sparse_attention, "[config] $.model.sparse_attention: the run has a ",
+           "top-level sparse_attention section; expected the layout once, found it twice");
+  const SparsityConfig& s = *c.sparse_attention;
+  TS_CHECK(s.mode == SparsityMode::dense || s.unidirectional,
+           "[config] $.sparse_attention.attention: GPT is causal; expected \"unidirectional\" "
+           "for mode \"",
+           sparsity_mode_name(s.mode), "\", found \"bidirectional\"");
+  TS_CHECK(!s.different_layout_per_head || c.engine.tensor_parallel.tp_size == 1,
+           "[config] $.sparse_attention.different_layout_per_head: per-head layouts under ",
+           "tensor slicing are not implemented; expected false with tensor_parallel.tp_size ",
+           c.engine.tensor_parallel.tp_size);
+  c.model.sparse_attention = s;
+}
+
 }  // namespace
 
 RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
@@ -79,8 +113,16 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   JsonObjectReader model = root.required_object("model");
   c.checkpoint_activations = model.get<bool>("checkpoint_activations", false);
   c.init_from = model.get<std::string>("init_from", "");
-  c.model = GptConfig::from_json(model);
-  c.data = read_data(root.required_object("data"), c.model.block_size);
+  if (model.required_one_of("type", {"gpt2", "bert"}) == "bert") {
+    c.bert = BertConfig::from_json(model);
+  } else {
+    c.model = GptConfig::from_json(model);
+  }
+  if (root.has("sparse_attention")) {
+    c.sparse_attention = SparsityConfig::from_json(root.object("sparse_attention"));
+  }
+  c.data =
+      read_data(root.required_object("data"), c.bert ? c.bert->block_size : c.model.block_size);
   c.trainer = read_trainer(root.object("trainer"), default_run_dir);
   root.finish();
   // Cross-key checks come after finish(): a misspelt key is the error to report, not the
@@ -95,7 +137,12 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
              " training shards fp32 master weights at stages 0-2; expected at most 2, found ",
              c.engine.zero.stage);
   }
-  c.model.validate("[config] $.model.");
+  if (c.bert) {
+    check_bert_run(c);
+  } else {
+    check_gpt_sparse_attention(c);
+    c.model.validate("[config] $.model.");
+  }
   const int64_t tp = c.engine.tensor_parallel.tp_size, stages = c.engine.pipeline.stages;
   TS_CHECK(c.model.n_head % tp == 0, "[config] $.tensor_parallel.tp_size: ", tp,
            " does not divide model.n_head ", c.model.n_head, "; expected a divisor of it");

@@ -8,6 +8,7 @@
 //     "gradient_clipping": 1.0,
 //     "model": {"type": "gpt2", "n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64,
 //               "vocab_size": 65, "checkpoint_activations": false, "init_from": "x.safetensors"},
+//     "sparse_attention": {"mode": "fixed", "block": 16, "attention": "unidirectional"},
 //     "data": {"train": ".data/shakespeare_char/train_*.bin", "val": "...val_*.bin",
 //              "tokenizer": ".data/shakespeare_char/tokenizer.json", "sampling": "random"},
 //     "trainer": {"steps": 2000, "eval_interval": 250, "eval_batches": 20, "seed": 1337,
@@ -23,7 +24,9 @@
 #include <vector>
 
 #include "core/device.h"
+#include "models/bert/config.h"
 #include "models/gpt2/config.h"
+#include "models/sparse/sparsity_config.h"
 #include "parallel/engine_config.h"
 
 namespace tessera::train {
@@ -65,7 +68,11 @@ struct RunConfig {
   std::string source;   // the config file
   nlohmann::json json;  // the document as read (saved with checkpoints)
   parallel::EngineConfig engine;
-  GptConfig model;
+  GptConfig model;  // "type": "gpt2" (the top-level sparse_attention lands in it)
+  // "type": "bert": a masked-LM run of a BERT-style encoder (data-parallel and ZeRO only).
+  std::optional<BertConfig> bert;
+  // The top-level DeepSpeed section: the model attends through this block-sparse layout.
+  std::optional<SparsityConfig> sparse_attention;
   bool checkpoint_activations = false;
   std::string init_from;  // weights to start from (.safetensors Hugging Face, or llm.c .bin)
   DataConfig data;

@@ -15,6 +15,7 @@
 #include "core/grad_mode.h"
 #include "core/logging.h"
 #include "core/parallel.h"
+#include "models/bert/masking.h"
 #include "models/gpt2/hf_weights.h"
 #include "models/gpt2/llmc_weights.h"
 #include "models/gpt2/sampler.h"
@@ -33,10 +34,29 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Training FLOPs per token, PaLM appendix B: 6N + 12 L H Q T (N counts every parameter).
-double flops_per_token(const GptConfig& c, int64_t seq_len) {
-  return 6.0 * static_cast<double>(c.num_parameters()) +
-         12.0 * static_cast<double>(c.n_layer * c.n_head * c.head_dim() * seq_len);
+// The fraction of (query, key) blocks a sparse layout computes at `seq_len` positions.
+double layout_density(const SparsityConfig& s, int64_t heads, int64_t seq_len) {
+  const int64_t padded = (seq_len + s.block - 1) / s.block * s.block;
+  const Tensor layout = make_sparsity_layout(s, heads, padded, /*seed=*/0);
+  const std::vector<int64_t> bits = layout.to_vector<int64_t>();
+  int64_t on = 0;
+  for (const int64_t b : bits) on += b != 0;
+  return static_cast<double>(on) / static_cast<double>(bits.size());
+}
+
+// Training FLOPs per token, PaLM appendix B: 6N + 12 L H Q T (N counts every parameter);
+// a sparse layout scales the attention term by its density.
+double flops_per_token(const RunConfig& c) {
+  const bool bert = c.bert.has_value();
+  const int64_t layers = bert ? c.bert->n_layer : c.model.n_layer;
+  const int64_t heads = bert ? c.bert->n_head : c.model.n_head;
+  const int64_t width = bert ? c.bert->n_embd : c.model.n_embd;
+  const double params =
+      static_cast<double>(bert ? c.bert->num_parameters() : c.model.num_parameters());
+  const std::optional<SparsityConfig>& sparse =
+      bert ? c.sparse_attention : c.model.sparse_attention;
+  const double density = sparse ? layout_density(*sparse, heads, c.data.seq_len) : 1.0;
+  return 6.0 * params + 12.0 * density * static_cast<double>(layers * width * c.data.seq_len);
 }
 
 std::string format_duration(double s) {
@@ -161,12 +181,19 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
                                              cfg_.engine.pipeline.partition_method);
     part = part_of_stage(cfg_.model, parts, groups_->coord.pipe);
   }
-  model_ = std::make_unique<Gpt>(
-      cfg_.model, t.seed,
-      groups_ && groups_->grid.model_size() > 1 ? groups_->model.get() : nullptr, part);
+  if (cfg_.bert) {
+    model_ = std::make_unique<Bert>(*cfg_.bert, t.seed,
+                                    cfg_.sparse_attention ? &*cfg_.sparse_attention : nullptr);
+  } else {
+    auto gpt = std::make_unique<Gpt>(
+        cfg_.model, t.seed,
+        groups_ && groups_->grid.model_size() > 1 ? groups_->model.get() : nullptr, part);
+    gpt_ = gpt.get();
+    model_ = std::move(gpt);
+  }
   model_->set_activation_checkpointing(
       cfg_.checkpoint_activations ? 1 : cfg_.engine.pipeline.activation_checkpoint_interval);
-  if (!cfg_.init_from.empty()) load_initial_weights(*model_, cfg_.init_from);
+  if (!cfg_.init_from.empty()) load_initial_weights(*gpt_, cfg_.init_from);
   // Initialized in f32 on the CPU (the same weights everywhere), then placed.
   model_->to(t.device, cfg_.engine.precision);
   const optim::OptimizerConfig& oc = cfg_.engine.optimizer;
@@ -177,11 +204,11 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
       oc, cfg_.engine.zero,
       parallel::MixedPrecision{cfg_.engine.precision, cfg_.engine.loss_scaler});
   if (groups_) {
-    optimizer_->set_model_parallel_norm(*groups_->pipe_model, norm_duplicates(*model_, *groups_));
+    optimizer_->set_model_parallel_norm(*groups_->pipe_model, norm_duplicates(*gpt_, *groups_));
     if (groups_->grid.pipe_size() > 1) {
       parallel::ZeroOptimizer& zero = *optimizer_;
       stage_ = std::make_unique<GptPipelineStage>(
-          *model_, [&zero](const Tensor& root, const Tensor& grad, bool) {
+          *gpt_, [&zero](const Tensor& root, const Tensor& grad, bool) {
             zero.backward_unreduced(root, grad);
           });
       executor_ = std::make_unique<parallel::pipeline::PipelineExecutor>(*groups_->pipe, *stage_);
@@ -196,7 +223,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
   lo.seq_len = cfg_.data.seq_len;
   lo.seed = t.seed;
   lo.mode = cfg_.data.random ? data::LoaderMode::kRandom : data::LoaderMode::kSequential;
-  lo.vocab_size = cfg_.model.vocab_size;
+  lo.vocab_size = cfg_.bert ? cfg_.bert->vocab_size : cfg_.model.vocab_size;
   lo.rank = dp_.rank();
   lo.world_size = dp_.size();
   train_loader_ = std::make_unique<data::DataLoader>(cfg_.data.train, lo);
@@ -207,9 +234,9 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
   }
   if (fs::exists(cfg_.data.tokenizer)) {
     tokenizer_ = data::load_tokenizer(cfg_.data.tokenizer);
-    TS_CHECK(tokenizer_->vocab_size() <= cfg_.model.vocab_size, "[train] ", cfg_.data.tokenizer,
-             " has ", tokenizer_->vocab_size(), " tokens; expected at most model.vocab_size (",
-             cfg_.model.vocab_size, ")");
+    TS_CHECK(tokenizer_->vocab_size() <= lo.vocab_size, "[train] ", cfg_.data.tokenizer, " has ",
+             tokenizer_->vocab_size(), " tokens; expected at most model.vocab_size (",
+             lo.vocab_size, ")");
   } else if (t.sample.tokens > 0) {
     TS_FAIL("[train] trainer.sample needs a tokenizer; expected ", cfg_.data.tokenizer,
             " (data.tokenizer), found no file");
@@ -247,6 +274,19 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
 
 Trainer::~Trainer() = default;
 
+nlohmann::json Trainer::model_json() const {
+  if (!cfg_.bert) return cfg_.model.to_json();
+  nlohmann::json j = cfg_.bert->to_json();
+  if (cfg_.sparse_attention) j["sparse_attention"] = cfg_.sparse_attention->to_json();
+  return j;
+}
+
+data::Batch Trainer::objective(const data::Batch& window, uint64_t counter) const {
+  if (!cfg_.bert) return window;
+  const MaskedBatch m = mask_tokens(window.inputs, *cfg_.bert, cfg_.trainer.seed, counter);
+  return {m.inputs, m.targets};
+}
+
 nlohmann::json Trainer::grid_json() const {
   return {cfg_.engine.pipeline.stages, dp_.size(), cfg_.engine.tensor_parallel.tp_size};
 }
@@ -258,7 +298,7 @@ nlohmann::json Trainer::state_json() const {
                           {"scheduler_last_batch_iteration", scheduler_->last_batch_iteration()},
                           {"loader", train_loader_->state().to_json()},
                           {"dropout_offset", model_->dropout_generator().offset()},
-                          {"model", cfg_.model.to_json()},
+                          {"model", model_json()},
                           {"world", world_.size()},
                           {"grid", grid_json()},
                           {"zero", zero},
@@ -272,11 +312,10 @@ nlohmann::json Trainer::state_json() const {
 void Trainer::restore(const CheckpointContents& c) {
   JsonObjectReader s(c.state, "checkpoint");
   const nlohmann::json* saved_model = s.raw("model");
-  TS_CHECK(saved_model != nullptr && *saved_model == cfg_.model.to_json(),
-           "[train] the checkpoint's "
-           "model ",
-           saved_model ? saved_model->dump() : "(none)", " differs from the config's ",
-           cfg_.model.to_json().dump(), "; expected the same model to resume");
+  TS_CHECK(saved_model != nullptr && *saved_model == model_json(),
+           "[train] the checkpoint's model ", saved_model ? saved_model->dump() : "(none)",
+           " differs from the config's ", model_json().dump(),
+           "; expected the same model to resume");
   s.raw("config");
   s.get_in_range<int64_t>("world", 1, 1, 1 << 20);
   // The layout that saved it: any other may resume (Note [3D checkpoints]).
@@ -358,7 +397,8 @@ double Trainer::train_step() {
   if (executor_) return finish_step(pipeline_step());
   Tensor loss_sum;  // f64, on the device
   for (int64_t micro = 0; micro < gas; ++micro) {
-    const data::Batch b = train_loader_->next();
+    const uint64_t counter = (step_ * gas + micro) * dp_.size() + dp_.rank();
+    const data::Batch b = objective(train_loader_->next(), counter);
     const Device device = cfg_.trainer.device;
     const Tensor loss =
         model_->loss(model_->forward(to_device(b.inputs, device)), to_device(b.targets, device));
@@ -378,7 +418,7 @@ double Trainer::pipeline_step() {
   }
   const double loss = executor_->train_batch(micro_batches);
   // DeepSpeed's ReduceTiedGrads, then ReduceGrads (Note [ZeRO under model parallelism]).
-  if (tied_) reduce_tied_gradients(*model_, *tied_);
+  if (tied_) reduce_tied_gradients(*gpt_, *tied_);
   optimizer_->reduce_gradients();
   return loss;
 }
@@ -423,7 +463,9 @@ double Trainer::evaluate() {
   }
   Tensor total;  // f64, on the device
   for (int64_t i = 0; i < cfg_.trainer.eval_batches; ++i) {
-    const data::Batch b = val_loader_->next();
+    // Counters of their own, the same at every evaluation (Note [Masked-LM runs]).
+    const uint64_t counter = (uint64_t{1} << 62) + i * dp_.size() + dp_.rank();
+    const data::Batch b = objective(val_loader_->next(), counter);
     const Device device = cfg_.trainer.device;
     accumulate(total, model_->loss(model_->forward(to_device(b.inputs, device)),
                                    to_device(b.targets, device)));
@@ -477,7 +519,7 @@ void Trainer::sample_text() {
   model_->eval();
   const std::vector<int32_t> prompt = tokenizer_->encode(s.prompt);
   SamplingOptions so{s.temperature, s.top_k, s.top_p, cfg_.trainer.seed};
-  const std::vector<int32_t> ids = sample(*model_, prompt, s.tokens, so);
+  const std::vector<int32_t> ids = sample(*gpt_, prompt, s.tokens, so);
   model_->train();
   if (!leader()) return;
   std::fprintf(stdout, "---- sample (%lld tokens) ----\n%s%s\n----\n",
@@ -493,13 +535,21 @@ TrainResult Trainer::run() {
   const bool on_cuda = t.device.is_cuda();
   const double peak =
       (on_cuda ? kCudaPeakFlops : bench::measure_fma_peak(num_threads())) * world_.size();
-  const double flops = flops_per_token(cfg_.model, cfg_.data.seq_len);
+  const double flops = flops_per_token(cfg_);
   if (leader()) {
+    const bool bert = cfg_.bert.has_value();
+    const std::optional<SparsityConfig>& sparse =
+        bert ? cfg_.sparse_attention : cfg_.model.sparse_attention;
     log_info(
-        "model: GPT-2 {} layers, {} heads, width {}, {} parameters; {} steps of {} tokens; "
-        "{} data-parallel rank(s) x {} pipeline stage(s) x {} tensor-parallel rank(s), ZeRO "
-        "stage {}, {} on {}; {}",
-        cfg_.model.n_layer, cfg_.model.n_head, cfg_.model.n_embd, cfg_.model.num_parameters(),
+        "model: {} {} layers, {} heads, width {}, {} parameters, {} attention; {} steps of {} "
+        "tokens; {} data-parallel rank(s) x {} pipeline stage(s) x {} tensor-parallel rank(s), "
+        "ZeRO stage {}, {} on {}; {}",
+        bert ? "BERT (masked LM)" : "GPT-2", bert ? cfg_.bert->n_layer : cfg_.model.n_layer,
+        bert ? cfg_.bert->n_head : cfg_.model.n_head, bert ? cfg_.bert->n_embd : cfg_.model.n_embd,
+        bert ? cfg_.bert->num_parameters() : cfg_.model.num_parameters(),
+        sparse ? fmt::format("block-sparse ({}, block {})", sparsity_mode_name(sparse->mode),
+                             sparse->block)
+               : std::string("dense"),
         total_steps_, tokens_per_step, dp_.size(), cfg_.engine.pipeline.stages,
         cfg_.engine.tensor_parallel.tp_size, optimizer_->stage(),
         dtype_name(optimizer_->precision()), t.device.str(),

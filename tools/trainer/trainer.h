@@ -7,8 +7,10 @@
 #include <optional>
 #include <string>
 
+#include "models/bert/bert.h"
 #include "models/gpt2/gpt.h"
 #include "models/gpt2/pipeline_stage.h"
+#include "models/language_model.h"
 #include "optim/lr_schedule.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/pipeline/executor.h"
@@ -68,6 +70,14 @@ struct TrainResult {
 // the parts into one whole checkpoint, which any run, of any (P, T, data) and ZeRO stage
 // 0-2, slices to what it holds (tools/trainer/model_parallel_state.h): resuming at the same
 // layout is exact, and tools/generate and zero_to_fp32 read the same files.
+// Note [Masked-LM runs]
+// With model.type "bert" the trainer trains a BERT-style encoder (models/bert/bert.h) on
+// the same token windows: each micro-batch is masked by BERT's 80/10/10 rule with a Philox
+// key of (seed, counter), counter = (step x GAS + micro) x dp + rank, so every rank masks
+// its own windows differently, and a resumed run masks exactly as an uninterrupted one.
+// Evaluation uses fixed counters, so every evaluation scores the same masked positions.
+// The loss is the mean cross-entropy over the masked positions. BERT runs are data
+// parallel with ZeRO 0-3; pipelines, tensor slicing, init_from and sampling are GPT's.
 class Trainer {
  public:
   // `config` must have been resolved for world.size() ranks (load_run_config). `world`
@@ -85,12 +95,17 @@ class Trainer {
   TrainResult run();
 
   // The parameters, optimizer state and data cursor (for tests and tools).
-  const Gpt& model() const { return *model_; }
+  const LanguageModel& model() const { return *model_; }
   const parallel::ZeroOptimizer& optimizer() const { return *optimizer_; }
 
  private:
   double train_step();  // one optimizer step; returns the mean micro-batch loss
-  double evaluate();    // mean validation loss over eval_batches batches (of every rank)
+  // The model's inputs and targets from a window of the data (Note [Masked-LM runs]):
+  // the window and its next tokens for GPT, its masking number `counter` for BERT.
+  data::Batch objective(const data::Batch& window, uint64_t counter) const;
+  // The model section as checkpoints record it (with the sparse layout of a BERT run).
+  nlohmann::json model_json() const;
+  double evaluate();  // mean validation loss over eval_batches batches (of every rank)
   // The mean of `value` over the data-parallel ranks.
   double global_mean(double value) const;
   bool leader() const { return world_.rank() == 0; }
@@ -116,7 +131,8 @@ class Trainer {
   std::unique_ptr<parallel::ParallelGroups> groups_;  // pipeline or tensor-parallel runs
   parallel::Communicator& dp_;     // the data-parallel group (the world without 3D)
   parallel::Communicator& grads_;  // ZeroOptimizer's group: dp_ or the device group
-  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<LanguageModel> model_;
+  Gpt* gpt_ = nullptr;                       // model_ of a GPT run
   std::unique_ptr<GptPipelineStage> stage_;  // pipelines only
   std::unique_ptr<parallel::pipeline::PipelineExecutor> executor_;
   std::unique_ptr<parallel::Communicator> tied_;  // first and last stage, tied head

@@ -48,7 +48,9 @@ Json base_config() {
                     "base_config");
 }
 
-RunConfig parse(const Json& doc) { return parse_run_config(doc, "run.json", ".runs/run"); }
+RunConfig parse(const Json& doc, int64_t world = 1) {
+  return parse_run_config(doc, "run.json", ".runs/run", world);
+}
 
 // The config after `edit`, parsed.
 RunConfig parse_edited(const std::function<void(Json&)>& edit) {
@@ -57,11 +59,11 @@ RunConfig parse_edited(const std::function<void(Json&)>& edit) {
   return parse(doc);
 }
 
-// The error message of parsing the config after `edit`.
-std::string error_after(const std::function<void(Json&)>& edit) {
+// The error message of parsing the config after `edit` for `world` ranks.
+std::string error_after(const std::function<void(Json&)>& edit, int64_t world = 1) {
   Json doc = base_config();
   edit(doc);
-  return error_of([&] { parse(doc); });
+  return error_of([&] { parse(doc, world); });
 }
 
 TEST_CASE("a valid config parses into every section", "[run_config]") {
@@ -229,7 +231,7 @@ TEST_CASE("out-of-range values and enumerations name the allowed values", "[run_
         "[config] $.data.sampling: expected one of \"random\", \"sequential\"; found "
         "\"shuffled\"");
   CHECK(error_after([](Json& d) { d["model"]["type"] = "llama"; }) ==
-        "[config] $.model.type: expected one of \"gpt2\"; found \"llama\"");
+        "[config] $.model.type: expected one of \"gpt2\", \"bert\"; found \"llama\"");
   CHECK_THAT(error_after([](Json& d) { d["scheduler"]["type"] = "CosineLR"; }),
              Contains("[config] $.scheduler.type: expected one of \"WarmupLR\", "
                       "\"WarmupDecayLR\", \"WarmupCosineLR\", \"OneCycle\", \"LRRangeTest\"; "
@@ -431,9 +433,9 @@ TEST_CASE("missing and inconsistent sections", "[run_config]") {
         }) == "[config] unknown key $.train_batch_sise; did you mean \"train_batch_size\"?");
   // DeepSpeed features that have not landed are refused by name.
   CHECK_THAT(error_after([](Json& d) {
-               d["sparse_attention"] = {{"mode", "fixed"}};
+               d["elasticity"] = {{"enabled", true}};
              }),
-             Catch::Contains("$.sparse_attention is not supported"));
+             Catch::Contains("$.elasticity is not supported"));
   CHECK(error_after([](Json& d) { d.erase("model"); }) == "[config] $.model: required key missing");
   CHECK(error_after([](Json& d) { d["model"].erase("type"); }) ==
         "[config] $.model.type: required key missing");
@@ -494,88 +496,86 @@ TEST_CASE("load_run_config reads a file and defaults the run directory to its st
              Contains("[json] " + bad + ": parse error at byte 25 (line 2, column 1)"));
 }
 
-}  // namespace
-TEST_CASE("pipeline and tensor_parallel sections lay out the world", "[run_config]") {
-  auto parse_at = [](const std::function<void(Json&)>& edit, int64_t world) {
-    Json doc = base_config();
-    doc.erase("train_micro_batch_size_per_gpu");
-    edit(doc);
-    return parse_run_config(doc, "run.json", ".runs/run", world);
-  };
-  const RunConfig c = parse_at(
-      [](Json& d) {
-        d["pipeline"] = {{"stages", 2},
-                         {"partition_method", "type:block"},
-                         {"activation_checkpoint_interval", 2}};
-        d["tensor_parallel"] = {{"tp_size", 2}};
-        d["zero_optimization"] = {{"stage", 1}};
-      },
-      8);
-  CHECK(c.engine.pipeline.stages == 2);
-  CHECK(c.engine.pipeline.partition_method == "type:block");
-  CHECK(c.engine.pipeline.activation_checkpoint_interval == 2);
-  CHECK(c.engine.tensor_parallel.tp_size == 2);
-  CHECK(c.engine.data_parallel_size == 2);
-  CHECK(c.engine.batch.train_micro_batch_size_per_gpu == 6);  // 12 / (1 x 2 data ranks)
-  // Defaults: one stage, no slicing, the whole world data-parallel.
-  const RunConfig d = parse_at([](Json&) {}, 4);
-  CHECK(d.engine.pipeline.stages == 1);
-  CHECK(d.engine.pipeline.partition_method == "parameters");
-  CHECK(d.engine.tensor_parallel.tp_size == 1);
-  CHECK(d.engine.data_parallel_size == 4);
-
-  auto error_at = [&](const std::function<void(Json&)>& edit, int64_t world) {
-    return error_of([&] { parse_at(edit, world); });
-  };
-  CHECK_THAT(error_at(
+TEST_CASE("sparse_attention and the bert model", "[run_config]") {
+  // GPT takes the top-level section into its model config; it must be causal.
+  const RunConfig gpt = parse_edited([](Json& d) {
+    d["sparse_attention"] = {{"mode", "fixed"}, {"block", 16}, {"attention", "unidirectional"}};
+  });
+  REQUIRE(gpt.model.sparse_attention.has_value());
+  CHECK(gpt.model.sparse_attention->mode == SparsityMode::fixed);
+  CHECK(gpt.model.to_json()["sparse_attention"]["mode"] == "fixed");
+  CHECK(error_after([](Json& d) {
+          d["sparse_attention"] = {{"mode", "bigbird"}};
+        }) ==
+        "[config] $.sparse_attention.attention: GPT is causal; expected \"unidirectional\" for "
+        "mode \"bigbird\", found \"bidirectional\"");
+  CHECK_THAT(error_after([](Json& d) {
+               d["sparse_attention"] = {{"mode", "sparse"}};
+             }),
+             Catch::Contains("$.sparse_attention.mode"));
+  CHECK_THAT(error_after([](Json& d) {
+               d["sparse_attention"] = {{"mode", "fixed"},
+                                        {"num_local_blocks", 4},
+                                        {"num_global_blocks", 3},
+                                        {"attention", "unidirectional"}};
+             }),
+             Catch::Contains("must be dividable by number of global blocks"));
+  CHECK_THAT(
+      error_after([](Json& d) {
+        d["sparse_attention"] = {{"mode", "bigbird"}, {"num_local_blocks", 4}};
+      }),
+      Catch::Contains("$.sparse_attention.num_local_blocks is not used by mode \"bigbird\""));
+  CHECK(error_after([](Json& d) {
+          d["sparse_attention"] = {{"mode", "dense"}};
+          d["model"]["sparse_attention"] = {{"mode", "dense"}};
+        }) ==
+        "[config] $.model.sparse_attention: the run has a top-level sparse_attention "
+        "section; expected the layout once, found it twice");
+  CHECK_THAT(error_after(
                  [](Json& d) {
-                   d["pipeline"] = {{"stages", 4}};
-                 },
-                 6),
-             Catch::Contains("[topology] a world of 6 ranks does not factor into pipeline "
-                             "stages x tensor-parallel size x data-parallel size: expected a "
-                             "multiple of 4"));
-  CHECK_THAT(error_at(
-                 [](Json& d) {
-                   d["pipeline"] = {{"stages", 2}};
-                   d["zero_optimization"] = {{"stage", 2}};
-                 },
-                 2),
-             Catch::Contains("$.zero_optimization.stage: stage 2 reduces gradients during "
-                             "backward, before a pipeline sums its tied embedding's gradients; "
-                             "expected stage 0 or 1 with pipeline.stages 2"));
-  CHECK_THAT(error_at(
-                 [](Json& d) {
-                   d["tensor_parallel"] = {{"tp_size", 3}};
-                 },
-                 3),
-             Catch::Contains("$.tensor_parallel.tp_size: 3 does not divide model.n_head 4"));
-  CHECK_THAT(error_at(
-                 [](Json& d) {
-                   d["pipeline"] = {{"partition_method", "best"}};
-                 },
-                 1),
-             Catch::Contains("$.pipeline.partition_method: expected \"parameters\", "
-                             "\"uniform\" or \"type:<regex>\", found \"best\""));
-  CHECK_THAT(error_at(
-                 [](Json& d) {
-                   d["pipeline"] = {{"stages", 8}};
-                 },
-                 8),
-             Catch::Contains("$.pipeline.stages: 8 stages for the model's 7 layers"));
-  CHECK_THAT(error_at(
-                 [](Json& d) {
-                   d["pipeline"] = {{"stage", 2}};
-                 },
-                 2),
-             Catch::Contains("unknown key $.pipeline.stage; did you mean \"stages\"?"));
-  CHECK_THAT(error_at(
-                 [](Json& d) {
+                   d["sparse_attention"] = {{"mode", "fixed"},
+                                            {"attention", "unidirectional"},
+                                            {"different_layout_per_head", true}};
                    d["tensor_parallel"] = {{"tp_size", 2}};
-                   d["trainer"]["device"] = "cuda";
                  },
                  2),
-             Catch::Contains("pipeline and tensor parallelism run on CPU ranks"));
+             Catch::Contains("per-head layouts under tensor slicing are not implemented"));
+
+  // BERT: bidirectional, data parallel only, no init_from, no sampling.
+  auto bert = [](Json& d) {
+    d["model"] = {{"type", "bert"}, {"vocab_size", 65}, {"block_size", 64},
+                  {"n_layer", 2},   {"n_head", 4},      {"n_embd", 64}};
+    d["trainer"].erase("sample");
+  };
+  const RunConfig b = parse_edited([&](Json& d) {
+    bert(d);
+    d["sparse_attention"] = {{"mode", "bigbird"}, {"block", 16}};
+  });
+  REQUIRE(b.bert.has_value());
+  CHECK(b.bert->n_layer == 2);
+  CHECK(b.data.seq_len == 64);
+  CHECK(b.sparse_attention->mode == SparsityMode::bigbird);
+  CHECK(error_after([&](Json& d) {
+          bert(d);
+          d["sparse_attention"] = {{"mode", "fixed"}, {"attention", "unidirectional"}};
+        }) ==
+        "[config] $.sparse_attention.attention: BERT is bidirectional; expected "
+        "\"bidirectional\", found \"unidirectional\"");
+  CHECK_THAT(error_after(
+                 [&](Json& d) {
+                   bert(d);
+                   d["pipeline"] = {{"stages", 2}};
+                 },
+                 2),
+             Catch::Contains("the bert model trains data-parallel (with ZeRO)"));
+  CHECK_THAT(error_after([&](Json& d) {
+               bert(d);
+               d["trainer"]["sample"] = {{"tokens", 10}};
+             }),
+             Catch::Contains("a masked-LM model does not generate text"));
+  CHECK(error_after([](Json& d) { d["model"]["type"] = "bret"; }) ==
+        "[config] $.model.type: expected one of \"gpt2\", \"bert\"; found \"bret\"");
 }
 
+}  // namespace
 }  // namespace tessera::train

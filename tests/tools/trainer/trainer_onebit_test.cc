@@ -15,6 +15,7 @@
 #include "tests/testing.h"
 #include "tests/tools/trainer/random_shard.h"
 #include "tests/tools/trainer/run_metrics.h"
+#include "tests/tools/trainer/shakespeare_data.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/trainer.h"
 
@@ -39,18 +40,6 @@ Json optimizer_section(const std::string& type, double lr, int64_t freeze) {
   return {{"type", type}, {"params", params}};
 }
 
-// The Tiny Shakespeare shards tools/setup.sh prepared (//:shakespeare_char).
-fs::path shakespeare_dir() {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  REQUIRE(srcdir != nullptr);
-  const fs::path dir =
-      fs::path(srcdir) / (workspace ? workspace : "tessera") / ".data" / "shakespeare_char";
-  INFO("run tools/setup.sh first: it prepares .data/shakespeare_char");
-  REQUIRE(fs::exists(dir / "train_000000.bin"));
-  return dir;
-}
-
 // Per training step: the comm path the trainer logged ("" without a 1-bit optimizer) and
 // the bytes rank 0 sent.
 std::map<int64_t, std::pair<std::string, int64_t>> comm_log(const fs::path& dir) {
@@ -73,7 +62,7 @@ void train(const Json& doc, const fs::path& dir, int world, ResumeMode mode) {
 
 TEST_CASE("at 4 ranks on Tiny Shakespeare the 1-bit optimizers reach Adam's and LAMB's loss",
           "[trainer][onebit]") {
-  const fs::path data = shakespeare_dir();
+  const fs::path data = testing::shakespeare_dir();
   const fs::path root = testing::fresh_dir("trainer_onebit_convergence");
   constexpr int64_t kSteps = 300;
   auto config = [&](const Json& optimizer, const fs::path& dir) {

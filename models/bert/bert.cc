@@ -1,0 +1,144 @@
+#include "models/bert/bert.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "autograd/checkpoint.h"
+#include "autograd/ops.h"
+#include "core/factories.h"
+#include "core/grad_mode.h"
+
+namespace tessera {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// `cfg`, after checking it (before any member is built from it).
+const BertConfig& validated(const BertConfig& cfg) {
+  cfg.validate("[bert] ");
+  return cfg;
+}
+
+}  // namespace
+
+Bert::Embeddings::Embeddings(const BertConfig& cfg, Generator& gen)
+    : word_embeddings(cfg.padded_vocab_size(), cfg.n_embd),
+      position_embeddings(cfg.block_size, cfg.n_embd),
+      layer_norm(cfg.n_embd, cfg.layer_norm_eps),
+      dropout(cfg.dropout, gen) {
+  register_module("word_embeddings", word_embeddings);
+  register_module("position_embeddings", position_embeddings);
+  register_module("LayerNorm", layer_norm);
+  register_module("dropout", dropout);
+}
+
+Bert::Encoder::Encoder(const BertConfig& cfg, Generator& gen, const SparsityConfig* sparse,
+                       uint64_t seed) {
+  // Every layer shares one layout (Note [Sparse GPT attention] in models/gpt2/attention.h).
+  const uint64_t layout_seed = hash_name(seed, "sparse_attention");
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    layer.push_back(std::make_unique<BertLayer>(cfg, gen, sparse, layout_seed));
+  }
+  register_module("layer", layer);
+}
+
+Bert::Body::Body(const BertConfig& cfg, Generator& gen, const SparsityConfig* sparse, uint64_t seed)
+    : embeddings(cfg, gen), encoder(cfg, gen, sparse, seed) {
+  register_module("embeddings", embeddings);
+  register_module("encoder", encoder);
+}
+
+Bert::Cls::Cls(const BertConfig& cfg) : predictions(cfg) {
+  register_module("predictions", predictions);
+}
+
+Bert::Bert(const BertConfig& cfg, uint64_t seed, const SparsityConfig* sparse)
+    : cfg_(validated(cfg)),
+      dropout_gen_(Generator::for_name(seed, "dropout")),
+      body_(cfg_, dropout_gen_, sparse, seed),
+      cls_(cfg_) {
+  register_module("bert", body_);
+  register_module("cls", cls_);
+  init_weights(seed);
+}
+
+void Bert::init_weights(uint64_t seed) {
+  NoGradGuard no_grad;
+  const double std = 0.02;  // BERT's initializer_range
+  // Rows past [MASK] are padding: zero, and never predicted.
+  const int64_t real_rows = cfg_.vocab_size + 1;
+  const int64_t pad = cfg_.padded_vocab_size() - real_rows;
+  for (const NamedParameter& p : named_parameters()) {
+    const Tensor& t = p.tensor;
+    const std::string& name = p.name;
+    if (ends_with(name, ".bias")) {  // Linear and LayerNorm biases, cls.predictions.bias
+      t.fill_(0.0);
+    } else if (ends_with(name, "LayerNorm.weight")) {
+      t.fill_(1.0);
+    } else {
+      Generator gen = Generator::for_name(seed, name);
+      const Tensor full = randn(t.shape(), gen, {t.dtype()}, 0.0, std);
+      if (name == "bert.embeddings.word_embeddings.weight" && pad > 0) {
+        full.narrow(0, real_rows, pad).fill_(0.0);
+      }
+      t.copy_(full);
+    }
+  }
+}
+
+Tensor Bert::embed(const Tensor& ids) const {
+  TS_CHECK(ids.dim() == 2, "[bert] expected token ids of shape (B, T), found ",
+           shape_str(ids.shape()));
+  const int64_t t = ids.size(1);
+  TS_CHECK(t <= cfg_.block_size, "[bert] expected at most block_size ", cfg_.block_size,
+           " positions, found a sequence of ", t);
+  const Embeddings& e = body_.embeddings;
+  const Tensor pos = arange(t, {DType::i64, ids.device()});
+  const Tensor x =
+      e.word_embeddings.forward(ids) + e.position_embeddings.forward(pos);  // (B, T, C)
+  return e.dropout.forward(e.layer_norm.forward(x));
+}
+
+Tensor Bert::layers(Tensor x) const {
+  const size_t n = body_.encoder.layer.size();
+  if (checkpoint_interval_ <= 0 || !GradMode::is_enabled()) {
+    for (size_t i = 0; i < n; ++i) x = layer(i).forward(x);
+    return x;
+  }
+  const size_t k = static_cast<size_t>(checkpoint_interval_);
+  for (size_t first = 0; first < n; first += k) {
+    const size_t end = std::min(n, first + k);
+    // The dropout stream is rewound for the recomputation: the same masks in backward.
+    x = checkpoint(
+        [this, first, end](const TensorList& in) {
+          Tensor y = in[0];
+          for (size_t i = first; i < end; ++i) y = layer(i).forward(y);
+          return TensorList{y};
+        },
+        {x}, {&dropout_gen_})[0];
+  }
+  return x;
+}
+
+Tensor Bert::forward(const Tensor& ids) const {
+  const Tensor x = layers(embed(ids));                                   // (B, T, C)
+  return cls_.predictions.forward(x, body_.embeddings.word_embeddings);  // (B, T, Vp)
+}
+
+Tensor Bert::loss(const Tensor& logits, const Tensor& targets) const {
+  TS_CHECK(logits.dim() == 3 && targets.dim() == 2 && logits.size(0) == targets.size(0) &&
+               logits.size(1) == targets.size(1) && logits.size(2) > cfg_.vocab_size,
+           "[bert] loss expects logits (B, T, Vp > ", cfg_.vocab_size,
+           ") and targets (B, T), found ", shape_str(logits.shape()), " and ",
+           shape_str(targets.shape()));
+  const int64_t rows = logits.size(0) * logits.size(1);
+  const Tensor real = narrow(logits, 2, 0, cfg_.vocab_size);  // (B, T, V)
+  // cross_entropy returns 0 (and zero gradients) when every target is -100.
+  return cross_entropy(reshape(real, {rows, cfg_.vocab_size}), reshape(targets, {rows}));
+}
+
+}  // namespace tessera
