@@ -1,5 +1,7 @@
 #include "autograd/checkpoint.h"
 
+#include <algorithm>
+
 #include "autograd/engine.h"
 #include "autograd/record.h"
 #include "core/grad_mode.h"
@@ -59,6 +61,28 @@ TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs,
   // Record even when no input requires grad: parameters inside fn still need theirs.
   record(node, inputs, outputs);
   return outputs;
+}
+
+Tensor checkpoint_sequential(Tensor x, size_t n, int64_t interval,
+                             const std::function<Tensor(size_t, const Tensor&)>& layer,
+                             const std::vector<Generator*>& rngs) {
+  if (interval <= 0 || !GradMode::is_enabled()) {
+    for (size_t i = 0; i < n; ++i) x = layer(i, x);
+    return x;
+  }
+  const size_t k = static_cast<size_t>(interval);
+  for (size_t first = 0; first < n; first += k) {
+    const size_t end = std::min(n, first + k);
+    x = checkpoint(
+        // By value: backward recomputes the segment after this function has returned.
+        [layer, first, end](const TensorList& in) {
+          Tensor y = in[0];
+          for (size_t i = first; i < end; ++i) y = layer(i, y);
+          return TensorList{y};
+        },
+        {x}, rngs)[0];
+  }
+  return x;
 }
 
 }  // namespace tessera

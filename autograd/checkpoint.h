@@ -19,4 +19,11 @@ using SegmentFn = std::function<TensorList(const TensorList& inputs)>;
 TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs,
                       const std::vector<Generator*>& rngs = {});
 
+// Runs layers 0 .. n-1 in order (x = layer(i, x)). With interval > 0 and grad mode on,
+// every `interval` consecutive layers form one checkpoint (PyTorch's checkpoint_sequential),
+// rewinding `rngs` for the recomputation as checkpoint() does.
+Tensor checkpoint_sequential(Tensor x, size_t n, int64_t interval,
+                             const std::function<Tensor(size_t, const Tensor&)>& layer,
+                             const std::vector<Generator*>& rngs = {});
+
 }  // namespace tessera

@@ -18,12 +18,6 @@ namespace {
 // accumulates dk and dv of the head in place, which no other thread touches.
 
 template <class T>
-using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using MatrixMap = Eigen::Map<Matrix<T>>;
-template <class T>
-using ConstMatrixMap = Eigen::Map<const Matrix<T>>;
-template <class T>
 using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
 
 }  // namespace

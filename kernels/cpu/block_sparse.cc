@@ -18,13 +18,6 @@ namespace {
 // every run. The block products are small Eigen products of (block, D) panels, which stay
 // in cache; nothing of size (T, T) exists.
 
-template <class T>
-using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using MatrixMap = Eigen::Map<Matrix<T>>;
-template <class T>
-using ConstMatrixMap = Eigen::Map<const Matrix<T>>;
-
 // The layout's tables, read on the host.
 struct Tables {
   explicit Tables(const BlockLayout& l)

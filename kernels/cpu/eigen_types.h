@@ -14,4 +14,12 @@ using ArrayMap = Eigen::Map<ArrayX<T>>;
 template <class T>
 using ConstArrayMap = Eigen::Map<const ArrayX<T>>;
 
+// A contiguous row-major (rows, cols) block of memory seen as an Eigen matrix.
+template <class T>
+using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using MatrixMap = Eigen::Map<Matrix<T>>;
+template <class T>
+using ConstMatrixMap = Eigen::Map<const Matrix<T>>;
+
 }  // namespace tessera::kernels::cpu

@@ -1,6 +1,5 @@
 #include "models/bert/bert.h"
 
-#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -104,24 +103,10 @@ Tensor Bert::embed(const Tensor& ids) const {
 }
 
 Tensor Bert::layers(Tensor x) const {
-  const size_t n = body_.encoder.layer.size();
-  if (checkpoint_interval_ <= 0 || !GradMode::is_enabled()) {
-    for (size_t i = 0; i < n; ++i) x = layer(i).forward(x);
-    return x;
-  }
-  const size_t k = static_cast<size_t>(checkpoint_interval_);
-  for (size_t first = 0; first < n; first += k) {
-    const size_t end = std::min(n, first + k);
-    // The dropout stream is rewound for the recomputation: the same masks in backward.
-    x = checkpoint(
-        [this, first, end](const TensorList& in) {
-          Tensor y = in[0];
-          for (size_t i = first; i < end; ++i) y = layer(i).forward(y);
-          return TensorList{y};
-        },
-        {x}, {&dropout_gen_})[0];
-  }
-  return x;
+  // The dropout stream is rewound for the recomputation: the same masks in backward.
+  return checkpoint_sequential(std::move(x), body_.encoder.layer.size(), checkpoint_interval_,
+                               [this](size_t i, const Tensor& y) { return layer(i).forward(y); },
+                               {&dropout_gen_});
 }
 
 Tensor Bert::forward(const Tensor& ids) const {

@@ -1,6 +1,5 @@
 #include "models/gpt2/gpt.h"
 
-#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -144,23 +143,9 @@ Tensor Gpt::head(const Tensor& x) const {
 }
 
 Tensor Gpt::blocks(Tensor x) const {
-  const size_t n = transformer_.h.size();
-  if (checkpoint_interval_ <= 0 || !GradMode::is_enabled()) {
-    for (size_t i = 0; i < n; ++i) x = block(i).forward(x);
-    return x;
-  }
-  const size_t k = static_cast<size_t>(checkpoint_interval_);
-  for (size_t first = 0; first < n; first += k) {
-    const size_t end = std::min(n, first + k);
-    x = checkpoint(
-        [this, first, end](const TensorList& in) {
-          Tensor y = in[0];
-          for (size_t i = first; i < end; ++i) y = block(i).forward(y);
-          return TensorList{y};
-        },
-        {x}, {&dropout_gen_})[0];
-  }
-  return x;
+  return checkpoint_sequential(std::move(x), transformer_.h.size(), checkpoint_interval_,
+                               [this](size_t i, const Tensor& y) { return block(i).forward(y); },
+                               {&dropout_gen_});
 }
 
 Tensor Gpt::forward(const Tensor& idx) const {

@@ -81,8 +81,9 @@ TEST_CASE("GPT-2 init statistics: std 0.02, residual projections 0.02/sqrt(2L), 
   }
 }
 
-TEST_CASE("forward_cached with a KV cache gives the full forward's logits") {
-  const GptConfig cfg = tiny();
+// Prefills 4 positions, then 3, then one at a time, and compares each chunk's logits with
+// the full forward's.
+void check_cached_equals_full(const GptConfig& cfg) {
   Gpt model(cfg, 11);
   model.eval();
   NoGradGuard no_grad;
@@ -110,6 +111,34 @@ TEST_CASE("forward_cached with a KV cache gives the full forward's logits") {
                model.forward_cached(from_vector(ids, {1, t}), cache);
              }),
              Catch::Contains("exceeds block_size 12"));
+}
+
+TEST_CASE("forward_cached with a KV cache gives the full forward's logits") {
+  check_cached_equals_full(tiny());
+}
+
+TEST_CASE("a block-sparse GPT generates with the layout it was trained with") {
+  GptConfig cfg = tiny();
+  SparsityConfig s;
+  s.mode = SparsityMode::bigbird;
+  s.block = 2;
+  s.num_random_blocks = 1;
+  s.num_sliding_window_blocks = 1;
+  s.unidirectional = true;
+  s.different_layout_per_head = true;
+  cfg.sparse_attention = s;
+  check_cached_equals_full(cfg);
+  // The layout matters: the sparse model's logits are not the dense one's.
+  NoGradGuard no_grad;
+  const Tensor ids = from_vector(std::vector<int32_t>{3, 1, 4, 1, 5, 9, 2, 6, 5, 3}, {1, 10});
+  const std::vector<double> sparse = Gpt(cfg, 11).forward(ids).to_vector<double>();
+  const std::vector<double> dense = Gpt(tiny(), 11).forward(ids).to_vector<double>();
+  CHECK(testing::max_abs_diff(sparse, dense) > 1e-3);
+  // GPT refuses a bidirectional layout.
+  s.unidirectional = false;
+  cfg.sparse_attention = s;
+  CHECK_THAT(error_of([&] { cfg.validate(); }),
+             Catch::Contains("sparse_attention.attention: GPT is causal"));
 }
 
 TEST_CASE("the loss ignores the vocabulary padding") {
