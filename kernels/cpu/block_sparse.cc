@@ -131,49 +131,51 @@ Tensor block_sparse_softmax(const Tensor& x_in, const BlockLayout& layout,
     const bool kp_mul = options.key_padding_mode == MaskMode::mul;
     const bool am_mul = options.attn_mask_mode == MaskMode::mul;
     T* po = out.data_ptr<T>();
-    // One masked, scaled score: query position q against key position k.
-    const auto masked = [&](T v, int64_t n, int64_t q, int64_t k) -> T {
-      if (options.causal && k > q) return kNegInf;
-      v *= scale;
-      if (pkp != nullptr) {
-        const T m = pkp[n * len + k];
-        v = kp_mul ? (m == T(0) ? kNegInf : v) : v + m;
+    // Adds a mask's `blk` values for keys [k0, k0 + blk) to the row segment `v`.
+    const auto apply = [blk, kNegInf](ArrayMap<T> v, const T* mask, bool mul) {
+      if (mul) {
+        for (int64_t c = 0; c < blk; ++c) v[c] = mask[c] == T(0) ? kNegInf : v[c];
+      } else {
+        v += ConstArrayMap<T>(mask, blk);
       }
-      if (pam != nullptr) {
-        const T m = pam[q * len + k];
-        v = am_mul ? (m == T(0) ? kNegInf : v) : v + m;
-      }
-      return v;
     };
     const int64_t per_line = std::max<int64_t>(1, nnz / std::max<int64_t>(1, lines));
     parallel_for(batch * lines, grain_for(per_line * blk * blk * 4), [&](int64_t w0, int64_t w1) {
+      // One query row over all its blocks, gathered contiguously so that the max, exp and
+      // sum run vectorized.
+      ArrayX<T> row(nb * blk);
       for (int64_t w = w0; w < w1; ++w) {
         const int64_t n = w / lines, line = w % lines, i = line % nb;
         const int32_t z0 = t.row_start[line], z1 = t.row_start[line + 1];
+        const int64_t width = (z1 - z0) * blk;
+        if (width == 0) continue;
         for (int64_t r = 0; r < blk; ++r) {
           const int64_t q = i * blk + r;
-          T max = kNegInf;
           for (int32_t z = z0; z < z1; ++z) {
             const int64_t k0 = int64_t{t.nz_col[z]} * blk;
-            const T* in = px + ((n * nnz + z) * blk + r) * blk;
-            T* o = po + ((n * nnz + z) * blk + r) * blk;
-            for (int64_t c = 0; c < blk; ++c) {
-              o[c] = masked(in[c], n, q, k0 + c);
-              max = std::max(max, o[c]);
+            ArrayMap<T> v(row.data() + (z - z0) * blk, blk);
+            if (options.causal && k0 > q) {
+              v.setConstant(kNegInf);
+              continue;
             }
-          }
-          T sum = 0;
-          for (int32_t z = z0; z < z1; ++z) {
-            T* o = po + ((n * nnz + z) * blk + r) * blk;
-            for (int64_t c = 0; c < blk; ++c) {
-              o[c] = max == kNegInf ? T(0) : std::exp(o[c] - max);
-              sum += o[c];
+            v = scale * ConstArrayMap<T>(px + ((n * nnz + z) * blk + r) * blk, blk);
+            if (options.causal) {
+              for (int64_t c = std::max<int64_t>(0, q - k0 + 1); c < blk; ++c) v[c] = kNegInf;
             }
+            if (pkp != nullptr) apply(v, pkp + n * len + k0, kp_mul);
+            if (pam != nullptr) apply(v, pam + q * len + k0, am_mul);
           }
-          const T inv = sum > T(0) ? T(1) / sum : T(0);
+          auto seg = row.head(width);
+          const T max = seg.maxCoeff();
+          if (max == kNegInf) {
+            seg.setZero();  // every key hidden: probabilities 0, not NaN
+          } else {
+            seg = (seg - max).exp();
+            seg *= T(1) / seg.sum();
+          }
           for (int32_t z = z0; z < z1; ++z) {
-            T* o = po + ((n * nnz + z) * blk + r) * blk;
-            for (int64_t c = 0; c < blk; ++c) o[c] *= inv;
+            ArrayMap<T>(po + ((n * nnz + z) * blk + r) * blk, blk) =
+                seg.segment((z - z0) * blk, blk);
           }
         }
       }
@@ -206,11 +208,12 @@ Tensor block_sparse_softmax_backward(const Tensor& y_in, const Tensor& dy_in,
           T dot = 0;
           for (int32_t z = z0; z < z1; ++z) {
             const int64_t at = ((n * nnz + z) * blk + r) * blk;
-            for (int64_t c = 0; c < blk; ++c) dot += py[at + c] * pdy[at + c];
+            dot += (ConstArrayMap<T>(py + at, blk) * ConstArrayMap<T>(pdy + at, blk)).sum();
           }
           for (int32_t z = z0; z < z1; ++z) {
             const int64_t at = ((n * nnz + z) * blk + r) * blk;
-            for (int64_t c = 0; c < blk; ++c) pdx[at + c] = s * py[at + c] * (pdy[at + c] - dot);
+            ArrayMap<T>(pdx + at, blk) =
+                s * ConstArrayMap<T>(py + at, blk) * (ConstArrayMap<T>(pdy + at, blk) - dot);
           }
         }
       }

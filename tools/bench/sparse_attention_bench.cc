@@ -225,23 +225,50 @@ struct Row {
   std::string skipped;  // why m is empty
 };
 
+constexpr const char* kMaterialized = "dense materialized";
+constexpr const char* kFlash = "dense flash";
+
+bool is_sparse(const Row& r) { return r.method.rfind("sparse", 0) == 0; }
+
 std::string fmt(const char* format, double value) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), format, value);
   return buf;
 }
 
-void print_table(int64_t len, const std::vector<Row>& rows, double input_mb) {
+// Every row of every length, in the order measured.
+using Results = std::map<int64_t, std::vector<Row>>;
+
+const Row* find(const std::vector<Row>& rows, const std::string& method) {
+  for (const Row& r : rows) {
+    if (r.method == method && r.m) return &r;
+  }
+  return nullptr;
+}
+
+// The largest measured T of `method` below or at `len`, with its row.
+std::optional<std::pair<int64_t, const Row*>> last_measured(const Results& results,
+                                                            const std::string& method,
+                                                            int64_t len) {
+  std::optional<std::pair<int64_t, const Row*>> last;
+  for (const auto& [t, rows] : results) {
+    if (t > len) break;
+    if (const Row* r = find(rows, method)) last = {t, r};
+  }
+  return last;
+}
+
+// Bidirectional rows compare with materialized dense, causal rows with flash causal. Where
+// materialized dense was skipped, "~" marks its time extrapolated as T^2 from the largest
+// T it was measured at.
+void print_table(const Results& results, int64_t len, double input_mb) {
+  const std::vector<Row>& rows = results.at(len);
   std::printf("\nT = %lld (q, k, v, dout: %.0f MB, not in peak)\n", static_cast<long long>(len),
               input_mb);
-  std::printf("%-20s %-6s %8s %10s %12s %4s %9s %9s %10s\n", "method", "mask", "density",
-              "fwd ms", "fwd+bwd ms", "runs", "vs mat.", "vs flash", "peak MB");
-  const Row* mat = nullptr;
-  const Row* flash = nullptr;
-  for (const Row& r : rows) {
-    if (r.method == "dense materialized" && r.m) mat = &r;
-    if (r.method == "dense flash" && r.m) flash = &r;
-  }
+  std::printf("%-20s %-6s %8s %10s %12s %4s %9s %9s %10s\n", "method", "mask", "density", "fwd ms",
+              "fwd+bwd ms", "runs", "vs mat.", "vs flash", "peak MB");
+  const auto mat = last_measured(results, kMaterialized, len);
+  const Row* flash = find(rows, kFlash);
   for (const Row& r : rows) {
     std::printf("%-20s %-6s %8.4f ", r.method.c_str(), r.causal ? "causal" : "bidir", r.density);
     if (!r.m) {
@@ -249,19 +276,24 @@ void print_table(int64_t len, const std::vector<Row>& rows, double input_mb) {
       continue;
     }
     const double t = r.m->time.total_s;
-    // Bidirectional rows compare with materialized dense, causal rows with flash causal.
-    const std::string vs_mat = mat && !r.causal ? fmt("%.2fx", mat->m->time.total_s / t) : "-";
+    std::string vs_mat = "-";
+    if (mat && !r.causal) {
+      const double scaled = std::pow(static_cast<double>(len) / mat->first, 2);
+      vs_mat =
+          (mat->first == len ? "" : "~") + fmt("%.2fx", mat->second->m->time.total_s * scaled / t);
+    }
     const std::string vs_flash = flash && r.causal ? fmt("%.2fx", flash->m->time.total_s / t) : "-";
     std::printf("%10.1f %12.1f %4d %9s %9s %10.1f\n", 1e3 * r.m->time.fwd_s, 1e3 * t, r.m->runs,
                 vs_mat.c_str(), vs_flash.c_str(), r.m->peak / kMB);
   }
+  std::fflush(stdout);
 }
 
-// The longest T whose peak fits `budget` bytes, from measured (T, peak) points: the
-// measured crossing when there is one (power law between its neighbours), else the two
-// largest points' power law (or `exponent` when given) carried past the last.
+// The longest T whose peak fits `budget` bytes, from measured (T, peak) points: within the
+// measured range, the power law between the two lengths around the crossing; past it, the
+// power law of the two largest lengths (or `exponent` when positive) carried on.
 struct Fit {
-  double len = 0;
+  double len = 0;  // 0: too few points
   std::string basis;
 };
 
@@ -272,21 +304,74 @@ Fit longest_fit(const std::vector<std::pair<int64_t, int64_t>>& points, double b
   size_t hi = points.size() - 1;
   for (size_t i = 0; i < points.size(); ++i) {
     if (static_cast<double>(points[i].second) > budget) {
-      hi = std::max<size_t>(i, 1);
+      hi = std::min(std::max<size_t>(i, 1), points.size() - 1);
       break;
     }
   }
   const auto [t1, p1] = points[hi];
   double p = exponent;
+  std::string from = fmt("T=%.0f", static_cast<double>(t1));
   if (p <= 0) {
     if (hi == 0) return f;
     const auto [t0, p0] = points[hi - 1];
     p = std::log(static_cast<double>(p1) / p0) / std::log(static_cast<double>(t1) / t0);
+    from = fmt("T=%.0f", static_cast<double>(t0)) + fmt(" and %.0f", static_cast<double>(t1));
   }
   f.len = t1 * std::pow(budget / p1, 1.0 / p);
-  f.basis = (f.len > t1 ? "extrapolated" : "interpolated") + fmt(" from T=%.0f", t1) +
+  f.basis = (f.len > t1 ? "extrapolated from " : "interpolated between ") + from +
             fmt(", peak ~ T^%.2f", p);
   return f;
+}
+
+void print_summary(const Results& results, double budget_gb) {
+  std::printf("\nlongest T that fits in %.1f GB (peak of one layer's fwd+bwd as above):\n",
+              budget_gb);
+  std::printf("%-20s %12s %10s  %s\n", "method", "longest T", "vs mat.", "basis");
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> peaks;  // method -> (T, peak)
+  for (const auto& [len, rows] : results) {
+    for (const Row& r : rows) {
+      if (std::find(order.begin(), order.end(), r.method) == order.end()) order.push_back(r.method);
+      if (r.m) peaks[r.method].push_back({len, r.m->peak});
+    }
+  }
+  // Materialized dense holds (B, H, T, T) tensors: T^2 from its largest measured T.
+  const Fit mat = longest_fit(peaks[kMaterialized], budget_gb * 1e9, 2.0);
+  std::string longer;
+  for (const std::string& method : order) {
+    const Fit f = longest_fit(peaks[method], budget_gb * 1e9, method == kMaterialized ? 2.0 : 0.0);
+    if (f.len <= 0) {
+      std::printf("%-20s %12s %10s  too few measured lengths\n", method.c_str(), "-", "-");
+      continue;
+    }
+    const std::string ratio = mat.len > 0 ? fmt("%.1fx", f.len / mat.len) : "-";
+    if (method.rfind("sparse", 0) == 0)
+      longer += (longer.empty() ? "" : ", ") + method + " " + ratio;
+    std::printf("%-20s %12.0f %10s  %s\n", method.c_str(), f.len, ratio.c_str(), f.basis.c_str());
+  }
+
+  // Speedups at the largest T each reference was measured at.
+  const auto speedups = [&](const char* reference, bool causal) {
+    std::string out = "- (not measured)";
+    for (const auto& [len, rows] : results) {
+      const Row* ref = find(rows, reference);
+      if (!ref) continue;
+      out = fmt("at T=%.0f: ", static_cast<double>(len));
+      for (const Row& r : rows) {
+        if (!is_sparse(r) || r.causal != causal || !r.m) continue;
+        out += r.method + fmt(" %.2fx, ", ref->m->time.total_s / r.m->time.total_s);
+      }
+      out.resize(out.size() - 2);
+    }
+    return out;
+  };
+  std::printf("\nDeepSpeed's claims next to this run (measured values only):\n");
+  std::printf("  \"10x longer sequences\": in %.1f GB, vs materialized dense: %s\n", budget_gb,
+              longer.empty() ? "-" : longer.c_str());
+  std::printf("  \"up to 6.3x faster\":    fwd+bwd vs materialized dense %s\n",
+              speedups(kMaterialized, false).c_str());
+  std::printf("                          causal, vs flash causal %s\n",
+              speedups(kFlash, true).c_str());
 }
 
 int bench_main(int argc, char** argv) {
@@ -310,7 +395,6 @@ int bench_main(int argc, char** argv) {
   if (block != 16 && block != 32) throw cli::UsageError("--block expected 16 or 32");
   if (reps < 1) throw cli::UsageError("--reps expected at least 1");
   if (!(budget_gb > 0)) throw cli::UsageError("--budget_gb expected a positive number");
-  const double budget = budget_gb * 1e9;
 
   std::printf(
       "sparse_attention_bench: one attention layer fwd+bwd, B=1 H=%lld D=%lld f32, block %lld, "
@@ -318,48 +402,48 @@ int bench_main(int argc, char** argv) {
       static_cast<long long>(kHeads), static_cast<long long>(kDim), static_cast<long long>(block),
       num_threads());
   std::printf(
-      "ms: median of %d runs after a warm-up (runs=1: one run, when the warm-up took > %.0f "
-      "s); density: nonzero blocks / (H nb^2); peak: allocator high-water mark minus the bytes "
-      "live before (activations, temporaries, dq dk dv); MB = 1e6 bytes\n",
+      "ms: median of %d runs after a warm-up (runs=1: one run, when the warm-up took > %.0f s); "
+      "density: nonzero blocks / (H nb^2);\npeak: allocator high-water mark minus the bytes live "
+      "before (activations, temporaries, dq dk dv); MB = 1e6 bytes\n",
       reps, kSingleRunSeconds);
   check_correctness(block);
 
   const std::vector<Layout> layouts = sparse_layouts(block);
-  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> peaks;  // method -> (T, peak)
-  std::vector<std::string> order;
-  double best_bidir = 0, best_causal = 0;
-  std::string best_bidir_at, best_causal_at;
+  Results results;
   const auto wall = std::chrono::steady_clock::now();
   for (int64_t len = 1024; len <= max_len; len *= 2) {
     const Inputs x = make_inputs(len, 1);
-    std::vector<Row> rows;
-    // Dense materialized: its (B, H, T, T) tensors, at least scores, probs and their
-    // gradient at once; predicted from the last measured peak when there is one.
-    Row mat{"dense materialized", false, 1.0, {}, {}};
-    const double tt_bytes = static_cast<double>(kHeads) * len * len * 4;
-    double predicted = 3 * tt_bytes;
-    if (!peaks["dense materialized"].empty()) {
-      const auto [t0, p0] = peaks["dense materialized"].back();
-      predicted = std::max(predicted, p0 * std::pow(static_cast<double>(len) / t0, 2));
+    std::vector<Row>& rows = results[len];
+    // Materialized dense holds at least scores, probs and a gradient of (B, H, T, T) at once;
+    // from the largest measured T its measured peak, scaled as T^2, is the prediction.
+    Row mat{kMaterialized, false, 1.0, {}, {}};
+    double predicted = 3.0 * kHeads * len * len * 4;
+    if (const auto last = last_measured(results, kMaterialized, len)) {
+      predicted = std::max(
+          predicted, last->second->m->peak * std::pow(static_cast<double>(len) / last->first, 2));
     }
-    if (predicted > budget) {
-      mat.skipped = fmt("skipped: needs ~%.1f GB", predicted / 1e9) +
-                    fmt(" > --budget_gb %.1f", budget_gb);
+    if (predicted > budget_gb * 1e9) {
+      mat.skipped =
+          fmt("skipped: needs ~%.1f GB", predicted / 1e9) + fmt(" > --budget_gb %.1f", budget_gb);
     } else {
       mat.m = measure(x, materialized_dense, reps);
     }
     rows.push_back(mat);
-    Row flash{"dense flash", true, 0.0, {}, {}};
-    flash.density = (len + 1) / (2.0 * len);  // the causal triangle's share of (T, T)
+    Row flash{kFlash, true, (len + 1) / (2.0 * len), {}, {}};  // the causal triangle's share
     if (len > flash_max_len) {
       flash.skipped = fmt("skipped: T > --flash_max_len %.0f", static_cast<double>(flash_max_len));
     } else {
       flash.m = measure(
-          x, [](const Tensor& q, const Tensor& k, const Tensor& v) { return causal_attention(q, k, v); },
+          x,
+          [](const Tensor& q, const Tensor& k, const Tensor& v) {
+            return causal_attention(q, k, v);
+          },
           reps);
     }
     rows.push_back(flash);
     for (const Layout& l : layouts) {
+      // One layout per length, built for it (a master layout's corner would lose the random
+      // blocks that fall outside it).
       const SparseSelfAttention attn(l.config, kHeads, len, 1337);
       const kernels::BlockLayout& table = attn.block_layout(len, Device::cpu());  // built now
       Row r{l.name, l.causal, 0.0, {}, {}};
@@ -372,58 +456,9 @@ int bench_main(int argc, char** argv) {
           reps);
       rows.push_back(r);
     }
-    print_table(len, rows, 4.0 * x.q.nbytes() / kMB);
-    for (const Row& r : rows) {
-      if (std::find(order.begin(), order.end(), r.method) == order.end()) order.push_back(r.method);
-      if (!r.m) continue;
-      peaks[r.method].push_back({len, r.m->peak});
-      const Row& ref = r.causal ? rows[1] : rows[0];
-      if (r.method.rfind("sparse", 0) != 0 || !ref.m) continue;
-      const double s = ref.m->time.total_s / r.m->time.total_s;
-      double& best = r.causal ? best_causal : best_bidir;
-      if (s > best) {
-        best = s;
-        (r.causal ? best_causal_at : best_bidir_at) =
-            r.method + fmt(" at T=%.0f", static_cast<double>(len));
-      }
-    }
-    std::fflush(stdout);
+    print_table(results, len, 4.0 * x.q.nbytes() / kMB);
   }
-
-  std::printf("\nlongest T that fits in %.1f GB (peak of one layer's fwd+bwd as above):\n",
-              budget_gb);
-  std::printf("%-20s %12s %10s  %s\n", "method", "longest T", "vs mat.", "basis");
-  const Fit mat = longest_fit(peaks["dense materialized"], budget, 2.0);
-  double best_ratio = 0;
-  std::string best_ratio_of;
-  for (const std::string& method : order) {
-    const Fit f = longest_fit(peaks[method], budget, method == "dense materialized" ? 2.0 : 0.0);
-    if (f.len <= 0) {
-      std::printf("%-20s %12s %10s  too few measured lengths\n", method.c_str(), "-", "-");
-      continue;
-    }
-    const double ratio = mat.len > 0 ? f.len / mat.len : 0;
-    if (method.rfind("sparse", 0) == 0 && ratio > best_ratio) {
-      best_ratio = ratio;
-      best_ratio_of = method;
-    }
-    std::printf("%-20s %12.0f %10s  %s\n", method.c_str(), f.len,
-                ratio > 0 ? fmt("%.1fx", ratio).c_str() : "-", f.basis.c_str());
-  }
-  std::printf("\nDeepSpeed's claims next to this run:\n");
-  std::printf("  \"10x longer sequences\":  %s\n",
-              best_ratio > 0
-                  ? (fmt("%.1fx", best_ratio) + " (" + best_ratio_of + ", in " +
-                     fmt("%.1f GB, vs materialized dense)", budget_gb))
-                        .c_str()
-                  : "- (materialized dense not measured)");
-  std::printf("  \"up to 6.3x faster\":     %s; causal %s\n",
-              best_bidir > 0
-                  ? (fmt("%.2fx", best_bidir) + " vs materialized (" + best_bidir_at + ")").c_str()
-                  : "-",
-              best_causal > 0
-                  ? (fmt("%.2fx", best_causal) + " vs flash causal (" + best_causal_at + ")").c_str()
-                  : "-");
+  print_summary(results, budget_gb);
   std::printf("total wall time %.0f s\n", seconds_since(wall));
   return 0;
 }
