@@ -45,10 +45,10 @@ struct Problem {
   bool on(int64_t h, int64_t qpos, int64_t kpos) const {
     return bits[(h * nb + qpos / blk) * nb + kpos / blk] != 0;
   }
-  // The (B, H, T, T) dense matrix of a sparse tensor (0 outside the layout).
-  std::vector<double> densify(const Tensor& s) const {
-    const std::vector<double> sv = s.to_vector<double>();
-    std::vector<double> d(batch * heads * len() * len(), 0.0);
+  // Calls f(sparse index, dense index) for every entry of the layout's blocks: sparse in
+  // (B, nnz, block, block), dense in (B, H, T, T).
+  template <class F>
+  void for_each_entry(F f) const {
     int64_t z = 0;
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t i = 0; i < nb; ++i) {
@@ -57,9 +57,8 @@ struct Problem {
           for (int64_t n = 0; n < batch; ++n) {
             for (int64_t r = 0; r < blk; ++r) {
               for (int64_t c = 0; c < blk; ++c) {
-                const int64_t nnz = layout.nnz;
-                d[((n * heads + h) * len() + i * blk + r) * len() + j * blk + c] =
-                    sv[((n * nnz + z) * blk + r) * blk + c];
+                f(((n * layout.nnz + z) * blk + r) * blk + c,
+                  ((n * heads + h) * len() + i * blk + r) * len() + j * blk + c);
               }
             }
           }
@@ -67,28 +66,18 @@ struct Problem {
         }
       }
     }
+  }
+  // The (B, H, T, T) dense matrix of a sparse tensor (0 outside the layout).
+  std::vector<double> densify(const Tensor& s) const {
+    const std::vector<double> sv = s.to_vector<double>();
+    std::vector<double> d(batch * heads * len() * len(), 0.0);
+    for_each_entry([&](int64_t sparse, int64_t dense) { d[dense] = sv[sparse]; });
     return d;
   }
   // The layout's entries of a dense (B, H, T, T) matrix, in the sparse order.
   std::vector<double> sparsify(const std::vector<double>& d) const {
     std::vector<double> s(batch * layout.nnz * blk * blk);
-    int64_t z = 0;
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t i = 0; i < nb; ++i) {
-        for (int64_t j = 0; j < nb; ++j) {
-          if (bits[(h * nb + i) * nb + j] == 0) continue;
-          for (int64_t n = 0; n < batch; ++n) {
-            for (int64_t r = 0; r < blk; ++r) {
-              for (int64_t c = 0; c < blk; ++c) {
-                s[((n * layout.nnz + z) * blk + r) * blk + c] =
-                    d[((n * heads + h) * len() + i * blk + r) * len() + j * blk + c];
-              }
-            }
-          }
-          ++z;
-        }
-      }
-    }
+    for_each_entry([&](int64_t sparse, int64_t dense) { s[sparse] = d[dense]; });
     return s;
   }
 };
