@@ -1,5 +1,6 @@
 #include "kernels/cpu/block_sparse.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -38,6 +39,12 @@ constexpr int64_t kGrainFlops = int64_t{1} << 16;
 
 int64_t grain_for(int64_t flops_per_item) {
   return std::max<int64_t>(1, kGrainFlops / std::max<int64_t>(1, flops_per_item));
+}
+
+// The grain of a loop over block rows (or columns), `flops_per_block` per nonzero block.
+int64_t line_grain(const BlockLayout& l, int64_t flops_per_block) {
+  const int64_t per_line = std::max<int64_t>(1, l.nnz / std::max<int64_t>(1, l.heads * l.blocks));
+  return grain_for(per_line * flops_per_block);
 }
 
 }  // namespace
@@ -79,13 +86,12 @@ Tensor block_sparse_dsd(const Tensor& s_in, const Tensor& x_in, const BlockLayou
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
   const Tables t(layout);
   const int32_t* start = transpose_s ? t.col_start : t.row_start;
-  const int64_t per_line = std::max<int64_t>(1, nnz / std::max<int64_t>(1, lines));
   dispatch_floating(x.dtype(), "block_sparse_dsd", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* ps = s.data_ptr<T>();
     const T* px = x.data_ptr<T>();
     T* po = out.data_ptr<T>();
-    parallel_for(batch * lines, grain_for(per_line * blk * blk * dim), [&](int64_t w0, int64_t w1) {
+    parallel_for(batch * lines, line_grain(layout, blk * blk * dim), [&](int64_t w0, int64_t w1) {
       for (int64_t w = w0; w < w1; ++w) {
         const int64_t n = w / lines, line = w % lines;  // line = h nb + (i, or j transposed)
         const int64_t h = line / nb, own = line % nb;
@@ -139,8 +145,7 @@ Tensor block_sparse_softmax(const Tensor& x_in, const BlockLayout& layout,
         v += ConstArrayMap<T>(mask, blk);
       }
     };
-    const int64_t per_line = std::max<int64_t>(1, nnz / std::max<int64_t>(1, lines));
-    parallel_for(batch * lines, grain_for(per_line * blk * blk * 4), [&](int64_t w0, int64_t w1) {
+    parallel_for(batch * lines, line_grain(layout, blk * blk * 4), [&](int64_t w0, int64_t w1) {
       // One query row over all its blocks, gathered contiguously so that the max, exp and
       // sum run vectorized.
       ArrayX<T> row(nb * blk);
@@ -199,8 +204,7 @@ Tensor block_sparse_softmax_backward(const Tensor& y_in, const Tensor& dy_in,
     const T* py = y.data_ptr<T>();
     const T* pdy = dy.data_ptr<T>();
     T* pdx = dx.data_ptr<T>();
-    const int64_t per_line = std::max<int64_t>(1, nnz / std::max<int64_t>(1, lines));
-    parallel_for(batch * lines, grain_for(per_line * blk * blk * 2), [&](int64_t w0, int64_t w1) {
+    parallel_for(batch * lines, line_grain(layout, blk * blk * 2), [&](int64_t w0, int64_t w1) {
       for (int64_t w = w0; w < w1; ++w) {
         const int64_t n = w / lines, line = w % lines;
         const int32_t z0 = t.row_start[line], z1 = t.row_start[line + 1];

@@ -12,6 +12,7 @@
 #include "models/bert/bert.h"
 #include "models/bert/masking.h"
 #include "models/sparse/sparsity_config.h"
+#include "tests/models/bert/tiny_bert.h"
 #include "tests/testing.h"
 
 namespace tessera {
@@ -19,16 +20,7 @@ namespace {
 
 using testing::error_of;
 
-BertConfig tiny() {
-  BertConfig c;
-  c.vocab_size = 37;
-  c.block_size = 16;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.dropout = 0.0;
-  return c;
-}
+BertConfig tiny() { return testing::tiny_bert(16); }
 
 SparsityConfig dense_layout() {
   SparsityConfig s;

@@ -16,6 +16,7 @@
 #include "core/grad_mode.h"
 #include "core/json.h"
 #include "models/bert/masking.h"
+#include "tests/models/bert/tiny_bert.h"
 #include "tests/testing.h"
 
 namespace tessera {
@@ -23,17 +24,7 @@ namespace {
 
 using testing::error_of;
 
-// 2 layers, 2 heads, width 16, MLP 64, 37 tokens (+ [MASK], padded to 128).
-BertConfig tiny() {
-  BertConfig c;
-  c.vocab_size = 37;
-  c.block_size = 12;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.dropout = 0.0;
-  return c;
-}
+BertConfig tiny() { return testing::tiny_bert(12); }
 
 Tensor ids_of(const std::vector<int64_t>& v, int64_t b, int64_t t) {
   return from_vector(v, {b, t});

@@ -10,10 +10,10 @@
 #include <string>
 
 #include "core/philox.h"
-#include "parallel/comm/thread_comm.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
 #include "tests/tools/trainer/run_metrics.h"
+#include "tests/tools/trainer/thread_trainer.h"
 #include "tools/data/shard.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/trainer.h"
@@ -84,10 +84,7 @@ struct Outcome {
 };
 
 Outcome train(const Json& doc, const fs::path& dir, int world, ResumeMode mode) {
-  parallel::run_thread_ranks(world, [&](parallel::Communicator& comm) {
-    Trainer trainer(parse_run_config(doc, "test", dir.string(), world), mode, comm);
-    trainer.run();
-  });
+  testing::train_on_threads(doc, dir, world, mode);
   Outcome o;
   const testing::RunMetrics m = testing::read_run_metrics(dir);
   o.losses = m.losses;

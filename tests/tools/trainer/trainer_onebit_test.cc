@@ -10,12 +10,12 @@
 #include <map>
 #include <string>
 
-#include "parallel/comm/thread_comm.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
 #include "tests/tools/trainer/random_shard.h"
 #include "tests/tools/trainer/run_metrics.h"
 #include "tests/tools/trainer/shakespeare_data.h"
+#include "tests/tools/trainer/thread_trainer.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/trainer.h"
 
@@ -53,13 +53,6 @@ std::map<int64_t, std::pair<std::string, int64_t>> comm_log(const fs::path& dir)
   return out;
 }
 
-void train(const Json& doc, const fs::path& dir, int world, ResumeMode mode) {
-  parallel::run_thread_ranks(world, [&](parallel::Communicator& comm) {
-    Trainer trainer(parse_run_config(doc, "test", dir.string(), world), mode, comm);
-    trainer.run();
-  });
-}
-
 TEST_CASE("at 4 ranks on Tiny Shakespeare the 1-bit optimizers reach Adam's and LAMB's loss",
           "[trainer][onebit]") {
   const fs::path data = testing::shakespeare_dir();
@@ -94,7 +87,8 @@ TEST_CASE("at 4 ranks on Tiny Shakespeare the 1-bit optimizers reach Adam's and 
   for (const std::string type : {"AdamW", "OneBitAdam", "ZeroOneAdam", "Lamb", "OneBitLamb"}) {
     const double lr = type.find("Lamb") != std::string::npos ? 2e-2 : 2e-3;
     const fs::path dir = root / type;
-    train(config(optimizer_section(type, lr, kSteps / 5), dir), dir, 4, ResumeMode::never);
+    testing::train_on_threads(config(optimizer_section(type, lr, kSteps / 5), dir), dir, 4,
+                              ResumeMode::never);
     val[type] = testing::read_run_metrics(dir).val_losses.rbegin()->second;
     logs[type] = comm_log(dir);
   }
@@ -167,7 +161,8 @@ TEST_CASE("a 1-bit checkpoint resumes bit for bit at the same world size, afresh
     const std::string type = optimizer["type"];
     DYNAMIC_SECTION(type) {
       const fs::path full = root / (type + "_full");
-      train(small_run(root / "data", full, optimizer), full, 2, ResumeMode::never);
+      testing::train_on_threads(small_run(root / "data", full, optimizer), full, 2,
+                                ResumeMode::never);
       const fs::path step9 = full / "ckpt" / "step_00000009";
       REQUIRE(fs::exists(step9 / rank_state_name(0)));
       REQUIRE(fs::exists(step9 / rank_state_name(1)));
@@ -177,7 +172,8 @@ TEST_CASE("a 1-bit checkpoint resumes bit for bit at the same world size, afresh
         fs::create_directories(dir / "ckpt");
         fs::copy(step9, dir / "ckpt" / "step_00000009", fs::copy_options::recursive);
         testing::write_bytes(dir / "ckpt" / "latest", "step_00000009\n");
-        train(small_run(root / "data", dir, optimizer), dir, world, ResumeMode::required);
+        testing::train_on_threads(small_run(root / "data", dir, optimizer), dir, world,
+                                  ResumeMode::required);
         const testing::RunMetrics got = testing::read_run_metrics(dir);
         REQUIRE(got.losses.size() == 3);  // steps 10-12
         if (world == 2) {

@@ -13,6 +13,7 @@
 #include "tests/testing.h"
 #include "tests/tools/trainer/random_shard.h"
 #include "tests/tools/trainer/run_metrics.h"
+#include "tests/tools/trainer/thread_trainer.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/trainer.h"
 
@@ -85,10 +86,7 @@ Outcome read_outcome(const fs::path& dir) {
 
 // Runs the trainer on `world` thread ranks.
 Outcome train(const Json& doc, const fs::path& dir, int world, ResumeMode mode) {
-  parallel::run_thread_ranks(world, [&](parallel::Communicator& comm) {
-    Trainer trainer(parse_run_config(doc, "test", dir.string(), world), mode, comm);
-    trainer.run();
-  });
+  testing::train_on_threads(doc, dir, world, mode);
   return read_outcome(dir);
 }
 

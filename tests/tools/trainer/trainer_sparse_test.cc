@@ -5,12 +5,12 @@
 #include <cmath>
 #include <string>
 
-#include "parallel/comm/thread_comm.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
 #include "tests/tools/trainer/random_shard.h"
 #include "tests/tools/trainer/run_metrics.h"
 #include "tests/tools/trainer/shakespeare_data.h"
+#include "tests/tools/trainer/thread_trainer.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/trainer.h"
 
@@ -19,13 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-
-void train(const Json& doc, const fs::path& dir, int world, ResumeMode mode) {
-  parallel::run_thread_ranks(world, [&](parallel::Communicator& comm) {
-    Trainer trainer(parse_run_config(doc, "test", dir.string(), world), mode, comm);
-    trainer.run();
-  });
-}
 
 // `model` trained for `steps` on Tiny Shakespeare, evaluated at the end.
 Json shakespeare_run(const Json& model, int64_t steps, const fs::path& dir) {
@@ -60,9 +53,9 @@ TEST_CASE("a GPT with the dense layout trains as the dense GPT; a sparse one lea
   Json fixed = shakespeare_run(kGpt, 30, root / "fixed");
   fixed["sparse_attention"] = {
       {"mode", "fixed"}, {"block", 8}, {"num_local_blocks", 2}, {"attention", "unidirectional"}};
-  train(dense, root / "dense", 1, ResumeMode::never);
-  train(dense_layout, root / "dense_layout", 1, ResumeMode::never);
-  train(fixed, root / "fixed", 1, ResumeMode::never);
+  testing::train_on_threads(dense, root / "dense", 1, ResumeMode::never);
+  testing::train_on_threads(dense_layout, root / "dense_layout", 1, ResumeMode::never);
+  testing::train_on_threads(fixed, root / "fixed", 1, ResumeMode::never);
   const testing::RunMetrics a = testing::read_run_metrics(root / "dense");
   const testing::RunMetrics b = testing::read_run_metrics(root / "dense_layout");
   const testing::RunMetrics c = testing::read_run_metrics(root / "fixed");
@@ -86,8 +79,8 @@ TEST_CASE("BERT learns Tiny Shakespeare by masked LM, dense and block-sparse",
                                 {"block", 8},
                                 {"num_sliding_window_blocks", 3},
                                 {"global_block_indices", {0}}};
-  train(dense, root / "dense", 1, ResumeMode::never);
-  train(sparse, root / "sparse", 1, ResumeMode::never);
+  testing::train_on_threads(dense, root / "dense", 1, ResumeMode::never);
+  testing::train_on_threads(sparse, root / "sparse", 1, ResumeMode::never);
   const double d = testing::read_run_metrics(root / "dense").val_losses.rbegin()->second;
   const double s = testing::read_run_metrics(root / "sparse").val_losses.rbegin()->second;
   WARN("BERT masked-LM val loss after " << kSteps << " steps: dense " << d << ", bslongformer "
@@ -127,13 +120,13 @@ TEST_CASE("a BERT run resumes bit for bit, masks included", "[trainer][bert]") {
                   {"keep_last", 0}}}};
   };
   const fs::path full = root / "full";
-  train(run(full), full, 2, ResumeMode::never);
+  testing::train_on_threads(run(full), full, 2, ResumeMode::never);
   const fs::path dir = root / "resumed";
   fs::create_directories(dir / "ckpt");
   fs::copy(full / "ckpt" / "step_00000004", dir / "ckpt" / "step_00000004",
            fs::copy_options::recursive);
   testing::write_bytes(dir / "ckpt" / "latest", "step_00000004\n");
-  train(run(dir), dir, 2, ResumeMode::required);
+  testing::train_on_threads(run(dir), dir, 2, ResumeMode::required);
   const testing::RunMetrics want = testing::read_run_metrics(full);
   const testing::RunMetrics got = testing::read_run_metrics(dir);
   REQUIRE(got.losses.size() == 4);  // steps 5-8
