@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 namespace tessera::testing {
 
@@ -19,6 +20,14 @@ inline std::filesystem::path shakespeare_dir() {
   INFO("run tools/setup.sh first: it prepares .data/shakespeare_char");
   REQUIRE(std::filesystem::exists(dir / "train_000000.bin"));
   return dir;
+}
+
+// The run config's "data" section over those shards: train and val, random windows.
+inline nlohmann::json shakespeare_data_section() {
+  const std::filesystem::path data = shakespeare_dir();
+  return {{"train", (data / "train_*.bin").string()},
+          {"val", (data / "val_*.bin").string()},
+          {"sampling", "random"}};
 }
 
 }  // namespace tessera::testing

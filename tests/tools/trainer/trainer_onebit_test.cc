@@ -55,7 +55,6 @@ std::map<int64_t, std::pair<std::string, int64_t>> comm_log(const fs::path& dir)
 
 TEST_CASE("at 4 ranks on Tiny Shakespeare the 1-bit optimizers reach Adam's and LAMB's loss",
           "[trainer][onebit]") {
-  const fs::path data = testing::shakespeare_dir();
   const fs::path root = testing::fresh_dir("trainer_onebit_convergence");
   constexpr int64_t kSteps = 300;
   auto config = [&](const Json& optimizer, const fs::path& dir) {
@@ -70,10 +69,7 @@ TEST_CASE("at 4 ranks on Tiny Shakespeare the 1-bit optimizers reach Adam's and 
                   {"n_layer", 2},
                   {"n_head", 4},
                   {"n_embd", 64}}},
-                {"data",
-                 {{"train", (data / "train_*.bin").string()},
-                  {"val", (data / "val_*.bin").string()},
-                  {"sampling", "random"}}},
+                {"data", testing::shakespeare_data_section()},
                 {"trainer",
                  {{"steps", kSteps},
                   {"eval_interval", 0},

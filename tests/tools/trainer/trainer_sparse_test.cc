@@ -22,15 +22,11 @@ using Json = nlohmann::json;
 
 // `model` trained for `steps` on Tiny Shakespeare, evaluated at the end.
 Json shakespeare_run(const Json& model, int64_t steps, const fs::path& dir) {
-  const fs::path data = testing::shakespeare_dir();
   return {{"train_batch_size", 16},
           {"gradient_clipping", 1.0},
           {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 2e-3}, {"betas", {0.9, 0.99}}}}}},
           {"model", model},
-          {"data",
-           {{"train", (data / "train_*.bin").string()},
-            {"val", (data / "val_*.bin").string()},
-            {"sampling", "random"}}},
+          {"data", testing::shakespeare_data_section()},
           {"trainer",
            {{"steps", steps},
             {"eval_batches", 16},
