@@ -8,8 +8,10 @@
 // micro-panels of kNr columns (for each k, kNr values), and the micro-kernel keeps a
 // kMr x kNr tile of C in 24 zmm registers while it walks k, one A micro-panel (L1) against
 // the B micro-panels of the block (L2). Packing transposes in 16 x 16 register blocks when
-// the source is the other way round, so the forward's x W^T packs as fast as W. Edge tiles
-// are computed in full on zero-padded panels and only their valid part is written.
+// the source is the other way round, so the forward's x W^T packs as fast as W. While a
+// block's tiles compute, the next B block's source is prefetched a few lines per tile, so
+// packing weights that come from DRAM does not stall on it. Edge tiles are computed in full
+// on zero-padded panels and only their valid part is written.
 //
 // Compared with a one-thread Eigen GEMM on the GPT-2 step's shapes (tools/bench) it is
 // level on the forward products and 1.1-1.4x faster on the weight gradients (K = B x T).

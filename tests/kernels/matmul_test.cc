@@ -123,7 +123,7 @@ TEST_CASE("matmul at sizes beyond Eigen's blocking", "[matmul]") {
 }
 
 TEST_CASE("f32 matmul across the packed kernel's tile and block edges", "[matmul]") {
-  // Note [Packed SGEMM]: tiles of 12 x 32, blocks of 1536 (M) x 384 (K) x 768 (N), and 16 x
+  // Note [Packed SGEMM]: tiles of 8 x 48, blocks of 1536 (M) x 384 (K) x 192 (N), and 16 x
   // 16 transposes while packing. Sizes just past each edge, in every layout, contiguous and
   // as views with a leading dimension wider than their rows; the larger ones are split
   // across threads (Note [GEMM threading]).
@@ -132,7 +132,7 @@ TEST_CASE("f32 matmul across the packed kernel's tile and block edges", "[matmul
     int64_t m, n, k;
   };
   for (const Size s : {Size{16, 16, 16}, Size{1549, 33, 21}, Size{37, 801, 19}, Size{29, 47, 403},
-                       Size{25, 770, 390}, Size{300, 301, 100}}) {
+                       Size{25, 770, 390}, Size{300, 301, 100}, Size{9, 193, 385}}) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
         const Shape as = stored({}, s.m, s.k, ta);
