@@ -47,9 +47,7 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p) 
              dtype_name(t.param.dtype()));
   }
   if (first.device().is_cuda()) return cuda::adamw_step(tensors, p);
-  for (const AdamWTensors& t : tensors) {
-    cpu::adamw_step(t.param, t.grad, t.exp_avg, t.exp_avg_sq, p);
-  }
+  cpu::adamw_step(tensors, p);
 }
 
 }  // namespace tessera::kernels

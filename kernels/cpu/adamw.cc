@@ -12,53 +12,90 @@ namespace {
 
 // Note [AdamW in cache-sized blocks]
 // Each Eigen statement below is one fused loop; running them over blocks that fit in L1
-// keeps the seven streams (read p, g, m, v; write p, m, v) at one pass over memory.
+// keeps the seven streams (read p, g, m, v; write p, m, v) at one pass over memory. Blocks
+// start at multiples of kBlock in their tensor and the threads split whole blocks, so which
+// elements take Eigen's vector path (and so the rounding) does not depend on the thread
+// count. A multi-tensor step lays the blocks of all its tensors end to end: one parallel
+// region for the whole list, and a thread's range may span several tensors.
 constexpr int64_t kBlock = 1024;
-constexpr int64_t kGrain = 1 << 16;  // elements per thread, at least
+constexpr int64_t kGrainBlocks = 64;  // blocks per thread, at least
+
+// The hyperparameters in the element type, bias corrections folded into reciprocals.
+template <class T>
+struct Coefficients {
+  T lr, beta1, beta2, eps, wd, inv_bc1, inv_bc2;
+  bool l2;  // L2 mode (decay folded into the gradient) rather than AdamW's decoupled decay
+
+  explicit Coefficients(const AdamWParams& p) {
+    const double bc1 = p.bias_correction ? 1 - std::pow(p.beta1, static_cast<double>(p.step)) : 1;
+    const double bc2 = p.bias_correction ? 1 - std::pow(p.beta2, static_cast<double>(p.step)) : 1;
+    lr = static_cast<T>(p.lr);
+    beta1 = static_cast<T>(p.beta1);
+    beta2 = static_cast<T>(p.beta2);
+    eps = static_cast<T>(p.eps);
+    wd = static_cast<T>(p.weight_decay);
+    inv_bc1 = static_cast<T>(1 / bc1);
+    inv_bc2 = static_cast<T>(1 / bc2);
+    l2 = !p.adam_w_mode;
+  }
+};
+
+// Elements [begin, end) of one parameter's tensors.
+template <class T>
+void update(const AdamWTensors& t, int64_t begin, int64_t end, const Coefficients<T>& c) {
+  T* pp = t.param.data_ptr<T>();
+  const T* pg = t.grad.data_ptr<T>();
+  T* pm = t.exp_avg.data_ptr<T>();
+  T* pv = t.exp_avg_sq.data_ptr<T>();
+  for (int64_t b = begin; b < end; b += kBlock) {
+    const int64_t len = std::min(kBlock, end - b);
+    ArrayMap<T> w(pp + b, len);
+    ArrayMap<T> m(pm + b, len);
+    ArrayMap<T> v(pv + b, len);
+    const ConstArrayMap<T> g(pg + b, len);
+    if (c.l2) {
+      // L2 mode folds the decay into the gradient.
+      const auto g_l2 = g + c.wd * w;
+      m = c.beta1 * m + (1 - c.beta1) * g_l2;
+      v = c.beta2 * v + (1 - c.beta2) * g_l2.square();
+      w -= c.lr * ((m * c.inv_bc1) / ((v * c.inv_bc2).sqrt() + c.eps));
+    } else {
+      // AdamW mode decays the parameter in the update, decoupled from the moments.
+      m = c.beta1 * m + (1 - c.beta1) * g;
+      v = c.beta2 * v + (1 - c.beta2) * g.square();
+      w -= c.lr * ((m * c.inv_bc1) / ((v * c.inv_bc2).sqrt() + c.eps) + c.wd * w);
+    }
+  }
+}
 
 }  // namespace
 
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                const Tensor& exp_avg_sq, const AdamWParams& p) {
-  const int64_t n = param.numel();
-  const double bc1 = p.bias_correction ? 1 - std::pow(p.beta1, static_cast<double>(p.step)) : 1;
-  const double bc2 = p.bias_correction ? 1 - std::pow(p.beta2, static_cast<double>(p.step)) : 1;
-  dispatch_floating(param.dtype(), "adamw_step", [&](auto tag) {
+void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p) {
+  if (tensors.empty()) return;
+  // first[i]: index of tensor i's first block in the end-to-end order; first.back(): total.
+  std::vector<int64_t> first(tensors.size() + 1, 0);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    first[i + 1] = first[i] + (tensors[i].param.numel() + kBlock - 1) / kBlock;
+  }
+  dispatch_floating(tensors.front().param.dtype(), "adamw_step", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T* pp = param.data_ptr<T>();
-    const T* pg = grad.data_ptr<T>();
-    T* pm = exp_avg.data_ptr<T>();
-    T* pv = exp_avg_sq.data_ptr<T>();
-    const T lr = static_cast<T>(p.lr);
-    const T beta1 = static_cast<T>(p.beta1);
-    const T beta2 = static_cast<T>(p.beta2);
-    const T eps = static_cast<T>(p.eps);
-    const T wd = static_cast<T>(p.weight_decay);
-    const T inv_bc1 = static_cast<T>(1 / bc1);
-    const T inv_bc2 = static_cast<T>(1 / bc2);
-    const bool l2 = !p.adam_w_mode;
-    parallel_for(n, kGrain, [&](int64_t i0, int64_t i1) {
-      for (int64_t b = i0; b < i1; b += kBlock) {
-        const int64_t len = std::min(kBlock, i1 - b);
-        ArrayMap<T> w(pp + b, len);
-        ArrayMap<T> m(pm + b, len);
-        ArrayMap<T> v(pv + b, len);
-        const ConstArrayMap<T> g(pg + b, len);
-        if (l2) {
-          // L2 mode folds the decay into the gradient.
-          const auto g_l2 = g + wd * w;
-          m = beta1 * m + (1 - beta1) * g_l2;
-          v = beta2 * v + (1 - beta2) * g_l2.square();
-          w -= lr * ((m * inv_bc1) / ((v * inv_bc2).sqrt() + eps));
-        } else {
-          // AdamW mode decays the parameter in the update, decoupled from the moments.
-          m = beta1 * m + (1 - beta1) * g;
-          v = beta2 * v + (1 - beta2) * g.square();
-          w -= lr * ((m * inv_bc1) / ((v * inv_bc2).sqrt() + eps) + wd * w);
-        }
+    const Coefficients<T> c(p);
+    parallel_for(first.back(), kGrainBlocks, [&](int64_t b0, int64_t b1) {
+      // The last tensor whose blocks start at or before b0, then each one overlapping [b0, b1).
+      auto i =
+          static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b0) - first.begin() - 1);
+      for (; i < tensors.size() && first[i] < b1; ++i) {
+        const int64_t begin = (std::max(b0, first[i]) - first[i]) * kBlock;
+        const int64_t end = (std::min(b1, first[i + 1]) - first[i]) * kBlock;
+        update<T>(tensors[i], begin, std::min(end, tensors[i].param.numel()), c);
       }
     });
   });
+}
+
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                const Tensor& exp_avg_sq, const AdamWParams& p) {
+  cpu::adamw_step(std::vector<AdamWTensors>{{param, grad, exp_avg, exp_avg_sq}}, p);
 }
 
 }  // namespace tessera::kernels::cpu
