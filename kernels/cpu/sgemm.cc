@@ -138,11 +138,18 @@ void pack_b(StridedMatrix b, int64_t k, int64_t n, float* dst) {
   }
 }
 
+// kMr rows of A over a block's kc steps of k, as the micro-kernel reads them: packed (for each
+// k, kMr values) or in place in a matrix whose rows are contiguous along k.
+struct APanel {
+  const float* data;
+  int64_t row_stride;  // elements between the rows, in place; 0 when packed
+};
+
 // c (kMr, kNr), leading dimension ldc, = (or +=, when Accumulate) a_panel @ b_panel over
-// kc steps of k.
-template <bool Accumulate>
-inline void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
-                         int64_t ldc) {
+// kc steps of k. InPlace reads a_panel's rows lda apart (row_stride) instead of packed.
+template <bool Accumulate, bool InPlace>
+inline void micro_kernel(int64_t kc, const float* __restrict a, int64_t lda,
+                         const float* __restrict b, float* c, int64_t ldc) {
   // Every loop over the tile is unrolled so acc lives in registers (-O2 would not).
   __m512 acc[kMr][kNv];
 #pragma GCC unroll 8
@@ -154,13 +161,13 @@ inline void micro_kernel(int64_t kc, const float* __restrict a, const float* __r
     }
   }
 #pragma GCC unroll 4
-  for (int64_t kk = 0; kk < kc; ++kk, a += kMr, b += kNr) {
+  for (int64_t kk = 0; kk < kc; ++kk, a += InPlace ? 1 : kMr, b += kNr) {
     __m512 bv[kNv];
 #pragma GCC unroll 3
     for (int v = 0; v < kNv; ++v) bv[v] = _mm512_load_ps(b + v * kLanes);
 #pragma GCC unroll 8
     for (int i = 0; i < kMr; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i]);
+      const __m512 ai = _mm512_set1_ps(InPlace ? a[i * lda] : a[i]);
 #pragma GCC unroll 3
       for (int v = 0; v < kNv; ++v) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
     }
@@ -176,9 +183,18 @@ inline void micro_kernel(int64_t kc, const float* __restrict a, const float* __r
   }
 }
 
+template <bool Accumulate>
+void micro_kernel(int64_t kc, APanel a, const float* b, float* c, int64_t ldc) {
+  if (a.row_stride != 0) {
+    micro_kernel<Accumulate, true>(kc, a.data, a.row_stride, b, c, ldc);
+  } else {
+    micro_kernel<Accumulate, false>(kc, a.data, 0, b, c, ldc);
+  }
+}
+
 // The micro-kernel on a tile with rows x cols valid entries (an edge tile goes through a
 // local buffer so nothing past the edge of c is touched).
-void tile(bool accumulate, int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+void tile(bool accumulate, int64_t kc, APanel a, const float* b, float* c, int64_t ldc,
           int64_t rows, int64_t cols) {
   if (rows == kMr && cols == kNr) {
     if (accumulate) {
@@ -252,7 +268,11 @@ class BlockPrefetcher {
 void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n,
            int64_t k) {
   const int64_t kc_max = std::min(kKc, k);
-  AlignedBuffer a_packed = aligned_floats(std::min(kMc, round_up(m, kMr)) * kc_max);
+  // Rows contiguous along k (the forward's activations, the backward's output gradients):
+  // full micro-panels are read in place, and only a last partial one is packed.
+  const bool a_in_place = a.col_stride == 1;
+  const int64_t a_pack_rows = a_in_place ? kMr : std::min(kMc, round_up(m, kMr));
+  AlignedBuffer a_packed = aligned_floats(a_pack_rows * kc_max);
   AlignedBuffer b_packed = aligned_floats(std::min(kNc, round_up(n, kNr)) * kc_max);
   const auto a_block = [&](int64_t ic, int64_t pc) -> StridedMatrix {
     return {a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride};
@@ -265,7 +285,14 @@ void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, i
     for (int64_t pc = 0; pc < k; pc += kKc) {
       const int64_t kc = std::min(kKc, k - pc);
       const bool accumulate = pc > 0;
-      pack_a(a_block(ic, pc), mc, kc, a_packed.get());
+      const int64_t mc_in_place = a_in_place ? mc / kMr * kMr : 0;
+      if (mc_in_place < mc) {
+        pack_a(a_block(ic + mc_in_place, pc), mc - mc_in_place, kc, a_packed.get());
+      }
+      const auto a_panel = [&](int64_t ir) -> APanel {
+        if (ir < mc_in_place) return {a_block(ic + ir, pc).data, a.row_stride};
+        return {a_packed.get() + (ir - mc_in_place) * kc, 0};
+      };
       for (int64_t jc = 0; jc < n; jc += kNc) {
         const int64_t nc = std::min(kNc, n - jc);
         pack_b(b_block(pc, jc), kc, nc, b_packed.get());
@@ -280,7 +307,7 @@ void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, i
         const int64_t lines_per_tile = (next.lines() + tiles - 1) / tiles;
         for (int64_t ir = 0; ir < mc; ir += kMr) {
           for (int64_t jr = 0; jr < nc; jr += kNr) {
-            tile(accumulate, kc, a_packed.get() + ir * kc, b_packed.get() + jr * kc,
+            tile(accumulate, kc, a_panel(ir), b_packed.get() + jr * kc,
                  c + (ic + ir) * ldc + jc + jr, ldc, std::min<int64_t>(kMr, mc - ir),
                  std::min<int64_t>(kNr, nc - jr));
             next.issue(lines_per_tile);

@@ -3,15 +3,20 @@
 // Note [Packed SGEMM]
 // C = A B for row-major C, with A and B read through (row stride, column stride) so every
 // transpose and leading dimension is a stride. The loops follow the Goto/BLIS scheme with
-// the vector dimension along N (C's rows are contiguous): an MC x KC block of A is packed
-// into micro-panels of kMr rows (for each k, kMr values), a KC x NC block of B into
-// micro-panels of kNr columns (for each k, kNr values), and the micro-kernel keeps a
-// kMr x kNr tile of C in 24 zmm registers while it walks k, one A micro-panel (L1) against
-// the B micro-panels of the block (L2). Packing transposes in 16 x 16 register blocks when
-// the source is the other way round, so the forward's x W^T packs as fast as W. While a
-// block's tiles compute, the next B block's source is prefetched a few lines per tile, so
-// packing weights that come from DRAM does not stall on it. Edge tiles are computed in full
-// on zero-padded panels and only their valid part is written.
+// the vector dimension along N (C's rows are contiguous): a KC x NC block of B is packed
+// into micro-panels of kNr columns (for each k, kNr values), and the micro-kernel keeps a
+// kMr x kNr tile of C in 24 zmm registers while it walks k, one A micro-panel of kMr rows
+// (L1) against the B micro-panels of the block (L2), broadcasting one A value per row and
+// k. When A's rows are contiguous along k (the forward's activations, the backward's output
+// gradients) the micro-kernel reads them in place; otherwise an MC x KC block of A is
+// packed into micro-panels (for each k, kMr values). Packing a row-major A is a 16 x 16
+// transpose per 128 values: it took 7-8% of the GPT-2 step's forward and input-gradient
+// products, which reading in place saves. B is packed with the same transposes when its
+// source is the other way round (the forward's x W^T), about three times the cost per
+// element of a plain copy. While a block's tiles compute, the next B block's source is
+// prefetched a few lines per tile, so packing weights that come from DRAM does not stall on
+// it. Edge tiles are computed in full on zero-padded panels and only their valid part is
+// written; a last partial micro-panel of an in-place A is packed.
 //
 // Compared with a one-thread Eigen GEMM on the GPT-2 step's shapes (tools/bench) it is
 // level on the forward products and 1.1-1.4x faster on the weight gradients (K = B x T).
