@@ -29,7 +29,8 @@ std::vector<Tensor> CausalSelfAttention::heads(const Tensor& x) const {
   const int64_t c = qkv.size(2) / 3;
   std::vector<Tensor> parts = split(qkv, {c, c, c}, 2);
   for (Tensor& p : parts) {
-    p = transpose(view(contiguous(p), {b, t, n_head_, c / n_head_}), 1, 2);  // (B, H, T, D)
+    // Views of qkv's memory: the attention kernels read rows through their strides.
+    p = transpose(view(p, {b, t, n_head_, c / n_head_}), 1, 2);  // (B, H, T, D)
   }
   return parts;
 }

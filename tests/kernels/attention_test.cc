@@ -128,6 +128,33 @@ TEST_CASE("causal_attention over many heads and a longer sequence", "[attention]
   check(q, k, v, dout, 0.25, 2e-5);
 }
 
+TEST_CASE("causal_attention across several query and key blocks", "[attention]") {
+  // Note [Causal attention on the CPU]: blocks of 64 positions, so T = 150 has two full
+  // blocks and a partial one, and the online softmax rescales across three key blocks.
+  // q, k and v are the three parts of one (B, T, 3, H, D) projection, as GPT splits them.
+  Generator gen(6);
+  const int64_t b = 2, t = 150, h = 3, d = 16;
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const Tensor qkv = randn({b, t, 3, h, d}, gen, {dtype});
+    const auto part = [&](int64_t i) { return qkv.select(2, i).transpose(1, 2); };
+    const Tensor dout = randn({b, h, t, d}, gen, {dtype});
+    REQUIRE_FALSE(part(0).is_contiguous());
+    check(part(0), part(1), part(2), dout, 0.25, dtype == DType::f32 ? 2e-5 : 1e-12);
+  }
+}
+
+TEST_CASE("causal_attention writes its outputs in (B, T, H, D) memory order", "[attention]") {
+  // Merging the heads back into (B, T, C) is then a view, forward and backward.
+  Generator gen(7);
+  const Shape shape{2, 3, 9, 4};
+  const Tensor q = randn(shape, gen), k = randn(shape, gen), v = randn(shape, gen);
+  const kernels::AttentionOutput fwd = causal_attention(q, k, v, 0.5);
+  REQUIRE(fwd.out.transpose(1, 2).is_contiguous());
+  const kernels::AttentionGrads g =
+      causal_attention_backward(randn(shape, gen), q, k, v, fwd.out, fwd.lse, 0.5);
+  for (const Tensor& grad : {g.dq, g.dk, g.dv}) REQUIRE(grad.transpose(1, 2).is_contiguous());
+}
+
 TEST_CASE("causal_attention of one position returns v", "[attention]") {
   Generator gen(4);
   const Tensor q = randn({1, 2, 1, 3}, gen);

@@ -1,10 +1,12 @@
-// CPU kernel benchmark: matmul GFLOP/s against raw Eigen GEMM, and the bandwidth of the
+// CPU kernel benchmark: matmul GFLOP/s against raw Eigen GEMM, causal attention against
+// the same attention materialized through matmul and softmax, and the bandwidth of the
 // memory-bound kernels against a plain memcpy of the same bytes, all measured in one run
 // so that a noisy machine still gives stable ratios.
 //
 //   bazel run //tools/bench:cpu_kernels_bench [-- --reps N]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "kernels/adamw.h"
+#include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/layer_norm.h"
 #include "kernels/matmul.h"
@@ -72,6 +75,54 @@ void bench_matmul(int reps) {
           std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
       std::printf("%-20s %8d %12.1f %12.1f %8.3f\n", shape.c_str(), threads, flop / t_ours / 1e9,
                   flop / t_ref / 1e9, t_ref / t_ours);
+    }
+  }
+}
+
+// Causal attention forward and backward (kernels/attention.h) against the same products
+// materialized the plain way: (B, H, T, T) scores by matmul, softmax, then matmul with V;
+// its backward as the four matmuls and the softmax gradient. GFLOP/s count the causal half
+// of the products: 2 T^2 D per head forward, 5 T^2 D backward (the scores recomputed).
+void bench_attention(int reps) {
+  struct Shape4 {
+    int64_t b, h, t, d;
+  };
+  std::printf(
+      "\ncausal attention (B, H, T, D), f32: GFLOP/s of the causal products; reference "
+      "materializes (T, T)\n");
+  std::printf("%-22s %-9s %8s %12s %12s %8s\n", "B x H x T x D", "pass", "threads", "tessera",
+              "materialized", "ratio");
+  Generator gen(3);
+  for (const Shape4 s : {Shape4{4, 12, 64, 64}, Shape4{1, 12, 1024, 64}}) {
+    const Shape shape{s.b, s.h, s.t, s.d};
+    const Tensor q = randn(shape, gen), k = randn(shape, gen), v = randn(shape, gen);
+    const Tensor dout = randn(shape, gen);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+    const kernels::AttentionOutput fwd = kernels::causal_attention(q, k, v, scale);
+    const Tensor probs = kernels::softmax(kernels::matmul(q, k, false, true));  // (B, H, T, T)
+    const double heads = static_cast<double>(s.b * s.h);
+    const double flop_fwd = heads * 2.0 * s.t * s.t * s.d;
+    const std::string name = std::to_string(s.b) + "x" + std::to_string(s.h) + "x" +
+                             std::to_string(s.t) + "x" + std::to_string(s.d);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      const auto [t_fwd, t_fwd_ref] = time_pair(
+          reps, [&] { kernels::causal_attention(q, k, v, scale); },
+          [&] { kernels::matmul(kernels::softmax(kernels::matmul(q, k, false, true)), v); });
+      const auto [t_bwd, t_bwd_ref] = time_pair(
+          reps, [&] { kernels::causal_attention_backward(dout, q, k, v, fwd.out, fwd.lse, scale); },
+          [&] {
+            kernels::matmul(probs, dout, true, false);  // dV
+            const Tensor dp = kernels::matmul(dout, v, false, true);
+            const Tensor ds = kernels::softmax_backward(dp, probs);
+            kernels::matmul(ds, k);               // dQ
+            kernels::matmul(ds, q, true, false);  // dK
+          });
+      std::printf("%-22s %-9s %8d %12.1f %12.1f %8.3f\n", name.c_str(), "forward", threads,
+                  flop_fwd / t_fwd / 1e9, flop_fwd / t_fwd_ref / 1e9, t_fwd_ref / t_fwd);
+      std::printf("%-22s %-9s %8d %12.1f %12.1f %8.3f\n", name.c_str(), "backward", threads,
+                  2.5 * flop_fwd / t_bwd / 1e9, 2.5 * flop_fwd / t_bwd_ref / 1e9,
+                  t_bwd_ref / t_bwd);
     }
   }
 }
@@ -147,6 +198,7 @@ int main(int argc, char** argv) {
   std::printf("Tessera CPU kernel benchmark (median of %d runs; ratio = reference time / ours)\n",
               reps);
   tessera::bench_matmul(reps);
+  tessera::bench_attention(reps);
   tessera::bench_bandwidth(reps);
   return 0;
 }
