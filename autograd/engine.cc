@@ -6,6 +6,7 @@
 #include "autograd/record.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "kernels/blas1.h"
 #include "kernels/elementwise.h"
 
 namespace tessera {
@@ -17,8 +18,18 @@ struct InputBuffer {
   int dependencies = 0;
 };
 
+// Sums g into slot. In place when slot is the only handle to its memory (nothing else can
+// see the change): the tied LM head and embedding's (Vp, C) gradients then take one pass
+// instead of a new tensor.
 void add_to(Tensor& slot, const Tensor& g) {
-  slot = slot.defined() ? kernels::binary(kernels::BinaryOp::add, slot, g) : g;
+  if (!slot.defined()) {
+    slot = g;
+  } else if (slot.is_unique() && slot.is_contiguous() && slot.dtype() == g.dtype() &&
+             slot.shape() == g.shape()) {
+    kernels::axpy_(slot, g);
+  } else {
+    slot = kernels::binary(kernels::BinaryOp::add, slot, g);
+  }
 }
 
 struct LaterFirst {

@@ -70,7 +70,20 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
 }
 
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
-  return sub_range_view("narrow", x, [=](const Tensor& t) { return t.narrow(dim, start, length); });
+  Tensor out = x.detach().narrow(dim, start, length);
+  const int64_t d = normalize_dim(dim, x.dim(), "narrow");
+  // The gradient is g copied into the range and zeros only around it, so each element is
+  // written once (the LM head's logits: a (B T, 50257) range of (B T, 50304)).
+  record_function("narrow", {x}, {&out},
+                  [shape = x.shape(), d, start, length](const TensorList& g) {
+                    Tensor grad = empty(shape, {g[0].dtype(), g[0].device()});
+                    grad.narrow(d, start, length).copy_(g[0]);
+                    const int64_t end = start + length;
+                    if (start > 0) grad.narrow(d, 0, start).fill_(0.0);
+                    if (end < shape[d]) grad.narrow(d, end, shape[d] - end).fill_(0.0);
+                    return TensorList{grad};
+                  });
+  return out;
 }
 
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {

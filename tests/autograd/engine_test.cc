@@ -2,6 +2,7 @@
 #include "autograd/engine.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "autograd/ops.h"
 #include "autograd/record.h"
@@ -40,6 +41,26 @@ TEST_CASE("a leaf's gradient does not alias another leaf's", "[engine]") {
   backward(sum(add(a, b)));  // both receive the same incoming tensor
   a.grad().fill_(0.0);
   CHECK(b.grad().to_vector<double>() == std::vector<double>{1.0, 1.0});
+}
+
+TEST_CASE("summing into a gradient in place never changes one that is shared", "[engine]") {
+  // Later nodes run first: s hands one tensor to both y and w; a then sums into y's
+  // gradient while w still waits for b. Summing in place there would change w's too.
+  Tensor x = leaf({0.5, -1.0});
+  Tensor v = leaf({0.25, 0.75});
+  const Tensor y = exp(x);
+  const Tensor w = exp(v);
+  const Tensor b = mul(w, w);
+  const Tensor a = mul(y, y);
+  const Tensor s = add(y, w);
+  backward(add(add(sum(s), sum(a)), sum(b)));  // d/dy = 1 + 2y, d/dw = 1 + 2w
+  for (const auto& [leaf_in, leaf_out] : {std::pair{x, y}, std::pair{v, w}}) {
+    const std::vector<double> out = leaf_out.to_vector<double>();
+    const std::vector<double> grad = leaf_in.grad().to_vector<double>();
+    for (size_t i = 0; i < out.size(); ++i) {
+      CHECK(grad[i] == Approx((1 + 2 * out[i]) * out[i]).epsilon(1e-12));
+    }
+  }
 }
 
 TEST_CASE("the graph is freed after backward unless retained", "[engine]") {

@@ -269,6 +269,11 @@ std::vector<Case> all_cases() {
                [] {
                  return TensorList{nc_leaf({3, 4}, 45)};
                }});
+  c.push_back({"narrow", "dim -1 from 0 (padded logits)",
+               [](const TensorList& x) { return exp(narrow(x[0], -1, 0, 3)); },
+               [] {
+                 return TensorList{leaf({3, 5}, 147)};
+               }});
   c.push_back({"slice", "step 2", [](const TensorList& x) { return exp(slice(x[0], 0, 1, 5, 2)); },
                [] {
                  return TensorList{leaf({5, 3}, 46)};
