@@ -149,7 +149,7 @@ TEST_CASE("a 1-bit checkpoint resumes bit for bit at the same world size, afresh
   testing::write_random_shard(root / "data", 43);
   // Step 9 is in the compressed stage, and for 0/1 Adam (variance frozen after step 5,
   // syncs at 6, 7, 8, 10, 12) between two syncs.
-  Json zero_one = optimizer_section("ZeroOneAdam", 2e-3, 4);
+  Json zero_one = optimizer_section("ZeroOneAdam", 1e-3, 4);
   zero_one["params"]["var_update_scaler"] = 1;
   zero_one["params"]["local_step_scaler"] = 2;
   for (const Json& optimizer : {optimizer_section("OneBitAdam", 2e-3, 4), zero_one,
