@@ -13,6 +13,10 @@
 // (gradients dropped), i.e. every tensor the graph saved for backward plus the logits.
 // An llm.c-style count of the same tensors is printed beside it as a cross-check.
 //
+// The PyTorch reference runs as a coprocess (tools/bench/torch_reference.h) that takes its
+// timed steps in rounds alternating with ours (--round steps each), so a drift in the shared
+// host's speed hits both; the ratio is of the two medians over all rounds, and the spread
+// of the per-round ratios is printed beside it.
 // The FMA peak (tools/bench/fma_peak.h) is measured twice, before and after the timed steps,
 // and the shares use the higher value: on a shared host the two can differ by 20%, and the
 // higher one gives the lower, conservative share. The PyTorch ratio is only called met or
@@ -46,6 +50,7 @@
 #include "optim/adam.h"
 #include "tools/bench/fma_peak.h"
 #include "tools/bench/step_gemms.h"
+#include "tools/bench/torch_reference.h"
 #include "tools/cli/flags.h"
 
 namespace tessera {
@@ -55,12 +60,13 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
-    R"(usage: gpt2_step_bench [--steps N] [--warmup N] [--threads N] [--batch B] [--seq T]
-                       [--torch-script FILE] [--python EXE] [--no-torch]
+    R"(usage: gpt2_step_bench [--steps N] [--round N] [--warmup N] [--threads N] [--batch B]
+                       [--seq T] [--torch-script FILE] [--python EXE] [--no-torch]
 
 Times GPT-2 124M training steps (fp32, AdamW) and compares with PyTorch on this machine.
 
-  --steps N            timed steps (default 10)
+  --steps N            timed steps of each framework (default 10)
+  --round N            steps per round: the frameworks alternate rounds (default 2)
   --warmup N           untimed steps first (default 2)
   --threads N          threads for both frameworks (default 2)
   --batch B, --seq T   tokens per step B x T (default 4 x 64)
@@ -151,45 +157,11 @@ bool optimized_blas(std::string blas) {
   return false;
 }
 
-struct TorchResult {
-  std::optional<nlohmann::json> result;  // the TORCH_RESULT object
-  std::string why;                       // when there is none
-};
-
-// Runs the reference with OpenBLAS's AVX-512 kernels (Debian's build picks an SSE3 kernel
-// on this CPU otherwise) and parses its TORCH_RESULT line.
-TorchResult run_torch(const std::string& python, const std::string& script,
-                      const std::string& blas_dir, int64_t batch, int64_t seq, int64_t steps,
-                      int64_t warmup, int threads) {
-  if (!fs::exists(script)) return {std::nullopt, "no script at " + script};
-  const std::string ld = blas_dir.empty() ? "" : "LD_LIBRARY_PATH='" + blas_dir + "' ";
-  const std::string cmd =
-      ld + "OPENBLAS_CORETYPE=SKYLAKEX OMP_NUM_THREADS=" + std::to_string(threads) + " '" + python +
-      "' '" + script + "' --batch " + std::to_string(batch) + " --seq " + std::to_string(seq) +
-      " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) + " --threads " +
-      std::to_string(threads) + " 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return {std::nullopt, "cannot start " + python};
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr) out += buf.data();
-  const int status = ::pclose(pipe);
-  const std::string tag = "TORCH_RESULT ";
-  const size_t at = out.find(tag);
-  if (status != 0 || at == std::string::npos) {
-    std::string tail = out.size() > 400 ? out.substr(out.size() - 400) : out;
-    std::replace(tail.begin(), tail.end(), '\n', ' ');
-    return {std::nullopt, python + " " + script + " exited with status " + std::to_string(status) +
-                              ": " + (tail.empty() ? "(no output)" : tail)};
-  }
-  const size_t end = out.find('\n', at);
-  return {nlohmann::json::parse(out.substr(at + tag.size(), end - at - tag.size())), ""};
-}
-
 int bench_main(int argc, char** argv) {
   using cli::Flag;
   const cli::Flags flags(argc, argv,
                          {{"steps", Flag::kValue},
+                          {"round", Flag::kValue},
                           {"warmup", Flag::kValue},
                           {"threads", Flag::kValue},
                           {"batch", Flag::kValue},
@@ -204,14 +176,34 @@ int bench_main(int argc, char** argv) {
     return 0;
   }
   const int64_t steps = flags.get_int("steps", 10), warmup = flags.get_int("warmup", 2);
+  const int64_t round = flags.get_int("round", 2);
   const int64_t threads = flags.get_int("threads", 2);
   const int64_t batch = flags.get_int("batch", 4), seq = flags.get_int("seq", 64);
-  if (steps < 1 || warmup < 0 || threads < 1 || batch < 1 || seq < 1 || seq > 1024) {
+  if (steps < 1 || round < 1 || warmup < 0 || threads < 1 || batch < 1 || seq < 1 || seq > 1024) {
     throw cli::UsageError(
-        "expected --steps >= 1, --warmup >= 0, --threads >= 1, --batch >= 1, --seq in [1, 1024]");
+        "expected --steps >= 1, --round >= 1, --warmup >= 0, --threads >= 1, --batch >= 1, "
+        "--seq in [1, 1024]");
   }
-  const std::string script = find_torch_script(flags.get("torch-script"), argv[0]);
   set_num_threads(static_cast<int>(threads));
+
+  // The reference builds its model and takes its warm-up steps first, while we wait.
+  std::optional<bench::TorchReference> torch;
+  if (!flags.has("no-torch")) {
+    const std::string kOpenmpBlas = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
+    std::string blas = flags.get("torch-blas", fs::exists(kOpenmpBlas) ? kOpenmpBlas : "system");
+    if (blas == "system") blas.clear();
+    bench::TorchReferenceOptions options;
+    options.python = flags.get("python", "/usr/bin/python3");
+    options.script = find_torch_script(flags.get("torch-script"), argv[0]);
+    options.blas_dir = blas;
+    options.batch = batch;
+    options.seq = seq;
+    options.warmup = warmup;
+    options.threads = static_cast<int>(threads);
+    std::printf("starting the PyTorch reference: %s\n", options.script.c_str());
+    std::fflush(stdout);
+    torch.emplace(options);
+  }
 
   const int64_t rss_start = current_rss();
   const GptConfig cfg = GptConfig::preset("gpt2");
@@ -290,22 +282,38 @@ int bench_main(int argc, char** argv) {
   Timings t;
   double first_loss = 0, last_loss = 0;
   double activations = 0, peak_allocated = 0, grads_and_state = 0;
-  for (int64_t s = 0; s < warmup + steps; ++s) {
-    if (s == warmup) perf_command("enable\n");
-    allocator_for(Device::cpu()).reset_peak();
+  for (int64_t s = 0; s < warmup; ++s) {
     const StepResult r = run_step();
-    last_loss = r.loss;
     if (s == 0) first_loss = r.loss;
-    if (s < warmup) continue;
-    t.step.push_back(r.step);
-    t.forward.push_back(r.forward);
-    t.backward.push_back(r.backward);
-    t.optimizer.push_back(r.optimizer);
-    activations = r.activations;
-    peak_allocated = static_cast<double>(cpu_stats().peak_allocated);
-    grads_and_state = r.before_forward;
   }
-  perf_command("disable\n");
+  // Rounds of `round` steps, ours then the reference's; the ratio of each round's medians.
+  std::vector<double> round_ratios;
+  for (int64_t done = 0; done < steps; done += round) {
+    const int64_t n = std::min(round, steps - done);
+    perf_command("enable\n");
+    std::vector<double> ours;
+    for (int64_t s = 0; s < n; ++s) {
+      allocator_for(Device::cpu()).reset_peak();
+      const StepResult r = run_step();
+      if (warmup == 0 && done + s == 0) first_loss = r.loss;
+      last_loss = r.loss;
+      ours.push_back(r.step);
+      t.step.push_back(r.step);
+      t.forward.push_back(r.forward);
+      t.backward.push_back(r.backward);
+      t.optimizer.push_back(r.optimizer);
+      activations = r.activations;
+      peak_allocated = static_cast<double>(cpu_stats().peak_allocated);
+      grads_and_state = r.before_forward;
+    }
+    perf_command("disable\n");
+    if (torch && torch->ok()) {
+      if (const std::optional<nlohmann::json> theirs = torch->steps(n)) {
+        round_ratios.push_back(median((*theirs)["step_s"].get<std::vector<double>>()) /
+                               median(ours));
+      }
+    }
+  }
   if (perf_ctl != nullptr) std::fclose(perf_ctl);
   const int64_t rss_peak = peak_rss();
   const double reserved = static_cast<double>(cpu_stats().reserved);
@@ -393,22 +401,17 @@ int bench_main(int argc, char** argv) {
   std::fflush(stdout);
 
   std::optional<nlohmann::json> ref;
-  if (!flags.has("no-torch")) {
-    std::printf("\nrunning the PyTorch reference: %s\n", script.c_str());
-    std::fflush(stdout);
-    const std::string kOpenmpBlas = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
-    std::string blas = flags.get("torch-blas", fs::exists(kOpenmpBlas) ? kOpenmpBlas : "system");
-    if (blas == "system") blas.clear();
-    const TorchResult r = run_torch(flags.get("python", "/usr/bin/python3"), script, blas, batch,
-                                    seq, steps, warmup, static_cast<int>(threads));
-    if (r.result) {
-      ref = r.result;
-      std::printf("PyTorch %s, %d threads, BLAS %s (OPENBLAS_CORETYPE=%s)\n",
-                  (*ref)["torch"].get<std::string>().c_str(), (*ref)["threads"].get<int>(),
-                  (*ref)["blas"].get<std::string>().c_str(),
-                  (*ref)["openblas_coretype"].get<std::string>().c_str());
+  if (torch) {
+    ref = torch->finish();
+    if (ref) {
+      std::printf(
+          "\nPyTorch %s, %d threads, BLAS %s (OPENBLAS_CORETYPE=%s); its steps alternated with "
+          "ours in rounds of %lld\n",
+          (*ref)["torch"].get<std::string>().c_str(), (*ref)["threads"].get<int>(),
+          (*ref)["blas"].get<std::string>().c_str(),
+          (*ref)["openblas_coretype"].get<std::string>().c_str(), static_cast<long long>(round));
     } else {
-      std::printf("PyTorch reference unavailable: %s\n", r.why.c_str());
+      std::printf("\nPyTorch reference unavailable: %s\n", torch->why().c_str());
     }
   }
 
@@ -435,7 +438,13 @@ int bench_main(int argc, char** argv) {
     torch_tok_s = tokens / (*ref)["median_s"].get<double>();
     std::printf(" %14.1f", torch_tok_s);
   }
-  std::printf("\n%-28s %13.1f%%", "share of FMA peak", 100 * mfu);
+  std::printf("\n");
+  if (ref && !round_ratios.empty()) {
+    std::printf("%-28s %14s %7.2fx-%.2fx\n", "  ratio in each round", "",
+                *std::min_element(round_ratios.begin(), round_ratios.end()),
+                *std::max_element(round_ratios.begin(), round_ratios.end()));
+  }
+  std::printf("%-28s %13.1f%%", "share of FMA peak", 100 * mfu);
   if (ref) std::printf(" %13.1f%%", 100 * flops_step / (*ref)["median_s"].get<double>() / peak);
   std::printf("\n");
   row("RSS at start MiB", mib(static_cast<double>(rss_start)), "rss_start_bytes", 1.0 / (1 << 20),

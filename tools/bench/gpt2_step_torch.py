@@ -9,6 +9,12 @@ LayerNorm and a head tied to the token embedding, vocabulary padded to 50304. fp
 Prints one machine-readable line for the C++ bench to parse:
   TORCH_RESULT {"median_s": ..., "mean_s": ..., "forward_s": ..., ...}
 
+With --serve it instead takes its steps when asked, so the bench can interleave them with
+its own (a drift in the shared host's speed then hits both alike): after the warm-up it
+prints TORCH_READY {...}; each line "steps N" on stdin runs N timed steps and prints
+TORCH_STEPS {"step_s": [...], "forward_s": [...], "backward_s": [...], "optimizer_s": [...]};
+"done" (or the end of stdin) prints TORCH_RESULT over all the steps taken and exits.
+
 Run with OPENBLAS_CORETYPE=SKYLAKEX: without it Debian's OpenBLAS falls back to an SSE3
 kernel ~5x slower (/work/shared/reference/performance.md). Which OpenBLAS torch loads
 (Debian's alternatives: pthread, OpenMP or the netlib reference BLAS) changes the result
@@ -91,6 +97,10 @@ def blas_library():
     return ", ".join(sorted(paths)) or "unknown"
 
 
+def emit(tag, obj):
+    print(tag + " " + json.dumps(obj), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=4)
@@ -98,6 +108,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--serve", action="store_true", help="take steps when asked on stdin")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -115,38 +126,68 @@ def main():
     idx = torch.randint(0, vocab, (args.batch, args.seq), generator=gen)
     targets = torch.randint(0, vocab, (args.batch, args.seq), generator=gen)
 
-    steps, fwd, bwd, optim = [], [], [], []
+    times = {"step_s": [], "forward_s": [], "backward_s": [], "optimizer_s": []}
     loss = None
-    for i in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = model(idx, targets, vocab)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        opt.step()
-        t3 = time.perf_counter()
-        if i >= args.warmup:
-            steps.append(t3 - t0)
-            fwd.append(t1 - t0)
-            bwd.append(t2 - t1)
-            optim.append(t3 - t2)
-    result = {
+
+    def run(n):
+        """Runs n steps; returns their phase times."""
+        nonlocal loss
+        out = {key: [] for key in times}
+        for _ in range(n):
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = model(idx, targets, vocab)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            opt.step()
+            t3 = time.perf_counter()
+            out["step_s"].append(t3 - t0)
+            out["forward_s"].append(t1 - t0)
+            out["backward_s"].append(t2 - t1)
+            out["optimizer_s"].append(t3 - t2)
+        return out
+
+    def take(n):
+        steps = run(n)
+        for key, values in steps.items():
+            times[key].extend(values)
+        return steps
+
+    meta = {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "blas": blas_library(),
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
         "params": n_params,
-        "median_s": statistics.median(steps),
-        "mean_s": statistics.mean(steps),
-        "forward_s": statistics.median(fwd),
-        "backward_s": statistics.median(bwd),
-        "optimizer_s": statistics.median(optim),
+    }
+    run(args.warmup)
+    if args.serve:
+        emit("TORCH_READY", meta)
+        for line in sys.stdin:
+            words = line.split()
+            if words == ["done"]:
+                break
+            if len(words) != 2 or words[0] != "steps" or not words[1].isdigit():
+                print(f"gpt2_step_torch: expected 'steps N' or 'done', found {line.strip()!r}",
+                      file=sys.stderr, flush=True)
+                return 2
+            emit("TORCH_STEPS", take(int(words[1])))
+    else:
+        take(args.steps)
+    if not times["step_s"]:
+        print("gpt2_step_torch: no timed steps were taken", file=sys.stderr, flush=True)
+        return 2
+    emit("TORCH_RESULT", dict(meta, **{
+        "median_s": statistics.median(times["step_s"]),
+        "mean_s": statistics.mean(times["step_s"]),
+        "forward_s": statistics.median(times["forward_s"]),
+        "backward_s": statistics.median(times["backward_s"]),
+        "optimizer_s": statistics.median(times["optimizer_s"]),
         "loss": float(loss),
         "rss_start_bytes": rss_start,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-    }
-    print("TORCH_RESULT " + json.dumps(result), flush=True)
+    }))
     return 0
 
 
