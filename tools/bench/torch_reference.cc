@@ -118,7 +118,7 @@ std::optional<nlohmann::json> TorchReference::read_tagged(const std::string& tag
     }
     output_ += line;
   }
-  fail("it ended before " + tag);
+  fail("the script ended before its " + tag + " line");
   return std::nullopt;
 }
 
