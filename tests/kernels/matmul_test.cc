@@ -146,6 +146,26 @@ TEST_CASE("f32 matmul across the packed kernel's tile and block edges", "[matmul
   }
 }
 
+TEST_CASE("f32 x W^T as C^T = W x^T across its tile and block edges", "[matmul]") {
+  // Note [Transposed SGEMM]: a B stored (N, K) that is wider than A is tall runs as C^T =
+  // B^T A^T with tiles of 8 (weight rows) x 32 (tokens), blocks of 1536 weight rows, 768
+  // steps of k and 256 tokens, and each tile stored transposed (added to C after the first
+  // k block). Token counts just past 256, weight rows not a multiple of 8 per thread, more
+  // than 1536 weight rows per thread and k past 768; a as given and as a transposed view.
+  Generator gen(10);
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (const Size s : {Size{261, 1037, 781}, Size{37, 3203, 790}, Size{33, 45, 20}}) {
+    for (bool ta : {false, true}) {
+      check(randn(stored({}, s.m, s.k, ta), gen), randn({s.n, s.k}, gen), ta, true, 1e-3);
+    }
+    const Tensor x_rows = randn({s.m, s.k + 6}, gen).narrow(1, 3, s.k);
+    const Tensor w_rows = randn({s.n, s.k + 2}, gen).narrow(1, 1, s.k);
+    check(x_rows, w_rows, false, true, 1e-3);
+  }
+}
+
 TEST_CASE("matmul reads non-contiguous operands", "[matmul]") {
   Generator gen(5);
   for (DType dtype : {DType::f32, DType::f64}) {
