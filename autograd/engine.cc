@@ -6,8 +6,6 @@
 #include "autograd/record.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
-#include "kernels/blas1.h"
-#include "kernels/elementwise.h"
 
 namespace tessera {
 namespace {
@@ -17,20 +15,6 @@ struct InputBuffer {
   TensorList grads;
   int dependencies = 0;
 };
-
-// Sums g into slot. In place when slot is the only handle to its memory (nothing else can
-// see the change): the tied LM head and embedding's (Vp, C) gradients then take one pass
-// instead of a new tensor.
-void add_to(Tensor& slot, const Tensor& g) {
-  if (!slot.defined()) {
-    slot = g;
-  } else if (slot.is_unique() && slot.is_contiguous() && slot.dtype() == g.dtype() &&
-             slot.shape() == g.shape()) {
-    kernels::axpy_(slot, g);
-  } else {
-    slot = kernels::binary(kernels::BinaryOp::add, slot, g);
-  }
-}
 
 struct LaterFirst {
   bool operator()(const Node* a, const Node* b) const {
@@ -87,7 +71,7 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
     TS_CHECK(seed.shape() == root.shape() && seed.dtype() == root.dtype(),
              "[backward] root gradient ", seed.str(), " does not match root ", root.str());
     Edge e = gradient_edge(root);
-    add_to(buffers[e.node.get()].grads[e.input_nr], seed.detach());
+    add_grad(buffers[e.node.get()].grads[e.input_nr], seed.detach());
   }
 
   std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
@@ -105,29 +89,17 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
         grads[i] = zeros(o.shape, {o.dtype, o.device});
       }
     }
-    TensorList input_grads = node->apply(grads);
+    // Each input's gradient sums in the buffer of the node it flows to.
+    const std::vector<Edge>& edges = node->next_edges();
+    std::vector<Tensor*> slots(edges.size(), nullptr);
+    for (size_t i = 0; i < edges.size(); ++i) {
+      if (edges[i].valid()) slots[i] = &buffers[edges[i].node.get()].grads[edges[i].input_nr];
+    }
+    node->apply_into(grads, slots);
     grads.clear();
     if (!retain_graph) node->release_saved();
-    const std::vector<Edge>& edges = node->next_edges();
-    TS_INTERNAL_ASSERT(input_grads.empty() || input_grads.size() == edges.size(), node->name(),
-                       " returned ", input_grads.size(), " gradients for ", edges.size(),
-                       " inputs");
-    for (size_t i = 0; i < edges.size(); ++i) {
-      const Edge& e = edges[i];
-      if (!e.valid()) continue;
-      InputBuffer& buf = buffers[e.node.get()];
-      if (i < input_grads.size() && input_grads[i].defined()) {
-        const Tensor& g = input_grads[i];
-        const std::vector<OutputInfo>& outs = e.node->outputs();
-        if (!outs.empty()) {
-          TS_INTERNAL_ASSERT(g.shape() == outs[e.input_nr].shape, node->name(),
-                             " produced a gradient of shape ", shape_str(g.shape()), " for ",
-                             e.node->name(), " output of shape ",
-                             shape_str(outs[e.input_nr].shape));
-        }
-        add_to(buf.grads[e.input_nr], g);
-      }
-      if (--buf.dependencies == 0) ready.push(e.node.get());
+    for (const Edge& e : edges) {
+      if (e.valid() && --buffers[e.node.get()].dependencies == 0) ready.push(e.node.get());
     }
   }
 }

@@ -43,6 +43,12 @@ class Node {
   // Gradients of the inputs (one per next edge; undefined where none flows) from the
   // gradients of the outputs (one per output, all defined).
   virtual TensorList apply(const TensorList& grad_outputs) = 0;
+  // Adds the gradients of the inputs into `slots`, one per next edge: where that edge's
+  // gradient sums (undefined until one arrives; null for an invalid edge). The default
+  // sums apply()'s gradients with add_grad; a node whose gradient is a few rows of a large
+  // input (an embedding's) adds those rows in place instead (Note [Gradients added in
+  // place]).
+  virtual void apply_into(const TensorList& grad_outputs, const std::vector<Tensor*>& slots);
   // Frees saved tensors after a backward without retain_graph.
   virtual void release_saved() = 0;
 
@@ -65,16 +71,28 @@ class Node {
 class FunctionNode final : public Node {
  public:
   using Backward = std::function<TensorList(const TensorList& grad_outputs)>;
+  // Adds the input gradients into the slots, as Node::apply_into describes.
+  using BackwardInto =
+      std::function<void(const TensorList& grad_outputs, const std::vector<Tensor*>& slots)>;
   FunctionNode(std::string name, Backward backward)
       : name_(std::move(name)), backward_(std::move(backward)) {}
+  FunctionNode(std::string name, BackwardInto backward_into)
+      : name_(std::move(name)), backward_into_(std::move(backward_into)) {}
 
   std::string name() const override { return name_; }
   TensorList apply(const TensorList& grad_outputs) override;
-  void release_saved() override { backward_ = nullptr; }
+  void apply_into(const TensorList& grad_outputs, const std::vector<Tensor*>& slots) override;
+  void release_saved() override {
+    backward_ = nullptr;
+    backward_into_ = nullptr;
+  }
 
  private:
+  void check_not_freed() const;
+
   std::string name_;
-  Backward backward_;
+  Backward backward_;           // set for nodes that return their gradients,
+  BackwardInto backward_into_;  // or this, for nodes that add them into the slots
 };
 
 // The node that adds incoming gradients into a leaf's .grad and runs its hooks.
@@ -88,5 +106,19 @@ class AccumulateGrad final : public Node {
  private:
   Tensor leaf_;
 };
+
+// Note [Gradients added in place]
+// Gradients flowing to the same place sum in a slot. add_grad takes the first one as it is
+// and adds later ones in place when the slot holds the only handle to its memory (nothing
+// else can see the change): the tied LM head's and the embedding's (Vp, C) gradients of
+// wte then sum in one buffer. A node with a BackwardInto goes further and adds its
+// gradient straight into the slot: the embedding adds B x T rows into wte's (Vp, C)
+// gradient instead of writing a dense (Vp, C) tensor that is then added (GPT-2 124M:
+// 154 MB zeroed, scattered into and summed, about 20 ms of a 1.1 s CPU step).
+
+// Sums g into a gradient slot (see the note): slot = g when the slot is undefined, in place
+// when the slot is the only handle to its contiguous memory and matches g's dtype and
+// shape, slot = slot + g otherwise.
+void add_grad(Tensor& slot, const Tensor& g);
 
 }  // namespace tessera

@@ -72,6 +72,13 @@ void record_function(const std::string& name, const TensorList& inputs,
   record(std::make_shared<FunctionNode>(name, std::move(backward)), inputs, outputs);
 }
 
+void record_function(const std::string& name, const TensorList& inputs,
+                     std::initializer_list<Tensor*> outputs,
+                     FunctionNode::BackwardInto backward_into) {
+  if (!needs_grad(inputs)) return;
+  record(std::make_shared<FunctionNode>(name, std::move(backward_into)), inputs, outputs);
+}
+
 void register_post_accumulate_hook(Tensor& leaf, std::function<void(Tensor&)> fn) {
   TS_CHECK(leaf.is_leaf() && leaf.requires_grad(),
            "[register_post_accumulate_hook] expected a leaf that requires grad, found ", leaf.str(),

@@ -27,6 +27,11 @@ void record(const std::shared_ptr<Node>& node, const TensorList& inputs,
 // Shorthand: records a FunctionNode named `name` with `backward` when needs_grad(inputs).
 void record_function(const std::string& name, const TensorList& inputs,
                      std::initializer_list<Tensor*> outputs, FunctionNode::Backward backward);
+// The same for a backward that adds its gradients into the slots (Note [Gradients added in
+// place]).
+void record_function(const std::string& name, const TensorList& inputs,
+                     std::initializer_list<Tensor*> outputs,
+                     FunctionNode::BackwardInto backward_into);
 
 // Registers fn(grad) to run on a leaf's accumulated gradient after each backward that
 // reaches it (used to start gradient communication while backward continues). fn may drop

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
+#include <vector>
 
 #include "core/dispatch.h"
 #include "core/factories.h"
@@ -76,6 +78,55 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
     });
   });
   return dweight;
+}
+
+void embedding_backward_add_(const Tensor& dweight, const Tensor& grad,
+                             const Tensor& ids) {  // (V, C) += (..., C) by (...)
+  const char* op = "embedding_backward_add_";
+  const Tensor g = grad.detach().contiguous();
+  const Tensor id = ids.detach().contiguous();
+  const int64_t channels = g.size(-1);
+  const int64_t count = id.numel();
+  dispatch_index(id.dtype(), op, [&](auto itag) {
+    using I = typename decltype(itag)::type;
+    const I* ip = id.data_ptr<I>();
+    check_index_range(op, "ids", ip, count, dweight.size(0), id.shape());
+    // Positions in id order, equal ids in position order; runs[r] .. runs[r + 1] is the r-th
+    // run of one id. Each task sums whole runs, so no two touch the same row.
+    std::vector<int64_t> order(count);
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [ip](int64_t a, int64_t b) { return ip[a] < ip[b]; });
+    std::vector<int64_t> runs;
+    for (int64_t i = 0; i < count; ++i) {
+      if (i == 0 || ip[order[i]] != ip[order[i - 1]]) runs.push_back(i);
+    }
+    runs.push_back(count);
+    dispatch_floating(g.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* gp = g.data_ptr<T>();
+      T* dw = dweight.data_ptr<T>();
+      const auto num_runs = static_cast<int64_t>(runs.size()) - 1;
+      parallel_for(num_runs, std::max<int64_t>(1, kGrain / std::max<int64_t>(channels, 1)),
+                   [&](int64_t r0, int64_t r1) {
+                     std::vector<T> sum(channels);
+                     for (int64_t r = r0; r < r1; ++r) {
+                       // The run's rows summed in position order, then added: bitwise
+                       // embedding_backward's row added to dweight.
+                       const T* first = gp + order[runs[r]] * channels;
+                       std::copy(first, first + channels, sum.begin());
+                       for (int64_t n = runs[r] + 1; n < runs[r + 1]; ++n) {
+                         const T* s = gp + order[n] * channels;
+#pragma omp simd
+                         for (int64_t c = 0; c < channels; ++c) sum[c] += s[c];
+                       }
+                       T* d = dw + static_cast<int64_t>(ip[order[runs[r]]]) * channels;
+#pragma omp simd
+                       for (int64_t c = 0; c < channels; ++c) d[c] += sum[c];
+                     }
+                   });
+    });
+  });
 }
 
 }  // namespace tessera::kernels::cpu

@@ -59,7 +59,7 @@ __global__ void run_bounds_kernel(const I* __restrict__ sorted, int64_t n, int64
 // dweight[v, c] = sum over k in [start[v], end[v]) of grad[pos[k], c], in k order (see
 // Note [Deterministic embedding backward]). Four loads are issued before their adds so
 // long runs (a padding id) are not latency bound; the add order is unchanged.
-template <class T, class P>
+template <class T, class P, bool Accumulate>
 __global__ void sum_rows_kernel(T* __restrict__ dweight, const T* __restrict__ grad,
                                 const P* __restrict__ pos, const P* __restrict__ start,
                                 const P* __restrict__ end, int64_t vocab, int64_t channels) {
@@ -68,6 +68,7 @@ __global__ void sum_rows_kernel(T* __restrict__ dweight, const T* __restrict__ g
        v += int64_t{gridDim.x} * blockDim.y) {
     const int64_t lo = start[v];
     const int64_t hi = end[v];
+    if (Accumulate && lo == hi) continue;  // no id v: the row keeps its value
     for (int64_t c = blockIdx.y * int64_t{blockDim.x} + threadIdx.x; c < channels;
          c += int64_t{gridDim.y} * blockDim.x) {
       A acc = A(0);
@@ -83,7 +84,8 @@ __global__ void sum_rows_kernel(T* __restrict__ dweight, const T* __restrict__ g
         acc += a3;
       }
       for (; k < hi; ++k) acc += to_acc(grad[static_cast<int64_t>(pos[k]) * channels + c]);
-      dweight[v * channels + c] = from_acc<T>(acc);
+      T& out = dweight[v * channels + c];
+      out = from_acc<T>(Accumulate ? to_acc(out) + acc : acc);
     }
   }
 }
@@ -121,21 +123,24 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {  // (V, C), (...) ->
   return out;
 }
 
-Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
-                          int64_t num_embeddings) {  // (..., C), (...) -> (V, C)
-  const char* op = "embedding_backward";
+namespace {
+
+// dweight (V, C) = (or +=, when accumulate) the sums of grad's rows by id.
+void sum_rows_by_id(const char* op, const Tensor& dweight, const Tensor& grad, const Tensor& ids,
+                    bool accumulate) {
   const Tensor g = grad.detach().contiguous();
   const Tensor id = ids.detach().contiguous();
+  const int64_t num_embeddings = dweight.size(0);
   const int64_t channels = g.size(-1);
   const int64_t count = id.numel();
   const Device device = g.device();
   set_device(op, g);
-  Tensor dweight = empty({num_embeddings, channels}, {g.dtype(), device});
   dispatch_ids(id.dtype(), op, "ids", [&](auto itag) {
     using I = typename decltype(itag)::type;
     check_range<I>(op, "ids", id, num_embeddings);
     if (dweight.numel() == 0) return;
     if (count == 0) {
+      if (accumulate) return;
       // All-zero bits are 0.0 in every floating dtype.
       check_cuda(cudaMemsetAsync(dweight.raw_data(), 0, dweight.nbytes(), kStream), op,
                  "cudaMemsetAsync");
@@ -177,14 +182,35 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
       dispatch_cuda_floating(g.dtype(), op, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const RowLaunch launch = row_launch(num_embeddings, channels);
-        sum_rows_kernel<T, P><<<launch.grid, launch.block, 0, kStream>>>(
-            ptr<T>(dweight), ptr<T>(g), ptr<P>(sorted_positions), start, end, num_embeddings,
-            channels);
+        if (accumulate) {
+          sum_rows_kernel<T, P, true><<<launch.grid, launch.block, 0, kStream>>>(
+              ptr<T>(dweight), ptr<T>(g), ptr<P>(sorted_positions), start, end, num_embeddings,
+              channels);
+        } else {
+          sum_rows_kernel<T, P, false><<<launch.grid, launch.block, 0, kStream>>>(
+              ptr<T>(dweight), ptr<T>(g), ptr<P>(sorted_positions), start, end, num_embeddings,
+              channels);
+        }
         check_launch(op);
       });
     });
   });
+}
+
+}  // namespace
+
+Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
+                          int64_t num_embeddings) {  // (..., C), (...) -> (V, C)
+  const char* op = "embedding_backward";
+  set_device(op, grad);
+  Tensor dweight = empty({num_embeddings, grad.size(-1)}, {grad.dtype(), grad.device()});
+  sum_rows_by_id(op, dweight, grad, ids, false);
   return dweight;
+}
+
+void embedding_backward_add_(const Tensor& dweight, const Tensor& grad,
+                             const Tensor& ids) {  // (V, C) += (..., C) by (...)
+  sum_rows_by_id("embedding_backward_add_", dweight, grad, ids, true);
 }
 
 }  // namespace tessera::kernels::cuda

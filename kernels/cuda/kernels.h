@@ -51,6 +51,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
 
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_embeddings);
+void embedding_backward_add_(const Tensor& dweight, const Tensor& grad, const Tensor& ids);
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);

@@ -33,6 +33,9 @@ LayerNormGrads layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, 
 }
 Tensor embedding(const Tensor&, const Tensor&) { missing("embedding"); }
 Tensor embedding_backward(const Tensor&, const Tensor&, int64_t) { missing("embedding_backward"); }
+void embedding_backward_add_(const Tensor&, const Tensor&, const Tensor&) {
+  missing("embedding_backward_add_");
+}
 Tensor cat(const std::vector<Tensor>&, int64_t) { missing("cat"); }
 Tensor index_select(const Tensor&, int64_t, const Tensor&) { missing("index_select"); }
 void index_add_(const Tensor&, int64_t, const Tensor&, const Tensor&) { missing("index_add_"); }

@@ -63,6 +63,68 @@ TEST_CASE("summing into a gradient in place never changes one that is shared", "
   }
 }
 
+TEST_CASE("an embedding adds its rows into its weight's gradient unless that is shared",
+          "[engine]") {
+  // Note [Gradients added in place]. Later nodes run first. In the tied graph the head's
+  // gradient reaches w first and the embedding adds its rows into it in place. In the
+  // shared graph add hands one tensor to w and to exp's node, which runs after the
+  // embedding: adding the rows in place there would change v's gradient too.
+  const int64_t vocab = 6, channels = 3;
+  Generator gen(3);
+  const TensorOptions f64{DType::f64};
+  Tensor w = randn({vocab, channels}, gen, f64);
+  w.set_requires_grad(true);
+  const Tensor ids = from_vector<int64_t>({1, 4, 1});
+  const Tensor c_rows = randn({3, channels}, gen, f64);  // d loss / d embedding(w, ids)
+  // The embedding's part of d loss / dw: c_rows scattered by id.
+  std::vector<double> want(vocab * channels, 0.0);
+  const std::vector<double> cr = c_rows.to_vector<double>();
+  const std::vector<int64_t> iv = ids.to_vector<int64_t>();
+  for (size_t n = 0; n < iv.size(); ++n) {
+    for (int64_t c = 0; c < channels; ++c) want[iv[n] * channels + c] += cr[n * channels + c];
+  }
+  const auto check_grad = [](const Tensor& grad, const std::vector<double>& expected) {
+    const std::vector<double> got = grad.to_vector<double>();
+    REQUIRE(got.size() == expected.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).epsilon(1e-12));
+  };
+  SECTION("tied head: summed in place") {
+    const Tensor h = randn({2, channels}, gen, f64);
+    const Tensor c_logits = randn({2, vocab}, gen, f64);
+    const Tensor e = embedding(w, ids);
+    const Tensor logits = linear(h, w, Tensor());  // (2, V), dw contiguous as GPT's head
+    backward(add(sum(mul(logits, c_logits)), sum(mul(e, c_rows))));
+    const std::vector<double> hv = h.to_vector<double>();
+    const std::vector<double> cl = c_logits.to_vector<double>();
+    for (int64_t v = 0; v < vocab; ++v) {
+      for (int64_t c = 0; c < channels; ++c) {
+        for (int64_t r = 0; r < 2; ++r) {
+          want[v * channels + c] += cl[r * vocab + v] * hv[r * channels + c];
+        }
+      }
+    }
+    check_grad(w.grad(), want);
+  }
+  SECTION("shared gradient: never changed") {
+    Tensor v = randn({vocab, channels}, gen, f64);
+    v.set_requires_grad(true);
+    const Tensor c_sum = randn({vocab, channels}, gen, f64);
+    const Tensor y = exp(v);
+    const Tensor e = embedding(w, ids);
+    const Tensor u = add(w, y);
+    backward(add(sum(mul(u, c_sum)), sum(mul(e, c_rows))));
+    const std::vector<double> cs = c_sum.to_vector<double>();
+    const std::vector<double> yv = y.to_vector<double>();
+    std::vector<double> want_v(cs.size());
+    for (size_t i = 0; i < cs.size(); ++i) {
+      want[i] += cs[i];
+      want_v[i] = cs[i] * yv[i];
+    }
+    check_grad(w.grad(), want);
+    check_grad(v.grad(), want_v);
+  }
+}
+
 TEST_CASE("the graph is freed after backward unless retained", "[engine]") {
   Tensor x = leaf({0.5});
   Tensor y = exp(x);

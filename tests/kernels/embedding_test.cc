@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "kernels/elementwise.h"
 
 using namespace tessera;
 using namespace tessera::kernels;
@@ -97,6 +98,36 @@ TEST_CASE("embedding_backward with a large vocabulary splits it across tasks", "
   }
 }
 
+TEST_CASE("embedding_backward_add_ adds the rows in place, bitwise as the dense sum",
+          "[embedding]") {
+  // Note [Gradients added in place]: the tied wte's gradient takes the lookup's rows
+  // without a dense (V, C) tensor; the result must be bitwise dweight + embedding_backward.
+  Generator gen(34);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (int64_t channels : {1, 37, 768}) {
+      INFO(dtype_name(dtype) << " C " << channels);
+      const int64_t vocab = 11;
+      const Tensor id = from_vector<int64_t>({3, 9, 3, 0, 3, 10, 9, 3}, {2, 4});
+      const Tensor grad = randn({channels, 4, 2}, gen, {dtype}).permute({2, 1, 0});  // (2, 4, C)
+      const Tensor base = randn({vocab, channels}, gen, {dtype});
+      const Tensor want = binary(BinaryOp::add, base, embedding_backward(grad, id, vocab));
+      const Tensor dw = base.clone();
+      embedding_backward_add_(dw, grad, id.to(DType::i32));
+      CHECK(dw.to_vector<double>() == want.to_vector<double>());
+      // Rows no id names keep their values exactly.
+      CHECK(dw.narrow(0, 4, 5).to_vector<double>() == base.narrow(0, 4, 5).to_vector<double>());
+    }
+  }
+  // Many ids across tasks, with repeats.
+  const Tensor ids = rand({6000}, gen, {DType::f64}, 0.0, 700.0).to(DType::i64);
+  const Tensor grad = randn({6000, 48}, gen);
+  const Tensor base = randn({700, 48}, gen);
+  const Tensor dw = base.clone();
+  embedding_backward_add_(dw, grad, ids);
+  CHECK(dw.to_vector<double>() ==
+        binary(BinaryOp::add, base, embedding_backward(grad, ids, 700)).to_vector<double>());
+}
+
 TEST_CASE("embedding errors name the id and its position", "[embedding]") {
   const Tensor w = zeros({5, 3});
   REQUIRE_THROWS_WITH(embedding(w, from_vector<int64_t>({0, 4, 1, 5}, {2, 2})),
@@ -117,4 +148,16 @@ TEST_CASE("embedding errors name the id and its position", "[embedding]") {
   REQUIRE_THROWS_WITH(
       embedding_backward(zeros({2, 3}, {DType::i32}), from_vector<int64_t>({0, 1}), 5),
       Catch::Contains("[embedding_backward]") && Catch::Contains("i32"));
+  Tensor dw = zeros({5, 3});
+  REQUIRE_THROWS_WITH(embedding_backward_add_(dw, zeros({2, 3}), from_vector<int64_t>({4, 5})),
+                      Catch::Contains("[embedding_backward_add_]") && Catch::Contains("[0, 5)") &&
+                          Catch::Contains("found 5 at flat position 1"));
+  REQUIRE_THROWS_WITH(embedding_backward_add_(dw, zeros({2, 4}), from_vector<int64_t>({0, 1})),
+                      Catch::Contains("[embedding_backward_add_]") && Catch::Contains("(V, 4)") &&
+                          Catch::Contains("(5, 3)"));
+  Tensor dw_t = zeros({3, 5}).transpose(0, 1);
+  REQUIRE_THROWS_WITH(
+      embedding_backward_add_(dw_t, zeros({2, 3}), from_vector<int64_t>({0, 1})),
+      Catch::Contains("[embedding_backward_add_]") && Catch::Contains("contiguous"));
+  CHECK(dw.to_vector<double>() == std::vector<double>(15, 0.0));  // untouched by the refusals
 }
