@@ -70,6 +70,28 @@ TEST_CASE("embedding and its backward match the CPU with repeated ids", "[gpu]")
   }
 }
 
+TEST_CASE("embedding_backward_add_ adds rows in place like the CPU, other rows untouched",
+          "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  const int64_t V = 50, C = 67;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (DType id_dtype : {DType::i64, DType::i32}) {
+      DYNAMIC_SECTION(dtype_name(dt) << " weight, " << dtype_name(id_dtype) << " ids") {
+        const Input ids = index_of(random_ids(4 * 33, 10, 95), {4, 33}, id_dtype);  // (4, 33)
+        const Input grad = random({4, 33, C}, 96, dt);                              // (4, 33, C)
+        const Input base = random({V, C}, 97, dt);                                  // (V, C)
+        const Tensor dw = base.dev.clone();
+        kernels::embedding_backward_add_(dw, grad.dev, ids.dev);
+        const Tensor want = base.ref.clone();
+        kernels::embedding_backward_add_(want, grad.ref, ids.ref);
+        check_close(dw, want, dt, tol_for(dt, 1e-5));
+        // Rows 10.. get no id: bitwise what they were.
+        check_bitwise(dw.narrow(0, 10, V - 10), base.dev.narrow(0, 10, V - 10));
+      }
+    }
+  }
+}
+
 TEST_CASE("cat matches the CPU along every dim, with strided and empty pieces", "[gpu]") {
   REQUIRE(cuda::device_count() > 0);
   for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i64}) {
