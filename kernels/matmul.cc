@@ -3,7 +3,6 @@
 #include "kernels/checks.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/kernels.h"
-#include "kernels/elementwise.h"
 
 namespace tessera::kernels {
 
@@ -50,8 +49,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
              weight.size(0), "), found ", shape_str(bias.shape()));
   }
   if (x.device().is_cuda()) return cuda::matmul(x, weight, false, true, bias);
-  const Tensor y = cpu::matmul(x, weight, false, true);
-  return bias.defined() ? binary(BinaryOp::add, y, bias) : y;
+  return cpu::matmul(x, weight, false, true, bias);
 }
 
 }  // namespace tessera::kernels

@@ -103,18 +103,18 @@ constexpr int64_t kSplitAlign = 16;  // block edges at multiples of 16 elements 
 
 // One block on the calling thread: the packed kernel for f32 where the build has it (Note
 // [Packed SGEMM]), Eigen otherwise and for matrix-vector shapes, where packing a whole
-// operand would cost more than the product.
+// operand would cost more than the product. A non-null bias (n) is added to every row of c.
 constexpr int64_t kMinPackedExtent = 16;
 
 template <class T, int OrderA, int OrderB>
 void gemm_block(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc, int64_t m,
-                int64_t n, int64_t k) {
+                int64_t n, int64_t k, const T* bias) {
   if constexpr (std::is_same_v<T, float> && kHavePackedSgemm) {
     if (m >= kMinPackedExtent && n >= kMinPackedExtent) {
       constexpr bool a_rows = OrderA == Eigen::RowMajor;
       constexpr bool b_rows = OrderB == Eigen::RowMajor;
       sgemm({a, a_rows ? lda : 1, a_rows ? 1 : lda}, {b, b_rows ? ldb : 1, b_rows ? 1 : ldb}, c,
-            ldc, m, n, k);
+            ldc, m, n, k, bias);
       return;
     }
   }
@@ -122,14 +122,16 @@ void gemm_block(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t 
   ConstMatrixMap<T, OrderB> B(b, k, n, Eigen::OuterStride<>(ldb));
   RowMatrixMap<T> C(c, m, n, Eigen::OuterStride<>(ldc));
   C.noalias() = A * B;
+  if (bias != nullptr)
+    C.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, n);
 }
 
 template <class T, int OrderA, int OrderB>
 void gemm_kernel(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t m, int64_t n,
-                 int64_t k) {
+                 int64_t k, const T* bias) {
   const int64_t threads = in_parallel_region() ? 1 : num_threads();
   if (threads == 1 || m * n * k < kMinThreadedFlops) {
-    gemm_block<T, OrderA, OrderB>(a, lda, b, ldb, c, n, m, n, k);
+    gemm_block<T, OrderA, OrderB>(a, lda, b, ldb, c, n, m, n, k, bias);
     return;
   }
   const bool split_cols = n >= m;
@@ -143,35 +145,38 @@ void gemm_kernel(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t
       const int64_t len = std::min(chunk, extent - lo);
       if (split_cols) {  // columns lo.. of op(B) and of C
         const T* bp = OrderB == Eigen::RowMajor ? b + lo : b + lo * ldb;
-        gemm_block<T, OrderA, OrderB>(a, lda, bp, ldb, c + lo, n, m, len, k);
+        gemm_block<T, OrderA, OrderB>(a, lda, bp, ldb, c + lo, n, m, len, k,
+                                      bias == nullptr ? nullptr : bias + lo);
       } else {  // rows lo.. of op(A) and of C
         const T* ap = OrderA == Eigen::RowMajor ? a + lo * lda : a + lo;
-        gemm_block<T, OrderA, OrderB>(ap, lda, b, ldb, c + lo * n, n, len, n, k);
+        gemm_block<T, OrderA, OrderB>(ap, lda, b, ldb, c + lo * n, n, len, n, k, bias);
       }
     }
   });
 }
 
-// c = op(a) @ op(b) for one (M, K) x (K, N) product into a contiguous (M, N) c.
+// c = op(a) @ op(b) (+ bias (N) on every row when not null) for one (M, K) x (K, N) product
+// into a contiguous (M, N) c.
 template <class T>
 void gemm(const T* a, bool a_row_major, int64_t lda, const T* b, bool b_row_major, int64_t ldb,
-          T* c, int64_t m, int64_t n, int64_t k) {
+          T* c, int64_t m, int64_t n, int64_t k, const T* bias) {
   constexpr int kRow = Eigen::RowMajor;
   constexpr int kCol = Eigen::ColMajor;
   if (a_row_major && b_row_major) {
-    gemm_kernel<T, kRow, kRow>(a, lda, b, ldb, c, m, n, k);
+    gemm_kernel<T, kRow, kRow>(a, lda, b, ldb, c, m, n, k, bias);
   } else if (a_row_major) {
-    gemm_kernel<T, kRow, kCol>(a, lda, b, ldb, c, m, n, k);
+    gemm_kernel<T, kRow, kCol>(a, lda, b, ldb, c, m, n, k, bias);
   } else if (b_row_major) {
-    gemm_kernel<T, kCol, kRow>(a, lda, b, ldb, c, m, n, k);
+    gemm_kernel<T, kCol, kRow>(a, lda, b, ldb, c, m, n, k, bias);
   } else {
-    gemm_kernel<T, kCol, kCol>(a, lda, b, ldb, c, m, n, k);
+    gemm_kernel<T, kCol, kCol>(a, lda, b, ldb, c, m, n, k, bias);
   }
 }
 
 }  // namespace
 
-Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b,
+              const Tensor& bias_in) {
   const Tensor a = a_in.detach();  // (..., M, K) or (..., K, M)
   const Tensor b = b_in.detach();  // (K, N) or (N, K), or batched like a
   const int64_t m = trans_a ? a.size(-1) : a.size(-2);
@@ -182,18 +187,22 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
   out_shape.push_back(n);
   Tensor out = empty(out_shape, {a.dtype(), a.device()});  // (..., M, N)
   if (out.numel() == 0) return out;
+  const Tensor bias = bias_in.defined() ? bias_in.detach().contiguous() : Tensor();  // (N)
   if (k == 0) {
     out.fill_(0.0);
+    if (bias.defined()) out.copy_(bias.expand(out.shape()));
     return out;
   }
   dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* c = out.data_ptr<T>();
+    const T* pbias = bias.defined() ? bias.template data_ptr<T>() : nullptr;
     const Operand ob = make_operand(b, trans_b);
     const T* pb = ob.t.template data_ptr<T>();
     if (b.dim() == 2 && !trans_a) {
       if (const std::optional<int64_t> lda = tall_row_stride(a)) {
-        gemm<T>(a.data_ptr<T>(), true, *lda, pb, ob.row_major, ob.ld, c, out.numel() / n, n, k);
+        gemm<T>(a.data_ptr<T>(), true, *lda, pb, ob.row_major, ob.ld, c, out.numel() / n, n, k,
+                pbias);
         return;
       }
     }
@@ -205,7 +214,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
     const auto run = [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         gemm<T>(pa + a_offsets[i], oa.row_major, oa.ld, pb + b_offsets[i], ob.row_major, ob.ld,
-                c + i * m * n, m, n, k);
+                c + i * m * n, m, n, k, pbias);
       }
     };
     // Note [Batched GEMM threading]: with at least one batch per thread, threads take

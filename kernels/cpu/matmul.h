@@ -5,7 +5,9 @@
 
 namespace tessera::kernels::cpu {
 
-// a: (..., M, K) or (..., K, M); b: (K, N) / (N, K) or batched like a -> (..., M, N).
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
+// a: (..., M, K) or (..., K, M); b: (K, N) / (N, K) or batched like a -> (..., M, N), plus
+// bias (N) on every row when it is defined (of a's dtype; linear's bias, added by the GEMM).
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+              const Tensor& bias = Tensor());
 
 }  // namespace tessera::kernels::cpu

@@ -170,10 +170,13 @@ struct BPanel {
 
 // c (kMr, kNr) = (or +=, when Accumulate) a_panel @ b_panel over kc steps of k: row-major
 // with leading dimension ldc, or transposed, tile element (i, j) at c[j * ldc + i]. AInPlace
-// reads a_panel's rows lda apart instead of packed, BInPlace b_panel's rows ldb apart.
+// reads a_panel's rows lda apart instead of packed, BInPlace b_panel's rows ldb apart. Unless
+// Accumulate, a non-null bias is added: bias[j] to tile column j, or bias[i] to tile row i
+// when TransposedC (both are columns of C).
 template <int Nv, bool Accumulate, bool AInPlace, bool BInPlace, bool TransposedC>
 inline void micro_kernel(int64_t kc, const float* __restrict a, int64_t lda,
-                         const float* __restrict b, int64_t ldb, float* c, int64_t ldc) {
+                         const float* __restrict b, int64_t ldb, float* c, int64_t ldc,
+                         const float* bias) {
   constexpr int kNr = Nv * kLanes;
   // Every loop over the tile is unrolled so acc lives in registers (-O2 would not).
   __m512 acc[kMr][Nv];
@@ -210,6 +213,18 @@ inline void micro_kernel(int64_t kc, const float* __restrict a, int64_t lda,
       for (int v = 0; v < Nv; ++v) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
     }
   }
+  // The bias joins the first k block's sums (one per tile row, or per tile column).
+  if (!Accumulate && bias != nullptr) {
+#pragma GCC unroll 8
+    for (int i = 0; i < kMr; ++i) {
+#pragma GCC unroll 3
+      for (int v = 0; v < Nv; ++v) {
+        const __m512 bias_v =
+            TransposedC ? _mm512_set1_ps(bias[i]) : _mm512_loadu_ps(bias + v * kLanes);
+        acc[i][v] = _mm512_add_ps(acc[i][v], bias_v);
+      }
+    }
+  }
   // The stores stay in this function: passing acc to a helper by reference made GCC keep
   // it in memory inside the k loop.
   if constexpr (TransposedC) {
@@ -242,43 +257,46 @@ inline void micro_kernel(int64_t kc, const float* __restrict a, int64_t lda,
 
 // The micro-kernel for the panels' layouts (B in place only with row-major C).
 template <int Nv, bool TransposedC, bool Accumulate>
-void micro_kernel(int64_t kc, APanel a, BPanel b, float* c, int64_t ldc) {
+void micro_kernel(int64_t kc, APanel a, BPanel b, float* c, int64_t ldc, const float* bias) {
   const bool b_in_place = !TransposedC && b.row_stride != 0;
   if (a.row_stride != 0) {
     if (b_in_place) {
       micro_kernel<Nv, Accumulate, true, true, false>(kc, a.data, a.row_stride, b.data,
-                                                      b.row_stride, c, ldc);
+                                                      b.row_stride, c, ldc, bias);
     } else {
       micro_kernel<Nv, Accumulate, true, false, TransposedC>(kc, a.data, a.row_stride, b.data, 0, c,
-                                                             ldc);
+                                                             ldc, bias);
     }
   } else if (b_in_place) {
-    micro_kernel<Nv, Accumulate, false, true, false>(kc, a.data, 0, b.data, b.row_stride, c, ldc);
+    micro_kernel<Nv, Accumulate, false, true, false>(kc, a.data, 0, b.data, b.row_stride, c, ldc,
+                                                     bias);
   } else {
-    micro_kernel<Nv, Accumulate, false, false, TransposedC>(kc, a.data, 0, b.data, 0, c, ldc);
+    micro_kernel<Nv, Accumulate, false, false, TransposedC>(kc, a.data, 0, b.data, 0, c, ldc, bias);
   }
 }
 
-// The micro-kernel on a tile with rows x cols valid entries, c pointing at its (0, 0) (an
-// edge tile goes through a local buffer so nothing past the edge of c is touched).
+// The micro-kernel on a tile with rows x cols valid entries, c pointing at its (0, 0) and
+// bias (null for none) at its first entry (an edge tile goes through a local buffer so
+// nothing past the edge of c or bias is touched).
 template <int Nv, bool TransposedC>
 void tile(bool accumulate, int64_t kc, APanel a, BPanel b, float* c, int64_t ldc, int64_t rows,
-          int64_t cols) {
+          int64_t cols, const float* bias) {
   constexpr int kNr = Nv * kLanes;
   if (rows == kMr && cols == kNr) {
     if (accumulate) {
-      micro_kernel<Nv, TransposedC, true>(kc, a, b, c, ldc);
+      micro_kernel<Nv, TransposedC, true>(kc, a, b, c, ldc, nullptr);
     } else {
-      micro_kernel<Nv, TransposedC, false>(kc, a, b, c, ldc);
+      micro_kernel<Nv, TransposedC, false>(kc, a, b, c, ldc, bias);
     }
     return;
   }
   alignas(64) float buffer[kMr * kNr];
-  micro_kernel<Nv, false, false>(kc, a, b, buffer, kNr);
+  micro_kernel<Nv, false, false>(kc, a, b, buffer, kNr, nullptr);
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
       float& out = TransposedC ? c[j * ldc + i] : c[i * ldc + j];
-      out = (accumulate ? out : 0.0f) + buffer[i * kNr + j];
+      const float first = bias == nullptr ? 0.0f : bias[TransposedC ? i : j];
+      out = (accumulate ? out : first) + buffer[i * kNr + j];
     }
   }
 }
@@ -337,7 +355,7 @@ class BlockPrefetcher {
 // ldc, or, when TransposedC, element (i, j) at c[j * ldc + i].
 template <bool TransposedC>
 void sgemm_blocked(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n,
-                   int64_t k) {
+                   int64_t k, const float* bias) {
   using L = Layout<TransposedC>;
   const int64_t kc_max = std::min(L::kKc, k);
   // Rows contiguous along k (the forward's activations, the backward's output gradients, the
@@ -395,9 +413,11 @@ void sgemm_blocked(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int6
         const int64_t lines_per_tile = (next.lines() + tiles - 1) / tiles;
         for (int64_t ir = 0; ir < mc; ir += kMr) {
           for (int64_t jr = 0; jr < nc; jr += L::kNr) {
+            const float* tile_bias =
+                bias == nullptr ? nullptr : bias + (TransposedC ? ic + ir : jc + jr);
             tile<L::kNv, TransposedC>(
                 accumulate, kc, a_panel(ir), b_panel(jr), c_tile(ic + ir, jc + jr), ldc,
-                std::min<int64_t>(kMr, mc - ir), std::min<int64_t>(L::kNr, nc - jr));
+                std::min<int64_t>(kMr, mc - ir), std::min<int64_t>(L::kNr, nc - jr), tile_bias);
             next.issue(lines_per_tile);
           }
         }
@@ -408,16 +428,16 @@ void sgemm_blocked(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int6
 
 }  // namespace
 
-void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n,
-           int64_t k) {
+void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
+           const float* bias) {
   // Note [Transposed SGEMM]: when B's columns are contiguous along k (x W^T) and B is the
   // wider operand, C^T = B^T A^T reads B^T's rows in place and packs the narrower A^T.
   const bool b_rows_along_k = b.row_stride == 1 && b.col_stride != 1;
   if (b_rows_along_k && n > m) {
     sgemm_blocked<true>({b.data, b.col_stride, b.row_stride}, {a.data, a.col_stride, a.row_stride},
-                        c, ldc, n, m, k);
+                        c, ldc, n, m, k, bias);
   } else {
-    sgemm_blocked<false>(a, b, c, ldc, m, n, k);
+    sgemm_blocked<false>(a, b, c, ldc, m, n, k, bias);
   }
 }
 

@@ -54,9 +54,10 @@ struct StridedMatrix {
   int64_t col_stride;
 };
 
-// c (m, n), row-major with leading dimension ldc, = a (m, k) @ b (k, n). Overwrites c;
-// m, n, k >= 1. Defined only when kHavePackedSgemm.
-void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n,
-           int64_t k);
+// c (m, n), row-major with leading dimension ldc, = a (m, k) @ b (k, n), plus bias (n) on every
+// row when bias is not null (linear's bias joins the first k block's sums instead of taking
+// a pass of its own). Overwrites c; m, n, k >= 1. Defined only when kHavePackedSgemm.
+void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
+           const float* bias = nullptr);
 
 }  // namespace tessera::kernels::cpu

@@ -6,6 +6,7 @@
 
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "kernels/cpu/matmul.h"
 #include "tests/testing.h"
 
 namespace tessera {
@@ -256,6 +257,31 @@ TEST_CASE("matmul rejects mismatched operands", "[matmul]") {
                       Catch::Contains("[matmul] expected a of dtype f32 or f64, found i32"));
   REQUIRE_THROWS_WITH(matmul(Tensor(), ones({5, 2})),
                       Catch::Contains("[matmul] expected a to be a defined tensor"));
+}
+
+TEST_CASE("f32 linear adds its bias inside the GEMM, once, in every path", "[matmul]") {
+  // sgemm adds the bias to the first k block's sums: the transposed path (8 x 32 tiles, k
+  // blocks of 768), the row-major path (8 x 48 tiles, k blocks of 384, weights packed or
+  // read in place) and edge tiles, each with k past one block; small shapes go to Eigen.
+  Generator gen(42);
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (const Size s :
+       {Size{261, 1037, 781}, Size{300, 301, 401}, Size{37, 50, 400}, Size{5, 3, 4}}) {
+    INFO("m " << s.m << " n " << s.n << " k " << s.k);
+    const Tensor x = randn({s.m, s.k}, gen);
+    const Tensor w = randn({s.n, s.k}, gen);
+    const Tensor b = randn({s.n}, gen);
+    std::vector<double> want = reference(x, w, false, true);
+    const std::vector<double> bv = b.to_vector<double>();
+    for (size_t i = 0; i < want.size(); ++i) want[i] += bv[i % s.n];
+    CHECK(max_abs_diff(kernels::linear(x, w, b).to_vector<double>(), want) <= 1e-3);
+    // The weight stored (in, out): B's rows read in place.
+    const Tensor w_in_out = w.transpose(0, 1).contiguous();
+    CHECK(max_abs_diff(kernels::cpu::matmul(x, w_in_out, false, false, b).to_vector<double>(),
+                       want) <= 1e-3);
+  }
 }
 
 TEST_CASE("linear adds the bias to every row of x @ weight^T", "[matmul]") {
