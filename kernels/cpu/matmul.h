@@ -1,4 +1,4 @@
-// CPU matrix multiplication through Eigen's GEMM (see kernels/matmul.h).
+// CPU matrix multiplication: the packed SGEMM for f32 (kernels/cpu/sgemm.h), Eigen otherwise.
 #pragma once
 
 #include "core/tensor.h"
