@@ -11,11 +11,15 @@ thread_local uint64_t next_sequence_nr = 0;
 
 Node::Node() : sequence_nr_(next_sequence_nr++) {}
 
+bool summable_in_place(const Tensor& slot, const Shape& shape, DType dtype, Device device) {
+  return slot.defined() && slot.is_unique() && slot.is_contiguous() && slot.shape() == shape &&
+         slot.dtype() == dtype && slot.device() == device;
+}
+
 void add_grad(Tensor& slot, const Tensor& g) {
   if (!slot.defined()) {
     slot = g;
-  } else if (slot.is_unique() && slot.is_contiguous() && slot.dtype() == g.dtype() &&
-             slot.shape() == g.shape()) {
+  } else if (summable_in_place(slot, g.shape(), g.dtype(), g.device())) {
     kernels::axpy_(slot, g);
   } else {
     slot = kernels::binary(kernels::BinaryOp::add, slot, g);

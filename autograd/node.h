@@ -116,9 +116,12 @@ class AccumulateGrad final : public Node {
 // gradient instead of writing a dense (Vp, C) tensor that is then added (GPT-2 124M:
 // 154 MB zeroed, scattered into and summed, about 20 ms of a 1.1 s CPU step).
 
+// True when a gradient of `shape`, dtype and device may be summed into slot in place (see
+// the note): slot is defined, the only handle to its contiguous memory, and matches them.
+bool summable_in_place(const Tensor& slot, const Shape& shape, DType dtype, Device device);
+
 // Sums g into a gradient slot (see the note): slot = g when the slot is undefined, in place
-// when the slot is the only handle to its contiguous memory and matches g's dtype and
-// shape, slot = slot + g otherwise.
+// when summable_in_place, slot = slot + g otherwise.
 void add_grad(Tensor& slot, const Tensor& g);
 
 }  // namespace tessera

@@ -45,18 +45,18 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = kernels::embedding(weight, ids);
   // The rows of this lookup are added into the weight's gradient where it already sums
   // one that nothing else holds (the tied head's); Note [Gradients added in place].
-  record_function("embedding", {weight}, {&out},
-                  [ids = ids.detach(), rows = weight.size(0)](const TensorList& g,
-                                                              const std::vector<Tensor*>& slots) {
-                    if (slots[0] == nullptr) return;
-                    Tensor& slot = *slots[0];
-                    if (slot.defined() && slot.is_unique() && slot.is_contiguous() &&
-                        slot.dtype() == g[0].dtype() && slot.device() == g[0].device()) {
-                      kernels::embedding_backward_add_(slot, g[0], ids);
-                    } else {
-                      add_grad(slot, kernels::embedding_backward(g[0], ids, rows));
-                    }
-                  });
+  record_function(
+      "embedding", {weight}, {&out},
+      [ids = ids.detach(), rows = weight.size(0)](const TensorList& g,
+                                                  const std::vector<Tensor*>& slots) {
+        if (slots[0] == nullptr) return;
+        Tensor& slot = *slots[0];
+        if (summable_in_place(slot, {rows, g[0].size(-1)}, g[0].dtype(), g[0].device())) {
+          kernels::embedding_backward_add_(slot, g[0], ids);
+        } else {
+          add_grad(slot, kernels::embedding_backward(g[0], ids, rows));
+        }
+      });
   return out;
 }
 

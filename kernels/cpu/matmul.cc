@@ -122,8 +122,9 @@ void gemm_block(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t 
   ConstMatrixMap<T, OrderB> B(b, k, n, Eigen::OuterStride<>(ldb));
   RowMatrixMap<T> C(c, m, n, Eigen::OuterStride<>(ldc));
   C.noalias() = A * B;
-  if (bias != nullptr)
+  if (bias != nullptr) {
     C.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, n);
+  }
 }
 
 template <class T, int OrderA, int OrderB>
@@ -189,8 +190,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
   if (out.numel() == 0) return out;
   const Tensor bias = bias_in.defined() ? bias_in.detach().contiguous() : Tensor();  // (N)
   if (k == 0) {
-    out.fill_(0.0);
-    if (bias.defined()) out.copy_(bias.expand(out.shape()));
+    if (bias.defined()) {
+      out.copy_(bias.expand(out.shape()));
+    } else {
+      out.fill_(0.0);
+    }
     return out;
   }
   dispatch_floating(a.dtype(), "matmul", [&](auto tag) {

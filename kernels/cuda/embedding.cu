@@ -56,7 +56,8 @@ __global__ void run_bounds_kernel(const I* __restrict__ sorted, int64_t n, int64
   }
 }
 
-// dweight[v, c] = sum over k in [start[v], end[v]) of grad[pos[k], c], in k order (see
+// dweight[v, c] = (or +=, when Accumulate; rows without ids are then left alone) sum over
+// k in [start[v], end[v]) of grad[pos[k], c], in k order (see
 // Note [Deterministic embedding backward]). Four loads are issued before their adds so
 // long runs (a padding id) are not latency bound; the add order is unchanged.
 template <class T, class P, bool Accumulate>
