@@ -10,6 +10,7 @@
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
+#include "kernels/cpu/small_gemm.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -26,8 +27,13 @@ namespace {
 // Row-at-a-time matrix-vector products did the same work 3-4x slower. q, k, v, dout and out
 // are read through their strides (heads split out of a (B, T, 3C) projection need no
 // copy), and out, dq, dk, dv are written in (B, T, H, D) memory order, so merging the heads
-// back into (B, T, C) is a view.
+// back into (B, T, C) is a view. For f32 heads of up to 64 values the products go through
+// small_gemm (Note [Small block products]), which skips the diagonal blocks' masked
+// triangle; other dtypes and sizes use Eigen. With the row-wise exps below, GPT-2's twelve
+// attention layers at B = 4, T = 64 took 3.4 ms forward and 8.5 ms backward on two Zen 4
+// cores, against 7.0 and 20 ms with Eigen's products.
 constexpr int64_t kBlock = 64;
+static_assert(kBlock == kSmallCols);
 
 template <class T>
 using StridedMap = Eigen::Map<const Matrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
@@ -63,6 +69,7 @@ class HeadView {
     return MutableStridedMap<T>(data(bh, row), count, x_.size(3),
                                 Eigen::OuterStride<>(x_.stride(2)));
   }
+  int64_t row_stride() const { return x_.stride(2); }
 
  private:
   Tensor x_;
@@ -76,6 +83,76 @@ void mask_future(Block&& block, typename std::decay_t<Block>::Scalar value) {
     for (int64_t c = r + 1; c < block.cols(); ++c) block(r, c) = value;
   }
 }
+
+// block(r, :) = exp(block(r, :) - shift[r]) for each row. Row by row because a row of a
+// row-major block is contiguous and Eigen vectorizes its exp; over the whole block with a
+// column-wise shift Eigen called the scalar expf (15% of the attention's time at T = 64).
+template <class Block, class Shift>
+void exp_shifted_rows(Block&& block, const Shift& shift) {
+  for (int64_t r = 0; r < block.rows(); ++r) {
+    block.row(r).array() = (block.row(r).array() - shift[r]).exp();
+  }
+}
+
+// The softmax gradient dS = P * (dP - delta[r]), row by row (as exp_shifted_rows).
+template <class Block, class ConstBlock, class Delta>
+void softmax_grad_rows(Block&& ds, const ConstBlock& p, const Delta& delta) {
+  for (int64_t r = 0; r < ds.rows(); ++r) {
+    ds.row(r).array() = p.row(r).array() * (ds.row(r).array() - delta[r]);
+  }
+}
+
+// Whether a head of `dim` values takes the small-block products.
+template <class T>
+bool small_blocks(int64_t dim) {
+  return std::is_same_v<T, float> && kHaveSmallGemm && dim <= kSmallCols;
+}
+
+// dst (cols, rows), row-major with leading dimension kBlock, = src (rows, cols)^T: the B
+// operand of a product with K^T or V^T.
+template <class T>
+void transpose_block(const T* src, int64_t ld, int64_t rows, int64_t cols, T* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[c * kBlock + r] = src[r * ld + c];
+  }
+}
+
+// c (m, cols) = alpha a b, or += when accumulate, by small_gemm (a read through its row and
+// column strides, b's rows ldb apart); only where small_blocks<T>() holds.
+template <class T, class KRange, class Cols>
+void block_product(const T* a, int64_t a_row_stride, int64_t a_col_stride, const T* b, int64_t ldb,
+                   T* c, int64_t ldc, int64_t m, T alpha, bool accumulate, const KRange& k_range,
+                   const Cols& cols) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    small_gemm({a, a_row_stride, a_col_stride}, b, ldb, c, ldc, m, alpha, accumulate, k_range,
+               cols);
+    return;
+  }
+#endif
+  TS_INTERNAL_ASSERT(false, "small block products need f32 and AVX-512");
+}
+
+// The k range and column count of the row groups of a block product (small_gemm). In a
+// diagonal block (query block = key block) query row i sees keys j <= i only, so
+// - products over keys (P V, dS K) stop at the group's last row: k < i + rows;
+// - products into key columns (Q K^T, dO V^T) need columns j < i + rows;
+// - products over queries into key rows (P^T dO, dS^T Q) start at the group's first key.
+struct CausalBlock {
+  bool diagonal;
+  int64_t keys;     // key positions in the block (columns of S)
+  int64_t queries;  // query positions (rows of S)
+
+  std::pair<int64_t, int64_t> keys_up_to(int64_t i, int64_t rows) const {
+    return {0, diagonal ? std::min(keys, i + rows) : keys};
+  }
+  std::pair<int64_t, int64_t> queries_from(int64_t j, int64_t) const {
+    return {diagonal ? j : 0, queries};
+  }
+  int64_t key_columns(int64_t i, int64_t rows) const {
+    return diagonal ? std::min(keys, i + rows) : keys;
+  }
+};
 
 }  // namespace
 
@@ -93,8 +170,9 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
     using T = typename decltype(tag)::type;
     const T s = static_cast<T>(scale);
     const HeadView<T> Q(q), K(k), V(v), O(result.out);
+    const bool small = small_blocks<T>(dim);
     parallel_for(heads, 1, [&](int64_t h0, int64_t h1) {
-      Matrix<T> scores(kBlock, kBlock), acc(kBlock, dim);
+      Matrix<T> scores(kBlock, kBlock), acc(kBlock, dim), kt(small ? dim : 0, kBlock);
       ArrayX<T> row_max(kBlock), row_sum(kBlock), new_max(kBlock), rescale(kBlock);
       for (int64_t h = h0; h < h1; ++h) {
         T* lse = result.lse.data_ptr<T>() + h * len;
@@ -107,21 +185,42 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
           row_sum.head(rows).setZero();
           for (int64_t c0 = 0; c0 <= r0; c0 += kBlock) {
             const int64_t cols = std::min(kBlock, len - c0);
+            const CausalBlock block{c0 == r0, cols, rows};
+            const auto Kj = K.rows(h, c0, cols);
+            const auto Vj = V.rows(h, c0, cols);
             auto S = scores.topLeftCorner(rows, cols);
-            S.noalias() = s * (Qi * K.rows(h, c0, cols).transpose());
-            if (c0 == r0) mask_future(S, -std::numeric_limits<T>::infinity());
+            if (small) {  // S's columns past a diagonal block's need stay unset: masked below
+              transpose_block(Kj.data(), K.row_stride(), cols, dim, kt.data());
+              block_product(
+                  Qi.data(), Q.row_stride(), int64_t{1}, kt.data(), kBlock, S.data(), kBlock, rows,
+                  s, false,
+                  [&](int64_t, int64_t) {
+                    return std::pair<int64_t, int64_t>{0, dim};
+                  },
+                  [&](int64_t i, int64_t n) { return block.key_columns(i, n); });
+            } else {
+              S.noalias() = s * (Qi * Kj.transpose());
+            }
+            if (block.diagonal) mask_future(S, -std::numeric_limits<T>::infinity());
             // Online softmax: rescale what earlier key blocks summed to the new row max.
             new_max.head(rows) = row_max.head(rows).max(S.array().rowwise().maxCoeff());
             rescale.head(rows) = (row_max.head(rows) - new_max.head(rows)).exp();
             row_max.head(rows) = new_max.head(rows);
-            S.array().colwise() -= row_max.head(rows);
-            S.array() = S.array().exp();
+            exp_shifted_rows(S, row_max);
             row_sum.head(rows) =
                 row_sum.head(rows) * rescale.head(rows) + S.array().rowwise().sum();
-            Oi.array().colwise() *= rescale.head(rows);
-            Oi.noalias() += S * V.rows(h, c0, cols);
+            for (int64_t r = 0; r < rows; ++r) Oi.row(r) *= rescale[r];
+            if (small) {
+              block_product(
+                  S.data(), kBlock, int64_t{1}, Vj.data(), V.row_stride(), Oi.data(), dim, rows,
+                  T(1), true, [&](int64_t i, int64_t n) { return block.keys_up_to(i, n); },
+                  [&](int64_t, int64_t) { return dim; });
+            } else {
+              Oi.noalias() += S * Vj;
+            }
           }
-          O.mutable_rows(h, r0, rows) = (Oi.array().colwise() / row_sum.head(rows)).matrix();
+          auto out_rows = O.mutable_rows(h, r0, rows);
+          for (int64_t r = 0; r < rows; ++r) out_rows.row(r) = Oi.row(r) / row_sum[r];
           for (int64_t r = 0; r < rows; ++r) lse[r0 + r] = row_max[r] + std::log(row_sum[r]);
         }
       }
@@ -149,8 +248,10 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
     const T s = static_cast<T>(scale);
     const HeadView<T> Q(q), K(k), V(v), O(out), dO(dout);
     const HeadView<T> dQ(grads.dq), dK(grads.dk), dV(grads.dv);
+    const bool small = small_blocks<T>(dim);
     parallel_for(heads, 1, [&](int64_t h0, int64_t h1) {
       Matrix<T> prob(kBlock, kBlock), dscore(kBlock, kBlock), dk(kBlock, dim), dv(kBlock, dim);
+      Matrix<T> kt(small ? dim : 0, kBlock), vt(small ? dim : 0, kBlock);
       ArrayX<T> delta(len);
       for (int64_t h = h0; h < h1; ++h) {
         const T* lse = lse_t.data_ptr<T>() + h * len;
@@ -165,21 +266,56 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
           auto dVj = dv.topRows(cols);
           dKj.setZero();
           dVj.setZero();
+          if (small) {
+            transpose_block(Kj.data(), K.row_stride(), cols, dim, kt.data());
+            transpose_block(Vj.data(), V.row_stride(), cols, dim, vt.data());
+          }
           for (int64_t r0 = c0; r0 < len; r0 += kBlock) {
             const int64_t rows = std::min(kBlock, len - r0);
+            const CausalBlock block{c0 == r0, cols, rows};
             const auto Qi = Q.rows(h, r0, rows);
             const auto dOi = dO.rows(h, r0, rows);
             auto P = prob.topLeftCorner(rows, cols);
             auto dS = dscore.topLeftCorner(rows, cols);
-            P.noalias() = s * (Qi * Kj.transpose());
-            const Eigen::Map<const ArrayX<T>> lse_i(lse + r0, rows);
-            P.array() = (P.array().colwise() - lse_i).exp();
-            if (c0 == r0) mask_future(P, T(0));
-            dVj.noalias() += P.transpose() * dOi;
-            dS.noalias() = dOi * Vj.transpose();
-            dS.array() = P.array() * (dS.array().colwise() - delta.segment(r0, rows));
-            dQ.mutable_rows(h, r0, rows).noalias() += s * (dS * Kj);
-            dKj.noalias() += s * (dS.transpose() * Qi);
+            const T* lse_i = lse + r0;
+            const T* delta_i = delta.data() + r0;
+            if (!small) {
+              P.noalias() = s * (Qi * Kj.transpose());
+              exp_shifted_rows(P, lse_i);
+              if (block.diagonal) mask_future(P, T(0));
+              dVj.noalias() += P.transpose() * dOi;
+              dS.noalias() = dOi * Vj.transpose();
+              softmax_grad_rows(dS, P, delta_i);
+              dQ.mutable_rows(h, r0, rows).noalias() += s * (dS * Kj);
+              dKj.noalias() += s * (dS.transpose() * Qi);
+              continue;
+            }
+            // The same products by small_gemm; P's and dS's columns past a diagonal block's
+            // need are left unset by the products and zeroed by the masks.
+            const auto all_dims = [&](int64_t, int64_t) {
+              return std::pair<int64_t, int64_t>{0, dim};
+            };
+            const auto dims = [&](int64_t, int64_t) { return dim; };
+            const auto key_columns = [&](int64_t i, int64_t n) { return block.key_columns(i, n); };
+            const auto keys_up_to = [&](int64_t i, int64_t n) { return block.keys_up_to(i, n); };
+            const auto queries_from = [&](int64_t j, int64_t n) {
+              return block.queries_from(j, n);
+            };
+            block_product(Qi.data(), Q.row_stride(), int64_t{1}, kt.data(), kBlock, P.data(),
+                          kBlock, rows, s, false, all_dims, key_columns);
+            exp_shifted_rows(P, lse_i);
+            if (block.diagonal) mask_future(P, T(0));
+            // dV_j += P^T dO_i: P^T read through P's strides.
+            block_product(P.data(), int64_t{1}, kBlock, dOi.data(), dO.row_stride(), dVj.data(),
+                          dim, cols, T(1), true, queries_from, dims);
+            block_product(dOi.data(), dO.row_stride(), int64_t{1}, vt.data(), kBlock, dS.data(),
+                          kBlock, rows, T(1), false, all_dims, key_columns);
+            softmax_grad_rows(dS, P, delta_i);
+            if (block.diagonal) mask_future(dS, T(0));
+            block_product(dS.data(), kBlock, int64_t{1}, Kj.data(), K.row_stride(), dQ.data(h, r0),
+                          dQ.row_stride(), rows, s, true, keys_up_to, dims);
+            block_product(dS.data(), int64_t{1}, kBlock, Qi.data(), Q.row_stride(), dKj.data(), dim,
+                          cols, s, true, queries_from, dims);
           }
           dK.mutable_rows(h, c0, cols) = dKj;
           dV.mutable_rows(h, c0, cols) = dVj;

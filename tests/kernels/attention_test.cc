@@ -143,6 +143,18 @@ TEST_CASE("causal_attention across several query and key blocks", "[attention]")
   }
 }
 
+TEST_CASE("causal_attention with heads at and past the small-block width", "[attention]") {
+  // Note [Small block products]: f32 heads of up to 64 values (GPT-2's) take the small-block
+  // path, with a masked last vector when D is not a multiple of 16; wider heads take Eigen's.
+  // T = 80: a diagonal block, a full off-diagonal one and a partial diagonal one.
+  Generator gen(8);
+  for (const int64_t d : {64, 20, 72}) {
+    const Shape shape{2, 3, 80, d};
+    const Tensor q = randn(shape, gen), k = randn(shape, gen), v = randn(shape, gen);
+    check(q, k, v, randn(shape, gen), 1 / std::sqrt(static_cast<double>(d)), 2e-5);
+  }
+}
+
 TEST_CASE("causal_attention writes its outputs in (B, T, H, D) memory order", "[attention]") {
   // Merging the heads back into (B, T, C) is then a view, forward and backward.
   Generator gen(7);
