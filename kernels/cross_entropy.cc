@@ -1,7 +1,10 @@
 // Validation and the device switch of the fused softmax cross-entropy.
 #include "kernels/cross_entropy.h"
 
+#include <algorithm>
+
 #include "core/dispatch.h"
+#include "core/factories.h"
 #include "kernels/checks.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cuda/kernels.h"
@@ -33,7 +36,7 @@ CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& targets,
 }
 
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse, int64_t ignore_index) {
+                              const Tensor& lse, int64_t ignore_index, int64_t padded_cols) {
   constexpr const char* op = "cross_entropy_backward";
   check_inputs(op, logits, targets);
   check_defined(op, "dloss", dloss);
@@ -45,10 +48,16 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
   TS_CHECK(dloss.numel() == 1, "[cross_entropy_backward] expected a one-element dloss, found ",
            shape_str(dloss.shape()));
   check_shape(op, "lse", lse, {logits.size(0)});
+  const int64_t vocab = logits.size(1);
+  const int64_t cols = std::max(vocab, padded_cols);
   if (logits.device().is_cuda()) {
-    return cuda::cross_entropy_backward(dloss, logits, targets, lse, ignore_index);
+    Tensor dlogits = cuda::cross_entropy_backward(dloss, logits, targets, lse, ignore_index);
+    if (cols == vocab) return dlogits;
+    Tensor padded = zeros({logits.size(0), cols}, {dlogits.dtype(), dlogits.device()});
+    padded.narrow(1, 0, vocab).copy_(dlogits);
+    return padded;
   }
-  return cpu::cross_entropy_backward(dloss, logits, targets, lse, ignore_index);
+  return cpu::cross_entropy_backward(dloss, logits, targets, lse, ignore_index, cols);
 }
 
 }  // namespace tessera::kernels

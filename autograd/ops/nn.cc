@@ -60,14 +60,22 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   return out;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  kernels::CrossEntropyOutput r = kernels::cross_entropy(logits, targets, ignore_index);
-  record_function("cross_entropy", {logits}, {&r.loss},
-                  [logits = logits.detach(), targets = targets.detach(), lse = r.lse,
-                   ignore_index](const TensorList& g) {
-                    return TensorList{
-                        kernels::cross_entropy_backward(g[0], logits, targets, lse, ignore_index)};
-                  });
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                     int64_t classes) {
+  const int64_t cols = logits.dim() == 2 ? logits.size(1) : 0;
+  if (classes < 0) classes = cols;
+  TS_CHECK(logits.dim() != 2 || (classes >= 1 && classes <= cols),
+           "[cross_entropy] expected classes in [1, ", cols, "] for logits of shape ",
+           shape_str(logits.shape()), ", found ", classes);
+  // The kernels read the first `classes` columns in place through the row stride.
+  const Tensor real = classes == cols ? logits.detach() : logits.detach().narrow(1, 0, classes);
+  kernels::CrossEntropyOutput r = kernels::cross_entropy(real, targets, ignore_index);
+  record_function(
+      "cross_entropy", {logits}, {&r.loss},
+      [real, targets = targets.detach(), lse = r.lse, ignore_index, cols](const TensorList& g) {
+        return TensorList{
+            kernels::cross_entropy_backward(g[0], real, targets, lse, ignore_index, cols)};
+      });
   return r.loss;
 }
 

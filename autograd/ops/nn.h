@@ -18,9 +18,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 // Rows of `weight` picked by `ids` (i32|i64; not differentiated).
 Tensor embedding(const Tensor& weight, const Tensor& ids);  // (V, C), (...) -> (..., C)
 
-// Mean softmax cross-entropy over rows whose target != ignore_index.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
-                     int64_t ignore_index = -100);  // (N, V), (N) -> ()
+// Mean softmax cross-entropy over rows whose target != ignore_index. With classes in
+// [1, C) only logits' first `classes` columns are classes (a vocabulary padded for speed):
+// the rest are ignored and get zero gradient, without a narrowed copy in either direction.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+                     int64_t classes = -1);  // (N, C), (N) -> ()
 
 // Zeroes each element with probability p and scales the rest by 1/(1-p); the mask comes
 // from `gen` (advanced) and is regenerated, not stored, for backward. Identity when

@@ -88,8 +88,8 @@ CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_
 }
 
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
-                              const Tensor& targets_in, const Tensor& lse_in,
-                              int64_t ignore_index) {
+                              const Tensor& targets_in, const Tensor& lse_in, int64_t ignore_index,
+                              int64_t cols) {
   const Tensor logits = row_readable(logits_in);    // (N, V), rows ld apart
   const Tensor lse = lse_in.detach().contiguous();  // (N)
   const int64_t rows = logits.size(0);
@@ -99,7 +99,7 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
       read_targets("cross_entropy_backward", targets_in, vocab, ignore_index);
   const int64_t count = count_rows(targets, ignore_index);
   const double scale = count > 0 ? dloss.item<double>() / count : 0.0;
-  Tensor dlogits = empty(logits.shape(), {logits.dtype(), logits.device()});  // (N, V) dense
+  Tensor dlogits = empty({rows, cols}, {logits.dtype(), logits.device()});  // (N, cols)
   dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = logits.data_ptr<T>();
@@ -108,7 +108,8 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
     const T s = static_cast<T>(scale);
     parallel_for(rows, row_grain(vocab), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        ArrayMap<T> dxr(pdx + r * vocab, vocab);
+        ArrayMap<T> dxr(pdx + r * cols, vocab);
+        std::fill(pdx + r * cols + vocab, pdx + (r + 1) * cols, T(0));
         if (targets[r] == ignore_index) {
           dxr.setZero();
           continue;

@@ -121,9 +121,10 @@ Tensor Bert::loss(const Tensor& logits, const Tensor& targets) const {
            ") and targets (B, T), found ", shape_str(logits.shape()), " and ",
            shape_str(targets.shape()));
   const int64_t rows = logits.size(0) * logits.size(1);
-  const Tensor real = narrow(logits, 2, 0, cfg_.vocab_size);  // (B, T, V)
-  // cross_entropy returns 0 (and zero gradients) when every target is -100.
-  return cross_entropy(reshape(real, {rows, cfg_.vocab_size}), reshape(targets, {rows}));
+  // The padding columns are not classes (cross_entropy's `classes`). cross_entropy returns
+  // 0 (and zero gradients) when every target is -100.
+  return cross_entropy(reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}), -100,
+                       cfg_.vocab_size);
 }
 
 }  // namespace tessera

@@ -171,9 +171,9 @@ Tensor Gpt::loss(const Tensor& logits, const Tensor& targets) const {
     return parallel::vocab_parallel_cross_entropy(
         reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}), cfg_.vocab_size, model_);
   }
-  const Tensor real =
-      logits.size(2) == cfg_.vocab_size ? logits : narrow(logits, 2, 0, cfg_.vocab_size);
-  return cross_entropy(reshape(real, {rows, cfg_.vocab_size}), reshape(targets, {rows}));
+  // The padding columns are not classes (cross_entropy's `classes`).
+  return cross_entropy(reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}), -100,
+                       cfg_.vocab_size);
 }
 
 Tensor Gpt::forward_cached(const Tensor& idx, KvCache& cache) const {

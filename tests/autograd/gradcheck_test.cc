@@ -197,6 +197,13 @@ std::vector<Case> all_cases() {
                [] {
                  return TensorList{leaf({5, 7}, 36)};
                }});
+  c.push_back({"cross_entropy", "over the first 5 of 7 columns (a padded vocabulary)",
+               [](const TensorList& x) {
+                 return cross_entropy(x[0], ids({2, -100, 4, 0, 3}, {5}), -100, 5);
+               },
+               [] {
+                 return TensorList{leaf({5, 7}, 37)};
+               }});
   c.push_back({"dropout", "p = 0.3, fixed stream",
                [](const TensorList& x) {
                  Generator g(77);
@@ -371,4 +378,15 @@ TEST_CASE("gradcheck catches a wrong gradient", "[gradcheck]") {
 }
 
 }  // namespace
+TEST_CASE("cross_entropy rejects a class count outside [1, C]", "[gradcheck]") {
+  const Tensor logits = leaf({3, 6}, 38);
+  const Tensor targets = ids({0, 1, 2}, {3});
+  for (const int64_t classes : {0, 7}) {
+    REQUIRE_THROWS_WITH(cross_entropy(logits, targets, -100, classes),
+                        Catch::Contains("[cross_entropy] expected classes in [1, 6] for logits of "
+                                        "shape (3, 6), found " +
+                                        std::to_string(classes)));
+  }
+}
+
 }  // namespace tessera

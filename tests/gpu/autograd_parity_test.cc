@@ -282,6 +282,12 @@ std::vector<Case> all_cases() {
         return TensorList{s.leaf({9, 1000}, 37), s.ids({2, -100, 6, 0, 3, -100, 999, 500, 1}, {9})};
       });
   add_case(
+      "cross_entropy", "over the first 1000 of 1024 columns",
+      [](const TensorList& x) { return cross_entropy(x[0], x[1], -100, 1000); },
+      [](const Side& s) {
+        return TensorList{s.leaf({9, 1024}, 91), s.ids({2, -100, 6, 0, 3, -100, 999, 500, 1}, {9})};
+      });
+  add_case(
       "dropout", "p = 0.3, fixed stream",
       [](const TensorList& x) {
         Generator g(77);
