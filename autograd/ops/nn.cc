@@ -68,7 +68,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
            "[cross_entropy] expected classes in [1, ", cols, "] for logits of shape ",
            shape_str(logits.shape()), ", found ", classes);
   // The kernels read the first `classes` columns in place through the row stride.
-  const Tensor real = classes == cols ? logits.detach() : logits.detach().narrow(1, 0, classes);
+  const Tensor real = classes < cols ? logits.detach().narrow(1, 0, classes) : logits.detach();
   kernels::CrossEntropyOutput r = kernels::cross_entropy(real, targets, ignore_index);
   record_function(
       "cross_entropy", {logits}, {&r.loss},

@@ -18,8 +18,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
 // Rows of `weight` picked by `ids` (i32|i64; not differentiated).
 Tensor embedding(const Tensor& weight, const Tensor& ids);  // (V, C), (...) -> (..., C)
 
-// Mean softmax cross-entropy over rows whose target != ignore_index. With classes in
-// [1, C) only logits' first `classes` columns are classes (a vocabulary padded for speed):
+// Mean softmax cross-entropy over rows whose target != ignore_index. With classes < C
+// (default: all C) only logits' first `classes` columns are classes (a padded vocabulary):
 // the rest are ignored and get zero gradient, without a narrowed copy in either direction.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                      int64_t classes = -1);  // (N, C), (N) -> ()
