@@ -3,13 +3,13 @@
 //
 // Note [Small block products]
 // At T = 64 a head's products are 64 x 64 x 64, where Eigen's GEMM packs both operands on
-// every call and multiplies the masked triangle of diagonal blocks too. Here the
-// output is walked in groups of kSmallRows rows, each held in registers as up to four
-// 16-lane vectors per row while k runs: one broadcast of A per row and k, one load per
-// vector of B's row k, and no packing. A is read through two strides, so a transposed
-// operand (P^T, dS^T) needs no copy; B's rows must be unit-strided. Causal structure is
-// skipped rather than multiplied by zero: the caller gives each row group its k range and
-// its column count, so a diagonal block does about 55-60% of the full block's work.
+// every call and multiplies the masked triangle of diagonal blocks too. Here the output is
+// walked in groups of kSmallRows rows, each held in registers as up to four 16-lane
+// vectors per row while k runs: one broadcast of A per row and k, one load per vector of
+// B's row k, and no packing. A is read through two strides, so a transposed operand (P^T,
+// dS^T) needs no copy; B's rows must be unit-strided. Causal structure is skipped rather
+// than multiplied by zero: the caller gives each row group its k range and its column
+// count, so a diagonal block does about 55-60% of the full block's work.
 #pragma once
 
 #include <algorithm>
