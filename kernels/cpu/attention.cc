@@ -27,7 +27,9 @@ namespace {
 // Row-at-a-time matrix-vector products did the same work 3-4x slower. q, k, v, dout and out
 // are read through their strides (heads split out of a (B, T, 3C) projection need no
 // copy), and out, dq, dk, dv are written in (B, T, H, D) memory order, so merging the heads
-// back into (B, T, C) is a view. For f32 heads of up to 64 values the products go through
+// back into (B, T, C) is a view. Every product goes through block_product, its B operand
+// with unit-strided rows (K_j^T and V_j^T are copied into scratch per key block, P^T
+// and dS^T are read through strides). For f32 heads of up to 64 values the products go through
 // small_gemm (Note [Small block products]), which skips the diagonal blocks' masked
 // triangle; other dtypes and sizes use Eigen. With the row-wise exps below, GPT-2's twelve
 // attention layers at B = 4, T = 64 took 3.4 ms forward and 8.5 ms backward on two Zen 4
@@ -117,42 +119,70 @@ void transpose_block(const T* src, int64_t ld, int64_t rows, int64_t cols, T* ds
   }
 }
 
-// c (m, cols) = alpha a b, or += when accumulate, by small_gemm (a read through its row and
-// column strides, b's rows ldb apart); only where small_blocks<T>() holds.
-template <class T, class KRange, class Cols>
-void block_product(const T* a, int64_t a_row_stride, int64_t a_col_stride, const T* b, int64_t ldb,
-                   T* c, int64_t ldc, int64_t m, T alpha, bool accumulate, const KRange& k_range,
-                   const Cols& cols) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) {
-    small_gemm({a, a_row_stride, a_col_stride}, b, ldb, c, ldc, m, alpha, accumulate, k_range,
-               cols);
-    return;
-  }
-#endif
-  TS_INTERNAL_ASSERT(false, "small block products need f32 and AVX-512");
-}
-
 // The k range and column count of the row groups of a block product (small_gemm). In a
 // diagonal block (query block = key block) query row i sees keys j <= i only, so
 // - products over keys (P V, dS K) stop at the group's last row: k < i + rows;
 // - products into key columns (Q K^T, dO V^T) need columns j < i + rows;
 // - products over queries into key rows (P^T dO, dS^T Q) start at the group's first key.
+enum class Skip { kKeysUpTo, kKeyColumns, kQueriesFrom };
+
 struct CausalBlock {
   bool diagonal;
   int64_t keys;     // key positions in the block (columns of S)
   int64_t queries;  // query positions (rows of S)
 
-  std::pair<int64_t, int64_t> keys_up_to(int64_t i, int64_t rows) const {
-    return {0, diagonal ? std::min(keys, i + rows) : keys};
+  // The k range of the row group [i, i + rows) of a product of k steps.
+  std::pair<int64_t, int64_t> k_range(Skip skip, int64_t i, int64_t rows, int64_t k) const {
+    if (!diagonal) return {0, k};
+    if (skip == Skip::kKeysUpTo) return {0, std::min(k, i + rows)};
+    if (skip == Skip::kQueriesFrom) return {i, k};
+    return {0, k};
   }
-  std::pair<int64_t, int64_t> queries_from(int64_t j, int64_t) const {
-    return {diagonal ? j : 0, queries};
-  }
-  int64_t key_columns(int64_t i, int64_t rows) const {
-    return diagonal ? std::min(keys, i + rows) : keys;
+  // The columns of the row group [i, i + rows) of a product with n columns.
+  int64_t columns(Skip skip, int64_t i, int64_t rows, int64_t n) const {
+    return diagonal && skip == Skip::kKeyColumns ? std::min(n, i + rows) : n;
   }
 };
+
+// c (m, n) = alpha a b, or += when accumulate: a (m, k) read through its row and column
+// strides (one of them 1), b (k, n) with rows ldb apart, c with rows ldc apart. With small
+// (small_blocks) the row groups skip what `skip` says a diagonal block does not need;
+// Eigen computes the whole product, which has the same values where it matters: the
+// skipped terms are zeros of a masked P or dS, and the skipped columns of S and dP are
+// masked afterwards.
+template <class T>
+void block_product(bool small, const CausalBlock& block, Skip skip, const T* a,
+                   int64_t a_row_stride, int64_t a_col_stride, int64_t m, int64_t k, const T* b,
+                   int64_t ldb, int64_t n, T* c, int64_t ldc, T alpha, bool accumulate) {
+  if (small) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+      small_gemm(
+          {a, a_row_stride, a_col_stride}, b, ldb, c, ldc, m, alpha, accumulate,
+          [&](int64_t i, int64_t rows) { return block.k_range(skip, i, rows, k); },
+          [&](int64_t i, int64_t rows) { return block.columns(skip, i, rows, n); });
+      return;
+    }
+#endif
+    TS_INTERNAL_ASSERT(false, "small block products need f32 and AVX-512");
+  }
+  using ColMajorMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>,
+                                 Eigen::Unaligned, Eigen::OuterStride<>>;
+  const StridedMap<T> B(b, k, n, Eigen::OuterStride<>(ldb));
+  MutableStridedMap<T> C(c, m, n, Eigen::OuterStride<>(ldc));
+  const auto run = [&](const auto& A) {
+    if (accumulate) {
+      C.noalias() += alpha * (A * B);
+    } else {
+      C.noalias() = alpha * (A * B);
+    }
+  };
+  if (a_col_stride == 1) {
+    run(StridedMap<T>(a, m, k, Eigen::OuterStride<>(a_row_stride)));
+  } else {
+    run(ColMajorMap(a, m, k, Eigen::OuterStride<>(a_col_stride)));
+  }
+}
 
 }  // namespace
 
@@ -172,7 +202,7 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
     const HeadView<T> Q(q), K(k), V(v), O(result.out);
     const bool small = small_blocks<T>(dim);
     parallel_for(heads, 1, [&](int64_t h0, int64_t h1) {
-      Matrix<T> scores(kBlock, kBlock), acc(kBlock, dim), kt(small ? dim : 0, kBlock);
+      Matrix<T> scores(kBlock, kBlock), acc(kBlock, dim), kt(dim, kBlock);
       ArrayX<T> row_max(kBlock), row_sum(kBlock), new_max(kBlock), rescale(kBlock);
       for (int64_t h = h0; h < h1; ++h) {
         T* lse = result.lse.data_ptr<T>() + h * len;
@@ -186,21 +216,11 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
           for (int64_t c0 = 0; c0 <= r0; c0 += kBlock) {
             const int64_t cols = std::min(kBlock, len - c0);
             const CausalBlock block{c0 == r0, cols, rows};
-            const auto Kj = K.rows(h, c0, cols);
-            const auto Vj = V.rows(h, c0, cols);
             auto S = scores.topLeftCorner(rows, cols);
-            if (small) {  // S's columns past a diagonal block's need stay unset: masked below
-              transpose_block(Kj.data(), K.row_stride(), cols, dim, kt.data());
-              block_product(
-                  Qi.data(), Q.row_stride(), int64_t{1}, kt.data(), kBlock, S.data(), kBlock, rows,
-                  s, false,
-                  [&](int64_t, int64_t) {
-                    return std::pair<int64_t, int64_t>{0, dim};
-                  },
-                  [&](int64_t i, int64_t n) { return block.key_columns(i, n); });
-            } else {
-              S.noalias() = s * (Qi * Kj.transpose());
-            }
+            // S = s Q_i K_j^T; columns a diagonal block does not need may stay unset: masked.
+            transpose_block(K.data(h, c0), K.row_stride(), cols, dim, kt.data());
+            block_product(small, block, Skip::kKeyColumns, Qi.data(), Q.row_stride(), 1, rows, dim,
+                          kt.data(), kBlock, cols, S.data(), kBlock, s, false);
             if (block.diagonal) mask_future(S, -std::numeric_limits<T>::infinity());
             // Online softmax: rescale what earlier key blocks summed to the new row max.
             new_max.head(rows) = row_max.head(rows).max(S.array().rowwise().maxCoeff());
@@ -210,14 +230,8 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
             row_sum.head(rows) =
                 row_sum.head(rows) * rescale.head(rows) + S.array().rowwise().sum();
             for (int64_t r = 0; r < rows; ++r) Oi.row(r) *= rescale[r];
-            if (small) {
-              block_product(
-                  S.data(), kBlock, int64_t{1}, Vj.data(), V.row_stride(), Oi.data(), dim, rows,
-                  T(1), true, [&](int64_t i, int64_t n) { return block.keys_up_to(i, n); },
-                  [&](int64_t, int64_t) { return dim; });
-            } else {
-              Oi.noalias() += S * Vj;
-            }
+            block_product(small, block, Skip::kKeysUpTo, S.data(), kBlock, 1, rows, cols,
+                          V.data(h, c0), V.row_stride(), dim, Oi.data(), dim, T(1), true);
           }
           auto out_rows = O.mutable_rows(h, r0, rows);
           for (int64_t r = 0; r < rows; ++r) out_rows.row(r) = Oi.row(r) / row_sum[r];
@@ -251,7 +265,7 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
     const bool small = small_blocks<T>(dim);
     parallel_for(heads, 1, [&](int64_t h0, int64_t h1) {
       Matrix<T> prob(kBlock, kBlock), dscore(kBlock, kBlock), dk(kBlock, dim), dv(kBlock, dim);
-      Matrix<T> kt(small ? dim : 0, kBlock), vt(small ? dim : 0, kBlock);
+      Matrix<T> kt(dim, kBlock), vt(dim, kBlock);
       ArrayX<T> delta(len);
       for (int64_t h = h0; h < h1; ++h) {
         const T* lse = lse_t.data_ptr<T>() + h * len;
@@ -260,62 +274,36 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
         dQ.mutable_rows(h, 0, len).setZero();
         for (int64_t c0 = 0; c0 < len; c0 += kBlock) {
           const int64_t cols = std::min(kBlock, len - c0);
-          const auto Kj = K.rows(h, c0, cols);
-          const auto Vj = V.rows(h, c0, cols);
           auto dKj = dk.topRows(cols);
           auto dVj = dv.topRows(cols);
           dKj.setZero();
           dVj.setZero();
-          if (small) {
-            transpose_block(Kj.data(), K.row_stride(), cols, dim, kt.data());
-            transpose_block(Vj.data(), V.row_stride(), cols, dim, vt.data());
-          }
+          transpose_block(K.data(h, c0), K.row_stride(), cols, dim, kt.data());
+          transpose_block(V.data(h, c0), V.row_stride(), cols, dim, vt.data());
           for (int64_t r0 = c0; r0 < len; r0 += kBlock) {
             const int64_t rows = std::min(kBlock, len - r0);
             const CausalBlock block{c0 == r0, cols, rows};
-            const auto Qi = Q.rows(h, r0, rows);
-            const auto dOi = dO.rows(h, r0, rows);
+            const T* q_i = Q.data(h, r0);
+            const T* dout_i = dO.data(h, r0);
             auto P = prob.topLeftCorner(rows, cols);
             auto dS = dscore.topLeftCorner(rows, cols);
-            const T* lse_i = lse + r0;
-            const T* delta_i = delta.data() + r0;
-            if (!small) {
-              P.noalias() = s * (Qi * Kj.transpose());
-              exp_shifted_rows(P, lse_i);
-              if (block.diagonal) mask_future(P, T(0));
-              dVj.noalias() += P.transpose() * dOi;
-              dS.noalias() = dOi * Vj.transpose();
-              softmax_grad_rows(dS, P, delta_i);
-              dQ.mutable_rows(h, r0, rows).noalias() += s * (dS * Kj);
-              dKj.noalias() += s * (dS.transpose() * Qi);
-              continue;
-            }
-            // The same products by small_gemm; P's and dS's columns past a diagonal block's
-            // need are left unset by the products and zeroed by the masks.
-            const auto all_dims = [&](int64_t, int64_t) {
-              return std::pair<int64_t, int64_t>{0, dim};
-            };
-            const auto dims = [&](int64_t, int64_t) { return dim; };
-            const auto key_columns = [&](int64_t i, int64_t n) { return block.key_columns(i, n); };
-            const auto keys_up_to = [&](int64_t i, int64_t n) { return block.keys_up_to(i, n); };
-            const auto queries_from = [&](int64_t j, int64_t n) {
-              return block.queries_from(j, n);
-            };
-            block_product(Qi.data(), Q.row_stride(), int64_t{1}, kt.data(), kBlock, P.data(),
-                          kBlock, rows, s, false, all_dims, key_columns);
-            exp_shifted_rows(P, lse_i);
+            // P and dS: columns a diagonal block does not need may stay unset: masked.
+            block_product(small, block, Skip::kKeyColumns, q_i, Q.row_stride(), 1, rows, dim,
+                          kt.data(), kBlock, cols, P.data(), kBlock, s, false);
+            exp_shifted_rows(P, lse + r0);
             if (block.diagonal) mask_future(P, T(0));
             // dV_j += P^T dO_i: P^T read through P's strides.
-            block_product(P.data(), int64_t{1}, kBlock, dOi.data(), dO.row_stride(), dVj.data(),
-                          dim, cols, T(1), true, queries_from, dims);
-            block_product(dOi.data(), dO.row_stride(), int64_t{1}, vt.data(), kBlock, dS.data(),
-                          kBlock, rows, T(1), false, all_dims, key_columns);
-            softmax_grad_rows(dS, P, delta_i);
+            block_product(small, block, Skip::kQueriesFrom, P.data(), 1, kBlock, cols, rows, dout_i,
+                          dO.row_stride(), dim, dVj.data(), dim, T(1), true);
+            block_product(small, block, Skip::kKeyColumns, dout_i, dO.row_stride(), 1, rows, dim,
+                          vt.data(), kBlock, cols, dS.data(), kBlock, T(1), false);
+            softmax_grad_rows(dS, P, delta.data() + r0);
             if (block.diagonal) mask_future(dS, T(0));
-            block_product(dS.data(), kBlock, int64_t{1}, Kj.data(), K.row_stride(), dQ.data(h, r0),
-                          dQ.row_stride(), rows, s, true, keys_up_to, dims);
-            block_product(dS.data(), int64_t{1}, kBlock, Qi.data(), Q.row_stride(), dKj.data(), dim,
-                          cols, s, true, queries_from, dims);
+            block_product(small, block, Skip::kKeysUpTo, dS.data(), kBlock, 1, rows, cols,
+                          K.data(h, c0), K.row_stride(), dim, dQ.data(h, r0), dQ.row_stride(), s,
+                          true);
+            block_product(small, block, Skip::kQueriesFrom, dS.data(), 1, kBlock, cols, rows, q_i,
+                          Q.row_stride(), dim, dKj.data(), dim, s, true);
           }
           dK.mutable_rows(h, c0, cols) = dKj;
           dV.mutable_rows(h, c0, cols) = dVj;

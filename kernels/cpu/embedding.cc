@@ -45,44 +45,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {  // (V, C), (...) ->
   return out;
 }
 
-Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
-                          int64_t num_embeddings) {  // (..., C), (...) -> (V, C)
-  const Tensor g = grad.detach().contiguous();
-  const Tensor id = ids.detach().contiguous();
-  const int64_t channels = g.size(-1);
-  const int64_t count = id.numel();
-  Tensor dweight = empty({num_embeddings, channels}, {g.dtype(), g.device()});
-  dispatch_index(id.dtype(), "embedding_backward", [&](auto itag) {
-    using I = typename decltype(itag)::type;
-    const I* ip = id.data_ptr<I>();
-    check_index_range("embedding_backward", "ids", ip, count, num_embeddings, id.shape());
-    dispatch_floating(g.dtype(), "embedding_backward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* gp = g.data_ptr<T>();
-      T* dw = dweight.data_ptr<T>();
-      // Each task owns a range of vocabulary rows: it zeroes them, then adds the gradient
-      // rows whose id falls in its range, in id order. Repeated ids never race and the
-      // sums do not depend on the thread count.
-      parallel_for(num_embeddings, std::max<int64_t>(1, kGrain / std::max<int64_t>(channels, 1)),
-                   [&](int64_t v0, int64_t v1) {
-                     std::fill(dw + v0 * channels, dw + v1 * channels, T(0));
-                     for (int64_t n = 0; n < count; ++n) {
-                       const int64_t v = static_cast<int64_t>(ip[n]);
-                       if (v < v0 || v >= v1) continue;
-                       T* d = dw + v * channels;
-                       const T* s = gp + n * channels;
-#pragma omp simd
-                       for (int64_t c = 0; c < channels; ++c) d[c] += s[c];
-                     }
-                   });
-    });
-  });
-  return dweight;
-}
+namespace {
 
-void embedding_backward_add_(const Tensor& dweight, const Tensor& grad,
-                             const Tensor& ids) {  // (V, C) += (..., C) by (...)
-  const char* op = "embedding_backward_add_";
+// dweight (V, C) += the sums of grad's rows by id, each summed in position order first.
+void add_rows_by_id(const char* op, const Tensor& dweight, const Tensor& grad, const Tensor& ids) {
   const Tensor g = grad.detach().contiguous();
   const Tensor id = ids.detach().contiguous();
   const int64_t channels = g.size(-1);
@@ -111,8 +77,7 @@ void embedding_backward_add_(const Tensor& dweight, const Tensor& grad,
                    [&](int64_t r0, int64_t r1) {
                      std::vector<T> sum(channels);
                      for (int64_t r = r0; r < r1; ++r) {
-                       // The run's rows summed in position order, then added: bitwise
-                       // embedding_backward's row added to dweight.
+                       // The run's rows summed in position order, then added.
                        const T* first = gp + order[runs[r]] * channels;
                        std::copy(first, first + channels, sum.begin());
                        for (int64_t n = runs[r] + 1; n < runs[r + 1]; ++n) {
@@ -127,6 +92,21 @@ void embedding_backward_add_(const Tensor& dweight, const Tensor& grad,
                    });
     });
   });
+}
+
+}  // namespace
+
+Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
+                          int64_t num_embeddings) {  // (..., C), (...) -> (V, C)
+  // Zeros plus the rows' sums: bitwise the sums themselves (0 + x = x).
+  Tensor dweight = zeros({num_embeddings, grad.size(-1)}, {grad.dtype(), grad.device()});
+  add_rows_by_id("embedding_backward", dweight, grad, ids);
+  return dweight;
+}
+
+void embedding_backward_add_(const Tensor& dweight, const Tensor& grad,
+                             const Tensor& ids) {  // (V, C) += (..., C) by (...)
+  add_rows_by_id("embedding_backward_add_", dweight, grad, ids);
 }
 
 }  // namespace tessera::kernels::cpu

@@ -94,10 +94,9 @@ std::optional<int64_t> tall_row_stride(const Tensor& a) {  // (..., M, K)
 // Note [GEMM threading]
 // Eigen's own threading splits one GEMM across threads but zeroes the whole output on the
 // calling thread first and scales poorly on wide products such as the LM head (256 x 768 x
-// 50304). Instead each thread computes a block of output columns (or rows, when the
-// operand all threads then read is the smaller one) with a one-thread GEMM (packed or Eigen, see
-// gemm_block): Eigen runs single-threaded inside a parallel region, and every thread zeroes only
-// its own block.
+// 50304). Instead each thread computes a block of output columns or rows (see gemm_kernel)
+// with a one-thread GEMM (packed or Eigen, see gemm_block): Eigen runs single-threaded
+// inside a parallel region, and every thread zeroes only its own block.
 constexpr int64_t kMinThreadedFlops = int64_t{1} << 22;
 constexpr int64_t kSplitAlign = 16;  // block edges at multiples of 16 elements (64 bytes)
 

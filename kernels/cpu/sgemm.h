@@ -26,10 +26,11 @@
 // products' time. sgemm computes such a product, where B's columns are contiguous along k
 // and B is wider than A is tall, as C^T = B^T A^T instead: the weight becomes the A
 // operand, read in place, and the tokens (A^T) are the packed B operand, packed once per
-// block of 1536 weight rows. The micro-kernel's tile is stored transposed into C (each of
-// its 32 token columns is one C row segment of 8 values). On the GPT-2 step's forward
-// linears and LM head (standalone, 12 layers' weights from DRAM, interleaved with the old
-// path) this is 3% faster on a quiet host and 9% faster while the host's memory is busy.
+// k block (and per 1536 weight rows when the tokens span several B blocks). The micro-kernel's tile
+// is stored transposed into C (each of its 32 token columns is one C row segment of 8 values). On
+// the GPT-2 step's forward linears and LM head (standalone, 12 layers' weights from DRAM,
+// interleaved with the old path) this is 3% faster on a quiet host and 9% faster while the host's
+// memory is busy.
 //
 // Compared with a one-thread Eigen GEMM on the GPT-2 step's shapes (tools/bench) it is
 // level on the forward products and 1.1-1.4x faster on the weight gradients (K = B x T).
