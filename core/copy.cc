@@ -113,10 +113,27 @@ bool Tensor::is_pinned() const {
 
 const Tensor& Tensor::fill_(double value) const {
   if (numel() == 0) return *this;
-  // A one-element source broadcast over this view reuses copy_'s loops on every device.
+  for (int64_t d = 0; d < dim(); ++d) {
+    TS_CHECK(strides()[d] != 0 || shape()[d] <= 1, "[fill_] destination ", shape_str(shape()),
+             " with strides ", shape_str(strides()),
+             " is expanded: several elements share one memory location");
+  }
+  if (device().is_cuda()) {
+    // The value converted once on the host, as copy_ from an f64 scalar converts it, then
+    // written on the device: no host round trip per fill (zero_grad, zeros()).
+    uint64_t pattern = 0;
+    dispatch_all(dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T converted = convert<T>(value);
+      std::memcpy(&pattern, &converted, sizeof(T));
+    });
+    cuda::fill({raw_data(), dtype(), strides()}, shape(), pattern, device().index);
+    return *this;
+  }
+  // A one-element source broadcast over this view reuses copy_'s loops.
   Tensor one = make_tensor({}, DType::f64, Device::cpu());
   *one.data_ptr<double>() = value;
-  return copy_(one.to(device()));
+  return copy_(one);
 }
 
 }  // namespace tessera

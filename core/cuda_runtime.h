@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/allocator.h"
 #include "core/dtype.h"
@@ -16,9 +17,33 @@ namespace tessera::cuda {
 
 // True when this binary contains the CUDA backend.
 bool is_built();
-// Number of visible CUDA devices; 0 when built without CUDA or no driver/device.
+// What device discovery found. CUDA versions are encoded as 1000 * major + 10 * minor
+// (13000 is 13.0); 0 where unknown (no driver library, or built without CUDA).
+struct DeviceProbe {
+  int count = 0;            // usable devices
+  int driver_version = 0;   // the newest CUDA the installed driver supports
+  int runtime_version = 0;  // the CUDA runtime this binary was linked with
+  // Empty when count > 0; otherwise why none is usable, one line naming the versions found:
+  // no device, no driver library, a driver older than the runtime, or the runtime's error.
+  std::string problem;
+};
+// Asks the driver once per call; never throws.
+DeviceProbe probe_devices();
+// One device's identity and size, as the driver reports them.
+struct DeviceInfo {
+  std::string name;                // "NVIDIA H100 80GB HBM3"
+  int major = 0, minor = 0;        // compute capability (9.0 for Hopper)
+  int multiprocessors = 0;
+  size_t memory_bytes = 0;         // total device memory
+};
+// Throws NoDeviceError unless `index` names a usable device.
+DeviceInfo device_info(int index);
+
+// Number of usable CUDA devices; 0 when built without CUDA or for any reason in
+// probe_devices().problem.
 int device_count();
-// Throws unless `index` names a present device: "no CUDA device" / "built without CUDA".
+// Throws NoDeviceError unless `index` names a usable device; the message starts with
+// "no CUDA device" and gives probe_devices().problem, or says "built without CUDA".
 void check_device(int index);
 
 // The caching allocator of device `index` (created on first use).
@@ -36,6 +61,11 @@ struct StridedView {
 };
 // dst[i] = cast(src[i]) over `shape` on device `device`; src strides may be 0 (broadcast).
 void copy_strided(const StridedView& dst, const StridedView& src, const Shape& shape, int device);
+
+// Sets every element of `dst` over `shape` to the low itemsize(dst.dtype) bytes of
+// `pattern` (the value already converted to dst's dtype) on `device`: queued on the compute
+// stream, no host round trip.
+void fill(const StridedView& dst, const Shape& shape, uint64_t pattern, int device);
 
 // Blocks until all work on `device` is done.
 void synchronize(int device);

@@ -18,6 +18,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A CUDA device was asked for and none is usable (absent, no driver, a driver too old, or a
+// binary built without CUDA). Binaries exit with their own code for it (tools/cli/flags.h's
+// kExitNoDevice), so a script can tell "no GPU here" from a failure.
+class NoDeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Concatenates any streamable values into one string.
 template <class... Args>
 std::string str_cat(Args&&... args) {

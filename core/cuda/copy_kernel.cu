@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda/copy_kernel.h"
@@ -122,7 +123,107 @@ __global__ void copy_strided_kernel(CopyArgs a, int64_t n) {
   }
 }
 
+// Contiguous fill with one element of `value`'s width per index.
+template <class W>
+__global__ void fill_contiguous_kernel(W* __restrict__ dst, W value, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    dst[i] = value;
+  }
+}
+
+struct FillArgs {
+  char* dst;
+  int ndim;
+  int64_t shape[kMaxDims];
+  int64_t strides[kMaxDims];  // bytes
+  int bytes;                  // itemsize: 1, 2, 4 or 8
+  uint64_t pattern;
+};
+
+__global__ void fill_strided_kernel(FillArgs a, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t rem = i, off = 0;
+    for (int d = a.ndim - 1; d >= 0; --d) {
+      off += (rem % a.shape[d]) * a.strides[d];
+      rem /= a.shape[d];
+    }
+    char* p = a.dst + off;
+    switch (a.bytes) {
+      case 1:
+        *reinterpret_cast<uint8_t*>(p) = uint8_t(a.pattern);
+        break;
+      case 2:
+        *reinterpret_cast<uint16_t*>(p) = uint16_t(a.pattern);
+        break;
+      case 4:
+        *reinterpret_cast<uint32_t*>(p) = uint32_t(a.pattern);
+        break;
+      default:
+        *reinterpret_cast<uint64_t*>(p) = a.pattern;
+        break;
+    }
+  }
+}
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+}
+
+template <class W>
+void fill_contiguous(void* dst, uint64_t pattern, int64_t n) {
+  fill_contiguous_kernel<W>
+      <<<blocks_for(n), kThreads>>>(static_cast<W*>(dst), static_cast<W>(pattern), n);
+}
+
 }  // namespace
+
+void launch_fill(const StridedView& dst, const Shape& shape, uint64_t pattern) {
+  TS_CHECK(shape.size() <= kMaxDims, "[fill_] CUDA fills support up to ", kMaxDims,
+           " dims, found ", shape.size());
+  const int bytes = static_cast<int>(itemsize(dst.dtype));
+  int64_t n = 1, expected_stride = 1;
+  bool contiguous = true;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] != 1 && dst.strides[d] != expected_stride) contiguous = false;
+    expected_stride *= shape[d];
+    n *= shape[d];
+  }
+  if (n == 0) return;
+  if (contiguous && pattern == 0) {
+    TS_CHECK(cudaMemsetAsync(dst.data, 0, static_cast<size_t>(n) * bytes, 0) == cudaSuccess,
+             "[fill_] cudaMemsetAsync failed");
+  } else if (contiguous) {
+    switch (bytes) {
+      case 1:
+        fill_contiguous<uint8_t>(dst.data, pattern, n);
+        break;
+      case 2:
+        fill_contiguous<uint16_t>(dst.data, pattern, n);
+        break;
+      case 4:
+        fill_contiguous<uint32_t>(dst.data, pattern, n);
+        break;
+      default:
+        fill_contiguous<uint64_t>(dst.data, pattern, n);
+        break;
+    }
+  } else {
+    FillArgs a{};
+    a.dst = static_cast<char*>(dst.data);
+    a.ndim = static_cast<int>(shape.size());
+    for (size_t d = 0; d < shape.size(); ++d) {
+      a.shape[d] = shape[d];
+      a.strides[d] = dst.strides[d] * bytes;
+    }
+    a.bytes = bytes;
+    a.pattern = pattern;
+    fill_strided_kernel<<<blocks_for(n), kThreads>>>(a, n);
+  }
+}
 
 void launch_copy_strided(const StridedView& dst, const StridedView& src, const Shape& shape) {
   TS_CHECK(shape.size() <= kMaxDims, "[copy_] CUDA copies support up to ", kMaxDims,
@@ -142,9 +243,7 @@ void launch_copy_strided(const StridedView& dst, const StridedView& src, const S
   a.src_dtype = static_cast<int>(src.dtype);
   a.same_dtype_bytes = dst.dtype == src.dtype ? static_cast<int>(itemsize(dst.dtype)) : 0;
   if (n == 0) return;
-  const int threads = 256;
-  const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 65535);
-  copy_strided_kernel<<<static_cast<unsigned>(blocks), threads>>>(a, n);
+  copy_strided_kernel<<<blocks_for(n), kThreads>>>(a, n);
 }
 
 }  // namespace tessera::cuda

@@ -11,25 +11,67 @@
 #include "core/cuda_runtime.h"
 
 namespace tessera::cuda {
-namespace {}  // namespace
+namespace {
+
+// "13.0" for 13000.
+std::string version_name(int v) { return str_cat(v / 1000, ".", (v % 1000) / 10); }
+
+}  // namespace
 
 bool is_built() { return true; }
 
-int device_count() {
+DeviceProbe probe_devices() {
+  DeviceProbe p;
+  if (cudaRuntimeGetVersion(&p.runtime_version) != cudaSuccess) p.runtime_version = 0;
+  // Reports 0 without error when no driver library can be loaded.
+  if (cudaDriverGetVersion(&p.driver_version) != cudaSuccess) p.driver_version = 0;
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // no driver or no device: report zero and clear the sticky error
-    return 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  cudaGetLastError();  // discovery errors are not sticky, but never leave one behind
+  const std::string runtime = version_name(p.runtime_version);
+  if (err == cudaSuccess && n > 0) {
+    p.count = n;
+  } else if (err == cudaSuccess || err == cudaErrorNoDevice) {
+    p.problem = str_cat("the driver (CUDA ", version_name(p.driver_version),
+                        ") sees no device; is CUDA_VISIBLE_DEVICES empty or the GPU absent?");
+  } else if (err == cudaErrorInsufficientDriver && p.driver_version == 0) {
+    p.problem = str_cat("no CUDA driver: libcuda.so.1 could not be loaded (this binary's ",
+                        "runtime is CUDA ", runtime, ")");
+  } else if (err == cudaErrorInsufficientDriver) {
+    p.problem = str_cat("the driver supports CUDA up to ", version_name(p.driver_version),
+                        ", older than this binary's runtime (CUDA ", runtime,
+                        "): update the driver");
+  } else {
+    p.problem = str_cat("cudaGetDeviceCount failed with ", cudaGetErrorName(err), " (",
+                        cudaGetErrorString(err), "); driver CUDA ",
+                        version_name(p.driver_version), ", runtime CUDA ", runtime);
   }
-  return n;
+  return p;
+}
+
+int device_count() { return probe_devices().count; }
+
+DeviceInfo device_info(int index) {
+  check_device(index);
+  cudaDeviceProp prop{};
+  TS_CUDA_CHECK(cudaGetDeviceProperties(&prop, index), index);
+  return DeviceInfo{.name = prop.name,
+                    .major = prop.major,
+                    .minor = prop.minor,
+                    .multiprocessors = prop.multiProcessorCount,
+                    .memory_bytes = prop.totalGlobalMem};
 }
 
 void check_device(int index) {
-  const int n = device_count();
-  TS_CHECK(n > 0, "[cuda] no CUDA device: expected a GPU for cuda:", index,
-           ", found none (cudaGetDeviceCount reports 0 or no driver is loaded)");
-  TS_CHECK(index >= 0 && index < n, "[cuda] no CUDA device cuda:", index,
-           ": expected an index in [0, ", n, ")");
+  const DeviceProbe p = probe_devices();
+  if (p.count == 0) {
+    throw NoDeviceError(str_cat("[cuda] no CUDA device: expected a GPU for cuda:", index,
+                                ", found none: ", p.problem));
+  }
+  if (index < 0 || index >= p.count) {
+    throw NoDeviceError(str_cat("[cuda] no CUDA device cuda:", index,
+                                ": expected an index in [0, ", p.count, ")"));
+  }
 }
 
 Allocator& allocator(int index) {
@@ -78,6 +120,13 @@ void copy_strided(const StridedView& dst, const StridedView& src, const Shape& s
   check_device(device);
   TS_CUDA_CHECK(cudaSetDevice(device), device);
   launch_copy_strided(dst, src, shape);
+  TS_CUDA_CHECK(cudaGetLastError(), device);
+}
+
+void fill(const StridedView& dst, const Shape& shape, uint64_t pattern, int device) {
+  check_device(device);
+  TS_CUDA_CHECK(cudaSetDevice(device), device);
+  launch_fill(dst, shape, pattern);
   TS_CUDA_CHECK(cudaGetLastError(), device);
 }
 

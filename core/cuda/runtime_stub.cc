@@ -4,20 +4,31 @@
 
 namespace tessera::cuda {
 namespace {
+constexpr const char* kBuiltWithout =
+    "Tessera was built without CUDA (nvcc was not found, or --config=cpu was given)";
+
 [[noreturn]] void built_without_cuda(const char* what) {
-  TS_FAIL("[cuda] ", what, ": Tessera was built without CUDA (nvcc was not found, or ",
-          "--config=cpu was given); rebuild on a machine with the CUDA toolkit");
+  TS_FAIL("[cuda] ", what, ": ", kBuiltWithout, "; rebuild on a machine with the CUDA toolkit");
 }
 }  // namespace
 
 bool is_built() { return false; }
+DeviceProbe probe_devices() { return DeviceProbe{.problem = kBuiltWithout}; }
 int device_count() { return 0; }
-void check_device(int) { built_without_cuda("no CUDA device"); }
+void check_device(int) {
+  throw NoDeviceError(str_cat("[cuda] no CUDA device: ", kBuiltWithout,
+                              "; rebuild on a machine with the CUDA toolkit"));
+}
+DeviceInfo device_info(int index) {
+  check_device(index);
+  return {};
+}
 Allocator& allocator(int) { built_without_cuda("cannot allocate device memory"); }
 void memcpy(void*, const void*, size_t, CopyKind, int) { built_without_cuda("cannot copy"); }
 void copy_strided(const StridedView&, const StridedView&, const Shape&, int) {
   built_without_cuda("cannot copy");
 }
+void fill(const StridedView&, const Shape&, uint64_t, int) { built_without_cuda("cannot fill"); }
 void synchronize(int) { built_without_cuda("cannot synchronize"); }
 Allocator& pinned_host_allocator() { built_without_cuda("cannot pin host memory"); }
 bool is_pinned(const void*) { return false; }

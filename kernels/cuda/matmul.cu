@@ -254,24 +254,25 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, cons
     if (it == ctx.algos.end()) {
       cublasLtMatmulPreference_t pref = nullptr;
       check_cublas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+      const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t,
+                            decltype(&cublasLtMatmulPreferenceDestroy)>
+          owned_pref(pref, &cublasLtMatmulPreferenceDestroy);
+      auto prefer = [pref](cublasLtMatmulPreferenceAttributes_t attr, const auto& value) {
+        check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
+                     "cublasLtMatmulPreferenceSetAttribute");
+      };
       const size_t ws = kWorkspaceBytes;
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                           sizeof(ws));
       const uint32_t align_a = std::get<13>(key), align_b = std::get<14>(key),
                      align_c = std::get<15>(key);
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                           &align_a, sizeof(align_a));
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                           &align_b, sizeof(align_b));
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                           &align_c, sizeof(align_c));
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                           &align_c, sizeof(align_c));
+      prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws);
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
           ctx.handle, op.desc, la.desc, lb.desc, lc.desc, lc.desc, pref, 1, &result, &found);
-      cublasLtMatmulPreferenceDestroy(pref);
       check_cublas(status, "cublasLtMatmulAlgoGetHeuristic");
       TS_CHECK(found > 0, "[matmul] cuBLASLt has no algorithm for ", dtype_name(a.dtype()), " ",
                shape_str(a.shape()), " x ", shape_str(b.shape()));

@@ -1,4 +1,5 @@
-// CUDA sign-bit kernels with the CPU's layout (kernels/signs.h): one thread per byte.
+// CUDA sign-bit kernels with the CPU's layout (kernels/signs.h): a thread per byte (pack) or
+// element (unpack), in grid-stride loops, since grid_for caps the grid.
 #include "core/factories.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -10,23 +11,27 @@ template <class T>
 __global__ void __launch_bounds__(kThreads)
     pack_signs_kernel(const T* __restrict__ x, int64_t n, uint8_t* __restrict__ out,
                       int64_t bytes) {
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= bytes) return;
-  uint8_t byte = 0;
-  for (int k = 0; k < 8; ++k) {
-    const int64_t i = b * 8 + k;
-    const bool bit = i < n && !(static_cast<float>(x[i]) < 0.0f);
-    byte = static_cast<uint8_t>(byte | (bit ? 0x80u >> k : 0u));
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < bytes;
+       b += stride) {
+    uint8_t byte = 0;
+    for (int k = 0; k < 8; ++k) {
+      const int64_t i = b * 8 + k;
+      const bool bit = i < n && !(static_cast<float>(x[i]) < 0.0f);
+      byte = static_cast<uint8_t>(byte | (bit ? 0x80u >> k : 0u));
+    }
+    out[b] = byte;
   }
-  out[b] = byte;
 }
 
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     unpack_signs_kernel(const uint8_t* __restrict__ bits, int64_t n, T* __restrict__ out) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  out[i] = static_cast<T>((bits[i / 8] >> (7 - i % 8)) & 1 ? 1.0f : -1.0f);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    out[i] = static_cast<T>((bits[i / 8] >> (7 - i % 8)) & 1 ? 1.0f : -1.0f);
+  }
 }
 
 }  // namespace

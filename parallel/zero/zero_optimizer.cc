@@ -258,7 +258,7 @@ void ZeroOptimizer::reduce_block(int64_t block) {
     if (!full_precision_reduction()) return;  // the 1-bit optimizer takes local gradients
     const Tensor view = flat_grads_.narrow(0, b.offset, b.numel);
     dp_.all_reduce(view);
-    kernels::scale_(view, inv_world);
+    if (dp_.size() > 1) kernels::scale_(view, inv_world);  // x 1 would be a pass for nothing
     return;
   }
   Tensor buffer;
@@ -294,7 +294,7 @@ void ZeroOptimizer::reduce_block(int64_t block) {
   const Tensor own = own_grad_chunk(block);
   if (config_.stage == 1) {
     if (reduced.raw_data() != own.raw_data()) own.copy_(reduced);
-    kernels::scale_(own, inv_world);
+    if (dp_.size() > 1) kernels::scale_(own, inv_world);
   } else {
     kernels::axpy_(own, reduced, inv_world);  // accumulates over micro-batches
   }

@@ -57,3 +57,25 @@ TEST_CASE("CUDA tensors fail clearly without a GPU", "[cuda]") {
   // The CPU keeps working after the failures.
   CHECK(tessera::ones({2}).to_vector<float>() == std::vector<float>{1, 1});
 }
+
+TEST_CASE("Device discovery says why no GPU is usable", "[cuda]") {
+  const tessera::cuda::DeviceProbe probe = tessera::cuda::probe_devices();
+  if (probe.count > 0) {
+    CHECK(probe.problem.empty());
+    CHECK(probe.driver_version >= probe.runtime_version);
+    return;
+  }
+  CHECK_FALSE(probe.problem.empty());
+  CHECK_THROWS_AS(tessera::cuda::check_device(0), tessera::NoDeviceError);
+  CHECK_THROWS_WITH(tessera::cuda::check_device(0), Contains(probe.problem));
+  if (!tessera::cuda::is_built()) return;
+  // The runtime is linked statically, so its version is known even without a driver.
+  CHECK(probe.runtime_version >= 11000);
+  const std::string runtime = std::to_string(probe.runtime_version / 1000) + "." +
+                              std::to_string(probe.runtime_version % 1000 / 10);
+  if (probe.driver_version == 0) {
+    CHECK_THAT(probe.problem, Contains("libcuda.so.1") && Contains("CUDA " + runtime));
+  } else if (probe.driver_version < probe.runtime_version) {
+    CHECK_THAT(probe.problem, Contains("older than") && Contains("CUDA " + runtime));
+  }
+}

@@ -36,6 +36,31 @@ TEST_CASE("device copies handle strides, broadcasting and dtype conversion", "[g
   CHECK(grid.to(Device::cpu()).to_vector<float>() == std::vector<float>{1, 2, 3, 1, 2, 3});
 }
 
+TEST_CASE("fill_ on the device equals the CPU's in every dtype and layout", "[gpu]") {
+  // Values whose conversion rounds (16-bit floats), truncates (integers) or saturates to 1
+  // (bool), and 0 (contiguous zeros take cudaMemsetAsync).
+  for (const double value : {0.0, -1.0 / 3.0, 70000.5, 1e-8}) {
+    for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i32, DType::i64,
+                     DType::u8, DType::boolean}) {
+      CAPTURE(value, dtype_name(dt));
+      const Tensor base = arange(6 * 35, {DType::f64}).view({6, 5, 7}).to(dt);
+      Tensor host = base.clone();
+      Tensor dev = base.to(Device::cuda(0));
+      // Whole, a strided view (every other row of a transpose) and a narrowed view.
+      host.fill_(value);
+      dev.fill_(value);
+      CHECK(dev.to(Device::cpu()).to_vector<double>() == host.to_vector<double>());
+      host = base.clone();
+      dev = base.to(Device::cuda(0));
+      host.transpose(0, 2).narrow(2, 1, 3).fill_(value);
+      dev.transpose(0, 2).narrow(2, 1, 3).fill_(value);
+      CHECK(dev.to(Device::cpu()).to_vector<double>() == host.to_vector<double>());
+    }
+  }
+  CHECK_THROWS_WITH(zeros({1}, {DType::f32, Device::cuda(0)}).expand({4}).fill_(1.0),
+                    Catch::Contains("expanded"));
+}
+
 TEST_CASE("the caching allocator reuses freed blocks", "[gpu]") {
   Allocator& alloc = allocator_for(Device::cuda(0));
   { Tensor a = empty({1 << 20}, {DType::f32, Device::cuda(0)}); }

@@ -147,5 +147,40 @@ TEST_CASE("a rank that skips an NCCL collective makes its peer fail within the t
   CHECK_THAT(errors[0], Catch::Contains("[comm nccl, rank 0 of 2] all_reduce #0: timed out"));
 }
 
+// Note [Two NCCL ranks on one GPU]
+// A one-GPU machine exercises NCCL's multi-rank path only if two ranks may share a device.
+// NCCL checks the ranks' bus ids when a communicator is created and, since 2.5, refuses two
+// ranks of one communicator on one GPU ("Duplicate GPU detected") with ncclInvalidUsage,
+// whether the ranks are threads or processes. This case records which it is on the NCCL at
+// hand: either both ranks reduce correctly, or both fail at creation with NCCL's reason in
+// Tessera's error, and neither hangs.
+TEST_CASE("two NCCL ranks sharing one GPU reduce correctly or are refused clearly",
+          "[gpu][nccl]") {
+  REQUIRE(gpu_ranks() >= 1);
+  std::vector<std::string> outcome(2);
+  CommOptions quick;
+  quick.timeout = std::chrono::milliseconds(20000);
+  run_thread_ranks(2, [&](Communicator& cpu) {
+    const int r = cpu.rank();
+    try {
+      std::unique_ptr<Communicator> nccl = nccl_group(cpu, 0, quick);
+      Tensor t = rank_values(r, 4).to(Device::cuda(0));
+      nccl->all_reduce(t);
+      outcome[static_cast<size_t>(r)] =
+          on_cpu(t) == std::vector<float>{100, 102, 104, 106} ? "reduced" : "wrong sum";
+    } catch (const Error& e) {
+      outcome[static_cast<size_t>(r)] = e.what();
+    }
+  });
+  INFO("rank 0: " << outcome[0] << "\nrank 1: " << outcome[1]);
+  if (outcome[0] == "reduced") {
+    CHECK(outcome[1] == "reduced");
+    WARN("this NCCL lets two ranks share one GPU: the multi-rank path ran on one device");
+  } else {
+    for (const std::string& o : outcome) CHECK_THAT(o, Catch::Contains("nccl", Catch::CaseSensitive::No));
+    WARN("this NCCL refuses two ranks on one GPU: " << outcome[0]);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::parallel

@@ -19,8 +19,11 @@ def cuda_objects(name, srcs, hdrs):
     """Compiles each .cu in `srcs` with nvcc into objects usable in a cc_library's srcs.
 
     `hdrs` lists every header the sources include (the sandbox holds only declared files).
-    Architectures come from `--define=cuda_archs=80,90` (.bazelrc). Returns the object
-    labels; the caller puts them behind if_cuda().
+    Architectures come from `--define=cuda_archs=80,90` (.bazelrc): machine code for each,
+    plus PTX for the last so that newer GPUs can compile it at load time. The host code's
+    -march comes from `--define=cuda_host_march=...` (native by default; x86-64-v3 for the
+    portable GPU bundle, tools/gpu/pack.sh). Returns the object labels; the caller puts them
+    behind if_cuda().
     """
     outs = []
     for src in srcs:
@@ -31,8 +34,10 @@ def cuda_objects(name, srcs, hdrs):
             srcs = [src] + hdrs,
             outs = [out],
             cmd = ("gencode=; for a in $$(echo $(cuda_archs) | tr , ' '); do " +
-                   "gencode=\"$$gencode -gencode arch=compute_$$a,code=sm_$$a\"; done; " +
-                   NVCC + " -c -O3 -std=c++20 -Xcompiler -fPIC -Xcompiler -march=native " +
+                   "gencode=\"$$gencode -gencode arch=compute_$$a,code=sm_$$a\"; last=$$a; done; " +
+                   "gencode=\"$$gencode -gencode arch=compute_$$last,code=compute_$$last\"; " +
+                   NVCC + " -c -O3 -std=c++20 -Xcompiler -fPIC " +
+                   "-Xcompiler -march=$(cuda_host_march) " +
                    "-I. $$gencode $(location " + src + ") -o $@"),
             tags = ["no-remote"],
         )

@@ -197,12 +197,7 @@ int bench_main(int argc, char** argv) {
   if (!device.is_cuda()) {
     throw cli::UsageError("--device expected cuda or cuda:N, found " + device.str());
   }
-  try {
-    cuda::check_device(device.index);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s: error: %s\n", kTool, e.what());
-    return 2;
-  }
+  cuda::check_device(device.index);  // NoDeviceError: run_tool exits with kExitNoDevice
   const std::string script = find_torch_script(flags.get("torch-script"), argv[0]);
   const bool mixed = dtype != DType::f32;
 

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <exception>
 
+#include "core/error.h"
+
 namespace tessera::cli {
 
 Flags::Flags(int argc, char** argv, const std::vector<Flag>& known) {
@@ -125,6 +127,9 @@ int run_tool(const char* tool, const char* usage, int (*body)(int argc, char** a
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n\n%s", tool, e.what(), usage);
     return 2;
+  } catch (const NoDeviceError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    return kExitNoDevice;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
     return 1;

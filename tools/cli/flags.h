@@ -53,8 +53,13 @@ class Flags {
 // them. Does nothing outside `bazel run`.
 void enter_working_directory();
 
+// The exit code of a tool that needed a CUDA device and found none usable (NoDeviceError), so
+// scripts (tools/gpu/run.sh) tell "no GPU here" from a failure (1) and bad usage (2).
+inline constexpr int kExitNoDevice = 3;
+
 // Runs `body` the way every tool's main does: UsageError -> the message and `usage` on
-// stderr, exit code 2; any other exception -> its one-line message, exit code 1.
+// stderr, exit code 2; NoDeviceError -> its message, kExitNoDevice; any other exception ->
+// its one-line message, exit code 1.
 int run_tool(const char* tool, const char* usage, int (*body)(int argc, char** argv), int argc,
              char** argv);
 
