@@ -31,10 +31,10 @@ struct DeviceProbe {
 DeviceProbe probe_devices();
 // One device's identity and size, as the driver reports them.
 struct DeviceInfo {
-  std::string name;                // "NVIDIA H100 80GB HBM3"
-  int major = 0, minor = 0;        // compute capability (9.0 for Hopper)
+  std::string name;          // "NVIDIA H100 80GB HBM3"
+  int major = 0, minor = 0;  // compute capability (9.0 for Hopper)
   int multiprocessors = 0;
-  size_t memory_bytes = 0;         // total device memory
+  size_t memory_bytes = 0;  // total device memory
 };
 // Throws NoDeviceError unless `index` names a usable device.
 DeviceInfo device_info(int index);

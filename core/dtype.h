@@ -93,8 +93,11 @@ constexpr DType dtype_of<bool>() {
   return DType::boolean;
 }
 
-// Converts between element types through double (exact for every supported type
-// except the 64-bit integers above 2^53, which are not used as values).
+// Converts between element types, rounding once: 16-bit results are correctly rounded from
+// any source (Note [Rounding once to 16 bits]); floating values become integers by
+// truncation to int64, then wrap to the integer's width (as PyTorch's CPU casts, and
+// defined where a direct cast out of range is not). The 64-bit integers above 2^53 are not
+// used as values. core/cuda/copy_kernel.cu converts the same way on the device.
 template <class To, class From>
 To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
@@ -102,9 +105,16 @@ To convert(From v) {
   } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
     return convert<To>(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
-    return To(static_cast<float>(v));
+    if constexpr (std::is_same_v<From, double> || std::is_same_v<From, int32_t> ||
+                  std::is_same_v<From, int64_t>) {
+      return To(round_to_odd_float(static_cast<double>(v)));  // float cannot hold them all
+    } else {
+      return To(static_cast<float>(v));  // exact in float
+    }
   } else if constexpr (std::is_same_v<To, bool>) {
     return v != From{};
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    return static_cast<To>(static_cast<int64_t>(v));
   } else {
     return static_cast<To>(v);
   }

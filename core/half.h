@@ -9,6 +9,28 @@
 
 namespace tessera {
 
+// Note [Rounding once to 16 bits]
+// A double rounded to float and then to a 16-bit type can round twice: a value just above a
+// 16-bit tie becomes the tie in float, which then rounds to even (down). Rounding the double
+// to float *to odd* (truncate, then set the last bit when anything was dropped) keeps the
+// dropped bits' trace in a bit that the 16-bit rounding sees, so double -> odd float -> f16
+// or bf16 (round to nearest even) is the correctly rounded result; float has 13 or more bits
+// beyond either 16-bit mantissa (Boldo and Melquiond, "Emulation of FMA and correctly rounded
+// sums: proved algorithms using rounding to odd", IEEE TC 2008). The CUDA copy kernel does
+// the same (core/cuda/copy_kernel.cu).
+inline float round_to_odd_float(double d) {
+  const float f = static_cast<float>(d);
+  if (static_cast<double>(f) == d || d != d) return f;  // exact, or NaN
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  // Round to nearest went away from zero: one step back (|f| > 0 here, and inf steps back to
+  // the largest float, which is odd).
+  if ((static_cast<double>(f) < 0 ? -static_cast<double>(f) : static_cast<double>(f)) >
+      (d < 0 ? -d : d)) {
+    u -= 1;
+  }
+  return std::bit_cast<float>(u | 1u);
+}
+
 struct BFloat16 {
   uint16_t bits = 0;
 

@@ -1,5 +1,7 @@
+// Device copies and fills behind core/cuda_runtime.h (Note [Device copies]).
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/copy_kernel.h"
 #include "core/error.h"
@@ -7,21 +9,34 @@
 namespace tessera::cuda {
 namespace {
 
-constexpr int kMaxDims = 8;
+// Note [Device copies]
+// A copy first merges dimensions that are contiguous in both operands and drops those of
+// size 1, so most views become one contiguous run or a few strided runs. Then:
+// - same dtype, both contiguous: cudaMemcpyAsync (the copy engines' bandwidth);
+// - otherwise a kernel typed on (destination, source), so elements move as whole words and
+//   conversions are inlined, one thread per element with a grid-stride loop; the merged
+//   rank keeps the index arithmetic short, and a contiguous pair needs none.
+// Conversions equal the CPU's tessera::convert (core/dtype.h): 16-bit results rounded once
+// (Note [Rounding once to 16 bits], core/half.h), floating values truncated to int64 before
+// an integer of another width takes them.
 
-struct CopyArgs {
-  char* dst;
-  const char* src;
-  int ndim;
-  int64_t shape[kMaxDims];
-  int64_t dst_strides[kMaxDims];  // bytes
-  int64_t src_strides[kMaxDims];  // bytes
-  int dst_dtype;
-  int src_dtype;
-  int same_dtype_bytes;  // itemsize when both dtypes match (raw copy), else 0
+constexpr int kMaxDims = 8;
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+}
+
+// ---- element types and conversions ---------------------------------------------------------
+
+struct F16 {
+  uint16_t bits;
+};
+struct BF16 {
+  uint16_t bits;
 };
 
-__device__ float half_to_float(uint16_t h) {
+__device__ float f16_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   const uint32_t mant = h & 0x3ffu;
@@ -33,7 +48,7 @@ __device__ float half_to_float(uint16_t h) {
   return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
-__device__ uint16_t float_to_half(float f) {
+__device__ uint16_t float_to_f16(float f) {
   const uint32_t u = __float_as_uint(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
@@ -54,74 +69,144 @@ __device__ uint16_t float_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
-// DType order of core/dtype.h: f32, f16, bf16, f64, i32, i64, u8, bool.
-__device__ double load(const char* p, int dtype) {
-  switch (dtype) {
-    case 0:
-      return *reinterpret_cast<const float*>(p);
-    case 1:
-      return half_to_float(*reinterpret_cast<const uint16_t*>(p));
-    case 2:
-      return __uint_as_float(uint32_t(*reinterpret_cast<const uint16_t*>(p)) << 16);
-    case 3:
-      return *reinterpret_cast<const double*>(p);
-    case 4:
-      return *reinterpret_cast<const int32_t*>(p);
-    case 5:
-      return double(*reinterpret_cast<const int64_t*>(p));
-    case 6:
-      return *reinterpret_cast<const uint8_t*>(p);
-    default:
-      return *reinterpret_cast<const uint8_t*>(p) != 0 ? 1.0 : 0.0;
+// core/half.h's round_to_odd_float: double -> float such that rounding on to 16 bits is
+// correct.
+__device__ float round_to_odd_float(double d) {
+  const float f = __double2float_rn(d);
+  if (double(f) == d || d != d) return f;
+  uint32_t u = __float_as_uint(f);
+  if (fabs(double(f)) > fabs(d)) u -= 1;
+  return __uint_as_float(u | 1u);
+}
+
+template <class T>
+inline constexpr bool kIsFloat = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                                 std::is_same_v<T, F16> || std::is_same_v<T, BF16>;
+
+// The source value in the widest type that holds it exactly: float for f16/bf16, else itself.
+template <class S>
+__device__ auto widen(S s) {
+  if constexpr (std::is_same_v<S, F16>) {
+    return f16_to_float(s.bits);
+  } else if constexpr (std::is_same_v<S, BF16>) {
+    return __uint_as_float(uint32_t(s.bits) << 16);
+  } else {
+    return s;
   }
 }
 
-__device__ void store(char* p, int dtype, double v) {
-  switch (dtype) {
-    case 0:
-      *reinterpret_cast<float*>(p) = float(v);
-      break;
-    case 1:
-      *reinterpret_cast<uint16_t*>(p) = float_to_half(float(v));
-      break;
-    case 2:
-      *reinterpret_cast<uint16_t*>(p) = float_to_bf16(float(v));
-      break;
-    case 3:
-      *reinterpret_cast<double*>(p) = v;
-      break;
-    case 4:
-      *reinterpret_cast<int32_t*>(p) = int32_t(v);
-      break;
-    case 5:
-      *reinterpret_cast<int64_t*>(p) = int64_t(v);
-      break;
-    case 6:
-      *reinterpret_cast<uint8_t*>(p) = uint8_t(v);
-      break;
-    default:
-      *reinterpret_cast<uint8_t*>(p) = v != 0.0;
-      break;
+template <class D, class S>
+__device__ D convert(S s) {
+  const auto w = widen(s);
+  using W = decltype(w);
+  if constexpr (std::is_same_v<D, S>) {
+    return s;
+  } else if constexpr (std::is_same_v<D, F16> || std::is_same_v<D, BF16>) {
+    float f;
+    if constexpr (std::is_same_v<W, double> || std::is_same_v<W, int32_t> ||
+                  std::is_same_v<W, int64_t>) {
+      f = round_to_odd_float(double(w));
+    } else {
+      f = float(w);  // float, u8, bool: exact
+    }
+    return D{std::is_same_v<D, F16> ? float_to_f16(f) : float_to_bf16(f)};
+  } else if constexpr (std::is_same_v<D, bool>) {
+    return w != W(0);
+  } else if constexpr (std::is_integral_v<D> && kIsFloat<S>) {
+    return D(int64_t(w));
+  } else {
+    return D(w);
   }
 }
 
-__global__ void copy_strided_kernel(CopyArgs a, int64_t n) {
+// ---- kernels ---------------------------------------------------------------------------------
+
+template <class D, class S>
+__global__ void copy_contiguous_kernel(D* __restrict__ dst, const S* __restrict__ src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    dst[i] = convert<D>(src[i]);
+  }
+}
+
+// Merged dimensions; strides in elements.
+struct Layout {
+  int ndim;
+  int64_t shape[kMaxDims];
+  int64_t dst_strides[kMaxDims];
+  int64_t src_strides[kMaxDims];
+};
+
+template <class D, class S>
+__global__ void copy_strided_kernel(D* __restrict__ dst, const S* __restrict__ src, Layout l,
+                                    int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t rem = i, d_off = 0, s_off = 0;
-    for (int d = a.ndim - 1; d >= 0; --d) {
-      const int64_t idx = rem % a.shape[d];
-      rem /= a.shape[d];
-      d_off += idx * a.dst_strides[d];
-      s_off += idx * a.src_strides[d];
+    for (int d = l.ndim - 1; d > 0; --d) {
+      const int64_t idx = rem % l.shape[d];
+      rem /= l.shape[d];
+      d_off += idx * l.dst_strides[d];
+      s_off += idx * l.src_strides[d];
     }
-    if (a.same_dtype_bytes) {
-      for (int b = 0; b < a.same_dtype_bytes; ++b) a.dst[d_off + b] = a.src[s_off + b];
-    } else {
-      store(a.dst + d_off, a.dst_dtype, load(a.src + s_off, a.src_dtype));
-    }
+    d_off += rem * l.dst_strides[0];
+    s_off += rem * l.src_strides[0];
+    dst[d_off] = convert<D>(src[s_off]);
   }
 }
+
+// Calls f(T{}) with the device element type of `dtype` (order of core/dtype.h).
+template <class F>
+void with_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32:
+      return f(float{});
+    case DType::f16:
+      return f(F16{});
+    case DType::bf16:
+      return f(BF16{});
+    case DType::f64:
+      return f(double{});
+    case DType::i32:
+      return f(int32_t{});
+    case DType::i64:
+      return f(int64_t{});
+    case DType::u8:
+      return f(uint8_t{});
+    case DType::boolean:
+      return f(bool{});
+  }
+  TS_FAIL("[copy_] unknown dtype ", static_cast<int>(dtype));
+}
+
+// Drops size-1 dimensions and merges neighbours contiguous in both operands; n > 0.
+Layout merge_dims(const Shape& shape, const Strides& dst, const Strides& src) {
+  Layout l{};
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (l.ndim > 0) {
+      const int last = l.ndim - 1;
+      if (l.dst_strides[last] == dst[d] * shape[d] && l.src_strides[last] == src[d] * shape[d]) {
+        l.shape[last] *= shape[d];
+        l.dst_strides[last] = dst[d];
+        l.src_strides[last] = src[d];
+        continue;
+      }
+    }
+    l.shape[l.ndim] = shape[d];
+    l.dst_strides[l.ndim] = dst[d];
+    l.src_strides[l.ndim] = src[d];
+    ++l.ndim;
+  }
+  if (l.ndim == 0) {  // a single element
+    l.ndim = 1;
+    l.shape[0] = 1;
+    l.dst_strides[0] = l.src_strides[0] = 1;
+  }
+  return l;
+}
+
+// ---- fills -----------------------------------------------------------------------------------
 
 // Contiguous fill with one element of `value`'s width per index.
 template <class W>
@@ -132,118 +217,84 @@ __global__ void fill_contiguous_kernel(W* __restrict__ dst, W value, int64_t n) 
   }
 }
 
-struct FillArgs {
-  char* dst;
-  int ndim;
-  int64_t shape[kMaxDims];
-  int64_t strides[kMaxDims];  // bytes
-  int bytes;                  // itemsize: 1, 2, 4 or 8
-  uint64_t pattern;
-};
-
-__global__ void fill_strided_kernel(FillArgs a, int64_t n) {
+template <class W>
+__global__ void fill_strided_kernel(W* __restrict__ dst, W value, Layout l, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t rem = i, off = 0;
-    for (int d = a.ndim - 1; d >= 0; --d) {
-      off += (rem % a.shape[d]) * a.strides[d];
-      rem /= a.shape[d];
+    for (int d = l.ndim - 1; d > 0; --d) {
+      off += (rem % l.shape[d]) * l.dst_strides[d];
+      rem /= l.shape[d];
     }
-    char* p = a.dst + off;
-    switch (a.bytes) {
-      case 1:
-        *reinterpret_cast<uint8_t*>(p) = uint8_t(a.pattern);
-        break;
-      case 2:
-        *reinterpret_cast<uint16_t*>(p) = uint16_t(a.pattern);
-        break;
-      case 4:
-        *reinterpret_cast<uint32_t*>(p) = uint32_t(a.pattern);
-        break;
-      default:
-        *reinterpret_cast<uint64_t*>(p) = a.pattern;
-        break;
-    }
+    dst[off + rem * l.dst_strides[0]] = value;
   }
 }
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-}
-
 template <class W>
-void fill_contiguous(void* dst, uint64_t pattern, int64_t n) {
-  fill_contiguous_kernel<W>
-      <<<blocks_for(n), kThreads>>>(static_cast<W*>(dst), static_cast<W>(pattern), n);
+void fill_words(void* dst, uint64_t pattern, const Layout& l, int64_t n) {
+  W* d = static_cast<W*>(dst);
+  const W value = static_cast<W>(pattern);
+  if (l.ndim == 1 && l.dst_strides[0] == 1) {
+    fill_contiguous_kernel<W><<<blocks_for(n), kThreads>>>(d, value, n);
+  } else {
+    fill_strided_kernel<W><<<blocks_for(n), kThreads>>>(d, value, l, n);
+  }
 }
 
 }  // namespace
 
-void launch_fill(const StridedView& dst, const Shape& shape, uint64_t pattern) {
-  TS_CHECK(shape.size() <= kMaxDims, "[fill_] CUDA fills support up to ", kMaxDims,
-           " dims, found ", shape.size());
-  const int bytes = static_cast<int>(itemsize(dst.dtype));
-  int64_t n = 1, expected_stride = 1;
-  bool contiguous = true;
-  for (size_t d = shape.size(); d-- > 0;) {
-    if (shape[d] != 1 && dst.strides[d] != expected_stride) contiguous = false;
-    expected_stride *= shape[d];
-    n *= shape[d];
-  }
-  if (n == 0) return;
-  if (contiguous && pattern == 0) {
-    TS_CHECK(cudaMemsetAsync(dst.data, 0, static_cast<size_t>(n) * bytes, 0) == cudaSuccess,
-             "[fill_] cudaMemsetAsync failed");
-  } else if (contiguous) {
-    switch (bytes) {
-      case 1:
-        fill_contiguous<uint8_t>(dst.data, pattern, n);
-        break;
-      case 2:
-        fill_contiguous<uint16_t>(dst.data, pattern, n);
-        break;
-      case 4:
-        fill_contiguous<uint32_t>(dst.data, pattern, n);
-        break;
-      default:
-        fill_contiguous<uint64_t>(dst.data, pattern, n);
-        break;
-    }
-  } else {
-    FillArgs a{};
-    a.dst = static_cast<char*>(dst.data);
-    a.ndim = static_cast<int>(shape.size());
-    for (size_t d = 0; d < shape.size(); ++d) {
-      a.shape[d] = shape[d];
-      a.strides[d] = dst.strides[d] * bytes;
-    }
-    a.bytes = bytes;
-    a.pattern = pattern;
-    fill_strided_kernel<<<blocks_for(n), kThreads>>>(a, n);
-  }
-}
-
 void launch_copy_strided(const StridedView& dst, const StridedView& src, const Shape& shape) {
   TS_CHECK(shape.size() <= kMaxDims, "[copy_] CUDA copies support up to ", kMaxDims,
            " dims, found ", shape.size());
-  CopyArgs a{};
-  a.dst = static_cast<char*>(dst.data);
-  a.src = static_cast<const char*>(src.data);
-  a.ndim = static_cast<int>(shape.size());
   int64_t n = 1;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    a.shape[d] = shape[d];
-    a.dst_strides[d] = dst.strides[d] * static_cast<int64_t>(itemsize(dst.dtype));
-    a.src_strides[d] = src.strides[d] * static_cast<int64_t>(itemsize(src.dtype));
-    n *= shape[d];
-  }
-  a.dst_dtype = static_cast<int>(dst.dtype);
-  a.src_dtype = static_cast<int>(src.dtype);
-  a.same_dtype_bytes = dst.dtype == src.dtype ? static_cast<int>(itemsize(dst.dtype)) : 0;
+  for (const int64_t s : shape) n *= s;
   if (n == 0) return;
-  copy_strided_kernel<<<blocks_for(n), kThreads>>>(a, n);
+  const Layout l = merge_dims(shape, dst.strides, src.strides);
+  const bool contiguous = l.ndim == 1 && l.dst_strides[0] == 1 && l.src_strides[0] == 1;
+  if (contiguous && dst.dtype == src.dtype) {
+    TS_CHECK(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(n) * itemsize(dst.dtype),
+                             cudaMemcpyDeviceToDevice, 0) == cudaSuccess,
+             "[copy_] cudaMemcpyAsync of ", n, " elements failed");
+    return;
+  }
+  with_type(dst.dtype, [&](auto d_tag) {
+    using D = decltype(d_tag);
+    with_type(src.dtype, [&](auto s_tag) {
+      using S = decltype(s_tag);
+      D* d = static_cast<D*>(dst.data);
+      const S* s = static_cast<const S*>(src.data);
+      if (contiguous) {
+        copy_contiguous_kernel<D, S><<<blocks_for(n), kThreads>>>(d, s, n);
+      } else {
+        copy_strided_kernel<D, S><<<blocks_for(n), kThreads>>>(d, s, l, n);
+      }
+    });
+  });
+}
+
+void launch_fill(const StridedView& dst, const Shape& shape, uint64_t pattern) {
+  TS_CHECK(shape.size() <= kMaxDims, "[fill_] CUDA fills support up to ", kMaxDims, " dims, found ",
+           shape.size());
+  int64_t n = 1;
+  for (const int64_t s : shape) n *= s;
+  if (n == 0) return;
+  const Layout l = merge_dims(shape, dst.strides, dst.strides);
+  const size_t bytes = itemsize(dst.dtype);
+  if (l.ndim == 1 && l.dst_strides[0] == 1 && pattern == 0) {
+    TS_CHECK(cudaMemsetAsync(dst.data, 0, static_cast<size_t>(n) * bytes, 0) == cudaSuccess,
+             "[fill_] cudaMemsetAsync of ", n, " elements failed");
+    return;
+  }
+  switch (bytes) {
+    case 1:
+      return fill_words<uint8_t>(dst.data, pattern, l, n);
+    case 2:
+      return fill_words<uint16_t>(dst.data, pattern, l, n);
+    case 4:
+      return fill_words<uint32_t>(dst.data, pattern, l, n);
+    default:
+      return fill_words<uint64_t>(dst.data, pattern, l, n);
+  }
 }
 
 }  // namespace tessera::cuda

@@ -38,13 +38,13 @@ DeviceProbe probe_devices() {
     p.problem = str_cat("no CUDA driver: libcuda.so.1 could not be loaded (this binary's ",
                         "runtime is CUDA ", runtime, ")");
   } else if (err == cudaErrorInsufficientDriver) {
-    p.problem = str_cat("the driver supports CUDA up to ", version_name(p.driver_version),
-                        ", older than this binary's runtime (CUDA ", runtime,
-                        "): update the driver");
+    p.problem =
+        str_cat("the driver supports CUDA up to ", version_name(p.driver_version),
+                ", older than this binary's runtime (CUDA ", runtime, "): update the driver");
   } else {
     p.problem = str_cat("cudaGetDeviceCount failed with ", cudaGetErrorName(err), " (",
-                        cudaGetErrorString(err), "); driver CUDA ",
-                        version_name(p.driver_version), ", runtime CUDA ", runtime);
+                        cudaGetErrorString(err), "); driver CUDA ", version_name(p.driver_version),
+                        ", runtime CUDA ", runtime);
   }
   return p;
 }
@@ -69,8 +69,8 @@ void check_device(int index) {
                                 ", found none: ", p.problem));
   }
   if (index < 0 || index >= p.count) {
-    throw NoDeviceError(str_cat("[cuda] no CUDA device cuda:", index,
-                                ": expected an index in [0, ", p.count, ")"));
+    throw NoDeviceError(
+        str_cat("[cuda] no CUDA device cuda:", index, ": expected an index in [0, ", p.count, ")"));
   }
 }
 

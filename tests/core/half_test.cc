@@ -7,6 +7,8 @@
 #include <limits>
 #include <random>
 
+#include "core/dtype.h"
+
 using tessera::BFloat16;
 using tessera::Half;
 
@@ -160,4 +162,55 @@ TEST_CASE("conversion operators", "[half]") {
   CHECK(BFloat16(1.5f).bits == 0x3fc0);
   CHECK(Half().bits == 0);
   CHECK(BFloat16().bits == 0);
+}
+
+namespace {
+
+// The 16-bit pattern nearest to `d` among the neighbours of `guess` (ties to the even
+// pattern): a reference that only compares exact doubles. Finite d within range only.
+template <class T>
+uint16_t nearest_pattern(double d, uint16_t guess) {
+  uint16_t best = guess;
+  double best_err =
+      std::abs(static_cast<double>(static_cast<float>(T{std::bit_cast<T>(guess)})) - d);
+  for (const int step : {-1, 1}) {
+    const uint16_t c = static_cast<uint16_t>(guess + step);
+    if (((c ^ guess) & 0x8000u) != 0) continue;  // stay on one side of zero
+    const double err = std::abs(static_cast<double>(static_cast<float>(std::bit_cast<T>(c))) - d);
+    if (err < best_err || (err == best_err && (c & 1u) == 0)) best = c, best_err = err;
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("convert rounds doubles and 32-bit integers to 16 bits once", "[half]") {
+  // Just above a tie: rounding to float first lands on the tie, which goes to even (down).
+  const double above_f16_tie = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  CHECK(tessera::convert<Half>(above_f16_tie).bits == Half(1.0009765625f).bits);
+  const double above_bf16_tie = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40);
+  CHECK(tessera::convert<BFloat16>(above_bf16_tie).bits == BFloat16(1.0078125f).bits);
+  CHECK(tessera::convert<BFloat16>(int32_t{(1 << 24) + (1 << 16) + 1}).bits ==
+        BFloat16(static_cast<float>((1 << 24) + (2 << 16))).bits);
+  // Random doubles near 16-bit values: the nearest pattern, exactly.
+  std::mt19937_64 rng(99);
+  std::uniform_real_distribution<double> mag(-20.0, 15.0);
+  for (int i = 0; i < 200000; ++i) {
+    const double d =
+        std::ldexp(1.0 + static_cast<double>(rng() >> 11) * 0x1p-53, static_cast<int>(mag(rng))) *
+        ((rng() & 1u) != 0 ? -1.0 : 1.0);
+    const uint16_t h = tessera::convert<Half>(d).bits;
+    const uint16_t b = tessera::convert<BFloat16>(d).bits;
+    if (h != nearest_pattern<Half>(d, h) || b != nearest_pattern<BFloat16>(d, b)) {
+      FAIL("double " << d << ": f16 " << h << ", bf16 " << b);
+    }
+  }
+}
+
+TEST_CASE("convert truncates floating values to integers and wraps to the width", "[half]") {
+  CHECK(tessera::convert<uint8_t>(-1.5) == 255);
+  CHECK(tessera::convert<uint8_t>(-1.5f) == 255);
+  CHECK(tessera::convert<uint8_t>(300.7) == 44);
+  CHECK(tessera::convert<int32_t>(-2.9) == -2);
+  CHECK(tessera::convert<int64_t>(1e15) == 1000000000000000);
 }

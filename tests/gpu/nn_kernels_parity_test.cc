@@ -283,8 +283,12 @@ TEST_CASE("causal_attention and its backward match an f64 CPU reference", "[gpu]
             dout.ref, q.ref, k.ref, v.ref, out.ref, lse.ref, scale);
         const kernels::AttentionGrads gg = kernels::causal_attention_backward(
             dout.dev, q.dev, k.dev, v.dev, out.dev, lse.dev, scale);
-        check_close(gg.dq, wg.dq, dt, tol);
-        check_close(gg.dk, wg.dk, dt, tol);
+        // With T = 1 the softmax has one entry and dq = dk = 0 exactly: the device's
+        // dP - rowsum(dO o O) cancels terms of size ~sqrt(D) (unit normals) in f32 and
+        // leaves their rounding, ~1e-7 x sqrt(D) x scale (seen on an H200: 6e-8).
+        const double cancel = 1e-6 * std::sqrt(static_cast<double>(c.D)) * scale;
+        check_close(gg.dq, wg.dq, dt, tol, cancel);
+        check_close(gg.dk, wg.dk, dt, tol, cancel);
         check_close(gg.dv, wg.dv, dt, tol);
       }
     }

@@ -138,8 +138,11 @@ TEST_CASE("lamb_step matches the CPU, trust ratio included", "[gpu]") {
         if (c.zero_param) s.p = both(zeros(c.shape), dt);
         const double want = kernels::lamb_step(s.p.ref, s.g.ref, s.m.ref, s.v.ref, c.params);
         const double got = kernels::lamb_step(s.p.dev, s.g.dev, s.m.dev, s.v.dev, c.params);
-        // The ratio is a double from norms of exact values: f32 round-off, not 16-bit.
-        const double ratio_tol = dt == DType::f64 ? 1e-10 : dt == DType::f32 ? 1e-5 : 1e-4;
+        // The ratio is a double from norms: f32 round-off for f32. In 16 bits the device takes
+        // |u| from the moments as stored (rounded), which the f64 reference never rounds, and
+        // with beta2 = 0.999 the rounded v drifts one way: 1.3e-4 on an H200 for 131075 bf16
+        // elements.
+        const double ratio_tol = dt == DType::f64 ? 1e-10 : dt == DType::f32 ? 1e-5 : 1e-3;
         CHECK(got == Approx(want).epsilon(ratio_tol));
         if (c.zero_param) CHECK(got == 1.0);
         if (c.params.max_coeff == 0.5) CHECK(want == 0.5);

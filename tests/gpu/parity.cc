@@ -45,7 +45,7 @@ Input random_in(const Shape& shape, uint64_t seed, DType dtype, bool transposed,
   return transposed ? random_t(shape, seed, dtype, lo, hi) : random(shape, seed, dtype, lo, hi);
 }
 
-void check_close(const Tensor& got, const Tensor& want, DType dtype, double tol) {
+void check_close(const Tensor& got, const Tensor& want, DType dtype, double tol, double floor) {
   REQUIRE(got.defined());
   CHECK(got.device() == kCuda);
   REQUIRE(dtype_name(got.dtype()) == dtype_name(dtype));
@@ -57,14 +57,15 @@ void check_close(const Tensor& got, const Tensor& want, DType dtype, double tol)
   rms = w.empty() ? 0.0 : std::sqrt(rms / static_cast<double>(w.size()));
   size_t bad = 0, first = 0;
   for (size_t i = 0; i < w.size(); ++i) {
-    const bool ok = std::isnan(w[i])   ? std::isnan(g[i])
-                    : std::isinf(w[i]) ? g[i] == w[i]
-                                       : std::abs(g[i] - w[i]) <= tol * (std::abs(w[i]) + rms);
+    const bool ok = std::isnan(w[i]) ? std::isnan(g[i])
+                    : std::isinf(w[i])
+                        ? g[i] == w[i]
+                        : std::abs(g[i] - w[i]) <= tol * (std::abs(w[i]) + rms) + floor;
     if (!ok && bad++ == 0) first = i;
   }
   INFO(bad << " of " << w.size() << " elements differ; first at " << first << ": got "
            << (bad ? g[first] : 0.0) << ", want " << (bad ? w[first] : 0.0) << " (tol " << tol
-           << ", rms " << rms << ")");
+           << ", rms " << rms << ", floor " << floor << ")");
   CHECK(bad == 0);
 }
 

@@ -51,7 +51,10 @@ Input random_in(const Shape& shape, uint64_t seed, DType dtype, bool transposed,
 // |got - want| <= tol (|want| + rms(want)) element by element, NaN matching NaN and
 // infinities matching exactly. The rms term keeps the bound meaningful where results
 // cancel to near zero (matmul, reductions). tol = 0 asks for exact equality.
-void check_close(const Tensor& got, const Tensor& want, DType dtype, double tol);
+// `floor` (default 0) is an absolute allowance for results that are exactly 0 in exact
+// arithmetic but sums of cancelling terms on the device, where tol x rms would be 0 too.
+void check_close(const Tensor& got, const Tensor& want, DType dtype, double tol,
+                 double floor = 0.0);
 
 // Two device results hold the same bits (run-to-run determinism).
 void check_bitwise(const Tensor& a, const Tensor& b);

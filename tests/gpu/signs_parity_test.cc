@@ -1,9 +1,8 @@
-// Sign pack and unpack (kernels/signs.h) on the GPU against the CPU kernels: small sizes in
-// every floating dtype, and sizes past the grid cap of kernels/cuda/common.cuh's grid_for
+// Sign pack and unpack (kernels/signs.h) on the GPU against the CPU kernels (which take f32:
+// a 16-bit value has its f32 conversion's sign): small sizes in every floating dtype, and
+// sizes past the grid cap of kernels/cuda/common.cuh's grid_for
 // (524,280 blocks of 256 threads), where a kernel that is not a grid-stride loop leaves the
 // tail unwritten (1-bit compression of any model above about 134M parameters).
-#include "kernels/signs.h"
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +10,7 @@
 
 #include "core/factories.h"
 #include "core/philox.h"
+#include "kernels/signs.h"
 #include "tests/gpu/parity.h"
 
 namespace tessera::kernels {
@@ -43,10 +43,10 @@ TEST_CASE("GPU sign pack and unpack equal the CPU's", "[gpu][signs]") {
       if (n > 2) v[2] = 0.0f;
       if (n > 3) v[3] = std::nanf("");
       const Tensor host = x.to(dtype);
-      const Tensor bits = pack_signs(host);
+      const Tensor bits = pack_signs(host.to(DType::f32));
       CHECK(bytes_of(pack_signs(host.to(kCuda))) == bytes_of(bits));
       CHECK(floats_of(unpack_signs(bits.to(kCuda), n, dtype).to(DType::f32)) ==
-            floats_of(unpack_signs(bits, n, dtype).to(DType::f32)));
+            floats_of(unpack_signs(bits, n, DType::f32)));
     }
   }
 }
@@ -55,8 +55,9 @@ TEST_CASE("GPU sign unpack writes every element past the grid cap", "[gpu][signs
   // One thread per element: n past the cap's threads by a few blocks and a ragged byte.
   const int64_t n = kGridCapThreads + 1000 * 8 + 3;
   const Tensor bits = pattern_bytes((n + 7) / 8);
-  const std::vector<float> got = floats_of(unpack_signs(bits.to(kCuda), n, DType::bf16));
-  const std::vector<float> want = floats_of(unpack_signs(bits, n, DType::bf16));
+  const std::vector<float> got =
+      floats_of(unpack_signs(bits.to(kCuda), n, DType::bf16).to(DType::f32));
+  const std::vector<float> want = floats_of(unpack_signs(bits, n, DType::f32));
   REQUIRE(got.size() == want.size());
   int64_t first_bad = -1;
   for (int64_t i = 0; i < n && first_bad < 0; ++i) {
@@ -72,8 +73,9 @@ TEST_CASE("GPU sign pack writes every byte past the grid cap", "[gpu][signs]") {
   const int64_t n = (bytes - 1) * 8 + 5;
   Tensor want = pattern_bytes(bytes);
   want.data_ptr<uint8_t>()[bytes - 1] &= 0xf8;  // unused low bits pack as 0
-  const Tensor x = unpack_signs(want, n, DType::bf16);  // +1 / -1 with `want`'s bits
-  const std::vector<uint8_t> got = bytes_of(pack_signs(x.to(kCuda)));
+  // +1 / -1 with `want`'s bits, made on the device (the CPU unpacks to f32 only).
+  const Tensor x = unpack_signs(want.to(kCuda), n, DType::bf16);
+  const std::vector<uint8_t> got = bytes_of(pack_signs(x));
   const std::vector<uint8_t> expected = bytes_of(want);
   REQUIRE(got.size() == expected.size());
   int64_t first_bad = -1;

@@ -1,6 +1,8 @@
 // CUDA kernel table for one device: kernels::matmul at the GEMM shapes of a GPT-2 124M
-// training step (bf16 and f32/TF32) against the H100 SXM dense peaks, and the bandwidth of
-// the memory-bound kernels against a device-to-device copy measured in the same run.
+// training step (bf16 and f32/TF32) against the H100 SXM dense peaks, causal attention
+// against PyTorch's scaled_dot_product_attention at the same shapes (attention_torch.py, run
+// in the same invocation), and the bandwidth of the memory-bound kernels against
+// cudaMemcpy's device-to-device copy measured in the same run.
 //
 //   bazel build -c opt //tools/bench:cuda_kernels_bench
 //   bazel-bin/tools/bench/cuda_kernels_bench [--batch 16 --seq 1024] [--dtype bf16] [--reps 30]
@@ -9,8 +11,10 @@
 // A GEMM does 2 M N K FLOPs; the peaks are the H100 SXM's dense tensor-core rates, 989
 // TFLOP/s bf16 and 494.7 TFLOP/s TF32. A memory-bound kernel's bytes are those of the
 // tensors it reads and writes (each once; its own scratch is not counted) and its rate is
-// compared with Tensor::copy_ of a large buffer on the device (bytes read + written), the
-// rate a kernel that only streams memory can hope for. The step's tensors are the real
+// compared with cudaMemcpy of a large buffer from device to device (bytes read + written),
+// the rate a kernel that only streams memory can hope for. Causal attention does
+// 2 B H T^2 D FLOPs forward (half of q k^T and p v) and 2.5 times that backward (five
+// products: the recomputed scores, dV, dP, dQ, dK). The step's tensors are the real
 // sizes: those under the 50 MB L2 (LayerNorm's (B T, C) in 16 bits is 25 MB) may partly stay
 // cached across repetitions and beat the copy. Every time is the median over 3 rounds of
 // --reps back-to-back calls, the device synchronized before and after each round, after
@@ -18,10 +22,13 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,11 +38,13 @@
 #include "core/factories.h"
 #include "core/philox.h"
 #include "kernels/adamw.h"
+#include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/layer_norm.h"
 #include "kernels/matmul.h"
 #include "kernels/softmax.h"
 #include "models/gpt2/config.h"
+#include "tools/bench/python_reference.h"
 #include "tools/bench/step_gemms.h"
 #include "tools/cli/flags.h"
 
@@ -46,9 +55,11 @@ constexpr const char* kTool = "cuda_kernels_bench";
 constexpr const char* kUsage =
     R"(usage: cuda_kernels_bench [--device cuda:N] [--batch B] [--seq T] [--dtype bf16|fp16|f32]
                           [--reps N] [--warmup N] [--copy-mib M]
+                          [--torch-script FILE] [--python EXE] [--no-torch]
 
 Times CUDA kernels at GPT-2 124M training-step sizes: matmul against the H100 SXM peaks,
-memory-bound kernels against the device-to-device copy bandwidth of the same run.
+causal attention against PyTorch's scaled_dot_product_attention, memory-bound kernels
+against the device-to-device copy bandwidth of the same run.
 
   --device cuda:N   the device (default cuda:0)
   --batch B         sequences per step (default 16)
@@ -57,6 +68,10 @@ memory-bound kernels against the device-to-device copy bandwidth of the same run
   --reps N          timed calls per round, at least 20 (default 30)
   --warmup N        untimed calls first (default 3)
   --copy-mib M      MiB of the copy reference's buffer (default 1024)
+  --torch-script F  the attention reference (default: tools/bench/attention_torch.py beside
+                    the binary or in the workspace)
+  --python EXE      the interpreter with torch (default python3 on the PATH)
+  --no-torch        skip the reference
 )";
 
 constexpr double kPeakBf16 = 989.0e12;  // H100 SXM dense bf16 tensor cores
@@ -148,7 +163,10 @@ int bench_main(int argc, char** argv) {
                           {"dtype", Flag::kValue},
                           {"reps", Flag::kValue},
                           {"warmup", Flag::kValue},
-                          {"copy-mib", Flag::kValue}});
+                          {"copy-mib", Flag::kValue},
+                          {"torch-script", Flag::kValue},
+                          {"python", Flag::kValue},
+                          {"no-torch", Flag::kSwitch}});
   if (flags.has("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -263,6 +281,66 @@ int bench_main(int argc, char** argv) {
   }
   std::fflush(stdout);
 
+  // ---- causal attention --------------------------------------------------------------------
+  {
+    const int64_t H = cfg.n_head, D = C / H;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    const double fwd_flops = 2.0 * static_cast<double>(batch * H * seq) * seq * D;
+    const double bwd_flops = 2.5 * fwd_flops;
+    double fwd_s = 0, bwd_s = 0;
+    std::string error;
+    try {
+      const Shape shape{batch, H, seq, D};
+      const Tensor q = random_on(shape, dtype, device, gen),
+                   k = random_on(shape, dtype, device, gen);
+      const Tensor v = random_on(shape, dtype, device, gen);
+      const Tensor dout = random_on(shape, dtype, device, gen);
+      const kernels::AttentionOutput o = kernels::causal_attention(q, k, v, scale);
+      fwd_s = time_op(dev, w, n, [&] { kernels::causal_attention(q, k, v, scale); });
+      bwd_s = time_op(dev, w, n, [&] {
+        kernels::causal_attention_backward(dout, q, k, v, o.out, o.lse, scale);
+      });
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::optional<nlohmann::json> ref;
+    std::string why = "skipped (--no-torch)";
+    if (!flags.has("no-torch")) {
+      const std::string script =
+          bench::find_script(flags.get("torch-script"), argv[0], "attention_torch.py");
+      const bench::ScriptResult r = bench::run_script(
+          flags.get("python", "python3"), script,
+          "--batch " + std::to_string(batch) + " --heads " + std::to_string(H) + " --seq " +
+              std::to_string(seq) + " --head-dim " + std::to_string(D) + " --dtype " +
+              (dtype == DType::f16 ? "fp16" : std::string(dtype_name(dtype))) + " --reps " +
+              std::to_string(n) + " --warmup " + std::to_string(w) + " --device " + device.str(),
+          "attention_forward_ms");
+      ref = r.json;
+      why = r.why;
+    }
+    std::printf(
+        "\ncausal attention (B, H, T, D) = (%lld, %lld, %lld, %lld) in %s: against PyTorch's "
+        "scaled_dot_product_attention(is_causal=True)%s\n",
+        static_cast<long long>(batch), static_cast<long long>(H), static_cast<long long>(seq),
+        static_cast<long long>(D), dtype_name(dtype).data(),
+        ref ? (" " + ref->value("torch", std::string("?"))).c_str() : "");
+    std::printf("  %-10s %10s %9s | %10s %9s | %13s\n", "", "ms", "TFLOP/s", "pytorch ms",
+                "TFLOP/s", "pytorch/ours");
+    auto attention_row = [&](const char* name, double s, double flops, const char* key) {
+      const double theirs = bench::json_number(ref, key) / 1e3;
+      std::printf("  %-10s %10.3f %9.1f | %10.3f %9.1f | %12.2fx\n", name, 1e3 * s,
+                  flops / s / 1e12, 1e3 * theirs, flops / theirs / 1e12, theirs / s);
+    };
+    if (error.empty()) {
+      attention_row("forward", fwd_s, fwd_flops, "attention_forward_ms");
+      attention_row("backward", bwd_s, bwd_flops, "attention_backward_ms");
+    } else {
+      std::printf("  error: %s\n", error.c_str());
+    }
+    if (!ref) std::printf("  PyTorch reference unavailable: %s\n", why.c_str());
+    std::fflush(stdout);
+  }
+
   // ---- memory-bound kernels -----------------------------------------------------------------
   const int64_t copy_elems = copy_mib * (int64_t{1} << 20) / 4;
   const double copy_bytes = 2.0 * 4.0 * static_cast<double>(copy_elems);  // read + written
@@ -270,7 +348,10 @@ int bench_main(int argc, char** argv) {
   {
     const Tensor src = zeros({copy_elems}, {DType::f32, device});
     const Tensor dst = empty({copy_elems}, {DType::f32, device});
-    copy_s = time_op(dev, w, n, [&] { dst.copy_(src); });
+    copy_s = time_op(dev, w, n, [&] {
+      cuda::memcpy(dst.raw_data(), src.raw_data(), dst.nbytes(), cuda::CopyKind::device_to_device,
+                   dev);
+    });
   }
   const double copy_bw = copy_bytes / copy_s;
   std::printf(
@@ -282,7 +363,8 @@ int bench_main(int argc, char** argv) {
     std::printf("  %-44s %9.1f %9.3f %9.1f %6.1f%%\n", name, bytes / 1e6, 1e3 * s, bytes / s / 1e9,
                 100 * bytes / s / copy_bw);
   };
-  report(("Tensor::copy_ f32, " + std::to_string(copy_mib) + " MiB").c_str(), copy_bytes, copy_s);
+  report(("cudaMemcpy device to device, " + std::to_string(copy_mib) + " MiB").c_str(), copy_bytes,
+         copy_s);
   auto bytes_of = [](std::initializer_list<Tensor> ts) {
     double b = 0;
     for (const Tensor& t : ts) {
@@ -299,6 +381,19 @@ int bench_main(int argc, char** argv) {
     }
     std::fflush(stdout);
   };
+  row("Tensor::copy_ transpose (B T, C) -> (C, B T)", [&] {
+    const Tensor x = random_on({rows, C}, dtype, device, gen);
+    const Tensor y = empty({C, rows}, {dtype, device});
+    const Tensor xt = x.transpose(0, 1);
+    const double s = time_op(dev, w, n, [&] { y.copy_(xt); });
+    report("Tensor::copy_ transpose (B T, C) -> (C, B T)", bytes_of({x, y}), s);
+  });
+  row("Tensor::copy_ f32 -> dtype (B T, C)", [&] {
+    const Tensor x = random_on({rows, C}, DType::f32, device, gen);
+    const Tensor y = empty({rows, C}, {dtype, device});
+    const double s = time_op(dev, w, n, [&] { y.copy_(x); });
+    report("Tensor::copy_ f32 -> dtype (B T, C)", bytes_of({x, y}), s);
+  });
   row("layer_norm forward (B T, C)", [&] {
     const Tensor x = random_on({rows, C}, dtype, device, gen);
     const Tensor wt = random_on({C}, dtype, device, gen), bs = random_on({C}, dtype, device, gen);
@@ -365,7 +460,8 @@ int bench_main(int argc, char** argv) {
     // Reads p, g, m, v; writes p, m, v.
     report("AdamW step (N, f32)", bytes_of({p, g, m, v}) + bytes_of({p, m, v}), s);
   });
-  std::printf("\ncopy bandwidth (Tensor::copy_, read + written): %.1f GB/s\n", copy_bw / 1e9);
+  std::printf("\ncopy bandwidth (cudaMemcpy device to device, read + written): %.1f GB/s\n",
+              copy_bw / 1e9);
   return 0;
 }
 

@@ -21,12 +21,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,12 +38,12 @@
 #include "optim/optimizer.h"
 #include "parallel/comm/thread_comm.h"
 #include "parallel/zero/zero_optimizer.h"
+#include "tools/bench/python_reference.h"
 #include "tools/cli/flags.h"
 
 namespace tessera {
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kTool = "gpt2_gpu_bench";
@@ -104,63 +102,6 @@ double activation_estimate_bytes(const GptConfig& c, int64_t b, int64_t t, doubl
          bt * static_cast<double>(c.padded_vocab_size()) * elem;
 }
 
-std::string find_torch_script(const std::optional<std::string>& flag, const char* argv0) {
-  if (flag) return *flag;
-  const std::string name = "gpt2_gpu_torch.py", rel = "tools/bench/" + name;
-  std::vector<fs::path> candidates{fs::path(argv0).parent_path() / name};
-  if (const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY"))
-    candidates.push_back(fs::path(ws) / rel);
-  if (const char* rf = std::getenv("RUNFILES_DIR"))
-    candidates.push_back(fs::path(rf) / "tessera" / rel);
-  candidates.push_back(fs::path(std::string(argv0) + ".runfiles") / "tessera" / rel);
-  candidates.push_back(fs::path(rel));
-  for (const fs::path& p : candidates) {
-    if (fs::exists(p)) return p.string();
-  }
-  return rel;
-}
-
-struct TorchResult {
-  std::optional<nlohmann::json> result;  // the reference's JSON line
-  std::string why;                       // when there is none
-};
-
-// Runs the reference and parses the last line of its output that is a JSON object.
-TorchResult run_torch(const std::string& python, const std::string& script, const Device& device,
-                      DType dtype, int64_t batch, int64_t seq, int64_t steps, int64_t warmup) {
-  if (!fs::exists(script)) return {std::nullopt, "no script at " + script};
-  const std::string cmd = "'" + python + "' '" + script + "' --batch " + std::to_string(batch) +
-                          " --seq " + std::to_string(seq) + " --steps " + std::to_string(steps) +
-                          " --warmup " + std::to_string(warmup) + " --dtype " + torch_dtype(dtype) +
-                          " --device " + device.str() + " 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return {std::nullopt, "cannot start " + python};
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr) out += buf.data();
-  const int status = ::pclose(pipe);
-  std::optional<nlohmann::json> parsed;
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line[0] != '{') continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("tokens_per_s")) parsed = std::move(j);
-  }
-  if (status != 0 || !parsed) {
-    std::string tail = out.size() > 600 ? out.substr(out.size() - 600) : out;
-    std::replace(tail.begin(), tail.end(), '\n', ' ');
-    return {std::nullopt, python + " " + script + " exited with status " + std::to_string(status) +
-                              ": " + (tail.empty() ? "(no output)" : tail)};
-  }
-  return {parsed, ""};
-}
-
-// The reference's number under `key`, or NaN when it did not report it.
-double ref_number(const std::optional<nlohmann::json>& ref, const char* key) {
-  if (!ref || !ref->contains(key) || !(*ref)[key].is_number()) return std::nan("");
-  return (*ref)[key].get<double>();
-}
-
 int bench_main(int argc, char** argv) {
   using cli::Flag;
   const cli::Flags flags(argc, argv,
@@ -198,7 +139,8 @@ int bench_main(int argc, char** argv) {
     throw cli::UsageError("--device expected cuda or cuda:N, found " + device.str());
   }
   cuda::check_device(device.index);  // NoDeviceError: run_tool exits with kExitNoDevice
-  const std::string script = find_torch_script(flags.get("torch-script"), argv[0]);
+  const std::string script =
+      bench::find_script(flags.get("torch-script"), argv[0], "gpt2_gpu_torch.py");
   const bool mixed = dtype != DType::f32;
 
   // Initialized in f32 on the CPU, then placed (as the trainer does); one rank.
@@ -338,10 +280,14 @@ int bench_main(int argc, char** argv) {
   if (!flags.has("no-torch")) {
     std::printf("\nrunning the PyTorch reference: %s\n", script.c_str());
     std::fflush(stdout);
-    const TorchResult r =
-        run_torch(flags.get("python", "python3"), script, device, dtype, batch, seq, steps, warmup);
-    if (r.result) {
-      ref = r.result;
+    const bench::ScriptResult r = bench::run_script(
+        flags.get("python", "python3"), script,
+        "--batch " + std::to_string(batch) + " --seq " + std::to_string(seq) + " --steps " +
+            std::to_string(steps) + " --warmup " + std::to_string(warmup) + " --dtype " +
+            torch_dtype(dtype) + " --device " + device.str(),
+        "tokens_per_s");
+    if (r.json) {
+      ref = r.json;
       std::printf("PyTorch %s on %s\n", ref->value("torch", std::string("?")).c_str(),
                   ref->value("device_name", std::string("?")).c_str());
     } else {
@@ -349,8 +295,8 @@ int bench_main(int argc, char** argv) {
     }
   }
 
-  const double torch_step = ref_number(ref, "step_ms") / 1e3;
-  const double torch_tok_s = ref_number(ref, "tokens_per_s");
+  const double torch_step = bench::json_number(ref, "step_ms") / 1e3;
+  const double torch_tok_s = bench::json_number(ref, "tokens_per_s");
   std::printf("\n%-30s %14s", "", "tessera");
   if (ref) std::printf(" %14s", "pytorch");
   std::printf("\n");
@@ -364,25 +310,26 @@ int bench_main(int argc, char** argv) {
     std::printf("\n");
   };
   row("step ms (median)", 1e3 * step_med, 1e3 * torch_step, "%14.2f");
-  row("  forward + loss ms", 1e3 * f, ref_number(ref, "forward_ms"), "%14.2f");
-  row("  backward ms", 1e3 * b, ref_number(ref, "backward_ms"), "%14.2f");
-  row("  optimizer ms", 1e3 * o, ref_number(ref, "optimizer_ms"), "%14.2f");
+  row("  forward + loss ms", 1e3 * f, bench::json_number(ref, "forward_ms"), "%14.2f");
+  row("  backward ms", 1e3 * b, bench::json_number(ref, "backward_ms"), "%14.2f");
+  row("  optimizer ms", 1e3 * o, bench::json_number(ref, "optimizer_ms"), "%14.2f");
   row("tokens/s", tok_s, torch_tok_s, "%14.0f");
   row("MFU %", 100 * flops_step / step_med / peak, 100 * flops_step / torch_step / peak, "%14.1f");
   row("peak allocated MiB", mib(static_cast<double>(mem.peak_allocated)),
-      mib(ref_number(ref, "peak_mem_bytes")), "%14.1f");
+      mib(bench::json_number(ref, "peak_mem_bytes")), "%14.1f");
   row("reserved MiB", mib(static_cast<double>(mem.reserved)),
-      mib(ref_number(ref, "peak_reserved_bytes")), "%14.1f");
+      mib(bench::json_number(ref, "peak_reserved_bytes")), "%14.1f");
   // Different random tokens and init: the losses only show that both train.
-  row("last loss (own tokens)", last_loss, ref_number(ref, "loss"), "%14.4f");
+  row("last loss (own tokens)", last_loss, bench::json_number(ref, "loss"), "%14.4f");
 
   std::printf("\nsummary\n");
   std::printf("  tokens/s %.0f, step %.2f ms, MFU %.1f%% of %.1f TFLOP/s\n", tok_s, 1e3 * step_med,
               100 * flops_step / step_med / peak, peak / 1e12);
   if (ref) {
     std::printf("  tokens/s ours / PyTorch          %6.3fx\n", tok_s / torch_tok_s);
-    std::printf("  peak allocated ours / PyTorch    %6.3fx\n",
-                static_cast<double>(mem.peak_allocated) / ref_number(ref, "peak_mem_bytes"));
+    std::printf(
+        "  peak allocated ours / PyTorch    %6.3fx\n",
+        static_cast<double>(mem.peak_allocated) / bench::json_number(ref, "peak_mem_bytes"));
   } else {
     std::printf("  tokens/s ours / PyTorch          reference unavailable\n");
   }

@@ -57,7 +57,7 @@ for label in "${tests[@]}" "${binaries[@]}"; do
     patchelf --set-rpath '$ORIGIN' "$root/lib/$lib_name"
   done < <(ldd "$bin_root/$path" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
 done
-cp tools/bench/gpt2_gpu_torch.py "$root/bin/"
+cp tools/bench/gpt2_gpu_torch.py tools/bench/gpt2_step_torch.py tools/bench/attention_torch.py "$root/bin/"
 cp configs/shakespeare_char_cuda.json "$root/configs/"
 cp -r .data/shakespeare_char "$root/.data/"
 git rev-parse HEAD > "$root/COMMIT"

@@ -167,7 +167,7 @@ if wants bench; then
     bad=0
     run_one cuda_kernels_bench "$log" 180 "$bin/cuda_kernels_bench" || bad=$((bad + 1))
     run_one gpt2_gpu_bench "$log" 180 "$bin/gpt2_gpu_bench" --torch-script "$bin/gpt2_gpu_torch.py" || bad=$((bad + 1))
-    grep -iE 'ratio|TFLOP|MFU|GB/s|ms/step|peak' "$log" | head -40 | sed 's/^/  /' >> "$summary"
+    grep -E "one step's GEMMs|^  (forward|backward) |copy bandwidth|reference unavailable|^step ms|^tokens/s|^MFU|^PyTorch " "$log" | sed 's/^/  /' >> "$summary"
     say "bench: $([[ $bad == 0 ]] && echo passed || echo "$bad FAILED")"
     ((bad)) && failed_parts=$((failed_parts + 1))
   fi
@@ -191,6 +191,15 @@ fi
 
 # ---- sanitize ---------------------------------------------------------------------------
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+# The sanitizer exits 99 (--error-exitcode) when it reports errors, else with the test's code.
+sanitizer_outcome() {
+  case $1 in
+    0) echo passed ;;
+    99) echo "FAILED: the sanitizer reported errors" ;;
+    137) echo "FAILED: timed out" ;;
+    *) echo "FAILED: the test failed under the sanitizer (exit $1), no sanitizer errors" ;;
+  esac
+}
 if wants sanitize; then
   log=$out/sanitize.log; : > "$log"
   if [[ -n $skip_reason ]]; then
@@ -210,7 +219,7 @@ if wants sanitize; then
       TEST_TMPDIR=$tmp run_one "memcheck $name" "$log" "$test_timeout" \
         "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 "$bin/$name" "${args[@]}"
       rc=$?; rm -rf "$tmp"
-      say "  memcheck $name: $([[ $rc == 0 ]] && echo passed || echo "FAILED (exit $rc)")"
+      say "  memcheck $name: $(sanitizer_outcome $rc)"
       ((rc)) && bad=$((bad + 1))
     done
     # racecheck: shared-memory races in attention and the block reductions.
@@ -225,7 +234,7 @@ if wants sanitize; then
       TEST_TMPDIR=$tmp run_one "racecheck $name: $case_name" "$log" "$test_timeout" \
         "$sanitizer" --tool racecheck --error-exitcode 99 --print-limit 20 "$bin/$name" "$case_name"
       rc=$?; rm -rf "$tmp"
-      say "  racecheck $name \"$case_name\": $([[ $rc == 0 ]] && echo passed || echo "FAILED (exit $rc)")"
+      say "  racecheck $name \"$case_name\": $(sanitizer_outcome $rc)"
       ((rc)) && bad=$((bad + 1))
     done
     say "sanitize: $([[ $bad == 0 ]] && echo passed || echo "$bad FAILED")"
