@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/allocator.h"
@@ -69,6 +70,28 @@ void fill(const StridedView& dst, const Shape& shape, uint64_t pattern, int devi
 
 // Blocks until all work on `device` is done.
 void synchronize(int device);
+
+// Note [Deferred device checks]
+// Kernels that validate their inputs on the device (embedding and index ids, cross-entropy
+// targets) do not read a verdict back per call, which would stall the host on every op.
+// Each call registers a check (defer_check) and its kernel records the first violation in
+// the device's check word, as tag | position with atomicMin, so the earliest check's lowest
+// position wins. The next synchronizing read (every device-to-host memcpy, synchronize,
+// raise_deferred_errors) throws that check's message, naming the op and the bad value, as
+// the CPU would have at the call. The kernels never read or write out of bounds meanwhile
+// (they skip bad entries), and the trainer reads each step's loss before its optimizer step,
+// so a bad batch fails before any state changes.
+
+// Registers a check on `device` and returns its tag; a violation at `position` (< 2^40) is
+// recorded by the kernel as atomicMin(deferred_check_word(device), tag | position).
+// `describe(position)` makes the error message when that violation is the first; it may
+// read device memory. Registering synchronizes only every 4096 checks (to bound the list).
+uint64_t defer_check(int device, std::function<std::string(int64_t position)> describe);
+// The device word the kernels of defer_check record into (created on first use).
+unsigned long long* deferred_check_word(int device);
+// Throws the first violation recorded since the last call, if any, and forgets every
+// registered check. Reads 8 bytes (waiting for the device) only when a check is registered.
+void raise_deferred_errors(int device);
 
 // Note [Pinned host memory]
 // Page-locked host memory (cudaHostAlloc) is what the DMA engines read directly: a copy from

@@ -51,11 +51,7 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
   const int64_t vocab = logits.size(1);
   const int64_t cols = std::max(vocab, padded_cols);
   if (logits.device().is_cuda()) {
-    Tensor dlogits = cuda::cross_entropy_backward(dloss, logits, targets, lse, ignore_index);
-    if (cols == vocab) return dlogits;
-    Tensor padded = zeros({logits.size(0), cols}, {dlogits.dtype(), dlogits.device()});
-    padded.narrow(1, 0, vocab).copy_(dlogits);
-    return padded;
+    return cuda::cross_entropy_backward(dloss, logits, targets, lse, ignore_index, cols);
   }
   return cpu::cross_entropy_backward(dloss, logits, targets, lse, ignore_index, cols);
 }

@@ -63,6 +63,9 @@ DeviceInfo device_info(int index) {
 }
 
 void check_device(int index) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess && index >= 0 && index < n) return;  // the common case
+  cudaGetLastError();
   const DeviceProbe p = probe_devices();
   if (p.count == 0) {
     throw NoDeviceError(str_cat("[cuda] no CUDA device: expected a GPU for cuda:", index,
@@ -114,6 +117,8 @@ void memcpy(void* dst, const void* src, size_t nbytes, CopyKind kind, int device
                            : kind == CopyKind::device_to_host ? cudaMemcpyDeviceToHost
                                                               : cudaMemcpyDeviceToDevice;
   TS_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, k), device);
+  // The device has finished the work before a read: report what it found wrong.
+  if (kind == CopyKind::device_to_host) raise_deferred_errors(device);
 }
 
 void copy_strided(const StridedView& dst, const StridedView& src, const Shape& shape, int device) {
@@ -134,6 +139,7 @@ void synchronize(int device) {
   check_device(device);
   TS_CUDA_CHECK(cudaSetDevice(device), device);
   TS_CUDA_CHECK(cudaDeviceSynchronize(), device);
+  raise_deferred_errors(device);
 }
 
 }  // namespace tessera::cuda

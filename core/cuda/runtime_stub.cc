@@ -29,6 +29,11 @@ void copy_strided(const StridedView&, const StridedView&, const Shape&, int) {
   built_without_cuda("cannot copy");
 }
 void fill(const StridedView&, const Shape&, uint64_t, int) { built_without_cuda("cannot fill"); }
+uint64_t defer_check(int, std::function<std::string(int64_t)>) {
+  built_without_cuda("cannot check on a device");
+}
+unsigned long long* deferred_check_word(int) { built_without_cuda("cannot check on a device"); }
+void raise_deferred_errors(int) {}  // nothing can be pending
 void synchronize(int) { built_without_cuda("cannot synchronize"); }
 Allocator& pinned_host_allocator() { built_without_cuda("cannot pin host memory"); }
 bool is_pinned(const void*) { return false; }

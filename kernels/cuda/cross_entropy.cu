@@ -5,14 +5,15 @@
 //
 // Note [CUDA cross-entropy targets]
 // The CPU throws on a target outside [0, V) that is not ignore_index. Here the row kernels
-// never index the logits with such a target: they record the lowest such row in a device
-// word (atomicMin, so the row is the CPU's first) and the host reads it back after the
-// launches, one synchronization per call, to throw the CPU's message.
+// never index the logits with such a target: they record the lowest such row as a deferred
+// check (Note [Deferred device checks], core/cuda_runtime.h; atomicMin, so the row is the
+// CPU's first), and the next synchronizing read throws the CPU's message. No call waits.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
+#include "core/cuda_runtime.h"
 #include "core/factories.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -23,8 +24,7 @@ namespace {
 
 using namespace rows;  // NOLINT: this file's own helpers, see rows.cuh
 
-constexpr int kCountThreads = 1024;           // the single block that reduces over rows
-constexpr unsigned long long kNoRow = ~0ull;  // the bad-row word when every target is valid
+constexpr int kCountThreads = 1024;  // the single block that reduces over rows
 
 // lse[r] = log(sum(exp(logits[r]))); row_loss[r] = lse[r] - logits[r, target[r]], or 0 for an
 // ignored row or a bad target (Note [CUDA cross-entropy targets]).
@@ -36,7 +36,7 @@ __global__ void cross_entropy_kernel(const T* __restrict__ logits,  // (rows, vo
                                      int64_t vocab,
                                      acc_t<T>* __restrict__ lse,       // (rows)
                                      acc_t<T>* __restrict__ row_loss,  // (rows)
-                                     unsigned long long* bad_row) {
+                                     unsigned long long* check_word, uint64_t check_tag) {
   using A = acc_t<T>;
   __shared__ A scratch[32];
   const T* none = nullptr;
@@ -53,7 +53,7 @@ __global__ void cross_entropy_kernel(const T* __restrict__ logits,  // (rows, vo
         if (t >= 0 && t < vocab) {
           loss = l - to_acc(xr[t]);
         } else {
-          atomicMin(bad_row, static_cast<unsigned long long>(r));
+          atomicMin(check_word, check_tag | static_cast<unsigned long long>(r));
         }
       }
       lse[r] = l;
@@ -100,8 +100,9 @@ __global__ void grad_scale_kernel(const D* __restrict__ dloss,    // (one elemen
   }
 }
 
-// dlogits[r] = (exp(logits[r] - lse[r]) - onehot(target[r])) * scale; zeros for an ignored
-// row or a bad target (Note [CUDA cross-entropy targets]).
+// dlogits[r, :vocab] = (exp(logits[r] - lse[r]) - onehot(target[r])) * scale, zeros for an
+// ignored row or a bad target (Note [CUDA cross-entropy targets]); dlogits[r, vocab:cols]
+// = 0, the padding columns of a padded vocabulary.
 template <class T, class S, class I>
 __global__ void cross_entropy_backward_kernel(
     const T* __restrict__ logits,  // (rows, vocab), rows ld apart
@@ -109,18 +110,20 @@ __global__ void cross_entropy_backward_kernel(
     const I* __restrict__ targets,                     // (rows), target_stride apart
     int64_t target_stride, const S* __restrict__ lse,  // (rows)
     const double* __restrict__ scale,                  // ()
-    int64_t ignore_index, int64_t rows, int64_t vocab,
-    T* __restrict__ dlogits,  // (rows, vocab) dense
-    unsigned long long* bad_row) {
+    int64_t ignore_index, int64_t rows, int64_t vocab, int64_t cols,
+    T* __restrict__ dlogits,  // (rows, cols) dense
+    unsigned long long* check_word, uint64_t check_tag) {
   using A = acc_t<T>;
   const T* none = nullptr;
   const A s = static_cast<A>(*scale);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t t = static_cast<int64_t>(targets[r * target_stride]);
-    T* dxr = dlogits + r * vocab;
+    T* dxr = dlogits + r * cols;
+    for (int64_t j = vocab + threadIdx.x; j < cols; j += blockDim.x) dxr[j] = from_acc<T>(A(0));
     if (t == ignore_index || t < 0 || t >= vocab) {
-      if (t != ignore_index && threadIdx.x == 0)
-        atomicMin(bad_row, static_cast<unsigned long long>(r));
+      if (t != ignore_index && threadIdx.x == 0) {
+        atomicMin(check_word, check_tag | static_cast<unsigned long long>(r));
+      }
       for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) dxr[j] = from_acc<T>(A(0));
       continue;
     }
@@ -158,30 +161,15 @@ void dispatch_targets(const char* op, const Tensor& targets, F&& f) {
   f(TypeTag<int64_t>{});
 }
 
-// A device word for the lowest bad row, set to kNoRow.
-Tensor bad_row_word(const char* op, Device device) {
-  Tensor word = empty({1}, {DType::i64, device});
-  check_cuda(cudaMemsetAsync(word.raw_data(), 0xff, sizeof(unsigned long long), kStream), op,
-             "cudaMemsetAsync");
-  return word;
-}
-
-unsigned long long* word_ptr(const Tensor& word) {
-  return static_cast<unsigned long long*>(word.raw_data());
-}
-
-// Reads the bad-row word back (waiting for the launches) and throws the CPU's message when a
-// target was outside [0, vocab) and not ignore_index (Note [CUDA cross-entropy targets]).
-void check_targets(const char* op, const Tensor& word, const Tensor& targets, int64_t vocab,
-                   int64_t ignore_index) {
-  unsigned long long row = kNoRow;
-  check_cuda(cudaMemcpy(&row, word.raw_data(), sizeof(row), cudaMemcpyDeviceToHost), op,
-             "cudaMemcpy");
-  if (row == kNoRow) return;
-  const int64_t r = static_cast<int64_t>(row);
-  const int64_t found = targets.select(0, r).item<int64_t>();
-  TS_FAIL("[", op, "] expected targets in [0, ", vocab, ") or ignore_index ", ignore_index,
-          ", found ", found, " at row ", r);
+// Registers the targets check of `op` (Note [CUDA cross-entropy targets]): the first row
+// whose target is outside [0, vocab) and not ignore_index fails with the CPU's message.
+uint64_t defer_targets_check(const char* op, const Tensor& targets, int64_t vocab,
+                             int64_t ignore_index) {
+  return ::tessera::cuda::defer_check(targets.device().index, [op = std::string(op), targets, vocab,
+                                                               ignore_index](int64_t r) {
+    return str_cat("[", op, "] expected targets in [0, ", vocab, ") or ignore_index ", ignore_index,
+                   ", found ", targets.select(0, r).item<int64_t>(), " at row ", r);
+  });
 }
 
 }  // namespace
@@ -209,25 +197,25 @@ CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_
     out.loss = empty({}, acc_options);
     set_device(op, logits);
     const Tensor row_loss = empty({rows}, acc_options);  // (N)
-    const Tensor bad = bad_row_word(op, logits.device());
+    const uint64_t check_tag = defer_targets_check(op, targets, vocab, ignore_index);
+    unsigned long long* word = ::tessera::cuda::deferred_check_word(logits.device().index);
     dispatch_targets(op, targets, [&](auto target_tag) {
       using I = typename decltype(target_tag)::type;
       cross_entropy_kernel<T, I><<<row_blocks(rows), row_threads<T>(vocab), 0, kStream>>>(
           ptr<T>(logits), ld, ptr<I>(targets), target_stride, ignore_index, rows, vocab,
-          ptr<A>(out.lse), ptr<A>(row_loss), word_ptr(bad));
+          ptr<A>(out.lse), ptr<A>(row_loss), word, check_tag);
       check_launch(op);
       mean_loss_kernel<A, I><<<1, kCountThreads, 0, kStream>>>(
           ptr<A>(row_loss), ptr<I>(targets), target_stride, ignore_index, rows, ptr<A>(out.loss));
       check_launch(op);
     });
-    check_targets(op, bad, targets, vocab, ignore_index);
   });
   return out;
 }
 
 Tensor cross_entropy_backward(const Tensor& dloss_in, const Tensor& logits_in,
-                              const Tensor& targets_in, const Tensor& lse_in,
-                              int64_t ignore_index) {
+                              const Tensor& targets_in, const Tensor& lse_in, int64_t ignore_index,
+                              int64_t cols) {
   constexpr const char* op = "cross_entropy_backward";
   const Tensor logits = row_readable(logits_in);    // (N, V), rows ld apart
   const Tensor targets = targets_in.detach();       // (N)
@@ -237,11 +225,12 @@ Tensor cross_entropy_backward(const Tensor& dloss_in, const Tensor& logits_in,
   const int64_t vocab = logits.size(1);
   const int64_t ld = row_stride(logits);
   const int64_t target_stride = targets.stride(0);
-  Tensor dlogits = empty({rows, vocab}, {logits.dtype(), logits.device()});  // (N, V) dense
+  Tensor dlogits = empty({rows, cols}, {logits.dtype(), logits.device()});  // (N, cols) dense
   if (rows == 0) return dlogits;
   set_device(op, logits);
   const Tensor scale = empty({}, {DType::f64, logits.device()});  // ()
-  const Tensor bad = bad_row_word(op, logits.device());
+  const uint64_t check_tag = defer_targets_check(op, targets, vocab, ignore_index);
+  unsigned long long* word = ::tessera::cuda::deferred_check_word(logits.device().index);
   dispatch_targets(op, targets, [&](auto target_tag) {
     using I = typename decltype(target_tag)::type;
     // dloss may be f32 while the logits are half: read in its own dtype.
@@ -258,7 +247,7 @@ Tensor cross_entropy_backward(const Tensor& dloss_in, const Tensor& logits_in,
         cross_entropy_backward_kernel<T, S, I>
             <<<row_blocks(rows), row_threads<T>(vocab), 0, kStream>>>(
                 ptr<T>(logits), ld, ptr<I>(targets), target_stride, ptr<S>(lse), ptr<double>(scale),
-                ignore_index, rows, vocab, ptr<T>(dlogits), word_ptr(bad));
+                ignore_index, rows, vocab, cols, ptr<T>(dlogits), word, check_tag);
         check_launch(op);
       };
       // lse as cross_entropy saves it on CUDA (acc_t), or in the logits' dtype.
@@ -272,7 +261,6 @@ Tensor cross_entropy_backward(const Tensor& dloss_in, const Tensor& logits_in,
       }
     });
   });
-  check_targets(op, bad, targets, vocab, ignore_index);
   return dlogits;
 }
 

@@ -23,8 +23,8 @@ namespace {
 
 using namespace gather;  // NOLINT: this file's own helpers, see gather.cuh
 
-// out row r = weight row ids[r], in words U; an id outside [0, vocab) (rejected on the
-// host first) gives a zero row rather than a wild read.
+// out row r = weight row ids[r], in words U; an id outside [0, vocab) (failing the next
+// read, Note [Deferred device checks]) gives a zero row rather than a wild read.
 template <class U, class I>
 __global__ void gather_rows_kernel(U* __restrict__ out, const U* __restrict__ weight,
                                    const I* __restrict__ ids, int64_t rows, int64_t vocab,
@@ -156,7 +156,8 @@ void sum_rows_by_id(const char* op, const Tensor& dweight, const Tensor& grad, c
       iota_kernel<P><<<grid_for(count), kThreads, 0, kStream>>>(ptr<P>(positions), count);
       check_launch(op);
 
-      // Ids are in [0, V) (checked above), so only their low bits need sorting.
+      // Ids are in [0, V) (a bad one fails the next read, Note [Deferred device checks], and
+      // the kernels below skip it), so only their low bits need sorting.
       const int end_bit =
           std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(num_embeddings - 1))));
       size_t temp_bytes = 0;

@@ -5,7 +5,9 @@
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
+#include "core/cuda_runtime.h"
 #include "core/factories.h"
 #include "kernels/cuda/common.cuh"
 
@@ -38,12 +40,13 @@ constexpr DType position_dtype() {
   return sizeof(P) == 4 ? DType::i32 : DType::i64;
 }
 
-// The smallest flat position of p whose value is outside [0, bound), min-ed into *first
-// (untouched when there is none). A thread's grid-stride positions increase, so its first
-// hit is its smallest.
+// The smallest flat position of p whose value is outside [0, bound), recorded as
+// tag | position into the deferred-check word (Note [Deferred device checks],
+// core/cuda_runtime.h). A thread's grid-stride positions increase, so its first hit is its
+// smallest.
 template <class I>
 __global__ void first_out_of_range_kernel(const I* __restrict__ p, int64_t n, int64_t bound,
-                                          unsigned long long* first) {
+                                          unsigned long long* word, uint64_t tag) {
   unsigned long long mine = ULLONG_MAX;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -57,30 +60,28 @@ __global__ void first_out_of_range_kernel(const I* __restrict__ p, int64_t n, in
     const unsigned long long other = __shfl_xor_sync(0xffffffffu, mine, o);
     mine = other < mine ? other : mine;
   }
-  if (threadIdx.x % 32 == 0 && mine != ULLONG_MAX) atomicMin(first, mine);
+  if (threadIdx.x % 32 == 0 && mine != ULLONG_MAX) atomicMin(word, tag | mine);
 }
 
-// Throws the CPU kernel's message (kernels/cpu/index_range.h) for the first value of the
-// contiguous `values` outside [0, bound). Reads one word back, so it waits for the device.
+// Checks, without waiting for the device, that every value of the contiguous `values` is
+// in [0, bound): the first one outside fails the next synchronizing read with the CPU
+// kernel's message (kernels/cpu/index_range.h). The gather and scatter kernels skip such
+// values meanwhile.
 template <class I>
 void check_range(const char* op, const char* what, const Tensor& values,
                  int64_t bound) {  // (...) contiguous
   const int64_t n = values.numel();
   if (n == 0) return;
-  Tensor first = empty({1}, {DType::i64, values.device()});
-  auto* first_ptr = static_cast<unsigned long long*>(first.raw_data());
-  check_cuda(cudaMemsetAsync(first_ptr, 0xff, sizeof(*first_ptr), kStream), op, "cudaMemsetAsync");
-  first_out_of_range_kernel<I>
-      <<<grid_for(n), kThreads, 0, kStream>>>(ptr<I>(values), n, bound, first_ptr);
+  const int device = values.device().index;
+  const uint64_t tag = ::tessera::cuda::defer_check(
+      device, [op = std::string(op), what = std::string(what), values, bound](int64_t pos) {
+        return str_cat("[", op, "] expected ", what, " in [0, ", bound, "), found ",
+                       values.reshape({-1}).select(0, pos).item<int64_t>(), " at flat position ",
+                       pos, " of ", what, " ", shape_str(values.shape()));
+      });
+  first_out_of_range_kernel<I><<<grid_for(n), kThreads, 0, kStream>>>(
+      ptr<I>(values), n, bound, ::tessera::cuda::deferred_check_word(device), tag);
   check_launch(op);
-  unsigned long long pos = 0;
-  check_cuda(cudaMemcpy(&pos, first_ptr, sizeof(pos), cudaMemcpyDeviceToHost), op, "cudaMemcpy");
-  if (pos >= static_cast<unsigned long long>(n)) return;
-  I v{};
-  check_cuda(cudaMemcpy(&v, ptr<I>(values) + pos, sizeof(I), cudaMemcpyDeviceToHost), op,
-             "cudaMemcpy");
-  TS_FAIL("[", op, "] expected ", what, " in [0, ", bound, "), found ", static_cast<int64_t>(v),
-          " at flat position ", pos, " of ", what, " ", shape_str(values.shape()));
 }
 
 // Largest power of two up to 16 that divides every value (byte counts and addresses): the

@@ -61,7 +61,7 @@ __global__ void copy_strided_kernel(U* __restrict__ dst, const U* __restrict__ s
 }
 
 // out row (o, i) = src row (o, index[i]), rows of `width` words; an index outside [0, n)
-// (rejected on the host first) gives a zero row rather than a wild read.
+// (failing the next read, Note [Deferred device checks]) gives a zero row, not a wild read.
 template <class U, class I>
 __global__ void gather_rows_kernel(U* __restrict__ out, const U* __restrict__ src,
                                    const I* __restrict__ index, int64_t outer, int64_t count,
@@ -226,7 +226,8 @@ void index_add_(const Tensor& out, int64_t dim, const Tensor& index,
       Tensor sorted_positions = empty({count}, {kPosDtype, device});
       iota_kernel<P><<<grid_for(count), kThreads, 0, kStream>>>(ptr<P>(positions), count);
       check_launch(op);
-      // Indices are in [0, n) (checked above), so only their low bits need sorting.
+      // Indices are in [0, n) (a bad one fails the next read, Note [Deferred device checks],
+      // and the kernels below skip it), so only their low bits need sorting.
       const int end_bit =
           std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(n - 1))));
       size_t temp_bytes = 0;

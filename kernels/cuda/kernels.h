@@ -58,8 +58,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
 
 CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
+// (N, cols) with cols >= V: the padding columns are zeros.
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse, int64_t ignore_index);
+                              const Tensor& lse, int64_t ignore_index, int64_t cols);
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
 Tensor dropout_backward(const Tensor& dy, double p, uint64_t seed, uint64_t offset);

@@ -42,7 +42,8 @@ void index_add_(const Tensor&, int64_t, const Tensor&, const Tensor&) { missing(
 CrossEntropyOutput cross_entropy(const Tensor&, const Tensor&, int64_t) {
   missing("cross_entropy");
 }
-Tensor cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t) {
+Tensor cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                              int64_t) {
   missing("cross_entropy_backward");
 }
 Tensor dropout(const Tensor&, double, uint64_t, uint64_t) { missing("dropout"); }

@@ -1,6 +1,8 @@
 // Tensors on a CUDA device: transfers (pinned and asynchronous included), strided and
 // converting copies, fills, allocator reuse, events.
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
 
 #include "core/cuda_runtime.h"
 #include "core/factories.h"
@@ -34,6 +36,54 @@ TEST_CASE("device copies handle strides, broadcasting and dtype conversion", "[g
   Tensor grid = empty({2, 3}, {DType::f32, Device::cuda(0)});
   grid.copy_(row);  // broadcast (3) -> (2, 3)
   CHECK(grid.to(Device::cpu()).to_vector<float>() == std::vector<float>{1, 2, 3, 1, 2, 3});
+}
+
+TEST_CASE("device conversions round once and equal the CPU's in every layout", "[gpu]") {
+  // Just above 16-bit ties (a double rounding through float lands on the tie and rounds to
+  // even, down), negatives and out-of-range values for the integers (truncated to int64,
+  // then wrapped), NaN and infinity.
+  const double above_f16_tie = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  const double above_bf16_tie = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40);
+  const std::vector<double> values{
+      above_f16_tie, above_bf16_tie, -above_f16_tie, 65519.99,     1e-30, -1.5,
+      300.7,         -2.9,           1e300,          std::nan(""), 0.0,   7.0};
+  const Tensor host = from_vector(values);  // f64
+  const Tensor dev = host.to(Device::cuda(0));
+  CHECK(dev.to(DType::f16).to(Device::cpu()).to_vector<float>()[0] == 1.0009765625f);
+  CHECK(dev.to(DType::bf16).to(Device::cpu()).to_vector<float>()[1] == 1.0078125f);
+  for (DType dt :
+       {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::boolean}) {
+    CAPTURE(dtype_name(dt));
+    const std::vector<double> got = dev.to(dt).to(Device::cpu()).to_vector<double>();
+    const std::vector<double> want = host.to(dt).to_vector<double>();
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i, values[i]);
+      if (std::isnan(want[i])) {
+        CHECK(std::isnan(got[i]));
+      } else if (dt != DType::i32 && dt != DType::i64 && dt != DType::u8) {
+        CHECK(got[i] == want[i]);
+      } else if (std::abs(values[i]) < 1e18 && !std::isnan(values[i])) {
+        CHECK(got[i] == want[i]);  // int64 itself is undefined past its range
+      }
+    }
+  }
+  // Layouts that merge (a transpose, a narrowed view, a broadcast) with a conversion.
+  Generator g(3);
+  const Tensor x = randn({4, 5, 6}, g);
+  const Tensor xd = x.to(Device::cuda(0));
+  CHECK(xd.transpose(0, 2).to(DType::bf16).contiguous().to(Device::cpu()).to_vector<float>() ==
+        x.transpose(0, 2).to(DType::bf16).contiguous().to_vector<float>());
+  CHECK(xd.narrow(2, 1, 4).to(DType::f16).to(Device::cpu()).to_vector<float>() ==
+        x.narrow(2, 1, 4).to(DType::f16).to_vector<float>());
+  const Tensor grid = empty({3, 4, 6}, {DType::f64, Device::cuda(0)});
+  grid.copy_(xd.narrow(0, 0, 1).narrow(1, 0, 1).expand({3, 4, 6}));  // (1, 1, 6) broadcast
+  CHECK(grid.to(Device::cpu()).to_vector<double>() == x.narrow(0, 0, 1)
+                                                          .narrow(1, 0, 1)
+                                                          .expand({3, 4, 6})
+                                                          .to(DType::f64)
+                                                          .contiguous()
+                                                          .to_vector<double>());
 }
 
 TEST_CASE("fill_ on the device equals the CPU's in every dtype and layout", "[gpu]") {

@@ -9,6 +9,7 @@
 #include "kernels/embedding.h"
 #include "kernels/index.h"
 #include "tests/gpu/parity.h"
+#include "tests/testing.h"
 
 namespace tessera {
 namespace {
@@ -191,6 +192,45 @@ TEST_CASE("embedding_backward and index_add_ give bitwise equal results run to r
       check_bitwise(a, b);
     }
   }
+}
+
+TEST_CASE("a bad id or index fails the next device read with the CPU's message, not the call",
+          "[gpu]") {
+  const Input weight = random({5, 3}, 60, DType::f32);
+  const Input rows = random({4, 3}, 61, DType::f32);
+  for (const DType idt : {DType::i32, DType::i64}) {
+    CAPTURE(dtype_name(idt));
+    // Flat positions 2 and 4 are out of range; 2 is the first.
+    const Input ids = index_of({0, 4, 5, 1, -1, 3}, {2, 3}, idt);
+    const Input index = index_of({1, 0, 9, 2}, {4}, idt);
+    const std::string embedding_error =
+        testing::error_of([&] { kernels::embedding(weight.ref, ids.ref); });
+    CHECK_THAT(embedding_error, Catch::Contains("found 5 at flat position 2 of ids (2, 3)"));
+    const Tensor gathered = kernels::embedding(weight.dev, ids.dev);  // returns at once
+    CHECK_THROWS_WITH(gathered.to(Device::cpu()), embedding_error);
+
+    const Input grads = random({2, 3, 3}, 62, DType::f32);
+    kernels::embedding_backward(grads.dev, ids.dev, 5);
+    CHECK_THROWS_WITH(cuda::synchronize(0), Catch::Contains("[embedding_backward] expected ids "
+                                                            "in [0, 5), found 5"));
+
+    const std::string select_error =
+        testing::error_of([&] { kernels::index_select(rows.ref, 0, index.ref); });
+    kernels::index_select(rows.dev, 0, index.dev);
+    CHECK_THROWS_WITH(cuda::synchronize(0), select_error);
+
+    const Tensor target = zeros({4, 3}, {DType::f32, kCuda});
+    const std::string add_error = testing::error_of([&] {
+      kernels::index_add_(zeros({4, 3}, {DType::f64}), 0, index.ref, rows.ref);
+    });
+    kernels::index_add_(target, 0, index.dev, rows.dev);
+    CHECK_THROWS_WITH(target.to(Device::cpu()), add_error);
+  }
+  // Nothing is left pending, and the device computes on.
+  cuda::synchronize(0);
+  const Input ids = index_of({4, 0, 2}, {3}, DType::i64);
+  check_bitwise(kernels::embedding(weight.dev, ids.dev),
+                kernels::embedding(weight.ref, ids.ref).to(DType::f32).to(kCuda));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "kernels/layer_norm.h"
 #include "kernels/softmax.h"
 #include "tests/gpu/parity.h"
+#include "tests/testing.h"
 
 namespace tessera {
 namespace {
@@ -193,9 +194,42 @@ TEST_CASE("cross_entropy and its backward match the CPU, ignored rows included",
             kernels::cross_entropy_backward(dloss.ref, logits.ref, t_host, lse.ref, c.ignore_index),
             dt, tol_for(dt, 1e-5));
         check_ignored_rows_zero(dlogits, targets, c.ignore_index);
+        if (c.pad > 0) {
+          // The padded (N, V + pad) gradient, written directly with zeros in the padding.
+          const int64_t cols = c.vocab + c.pad;
+          const Tensor padded = kernels::cross_entropy_backward(dloss.dev, logits.dev, t_dev,
+                                                                lse.dev, c.ignore_index, cols);
+          REQUIRE(padded.shape() == Shape{c.rows, cols});
+          check_bitwise(padded.narrow(1, 0, c.vocab).contiguous(), dlogits);
+          CHECK(padded.narrow(1, c.vocab, c.pad).contiguous().to_vector<double>() ==
+                std::vector<double>(static_cast<size_t>(c.rows * c.pad), 0.0));
+        }
       }
     }
   }
+}
+
+TEST_CASE("a bad cross_entropy target fails the next device read with the CPU's message", "[gpu]") {
+  const Input logits = random({4, 7}, 52, DType::f32);
+  const Tensor bad = from_vector<int64_t>({1, 7, 2, -3});  // rows 1 and 3 are bad; 1 is first
+  const Tensor good = from_vector<int64_t>({1, 6, 2, 0});
+  const std::string forward_error =
+      testing::error_of([&] { kernels::cross_entropy(logits.ref, bad, -100); });
+  CHECK_THAT(forward_error, Catch::Contains("found 7 at row 1"));
+  // The call queues its kernels and returns; the loss read reports the target.
+  const kernels::CrossEntropyOutput out = kernels::cross_entropy(logits.dev, bad.to(kCuda), -100);
+  CHECK_THROWS_WITH(out.loss.item<double>(), forward_error);
+  const Tensor dloss = scalar_tensor(1.0).to(kCuda);
+  const Tensor dlogits =
+      kernels::cross_entropy_backward(dloss, logits.dev, bad.to(kCuda), out.lse, -100);
+  CHECK_THROWS_WITH(cuda::synchronize(0), Catch::Contains("[cross_entropy_backward] expected "
+                                                          "targets in [0, 7) or ignore_index "
+                                                          "-100, found 7 at row 1"));
+  // Nothing is left pending, and the device computes on.
+  cuda::synchronize(0);
+  const kernels::CrossEntropyOutput fine = kernels::cross_entropy(logits.dev, good.to(kCuda));
+  CHECK(fine.loss.item<double>() ==
+        Approx(kernels::cross_entropy(logits.ref, good).loss.item<double>()).epsilon(1e-5));
 }
 
 // Which elements are exactly 0 (dropped, for inputs without zeros).

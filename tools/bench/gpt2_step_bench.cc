@@ -49,6 +49,7 @@
 #include "models/gpt2/gpt.h"
 #include "optim/adam.h"
 #include "tools/bench/fma_peak.h"
+#include "tools/bench/python_reference.h"
 #include "tools/bench/step_gemms.h"
 #include "tools/bench/torch_reference.h"
 #include "tools/cli/flags.h"
@@ -130,22 +131,6 @@ double llmc_activation_bytes(const GptConfig& c, int64_t b, int64_t t) {
   return 4 * floats;
 }
 
-std::string find_torch_script(const std::optional<std::string>& flag, const char* argv0) {
-  if (flag) return *flag;
-  const std::string rel = "tools/bench/gpt2_step_torch.py";
-  std::vector<fs::path> candidates;
-  if (const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY"))
-    candidates.push_back(fs::path(ws) / rel);
-  if (const char* rf = std::getenv("RUNFILES_DIR"))
-    candidates.push_back(fs::path(rf) / "tessera" / rel);
-  candidates.push_back(fs::path(std::string(argv0) + ".runfiles") / "tessera" / rel);
-  candidates.push_back(fs::path(rel));
-  for (const fs::path& p : candidates) {
-    if (fs::exists(p)) return p.string();
-  }
-  return rel;
-}
-
 // Whether the BLAS torch loaded (the reference's "blas" field, library paths) is an
 // optimized one rather than the reference implementation.
 bool optimized_blas(std::string blas) {
@@ -194,7 +179,7 @@ int bench_main(int argc, char** argv) {
     if (blas == "system") blas.clear();
     bench::TorchReferenceOptions options;
     options.python = flags.get("python", "/usr/bin/python3");
-    options.script = find_torch_script(flags.get("torch-script"), argv[0]);
+    options.script = bench::find_script(flags.get("torch-script"), argv[0], "gpt2_step_torch.py");
     options.blas_dir = blas;
     options.batch = batch;
     options.seq = seq;

@@ -5,7 +5,10 @@
 # plus compute_90 PTX), the shared libraries they load that are neither the C library nor
 # CUDA's own (rpath $ORIGIN/lib), and the small data the runs read.
 #
-#   bash tools/gpu/pack.sh [--out DIR] [--max-mib N]
+#   bash tools/gpu/pack.sh [--out DIR] [--max-mib N] [--subset]
+#
+# --subset packs the device probe alone (no kernels to compile): CI's check that the kit
+# builds, packs and runs (.ci/run), in minutes instead of a second full build.
 #
 # Writes DIR/tessera-gpu.tar.xz (DIR defaults to .gpu, which git ignores) and prints its
 # size; fails when it is over N MiB (default 48, so the working tree that travels with it
@@ -16,22 +19,29 @@ cd "$(dirname "$0")/../.."
 
 out=.gpu
 max_mib=48
+subset=0
 while (($#)); do
   case $1 in
     --out) out=$2; shift 2 ;;
     --max-mib) max_mib=$2; shift 2 ;;
-    *) echo "pack.sh: unknown argument '$1': expected --out DIR or --max-mib N" >&2; exit 2 ;;
+    --subset) subset=1; shift ;;
+    *) echo "pack.sh: unknown argument '$1': expected --out DIR, --max-mib N or --subset" >&2; exit 2 ;;
   esac
 done
 
 command -v patchelf >/dev/null || { echo "pack.sh: expected patchelf (bash tools/setup.sh installs it), found none" >&2; exit 1; }
 
-mapfile -t tests < <(bazel query --noshow_progress 'attr(tags, "\bgpu\b", tests(//...))')
-binaries=(//tools/gpu:probe //tools/bench:gpt2_gpu_bench //tools/bench:cuda_kernels_bench
-          //tools:train //tools:generate)
-((${#tests[@]})) || { echo "pack.sh: expected gpu-tagged tests, bazel query found none" >&2; exit 1; }
+if ((subset)); then
+  tests=()
+  binaries=(//tools/gpu:probe)
+else
+  mapfile -t tests < <(bazel query --noshow_progress 'attr(tags, "\bgpu\b", tests(//...))')
+  binaries=(//tools/gpu:probe //tools/bench:gpt2_gpu_bench //tools/bench:cuda_kernels_bench
+            //tools:train //tools:generate)
+  ((${#tests[@]})) || { echo "pack.sh: expected gpu-tagged tests, bazel query found none" >&2; exit 1; }
+fi
 
-bazel build --config=gpu_bundle "${tests[@]}" "${binaries[@]}"
+bazel build --config=gpu_bundle ${tests[@]+"${tests[@]}"} "${binaries[@]}"
 bin_root=$(bazel info --config=gpu_bundle bazel-bin 2>/dev/null)
 
 stage=$(mktemp -d)
@@ -42,7 +52,7 @@ mkdir -p "$root/bin" "$root/lib" "$root/configs" "$root/.data"
 # Libraries the GPU machine provides itself (or must: the driver), never carried.
 system_lib='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libutil|libresolv|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt|libnccl|libcudnn|libnvidia)\.so'
 
-for label in "${tests[@]}" "${binaries[@]}"; do
+for label in ${tests[@]+"${tests[@]}"} "${binaries[@]}"; do
   path=${label#//}; path=${path/://}
   name=$(basename "$path")
   [[ -e $root/bin/$name ]] && { echo "pack.sh: two binaries named $name" >&2; exit 1; }
@@ -57,9 +67,11 @@ for label in "${tests[@]}" "${binaries[@]}"; do
     patchelf --set-rpath '$ORIGIN' "$root/lib/$lib_name"
   done < <(ldd "$bin_root/$path" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
 done
-cp tools/bench/gpt2_gpu_torch.py tools/bench/gpt2_step_torch.py tools/bench/attention_torch.py "$root/bin/"
-cp configs/shakespeare_char_cuda.json "$root/configs/"
-cp -r .data/shakespeare_char "$root/.data/"
+if ((!subset)); then
+  cp tools/bench/gpt2_gpu_torch.py tools/bench/gpt2_step_torch.py tools/bench/attention_torch.py "$root/bin/"
+  cp configs/shakespeare_char_cuda.json "$root/configs/"
+  cp -r .data/shakespeare_char "$root/.data/"
+fi
 git rev-parse HEAD > "$root/COMMIT"
 git status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)" >> "$root/COMMIT"
 
