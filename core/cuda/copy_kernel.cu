@@ -98,7 +98,7 @@ __device__ auto widen(S s) {
 template <class D, class S>
 __device__ D convert(S s) {
   const auto w = widen(s);
-  using W = decltype(w);
+  using W = std::remove_const_t<decltype(w)>;  // decltype of a const auto keeps the const
   if constexpr (std::is_same_v<D, S>) {
     return s;
   } else if constexpr (std::is_same_v<D, F16> || std::is_same_v<D, BF16>) {

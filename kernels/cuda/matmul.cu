@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <tuple>
 
 #include "core/factories.h"
@@ -53,19 +52,32 @@ uint32_t alignment_of(const void* p) {
 
 constexpr uint32_t kBiasAlignment = 16;
 
-// A cuBLASLt handle and its workspace for one device, with the chosen algorithm per
-// problem. Created on first use and kept for the process, like the device allocator.
+// Note [cuBLASLt per thread]
+// One cuBLASLt call may launch several kernels that pass data through the workspace (a
+// split-K GEMM and its reduction). Two host threads' calls on the device's one stream
+// (thread ranks sharing a GPU) interleave their launches, so with one workspace a thread's
+// reduction can read the other's partial sums: on an H200, a GPT backward from two threads
+// differed from one thread's, under CUDA_LAUNCH_BLOCKING=1 too (tests/gpu/threads_gpu_test.cc).
+// So each host thread has its own handle and workspace per device, as PyTorch keeps one per
+// thread and stream.
+
+// A cuBLASLt handle and its workspace for one device and host thread, with the chosen
+// algorithm per problem. Created on the thread's first call and kept while it runs.
 struct DeviceContext {
   cublasLtHandle_t handle = nullptr;
   Tensor workspace;  // (kWorkspaceBytes) u8 on the device
-  std::mutex mutex;  // guards algos
   std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+
+  DeviceContext() = default;
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+  ~DeviceContext() {
+    if (handle != nullptr) cublasLtDestroy(handle);
+  }
 };
 
 DeviceContext& context(int device) {
-  static std::mutex mutex;
-  static std::map<int, std::unique_ptr<DeviceContext>> contexts;
-  std::lock_guard<std::mutex> lock(mutex);
+  thread_local std::map<int, std::unique_ptr<DeviceContext>> contexts;
   std::unique_ptr<DeviceContext>& ctx = contexts[device];
   if (!ctx) {
     auto fresh = std::make_unique<DeviceContext>();
@@ -247,39 +259,35 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, cons
                     alignment_of(second.t.raw_data()),
                     alignment_of(out.raw_data()),
                     fuse_bias};
-  cublasLtMatmulAlgo_t algo;
-  {
-    std::lock_guard<std::mutex> lock(ctx.mutex);
-    auto it = ctx.algos.find(key);
-    if (it == ctx.algos.end()) {
-      cublasLtMatmulPreference_t pref = nullptr;
-      check_cublas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-      const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t,
-                            decltype(&cublasLtMatmulPreferenceDestroy)>
-          owned_pref(pref, &cublasLtMatmulPreferenceDestroy);
-      auto prefer = [pref](cublasLtMatmulPreferenceAttributes_t attr, const auto& value) {
-        check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
-                     "cublasLtMatmulPreferenceSetAttribute");
-      };
-      const size_t ws = kWorkspaceBytes;
-      const uint32_t align_a = std::get<13>(key), align_b = std::get<14>(key),
-                     align_c = std::get<15>(key);
-      prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws);
-      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
-      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
-      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
-      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-          ctx.handle, op.desc, la.desc, lb.desc, lc.desc, lc.desc, pref, 1, &result, &found);
-      check_cublas(status, "cublasLtMatmulAlgoGetHeuristic");
-      TS_CHECK(found > 0, "[matmul] cuBLASLt has no algorithm for ", dtype_name(a.dtype()), " ",
-               shape_str(a.shape()), " x ", shape_str(b.shape()));
-      it = ctx.algos.emplace(key, result.algo).first;
-    }
-    algo = it->second;
+  auto it = ctx.algos.find(key);
+  if (it == ctx.algos.end()) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_cublas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t,
+                          decltype(&cublasLtMatmulPreferenceDestroy)>
+        owned_pref(pref, &cublasLtMatmulPreferenceDestroy);
+    auto prefer = [pref](cublasLtMatmulPreferenceAttributes_t attr, const auto& value) {
+      check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
+                   "cublasLtMatmulPreferenceSetAttribute");
+    };
+    const size_t ws = kWorkspaceBytes;
+    const uint32_t align_a = std::get<13>(key), align_b = std::get<14>(key),
+                   align_c = std::get<15>(key);
+    prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        ctx.handle, op.desc, la.desc, lb.desc, lc.desc, lc.desc, pref, 1, &result, &found);
+    check_cublas(status, "cublasLtMatmulAlgoGetHeuristic");
+    TS_CHECK(found > 0, "[matmul] cuBLASLt has no algorithm for ", dtype_name(a.dtype()), " ",
+             shape_str(a.shape()), " x ", shape_str(b.shape()));
+    it = ctx.algos.emplace(key, result.algo).first;
   }
+  const cublasLtMatmulAlgo_t algo = it->second;
   const float one_f = 1.0f, zero_f = 0.0f;
   const double one_d = 1.0, zero_d = 0.0;
   const void* alpha = is_f64 ? static_cast<const void*>(&one_d) : &one_f;

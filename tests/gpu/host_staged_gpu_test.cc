@@ -127,9 +127,9 @@ GptConfig model_config() {
   return c;
 }
 
-// Every rank's parameters after 8 steps of 1-bit Adam (compressed from step 6) on `world`
-// thread ranks whose model lives on `device`.
-std::vector<std::vector<float>> train_onebit(int world, Device device) {
+// Every rank's parameters after `steps` steps of 1-bit Adam (compressed from step 6) on
+// `world` thread ranks whose model lives on `device`.
+std::vector<std::vector<float>> train_onebit(int world, Device device, int steps) {
   std::vector<std::vector<float>> out(world);
   std::mutex mu;
   run_thread_ranks(world, [&](Communicator& cpu) {
@@ -138,7 +138,7 @@ std::vector<std::vector<float>> train_onebit(int world, Device device) {
     model.to(device, DType::f32);
     optim::OptimizerConfig o;
     o.type = optim::OptimizerType::onebit_adam;
-    o.lr = 1e-2;
+    o.lr = 1e-3;
     o.weight_decay = 0.01;
     o.adam.bias_correction = false;
     o.onebit.freeze_step = 5;
@@ -146,7 +146,7 @@ std::vector<std::vector<float>> train_onebit(int world, Device device) {
         *group, model,
         optim::decay_groups(model.named_parameters(), o.lr, o.weight_decay, true, {}), o,
         ZeroConfig{});
-    for (int s = 0; s < 8; ++s) {
+    for (int s = 0; s < steps; ++s) {
       zero.zero_grad();
       Generator g(static_cast<uint64_t>(100 + 10 * s + cpu.rank()));
       std::vector<int32_t> ids;
@@ -169,17 +169,32 @@ std::vector<std::vector<float>> train_onebit(int world, Device device) {
   return out;
 }
 
-TEST_CASE("1-bit Adam trains on one GPU shared by two ranks like on the CPU", "[gpu][onebit]") {
+TEST_CASE("1-bit Adam's full-precision steps on one GPU shared by two ranks match the CPU",
+          "[gpu][onebit]") {
   REQUIRE(cuda::device_count() > 0);
-  const auto gpu = train_onebit(2, kGpu);
-  const auto cpu = train_onebit(2, Device::cpu());
-  CHECK(gpu[1] == gpu[0]);  // the compressed steps leave every rank the same parameters
-  // Rounding differences between the devices can flip the signs of near-zero momenta, so
-  // the runs differ at the scale of one step (tests/parallel/onebit_zero_test.cc): 8 steps
-  // of lr 1e-2 on weights of scale ~0.02-1 stay within a few percent.
+  // Steps 1-5: the dummy step and Adam on all-reduced gradients, through host_staged.
+  const auto gpu = train_onebit(2, kGpu, 5);
+  const auto cpu = train_onebit(2, Device::cpu(), 5);
+  CHECK(gpu[1] == gpu[0]);
+  // The device's f32 GEMMs run on TF32 tensor cores (10-bit mantissas).
   const double error = testing::relative_l2_error(gpu[0], cpu[0]);
-  INFO("relative L2 error of the GPU run against the CPU run: " << error);
-  CHECK(error <= 0.05);
+  WARN("relative L2 error of the GPU run against the CPU run: " << error);
+  CHECK(error <= 1e-3);
+}
+
+TEST_CASE("1-bit Adam's compressed steps on one GPU shared by two ranks are deterministic",
+          "[gpu][onebit]") {
+  REQUIRE(cuda::device_count() > 0);
+  // Steps 6-8 compress. Against the CPU, rounding differences flip the signs of near-zero
+  // momenta and the runs differ at the scale of a step (tests/parallel/onebit_zero_test.cc),
+  // so the device run is held to its own repeat, bit for bit, and to equal ranks.
+  const auto first = train_onebit(2, kGpu, 8);
+  const auto second = train_onebit(2, kGpu, 8);
+  CHECK(first[1] == first[0]);
+  CHECK(second[0] == first[0]);
+  const auto cpu = train_onebit(2, Device::cpu(), 8);
+  WARN("relative L2 error against the CPU run: " << testing::relative_l2_error(first[0], cpu[0]));
+  CHECK(testing::relative_l2_error(first[0], cpu[0]) <= 0.5);
 }
 
 }  // namespace
