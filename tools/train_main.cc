@@ -10,6 +10,7 @@
 // over NCCL. Relative paths
 // (the config, and the paths inside it) resolve against the directory the command was
 // started from. Exit codes: 0 done, 2 bad flags, 1 any other error.
+#include <cmath>
 #include <cstdio>
 #include <optional>
 
@@ -39,7 +40,7 @@ be a multiple of P x T, and the batch keys must fit the N / (P x T) data-paralle
   --no-resume       start from step 0 even when checkpoints exist
                     (default: continue from the latest checkpoint when there is one)
   --comm-timeout S  seconds a rank waits for the others in one collective before the run
-                    fails with an error naming the operation (default 300)
+                    fails with an error naming the operation (default 300; 0.001 to 604800)
   --help            print this and exit
 )";
 
@@ -111,13 +112,15 @@ int train_main(int argc, char** argv) {
   }
   const tessera::train::ResumeMode mode = resume_mode(flags);
   const std::string config = flags.required("config");
+  // 1 ms to a week: whole milliseconds that int64 holds, and a stopped peer noticed.
   const double timeout_s = flags.get_double("comm-timeout", 300.0);
-  if (!(timeout_s > 0.0)) {
-    throw tessera::cli::UsageError("--comm-timeout expected a number of seconds > 0, found " +
-                                   flags.required("comm-timeout"));
+  if (!(timeout_s >= 0.001 && timeout_s <= 604800.0)) {
+    throw tessera::cli::UsageError(
+        "--comm-timeout expected seconds in [0.001, 604800] (1 ms to a week), found " +
+        flags.required("comm-timeout"));
   }
   tessera::parallel::CommOptions options;
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+  options.timeout = std::chrono::milliseconds(std::llround(timeout_s * 1000.0));
   tessera::cli::enter_working_directory();
   if (tessera::parallel::MpiRuntime::launched_by_mpirun()) {
     return train_mpi(&argc, &argv, config, mode, options);

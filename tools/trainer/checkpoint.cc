@@ -320,6 +320,22 @@ void CheckpointDir::prune() const {
   }
 }
 
+void CheckpointDir::check_writable(int rank) const {
+  const fs::path probe = fs::path(root_) / (".write_test.rank" + std::to_string(rank));
+  std::error_code ec;
+  fs::create_directories(root_, ec);
+  TS_CHECK(!ec, "[train] trainer.checkpoint_dir: expected a directory that can be created, found ",
+           root_, " (", ec.message(), ")");
+  {
+    std::ofstream out(probe, std::ios::trunc);
+    out << "tessera\n";
+    out.close();
+    TS_CHECK(out.good(), "[train] trainer.checkpoint_dir: expected a writable directory, found ",
+             root_, " (cannot write ", probe.string(), ")");
+  }
+  fs::remove(probe, ec);
+}
+
 std::optional<std::string> CheckpointDir::latest() const {
   const fs::path pointer = fs::path(root_) / "latest";
   if (!fs::exists(pointer)) return std::nullopt;

@@ -77,6 +77,10 @@ class CheckpointDir {
   // The directory `latest` names, or nullopt when there is no checkpoint yet. Throws when
   // `latest` names a directory that does not exist.
   std::optional<std::string> latest() const;
+  // Creates the root (as the first save would) and writes and removes a file in it named
+  // after `rank`, so that a path that cannot hold checkpoints fails at start-up, naming
+  // the path and the reason, rather than at the first save.
+  void check_writable(int rank) const;
   const std::string& root() const { return root_; }
 
  private:

@@ -256,6 +256,10 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
            "[train] --resume: expected a "
            "checkpoint in ",
            t.checkpoint_dir, ", found no \"latest\" there");
+  checkpoints_->check_writable(world_.rank());
+  // One trainer per run directory (Note [Run directory locks]); taken after every check
+  // above, so a run that fails them leaves no directory behind.
+  if (leader()) run_lock_ = std::make_unique<RunLock>(t.log_dir);
   // Every rank must resume from the same step (or none): [max, -min] in one reduction.
   const int64_t mine = latest ? checkpoint_step(*latest) : -1;
   const Tensor agree = from_vector(std::vector<int64_t>{mine, -mine}, {2});

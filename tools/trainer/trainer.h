@@ -21,6 +21,7 @@
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/metrics.h"
 #include "tools/trainer/run_config.h"
+#include "tools/trainer/run_lock.h"
 
 namespace tessera::train {
 
@@ -142,6 +143,7 @@ class Trainer {
   std::unique_ptr<data::DataLoader> val_loader_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<CheckpointDir> checkpoints_;
+  std::unique_ptr<RunLock> run_lock_;  // the leader's lock on trainer.log_dir
   std::unique_ptr<MetricsLog> metrics_;
   int64_t step_ = 0;  // optimizer steps done
   int64_t total_steps_ = 0;

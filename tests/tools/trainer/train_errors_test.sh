@@ -68,10 +68,52 @@ done
 "$TRAIN" 2>flags.err || true
 [ "$(head -n 1 flags.err)" = "train: --config is required" ] ||
   fail "no --config: first line is '$(head -n 1 flags.err)'"
+# Communication timeouts outside 1 ms to a week (or not numbers) are usage errors, not an
+# int64 overflow or a zero timeout.
+for value in inf 1e300 1e-9 nan -1 0; do
+  code=0
+  "$TRAIN" --config good.json --comm-timeout "$value" >flags.out 2>flags.err || code=$?
+  [ "$code" -eq 2 ] || fail "--comm-timeout $value: exit code $code, expected 2: $(cat flags.err)"
+  [ "$(head -n 1 flags.err)" = "train: --comm-timeout expected seconds in [0.001, 604800] (1 ms to a week), found $value" ] ||
+    fail "--comm-timeout $value: first line is '$(head -n 1 flags.err)'"
+done
 "$TRAIN" --help >help.out 2>&1 || fail "--help exited with $?"
 grep -q '^usage: train' help.out || fail "--help printed no usage"
 
+# Two trainers on one run directory: the second fails at once, naming the first's pid.
+config locked "$VOCAB" "data/train_*.bin"
+sed 's/"steps": 3/"steps": 1000000/' locked.json >locked_long.json
+"$TRAIN" --config locked_long.json >locked1.out 2>&1 &
+first=$!
+i=0
+while [ ! -s runs/locked/.lock ] && [ $i -lt 600 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+code=0
+"$TRAIN" --config locked.json >locked2.out 2>locked2.err || code=$?
+kill "$first" 2>/dev/null || true
+wait "$first" 2>/dev/null || true
+[ "$code" -eq 1 ] || fail "a second trainer on runs/locked: exit code $code, expected 1: $(cat locked2.err)"
+grep -qF "runs/locked is in use by process $first (it holds runs/locked/.lock)" locked2.err ||
+  fail "a second trainer on runs/locked: $(cat locked2.err)"
+echo "ok locked: $(cat locked2.err)"
+
 # Bad configs.
+# A checkpoint directory that cannot be created fails at start-up, before any step.
+cat >unwritable.json <<EOF
+{
+  "train_batch_size": 4,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+  "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 1, "n_head": 2,
+            "n_embd": 16},
+  "data": {"train": "data/train_*.bin", "val": "data/val_*.bin"},
+  "trainer": {"steps": 3, "threads": 1, "log_dir": "runs/unwritable",
+              "checkpoint_dir": "/proc/nope/ckpt"}
+}
+EOF
+expect unwritable 1 \
+  'train: error: [train] trainer.checkpoint_dir: expected a directory that can be created, found /proc/nope/ckpt'
 config unknown_key "$VOCAB" "data/train_*.bin" '"gradient_acumulation_steps": 1,'
 expect unknown_key 1 \
   'train: error: [config] unknown key $.gradient_acumulation_steps; did you mean "gradient_accumulation_steps"?'
