@@ -81,6 +81,12 @@ struct Listed {
 // Checks the listed file `name` of checkpoint `d` against its size and hash.
 void verify_file(const fs::path& d, const Listed& l);
 
+// Checks that every entry names one regular file inside `d` (no path, no symbolic link),
+// each once, and that `d` holds exactly the listed files and the manifest: a manifest
+// cannot make the loader read outside its checkpoint, and a stray file is not ignored.
+void check_listed_files(const fs::path& d, const fs::path& manifest_path,
+                        const std::vector<Listed>& listed);
+
 }  // namespace
 
 std::string file_fnv1a64(const std::string& path) {
@@ -101,6 +107,34 @@ std::string file_fnv1a64(const std::string& path) {
 }
 
 namespace {
+
+// True for a name that stays inside its directory: one path component, not "." or "..".
+bool is_plain_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find_first_of(std::string("/\0", 2)) == std::string::npos;
+}
+
+void check_listed_files(const fs::path& d, const fs::path& manifest_path,
+                        const std::vector<Listed>& listed) {
+  std::set<std::string> names;
+  for (const Listed& l : listed) {
+    TS_CHECK(is_plain_name(l.name) && l.name != "manifest.json", "[checkpoint] ",
+             manifest_path.string(), ": lists \"", l.name,
+             "\"; expected the name of a file inside the checkpoint directory");
+    TS_CHECK(names.insert(l.name).second, "[checkpoint] ", manifest_path.string(), ": lists \"",
+             l.name, "\" twice; expected each file once");
+    const fs::file_status status = fs::symlink_status(d / l.name);
+    TS_CHECK(!fs::exists(status) || fs::is_regular_file(status), "[checkpoint] ",
+             (d / l.name).string(), ": expected a regular file, found ",
+             fs::is_symlink(status) ? "a symbolic link" : "another kind of file");
+  }
+  for (const fs::directory_entry& e : fs::directory_iterator(d)) {
+    const std::string name = e.path().filename().string();
+    TS_CHECK(name == "manifest.json" || names.count(name) > 0, "[checkpoint] ", e.path().string(),
+             " is not listed in the manifest; expected the checkpoint to hold exactly the "
+             "manifest's files");
+  }
+}
 
 void verify_file(const fs::path& d, const Listed& l) {
   const fs::path p = d / l.name;
@@ -374,6 +408,7 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer, 
     listed.push_back(l);
   }
   m.finish();
+  check_listed_files(d, manifest_path, listed);
   auto is_listed = [&](const std::string& f) {
     return std::count_if(listed.begin(), listed.end(),
                          [&](const Listed& l) { return l.name == f; }) == 1;

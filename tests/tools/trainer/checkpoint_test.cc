@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,69 @@ TEST_CASE("a checkpoint whose files changed after the save is refused", "[checkp
     const CheckpointContents c = load_checkpoint(dir.string(), /*with_optimizer=*/false);
     require_equal(c.model, contents(5).model);
     CHECK(c.optimizer.empty());
+  }
+}
+
+// Rewrites the manifest of checkpoint `dir` with `edit` applied to its JSON.
+template <class F>
+void edit_manifest(const fs::path& dir, F&& edit) {
+  nlohmann::json manifest = nlohmann::json::parse(read_bytes(dir / "manifest.json"));
+  edit(manifest);
+  testing::write_bytes(dir / "manifest.json", manifest.dump(1));
+}
+
+TEST_CASE("a manifest lists only regular files inside its checkpoint, each once, and all",
+          "[checkpoint]") {
+  const fs::path root = fresh_dir("manifest_paths");
+  const CheckpointDir ckpt((root / "ckpt").string(), 0);
+  const fs::path dir = ckpt.save(3, contents(3));
+  const std::string manifest = (dir / "manifest.json").string();
+  // An outside copy of state.json with the same bytes, so that size and hash agree.
+  const fs::path outside = root / "outside.json";
+  fs::copy_file(dir / "state.json", outside);
+  auto rename_state = [&](const std::string& name) {
+    edit_manifest(dir, [&](nlohmann::json& m) {
+      for (nlohmann::json& f : m["files"]) {
+        if (f["name"] == "state.json") f["name"] = name;
+      }
+      m["files"].push_back({{"name", "state.json"},
+                            {"bytes", fs::file_size(outside)},
+                            {"fnv1a64", file_fnv1a64(outside.string())}});
+    });
+  };
+  SECTION("a relative path out of the checkpoint") {
+    rename_state("../../outside.json");
+    CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
+          "[checkpoint] " + manifest +
+              ": lists \"../../outside.json\"; expected the name of a file inside the checkpoint "
+              "directory");
+  }
+  SECTION("an absolute path") {
+    rename_state(outside.string());
+    CHECK_THAT(error_of([&] { load_checkpoint(dir.string()); }),
+               Contains(": lists \"" + outside.string() + "\"; expected the name of a file"));
+  }
+  SECTION("a listed file that is a symbolic link out of the checkpoint") {
+    fs::remove(dir / "state.json");
+    fs::create_symlink(outside, dir / "state.json");
+    CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
+          "[checkpoint] " + (dir / "state.json").string() +
+              ": expected a regular file, found a symbolic link");
+  }
+  SECTION("a file the manifest does not list") {
+    testing::write_bytes(dir / "extra.bin", "stray");
+    CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
+          "[checkpoint] " + (dir / "extra.bin").string() +
+              " is not listed in the manifest; expected the checkpoint to hold exactly the "
+              "manifest's files");
+  }
+  SECTION("an entry listed twice") {
+    edit_manifest(dir, [](nlohmann::json& m) { m["files"].push_back(m["files"][0]); });
+    CHECK_THAT(error_of([&] { load_checkpoint(dir.string()); }),
+               Contains("\" twice; expected each file once"));
+  }
+  SECTION("the untouched checkpoint loads") {
+    require_equal(load_checkpoint(dir.string()).model, contents(3).model);
   }
 }
 
