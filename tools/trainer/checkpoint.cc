@@ -354,6 +354,29 @@ void CheckpointDir::prune() const {
   }
 }
 
+std::vector<std::string> CheckpointDir::resume_candidates(std::string* note) const {
+  note->clear();
+  std::optional<std::string> pointed;
+  try {
+    pointed = latest();
+  } catch (const Error& e) {
+    *note = e.what();
+  }
+  std::vector<std::string> out;
+  if (pointed) out.push_back(*pointed);
+  const std::vector<int64_t> steps = committed_steps(root_);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string dir = (fs::path(root_) / step_name(*it)).string();
+    if (!pointed || fs::path(dir) != fs::path(*pointed)) out.push_back(dir);
+  }
+  if (!pointed && note->empty() && !out.empty()) {
+    *note = str_cat("[checkpoint] ", (fs::path(root_) / "latest").string(),
+                    " is missing; resuming from the newest committed step");
+  }
+  if (out.empty()) note->clear();
+  return out;
+}
+
 void CheckpointDir::check_writable(int rank) const {
   const fs::path probe = fs::path(root_) / (".write_test.rank" + std::to_string(rank));
   std::error_code ec;

@@ -77,6 +77,19 @@ class CheckpointDir {
   // The directory `latest` names, or nullopt when there is no checkpoint yet. Throws when
   // `latest` names a directory that does not exist.
   std::optional<std::string> latest() const;
+  // Note [Resume fallback]
+  // A run resumes from the newest committed checkpoint that loads and verifies: the one
+  // `latest` names, else the other committed steps, newest first. A missing or dangling
+  // `latest`, and each checkpoint skipped, is a warning naming what was wrong; when
+  // checkpoints exist and none loads the run fails, so it never restarts from step 0
+  // silently and then prunes the steps it ignored (--no-resume starts over on purpose). A
+  // later save of a skipped step replaces it.
+
+  // The committed checkpoints to resume from, best first: the one `latest` names, then
+  // every other committed step directory (manifest present), newest first. When `latest`
+  // is missing or names no directory while committed steps exist, `*note` says so (for a
+  // warning); it is cleared otherwise.
+  std::vector<std::string> resume_candidates(std::string* note) const;
   // Creates the root (as the first save would) and writes and removes a file in it named
   // after `rank`, so that a path that cannot hold checkpoints fails at start-up, naming
   // the path and the reason, rather than at the first save.

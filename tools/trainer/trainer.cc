@@ -250,8 +250,30 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
                      : t.steps;
 
   checkpoints_ = std::make_unique<CheckpointDir>(t.checkpoint_dir, t.keep_last);
+  // The newest committed checkpoint that loads, warning about every one skipped
+  // (Note [Resume fallback]); never silently step 0.
   std::optional<std::string> latest;
-  if (resume != ResumeMode::never) latest = checkpoints_->latest();
+  std::optional<CheckpointContents> resumed;
+  if (resume != ResumeMode::never) {
+    std::string note;
+    const std::vector<std::string> candidates = checkpoints_->resume_candidates(&note);
+    if (!note.empty()) log_warn("{}", note);
+    std::string first_problem;
+    for (const std::string& dir : candidates) {
+      try {
+        resumed = load_checkpoint(dir, /*with_optimizer=*/true, world_.rank());
+        latest = dir;
+        break;
+      } catch (const Error& e) {
+        if (first_problem.empty()) first_problem = e.what();
+        log_warn("[train] cannot resume from {}: {}; trying the previous committed checkpoint", dir,
+                 e.what());
+      }
+    }
+    TS_CHECK(latest || first_problem.empty(), "[train] no checkpoint in ", t.checkpoint_dir,
+             " loads (the newest: ", first_problem,
+             "); expected one that does, or --no-resume to start over");
+  }
   TS_CHECK(resume != ResumeMode::required || latest.has_value(),
            "[train] --resume: expected a "
            "checkpoint in ",
@@ -270,7 +292,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
            " in ", t.checkpoint_dir, ", but the ranks' latest steps range from ", -steps[1], " to ",
            steps[0], " (-1: none); expected every rank to see the same checkpoint");
   if (latest) {
-    restore(load_checkpoint(*latest, /*with_optimizer=*/true, world_.rank()));
+    restore(*resumed);
     if (leader()) log_info("resumed from {} at step {}", *latest, step_);
   }
   if (leader()) metrics_ = std::make_unique<MetricsLog>(t.log_dir, latest ? step_ : -1);

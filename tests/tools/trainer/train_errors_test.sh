@@ -80,6 +80,44 @@ done
 "$TRAIN" --help >help.out 2>&1 || fail "--help exited with $?"
 grep -q '^usage: train' help.out || fail "--help printed no usage"
 
+# Resume falls back to the newest committed checkpoint that loads (Note [Resume fallback]).
+cat >fallback.json <<EOF
+{
+  "train_batch_size": 4,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+  "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 1, "n_head": 2,
+            "n_embd": 16},
+  "data": {"train": "data/train_*.bin", "val": "data/val_*.bin"},
+  "trainer": {"steps": 4, "threads": 1, "log_dir": "runs/fallback",
+              "checkpoint_dir": "runs/fallback/ckpt", "checkpoint_interval": 2}
+}
+EOF
+"$TRAIN" --config fallback.json >fallback1.out 2>&1 || fail "fallback run: $(tail -n 3 fallback1.out)"
+[ -d runs/fallback/ckpt/step_00000002 ] && [ -d runs/fallback/ckpt/step_00000004 ] ||
+  fail "fallback run: expected checkpoints at steps 2 and 4, found $(ls runs/fallback/ckpt)"
+# A missing latest pointer: the newest committed step, with a warning (not step 0).
+rm runs/fallback/ckpt/latest
+"$TRAIN" --config fallback.json >fallback2.out 2>&1 || fail "no latest: $(tail -n 3 fallback2.out)"
+grep -qF "runs/fallback/ckpt/latest is missing; resuming from the newest committed step" \
+  fallback2.out || fail "no latest: no warning: $(cat fallback2.out)"
+grep -qF "resumed from runs/fallback/ckpt/step_00000004 at step 4" fallback2.out ||
+  fail "no latest: did not resume from step 4: $(cat fallback2.out)"
+# A damaged newest step: the previous one, with a warning naming the damage.
+printf 'x' >>runs/fallback/ckpt/step_00000004/state.json
+"$TRAIN" --config fallback.json >fallback3.out 2>&1 || fail "damaged step 4: $(tail -n 3 fallback3.out)"
+grep -qF "cannot resume from runs/fallback/ckpt/step_00000004: [checkpoint] runs/fallback/ckpt/step_00000004/state.json: expected" \
+  fallback3.out || fail "damaged step 4: no warning: $(cat fallback3.out)"
+grep -qF "resumed from runs/fallback/ckpt/step_00000002 at step 2" fallback3.out ||
+  fail "damaged step 4: did not resume from step 2: $(cat fallback3.out)"
+# Every step damaged: an error, not a silent start from step 0.
+for d in runs/fallback/ckpt/step_*; do printf 'x' >>"$d/state.json"; done
+code=0
+"$TRAIN" --config fallback.json >fallback4.out 2>fallback4.err || code=$?
+[ "$code" -eq 1 ] || fail "every step damaged: exit code $code, expected 1: $(cat fallback4.err)"
+grep -qF "train: error: [train] no checkpoint in runs/fallback/ckpt loads (the newest: [checkpoint]" \
+  fallback4.err || fail "every step damaged: $(cat fallback4.err)"
+echo "ok fallback"
+
 # Two trainers on one run directory: the second fails at once, naming the first's pid.
 config locked "$VOCAB" "data/train_*.bin"
 sed 's/"steps": 3/"steps": 1000000/' locked.json >locked_long.json
