@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -129,6 +130,11 @@ const Json& empty_object() {
 // ---- parsing ---------------------------------------------------------------------------------
 
 Json parse_json(std::string_view text, std::string_view source) {
+  // JSON text holds no NUL byte (a string spells it \u0000): say so rather than a parse
+  // error about what follows it.
+  const size_t nul = text.find('\0');
+  TS_CHECK(nul == std::string_view::npos, "[json] ", source,
+           ": expected JSON text, found a NUL byte at byte ", nul, " (a binary file?)");
   DuplicateKeyChecker checker(source);
   try {
     return Json::parse(text.begin(), text.end(), std::ref(checker), /*allow_exceptions=*/true,
@@ -153,6 +159,9 @@ Json parse_json(std::string_view text, std::string_view source) {
 }
 
 Json parse_json_file(const std::string& path) {
+  std::error_code ec;
+  TS_CHECK(!std::filesystem::is_directory(path, ec), "[json] \"", path,
+           "\": expected a JSON file, found a directory");
   std::ifstream in(path, std::ios::binary);
   TS_CHECK(in.good(), "[json] cannot open \"", path, "\": ", std::strerror(errno));
   std::ostringstream text;

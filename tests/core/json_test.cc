@@ -66,6 +66,16 @@ TEST_CASE("parse_json_file reads a file and names it in errors", "[json]") {
   CHECK(tessera::parse_json_file(path)["train_batch_size"] == 8);
   CHECK_THAT(error_of([] { tessera::parse_json_file("/nonexistent/cfg.json"); }),
              Contains("cannot open \"/nonexistent/cfg.json\""));
+  // A directory and a file with a NUL byte are named as what they are, not as parse errors.
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR"));
+  CHECK(error_of([&] { tessera::parse_json_file(dir); }) ==
+        "[json] \"" + dir + "\": expected a JSON file, found a directory");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << std::string("{\"a\": 1,\0 \"b\": 2}", 17);
+  }
+  CHECK(error_of([&] { tessera::parse_json_file(path); }) ==
+        "[json] " + path + ": expected JSON text, found a NUL byte at byte 8 (a binary file?)");
   std::remove(path.c_str());
 }
 

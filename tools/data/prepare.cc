@@ -24,6 +24,9 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_text(const std::string& path) {
+  std::error_code ec;
+  TS_CHECK(!fs::is_directory(path, ec), "[prepare_data] \"", path,
+           "\": expected a text file, found a directory");
   std::ifstream in(path, std::ios::binary);
   TS_CHECK(in.good(), "[prepare_data] cannot open \"", path, "\": ", std::strerror(errno));
   std::ostringstream text;

@@ -125,6 +125,9 @@ TEST_CASE("prepare_dataset leaves nothing behind on error", "[prepare]") {
   write_bytes(root / "empty.txt", "");
   o.input = (root / "empty.txt").string();
   CHECK_THAT(error_of([&] { prepare_dataset(o); }), Contains("expected text, found an empty file"));
+  o.input = root.string();  // a directory, not an empty file
+  CHECK(error_of([&] { prepare_dataset(o); }) ==
+        "[prepare_data] \"" + root.string() + "\": expected a text file, found a directory");
   CHECK_FALSE(fs::exists(root / "out"));
 
   write_bytes(root / "input.txt", "some text");
