@@ -80,7 +80,10 @@ void synchronize(int device);
 // raise_deferred_errors) throws that check's message, naming the op and the bad value, as
 // the CPU would have at the call. The kernels never read or write out of bounds meanwhile
 // (they skip bad entries), and the trainer reads each step's loss before its optimizer step,
-// so a bad batch fails before any state changes.
+// so a bad batch fails before any state changes. The record is per device: with several
+// host threads on one device (thread ranks sharing a GPU), a thread's read may consume a
+// check another thread registered but had not launched yet, so that thread's violation is
+// reported without its op's message, or at another thread's read.
 
 // Registers a check on `device` and returns its tag; a violation at `position` (< 2^40) is
 // recorded by the kernel as atomicMin(deferred_check_word(device), tag | position).

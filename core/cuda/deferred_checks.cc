@@ -87,7 +87,14 @@ void raise_deferred_errors(int device) {
   // pending then).
   const uint64_t tag = recorded >> kTagShift;
   const int64_t position = static_cast<int64_t>(recorded & ((uint64_t{1} << kTagShift) - 1));
-  TS_INTERNAL_ASSERT(tag < pending.size(), "deferred check tag ", tag, " of ", pending.size());
+  // A tag from another host thread's check that this read consumed first (Note [Deferred
+  // device checks]) has no description here.
+  if (tag >= pending.size()) {
+    throw Error(str_cat("[cuda] a device-side check of cuda:", device, " failed at position ",
+                        position,
+                        "; its op is unknown (checks from several host threads on "
+                        "one device)"));
+  }
   throw Error(pending[tag](position));
 }
 
