@@ -68,15 +68,21 @@ void copy_with_cuda(const Tensor& dst, const Tensor& src) {
   dst.copy_(moved);
 }
 
+// Every element of `dst` has its own memory location (no expanded dim), so writing it
+// element by element is well defined.
+void check_writable_destination(const char* op, const Tensor& dst) {
+  for (int64_t d = 0; d < dst.dim(); ++d) {
+    TS_CHECK(dst.strides()[d] != 0 || dst.shape()[d] <= 1, "[", op, "] destination ",
+             shape_str(dst.shape()), " with strides ", shape_str(dst.strides()),
+             " is expanded: several elements share one memory location");
+  }
+}
+
 }  // namespace
 
 const Tensor& Tensor::copy_(const Tensor& src) const {
   TS_CHECK(src.defined(), "[copy_] expected a defined source tensor, found an undefined one");
-  for (int64_t d = 0; d < dim(); ++d) {
-    TS_CHECK(strides()[d] != 0 || shape()[d] <= 1, "[copy_] destination ", shape_str(shape()),
-             " with strides ", shape_str(strides()),
-             " is expanded: several elements share one memory location");
-  }
+  check_writable_destination("copy_", *this);
   const Shape& want = shape();
   Shape b = broadcast_shapes(want, src.shape(), "copy_");
   TS_CHECK(b == want, "[copy_] source shape ", shape_str(src.shape()),
@@ -113,11 +119,7 @@ bool Tensor::is_pinned() const {
 
 const Tensor& Tensor::fill_(double value) const {
   if (numel() == 0) return *this;
-  for (int64_t d = 0; d < dim(); ++d) {
-    TS_CHECK(strides()[d] != 0 || shape()[d] <= 1, "[fill_] destination ", shape_str(shape()),
-             " with strides ", shape_str(strides()),
-             " is expanded: several elements share one memory location");
-  }
+  check_writable_destination("fill_", *this);
   if (device().is_cuda()) {
     // The value converted once on the host, as copy_ from an f64 scalar converts it, then
     // written on the device: no host round trip per fill (zero_grad, zeros()).

@@ -30,6 +30,11 @@ struct DeviceProbe {
 };
 // Asks the driver once per call; never throws.
 DeviceProbe probe_devices();
+// "13.0" for a CUDA version of 13000 (as DeviceProbe encodes it), "none" for 0.
+inline std::string version_name(int cuda_version) {
+  if (cuda_version == 0) return "none";
+  return std::to_string(cuda_version / 1000) + "." + std::to_string(cuda_version % 1000 / 10);
+}
 // One device's identity and size, as the driver reports them.
 struct DeviceInfo {
   std::string name;          // "NVIDIA H100 80GB HBM3"

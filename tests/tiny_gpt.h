@@ -1,4 +1,4 @@
-// A tiny GPT-2 for tests that sample from it.
+// Tiny GPT-2 models for tests: one for sampling, one for multi-rank training.
 #pragma once
 
 #include <memory>
@@ -18,6 +18,19 @@ inline GptConfig tiny_gpt_config(int64_t vocab_size) {
   c.n_layer = 2;
   c.n_head = 2;
   c.n_embd = 16;
+  return c;
+}
+
+// 1 layer, 2 heads, width 16, block 6, vocabulary 23, no biases (the key bias only gets
+// rounding noise): the model of the GPU multi-rank and multi-thread tests.
+inline GptConfig one_layer_gpt_config() {
+  GptConfig c;
+  c.vocab_size = 23;
+  c.block_size = 6;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.bias = false;
   return c;
 }
 

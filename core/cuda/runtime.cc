@@ -11,13 +11,6 @@
 #include "core/cuda_runtime.h"
 
 namespace tessera::cuda {
-namespace {
-
-// "13.0" for 13000.
-std::string version_name(int v) { return str_cat(v / 1000, ".", (v % 1000) / 10); }
-
-}  // namespace
-
 bool is_built() { return true; }
 
 DeviceProbe probe_devices() {
@@ -49,7 +42,12 @@ DeviceProbe probe_devices() {
   return p;
 }
 
-int device_count() { return probe_devices().count; }
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess) return n;
+  cudaGetLastError();  // no driver or no device: probe_devices() says which
+  return 0;
+}
 
 DeviceInfo device_info(int index) {
   check_device(index);

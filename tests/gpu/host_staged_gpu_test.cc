@@ -19,6 +19,7 @@
 #include "parallel/compression/compressed_allreduce.h"
 #include "parallel/zero/zero_optimizer.h"
 #include "tests/testing.h"
+#include "tests/tiny_gpt.h"
 
 namespace tessera::parallel {
 namespace {
@@ -116,17 +117,6 @@ TEST_CASE("the 1-bit compressed all-reduce on one GPU equals the CPU's", "[gpu][
   }
 }
 
-GptConfig model_config() {
-  GptConfig c;
-  c.vocab_size = 23;
-  c.block_size = 6;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.bias = false;
-  return c;
-}
-
 // Every rank's parameters after `steps` steps of 1-bit Adam (compressed from step 6) on
 // `world` thread ranks whose model lives on `device`.
 std::vector<std::vector<float>> train_onebit(int world, Device device, int steps) {
@@ -134,7 +124,7 @@ std::vector<std::vector<float>> train_onebit(int world, Device device, int steps
   std::mutex mu;
   run_thread_ranks(world, [&](Communicator& cpu) {
     std::unique_ptr<Communicator> group = host_staged(cpu);
-    Gpt model(model_config(), 99);
+    Gpt model(testing::one_layer_gpt_config(), 99);
     model.to(device, DType::f32);
     optim::OptimizerConfig o;
     o.type = optim::OptimizerType::onebit_adam;

@@ -20,6 +20,7 @@
 #include "kernels/layer_norm.h"
 #include "kernels/matmul.h"
 #include "models/gpt2/gpt.h"
+#include "tests/tiny_gpt.h"
 
 namespace tessera {
 namespace {
@@ -129,13 +130,7 @@ TEST_CASE("attention and embeddings from two threads equal one thread's", "[gpu]
 
 TEST_CASE("GPT forward and backward from two threads equal one thread's", "[gpu][threads]") {
   REQUIRE(cuda::device_count() > 0);
-  GptConfig c;
-  c.vocab_size = 23;
-  c.block_size = 6;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.bias = false;
+  const GptConfig c = testing::one_layer_gpt_config();
   std::vector<int32_t> ids;
   for (int i = 0; i < 42; ++i) ids.push_back((i * 5) % 23);
   const Tensor rows = from_vector(ids, {6, 7});

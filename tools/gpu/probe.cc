@@ -22,10 +22,6 @@ constexpr const char* kUsage =
     "Prints the CUDA runtime and driver versions and each device, then runs a conversion\n"
     "kernel on each. Exit codes: 0 all devices work, 3 no usable device, 1 a device failed.\n";
 
-std::string version_name(int v) {
-  return v == 0 ? std::string("none") : str_cat(v / 1000, ".", (v % 1000) / 10);
-}
-
 int probe_main(int argc, char** argv) {
   const cli::Flags flags(argc, argv, {});
   if (flags.has("help")) {
@@ -34,8 +30,8 @@ int probe_main(int argc, char** argv) {
   }
   const cuda::DeviceProbe probe = cuda::probe_devices();
   std::printf("CUDA runtime %s (linked), driver supports CUDA %s, %d device(s)\n",
-              version_name(probe.runtime_version).c_str(),
-              version_name(probe.driver_version).c_str(), probe.count);
+              cuda::version_name(probe.runtime_version).c_str(),
+              cuda::version_name(probe.driver_version).c_str(), probe.count);
   if (probe.count == 0) throw NoDeviceError("[probe] no CUDA device: " + probe.problem);
   for (int i = 0; i < probe.count; ++i) {
     const cuda::DeviceInfo info = cuda::device_info(i);

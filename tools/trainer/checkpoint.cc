@@ -377,6 +377,27 @@ std::vector<std::string> CheckpointDir::resume_candidates(std::string* note) con
   return out;
 }
 
+std::optional<std::pair<std::string, CheckpointContents>> CheckpointDir::load_newest(
+    int rank_state_of, const std::function<void(const std::string&)>& warn) const {
+  std::string note;
+  const std::vector<std::string> candidates = resume_candidates(&note);
+  if (!note.empty()) warn(note);
+  std::string first_problem;
+  for (const std::string& dir : candidates) {
+    try {
+      return std::make_pair(dir, load_checkpoint(dir, /*with_optimizer=*/true, rank_state_of));
+    } catch (const Error& e) {
+      if (first_problem.empty()) first_problem = e.what();
+      warn(str_cat("[train] cannot resume from ", dir, ": ", e.what(),
+                   "; trying the previous committed checkpoint"));
+    }
+  }
+  TS_CHECK(first_problem.empty(), "[train] no checkpoint in ", root_,
+           " loads (the newest: ", first_problem,
+           "); expected one that does, or --no-resume to start over");
+  return std::nullopt;
+}
+
 void CheckpointDir::check_writable(int rank) const {
   const fs::path probe = fs::path(root_) / (".write_test.rank" + std::to_string(rank));
   std::error_code ec;

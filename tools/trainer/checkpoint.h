@@ -29,9 +29,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/module.h"
@@ -85,11 +87,12 @@ class CheckpointDir {
   // silently and then prunes the steps it ignored (--no-resume starts over on purpose). A
   // later save of a skipped step replaces it.
 
-  // The committed checkpoints to resume from, best first: the one `latest` names, then
-  // every other committed step directory (manifest present), newest first. When `latest`
-  // is missing or names no directory while committed steps exist, `*note` says so (for a
-  // warning); it is cleared otherwise.
-  std::vector<std::string> resume_candidates(std::string* note) const;
+  // The newest committed checkpoint that loads and verifies (Note [Resume fallback]), with
+  // its optimizer and rank `rank_state_of`'s per-rank state, and its directory; nullopt
+  // when there is none. Every skip is passed to `warn`; throws when checkpoints exist but
+  // none loads.
+  std::optional<std::pair<std::string, CheckpointContents>> load_newest(
+      int rank_state_of, const std::function<void(const std::string&)>& warn) const;
   // Creates the root (as the first save would) and writes and removes a file in it named
   // after `rank`, so that a path that cannot hold checkpoints fails at start-up, naming
   // the path and the reason, rather than at the first save.
@@ -105,6 +108,11 @@ class CheckpointDir {
   void commit(int64_t step, int world, const std::vector<std::string>& files,
               const std::filesystem::path& tmp, const std::filesystem::path& final_dir) const;
   void prune() const;
+  // The committed checkpoints to resume from, best first: the one `latest` names, then
+  // every other committed step directory (manifest present), newest first. When `latest`
+  // is missing or names no directory while committed steps exist, `*note` says so (for a
+  // warning); it is cleared otherwise.
+  std::vector<std::string> resume_candidates(std::string* note) const;
 
   std::string root_;
   int64_t keep_last_;

@@ -250,31 +250,13 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
                      : t.steps;
 
   checkpoints_ = std::make_unique<CheckpointDir>(t.checkpoint_dir, t.keep_last);
-  // The newest committed checkpoint that loads, warning about every one skipped
-  // (Note [Resume fallback]); never silently step 0.
-  std::optional<std::string> latest;
-  std::optional<CheckpointContents> resumed;
+  // The newest committed checkpoint that loads (Note [Resume fallback]).
+  std::optional<std::pair<std::string, CheckpointContents>> resumed;
   if (resume != ResumeMode::never) {
-    std::string note;
-    const std::vector<std::string> candidates = checkpoints_->resume_candidates(&note);
-    if (!note.empty()) log_warn("{}", note);
-    std::string first_problem;
-    for (const std::string& dir : candidates) {
-      try {
-        resumed = load_checkpoint(dir, /*with_optimizer=*/true, world_.rank());
-        latest = dir;
-        break;
-      } catch (const Error& e) {
-        if (first_problem.empty()) first_problem = e.what();
-        log_warn("[train] cannot resume from {}: {}; trying the previous committed checkpoint", dir,
-                 e.what());
-      }
-    }
-    TS_CHECK(latest || first_problem.empty(), "[train] no checkpoint in ", t.checkpoint_dir,
-             " loads (the newest: ", first_problem,
-             "); expected one that does, or --no-resume to start over");
+    resumed =
+        checkpoints_->load_newest(world_.rank(), [](const std::string& w) { log_warn("{}", w); });
   }
-  TS_CHECK(resume != ResumeMode::required || latest.has_value(),
+  TS_CHECK(resume != ResumeMode::required || resumed.has_value(),
            "[train] --resume: expected a "
            "checkpoint in ",
            t.checkpoint_dir, ", found no \"latest\" there");
@@ -283,19 +265,19 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
   // above, so a run that fails them leaves no directory behind.
   if (leader()) run_lock_ = std::make_unique<RunLock>(t.log_dir);
   // Every rank must resume from the same step (or none): [max, -min] in one reduction.
-  const int64_t mine = latest ? checkpoint_step(*latest) : -1;
+  const int64_t mine = resumed ? checkpoint_step(resumed->first) : -1;
   const Tensor agree = from_vector(std::vector<int64_t>{mine, -mine}, {2});
   world_.all_reduce(agree, parallel::ReduceOp::max);
   const std::vector<int64_t> steps = agree.to_vector<int64_t>();
   TS_CHECK(steps[0] == -steps[1], "[train] rank ", world_.rank(), " found ",
-           latest ? "checkpoint step " + std::to_string(mine) : std::string("no checkpoint"),
+           resumed ? "checkpoint step " + std::to_string(mine) : std::string("no checkpoint"),
            " in ", t.checkpoint_dir, ", but the ranks' latest steps range from ", -steps[1], " to ",
            steps[0], " (-1: none); expected every rank to see the same checkpoint");
-  if (latest) {
-    restore(*resumed);
-    if (leader()) log_info("resumed from {} at step {}", *latest, step_);
+  if (resumed) {
+    restore(resumed->second);
+    if (leader()) log_info("resumed from {} at step {}", resumed->first, step_);
   }
-  if (leader()) metrics_ = std::make_unique<MetricsLog>(t.log_dir, latest ? step_ : -1);
+  if (leader()) metrics_ = std::make_unique<MetricsLog>(t.log_dir, resumed ? step_ : -1);
 }
 
 Trainer::~Trainer() = default;

@@ -18,9 +18,11 @@ VOCAB=$(sed -n 's/^prepare_data: .*vocab size \([0-9]*\).*/\1/p' prepare.log)
 head -c 1024 /dev/zero >data/nomagic.bin
 tail -c +1025 data/train_000000.bin >>data/nomagic.bin
 
-# config NAME VOCAB TRAIN [EXTRA]: writes NAME.json (a valid tiny run with model.vocab_size
-# VOCAB and data.train TRAIN; EXTRA is spliced into the top-level object).
+# config NAME VOCAB TRAIN [EXTRA [STEPS]]: writes NAME.json (a valid tiny run with
+# model.vocab_size VOCAB and data.train TRAIN; EXTRA is spliced into the top-level object,
+# STEPS replaces the trainer's "steps": 3, "checkpoint_dir": "runs/NAME/ckpt").
 config() {
+  steps=${5:-"\"steps\": 3, \"checkpoint_dir\": \"runs/$1/ckpt\""}
   cat >"$1.json" <<EOF
 {
   "train_batch_size": 4,
@@ -29,8 +31,7 @@ config() {
   "model": {"type": "gpt2", "vocab_size": $2, "block_size": 16, "n_layer": 1, "n_head": 2,
             "n_embd": 16},
   "data": {"train": "$3", "val": "data/val_*.bin"},
-  "trainer": {"steps": 3, "threads": 1, "log_dir": "runs/$1",
-              "checkpoint_dir": "runs/$1/ckpt"}
+  "trainer": {"threads": 1, "log_dir": "runs/$1", $steps}
 }
 EOF
 }
@@ -81,17 +82,8 @@ done
 grep -q '^usage: train' help.out || fail "--help printed no usage"
 
 # Resume falls back to the newest committed checkpoint that loads (Note [Resume fallback]).
-cat >fallback.json <<EOF
-{
-  "train_batch_size": 4,
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-  "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 1, "n_head": 2,
-            "n_embd": 16},
-  "data": {"train": "data/train_*.bin", "val": "data/val_*.bin"},
-  "trainer": {"steps": 4, "threads": 1, "log_dir": "runs/fallback",
-              "checkpoint_dir": "runs/fallback/ckpt", "checkpoint_interval": 2}
-}
-EOF
+config fallback "$VOCAB" "data/train_*.bin" "" \
+  '"steps": 4, "checkpoint_dir": "runs/fallback/ckpt", "checkpoint_interval": 2'
 "$TRAIN" --config fallback.json >fallback1.out 2>&1 || fail "fallback run: $(tail -n 3 fallback1.out)"
 [ -d runs/fallback/ckpt/step_00000002 ] && [ -d runs/fallback/ckpt/step_00000004 ] ||
   fail "fallback run: expected checkpoints at steps 2 and 4, found $(ls runs/fallback/ckpt)"
@@ -139,17 +131,7 @@ echo "ok locked: $(cat locked2.err)"
 
 # Bad configs.
 # A checkpoint directory that cannot be created fails at start-up, before any step.
-cat >unwritable.json <<EOF
-{
-  "train_batch_size": 4,
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-  "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 1, "n_head": 2,
-            "n_embd": 16},
-  "data": {"train": "data/train_*.bin", "val": "data/val_*.bin"},
-  "trainer": {"steps": 3, "threads": 1, "log_dir": "runs/unwritable",
-              "checkpoint_dir": "/proc/nope/ckpt"}
-}
-EOF
+config unwritable "$VOCAB" "data/train_*.bin" "" '"steps": 3, "checkpoint_dir": "/proc/nope/ckpt"'
 expect unwritable 1 \
   'train: error: [train] trainer.checkpoint_dir: expected a directory that can be created, found /proc/nope/ckpt'
 config unknown_key "$VOCAB" "data/train_*.bin" '"gradient_acumulation_steps": 1,'
