@@ -17,7 +17,8 @@ class LanguageModel : public Module {
   // The mean cross-entropy of forward()'s logits against targets (B, T); positions whose
   // target is -100 do not count.
   virtual Tensor loss(const Tensor& logits, const Tensor& targets) const = 0;
-  // The dropout stream (its offset is part of a checkpoint's exact-resume state).
+  // The dropout stream; its key is the model's (and pipeline stage's) own until a trainer
+  // keys it per step (Note [Exact resume] in tools/trainer/trainer.h).
   virtual Generator& dropout_generator() = 0;
   // Recompute layers in backward instead of storing their activations: every `interval`
   // consecutive layers form one checkpoint (0: none).

@@ -49,6 +49,14 @@ Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part, Generat
 
 namespace {
 
+// The dropout stream's name: a pipeline stage that starts past block 0 draws its own
+// masks, not the first stage's again (Megatron-LM likewise adds 100 x the pipeline rank to
+// the seed: _set_random_seed in megatron/training/initialize.py).
+std::string dropout_stream_name(const GptPart& part) {
+  return part.first_block == 0 ? "dropout"
+                               : "dropout from block " + std::to_string(part.first_block);
+}
+
 // The group the model splits over: the given one, or a group of one it owns.
 std::unique_ptr<parallel::Communicator> own_group(const GptConfig& cfg,
                                                   parallel::Communicator* given) {
@@ -70,7 +78,7 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_grou
       part_(part),
       own_group_(own_group(cfg, model_group)),
       model_(model_group ? *model_group : *own_group_),
-      dropout_gen_(Generator::for_name(seed, "dropout")),
+      dropout_gen_(Generator::for_name(seed, dropout_stream_name(part))),
       transformer_(cfg, part, dropout_gen_, model_) {
   TS_CHECK(part.first_block >= 0 && part.first_block <= cfg.n_layer &&
                (part.end_block < 0 ||

@@ -31,7 +31,7 @@ namespace tessera {
 class Gpt : public LanguageModel {
  public:
   // Builds the model and initializes it with init_weights(seed); dropout masks come from
-  // a Philox stream keyed by `seed` as well. With `model_group` the weights are split over
+  // a Philox stream keyed by `seed` and the first block `part` holds. With `model_group` the weights are split over
   // it (Note [Tensor-parallel GPT]); the group must outlive the model. Throws when n_head
   // or the padded vocabulary does not split over the group. `part` builds one pipeline
   // stage's layers only (Note [Pipeline GPT]).

@@ -191,6 +191,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
     gpt_ = gpt.get();
     model_ = std::move(gpt);
   }
+  dropout_key_ = model_->dropout_generator().seed();
   model_->set_activation_checkpointing(
       cfg_.checkpoint_activations ? 1 : cfg_.engine.pipeline.activation_checkpoint_interval);
   if (!cfg_.init_from.empty()) load_initial_weights(*gpt_, cfg_.init_from);
@@ -305,7 +306,6 @@ nlohmann::json Trainer::state_json() const {
   nlohmann::json state = {{"step", step_},
                           {"scheduler_last_batch_iteration", scheduler_->last_batch_iteration()},
                           {"loader", train_loader_->state().to_json()},
-                          {"dropout_offset", model_->dropout_generator().offset()},
                           {"model", model_json()},
                           {"world", world_.size()},
                           {"grid", grid_json()},
@@ -333,7 +333,8 @@ void Trainer::restore(const CheckpointContents& c) {
   const int64_t t = s.required<int64_t>("scheduler_last_batch_iteration");
   const data::LoaderState loader =
       data::LoaderState::from_json(*s.raw("loader"), "checkpoint loader");
-  const uint64_t offset = s.required<int64_t>("dropout_offset");
+  // Written before the stream was keyed per step (Note [Exact resume]); the step has it.
+  s.raw("dropout_offset");
   const nlohmann::json* scaler = s.raw("loss_scaler");
   s.finish();
   // An fp16 run resumes its loss scale; other checkpoints start the scaler afresh.
@@ -371,7 +372,6 @@ void Trainer::restore(const CheckpointContents& c) {
   restore_rank_state(c.rank_state, grid != nullptr && *grid == grid_json());
   scheduler_->set_last_batch_iteration(t);
   train_loader_->restore(loader);
-  model_->dropout_generator().set_offset(offset);
   if (scaler_state) optimizer_->loss_scaler()->set_state(*scaler_state);
   step_ = step;
 }
@@ -402,6 +402,7 @@ double Trainer::train_step() {
   optimizer_->set_lr(scheduler_->lr());
   if (const std::optional<double> beta1 = scheduler_->beta1()) optimizer_->set_momentum(*beta1);
   optimizer_->zero_grad();
+  key_dropout(step_);
   if (executor_) return finish_step(pipeline_step());
   Tensor loss_sum;  // f64, on the device
   for (int64_t micro = 0; micro < gas; ++micro) {
@@ -446,6 +447,10 @@ double Trainer::finish_step(double loss) {
   const double mean = global_mean(loss);
   step_bytes_ = grads_.stats().total_bytes_sent() - step_bytes_start_;
   return mean;
+}
+
+void Trainer::key_dropout(int64_t step) {
+  model_->dropout_generator() = Generator(hash_name(dropout_key_, "step " + std::to_string(step)));
 }
 
 double Trainer::global_mean(double value) const {

@@ -39,11 +39,14 @@ struct TrainResult {
 };
 
 // Note [Exact resume]
-// A checkpoint holds the parameters, the optimizer moments and step, the schedule position,
-// the dropout stream's offset and the data cursor; the loop is otherwise a pure function of
-// those and the config (fixed thread count, statically partitioned kernels). So a run killed
-// at any point and resumed from `latest` computes the same losses and weights, bit for bit,
-// as one that was never interrupted.
+// A checkpoint holds the parameters, the optimizer moments and step, the schedule position
+// and the data cursor; the loop is otherwise a pure function of those and the config (fixed
+// thread count, statically partitioned kernels). So a run killed at any point and resumed
+// from `latest` computes the same losses and weights, bit for bit, as one that was never
+// interrupted. The dropout stream is derived, not saved: step s draws from the Philox key
+// hash(k, s), k being the model's own dropout key, at offset 0. A saved offset would be
+// wrong for every rank that draws a different amount than the one that wrote it (each
+// pipeline stage does), and a derived one needs nothing per rank.
 //
 // Note [Data-parallel trainer]
 // The trainer runs one data-parallel rank of `dp` (size 1 for a single process): every
@@ -126,6 +129,8 @@ class Trainer {
   double pipeline_step();  // the pipeline's part of train_step(): the mean loss
   // Clips, steps the optimizer and the schedule; the global mean of `loss`.
   double finish_step(double loss);
+  // Keys the model's dropout stream for step `step` (Note [Exact resume]).
+  void key_dropout(int64_t step);
 
   RunConfig cfg_;
   parallel::Communicator& world_;
@@ -133,6 +138,7 @@ class Trainer {
   parallel::Communicator& dp_;     // the data-parallel group (the world without 3D)
   parallel::Communicator& grads_;  // ZeroOptimizer's group: dp_ or the device group
   std::unique_ptr<LanguageModel> model_;
+  uint64_t dropout_key_ = 0;  // the model's own dropout key, before any step re-keyed it
   Gpt* gpt_ = nullptr;                       // model_ of a GPT run
   std::unique_ptr<GptPipelineStage> stage_;  // pipelines only
   std::unique_ptr<parallel::pipeline::PipelineExecutor> executor_;
