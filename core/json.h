@@ -33,10 +33,17 @@
 
 namespace tessera {
 
+// The most arrays and objects parse_json lets nest inside each other by default: deeper
+// than any config, safetensors header, tokenizer or checkpoint file needs.
+inline constexpr int kMaxJsonDepth = 64;
+
 // Parses strict JSON text (no comments, no trailing commas, no duplicate keys at any
-// depth). `source` names the text in errors (a file name, or "<string>"). Syntax errors
-// name the source, the byte offset, line and column; duplicate keys name the JSON path.
-nlohmann::json parse_json(std::string_view text, std::string_view source = "<string>");
+// depth, at most `max_depth` nested arrays and objects). `source` names the text in errors
+// (a file name, or "<string>"). Syntax errors name the source, the byte offset, line and
+// column; duplicate keys and too deep a nesting name the JSON path. Time and memory are
+// linear in the size of the text.
+nlohmann::json parse_json(std::string_view text, std::string_view source = "<string>",
+                          int max_depth = kMaxJsonDepth);
 // Reads the file at `path` and parses it as parse_json does.
 nlohmann::json parse_json_file(const std::string& path);
 

@@ -1,8 +1,10 @@
 #include "core/json.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "tests/testing.h"
@@ -15,6 +17,38 @@ using Json = nlohmann::json;
 namespace {
 
 using tessera::testing::error_of;
+
+// Seconds that `f` takes, the least of three runs.
+double seconds_of(const std::function<void()>& f) {
+  double best = 1e300;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+// A safetensors-like header of `n` zero-size tensors: n sibling objects.
+std::string many_objects(int n) {
+  std::string s = "{";
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) s += ",";
+    s += "\"t" + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}";
+  }
+  return s + "}";
+}
+
+// A flat object of string values, at least `bytes` long.
+std::string flat_object(size_t bytes) {
+  std::string s = "{";
+  for (int i = 0; s.size() < bytes; ++i) {
+    if (i > 0) s += ",";
+    s += "\"t" + std::to_string(i) + "\":\"F32 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\"";
+  }
+  return s + "}";
+}
 
 }  // namespace
 
@@ -36,6 +70,43 @@ TEST_CASE("parse_json rejects duplicate keys at any depth, naming the path", "[j
              Contains("duplicate key \"m\" in $.l[2].k"));
   // The same key in sibling objects is fine.
   CHECK_NOTHROW(parse_json(R"({"a": {"k": 1}, "b": {"k": 2}, "l": [{"k": 1}, {"k": 2}]})"));
+}
+
+// Linear time in sibling objects: nlohmann's callback parser scans the parent object
+// after each child object ends, which made 20,000 siblings take seconds.
+TEST_CASE("parse_json takes time linear in the number of sibling objects", "[json]") {
+  const std::string objects = many_objects(50'000);  // 3 MB
+  const std::string flat = flat_object(objects.size());
+  const double t_objects = seconds_of([&] { CHECK(parse_json(objects).size() == 50'000); });
+  const double t_flat = seconds_of([&] { parse_json(flat); });
+  INFO(objects.size() << " bytes of objects in " << t_objects << " s, a flat object of "
+                      << flat.size() << " bytes in " << t_flat << " s");
+  // Three values and two arrays per object: a few times the flat file's work, not hundreds.
+  CHECK(t_objects <= 20 * t_flat);
+}
+
+TEST_CASE("parse_json bounds the nesting depth, naming it and the path", "[json]") {
+  const auto nested = [](int depth, char open, char close) {
+    return std::string(depth, open) + std::string(depth, close);
+  };
+  CHECK_NOTHROW(parse_json(nested(tessera::kMaxJsonDepth, '[', ']')));
+  CHECK(error_of([&] { parse_json(nested(tessera::kMaxJsonDepth + 1, '[', ']'), "deep.json"); }) ==
+        "[json] deep.json: expected at most 64 nested arrays and objects, found more at $" + [] {
+          std::string path;
+          for (int i = 0; i < tessera::kMaxJsonDepth; ++i) path += "[0]";
+          return path;
+        }());
+  CHECK_THAT(error_of([] { parse_json(R"({"a": {"b": [1, {"c": [[[]]]}]}})", "x", 5); }),
+             Contains("expected at most 5 nested arrays and objects, found more at $.a.b[1].c[0]"));
+  // A deep document fails at once, in time and memory bounded by the limit: the depth of
+  // 100,000 once took 750 MB per 40 KB.
+  std::string deep;
+  for (int i = 0; i < 100'000; ++i) deep += "{\"a\":";
+  const double t_deep = seconds_of([&] { CHECK_THROWS(parse_json(deep)); });
+  const double t_flat = seconds_of([&] { parse_json(flat_object(deep.size())); });
+  INFO("depth 100,000 rejected in " << t_deep << " s; a flat object of the same size parsed in "
+                                    << t_flat << " s");
+  CHECK(t_deep <= 20 * t_flat);
 }
 
 TEST_CASE("parse_json errors name the source and the position", "[json]") {
