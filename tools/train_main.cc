@@ -40,7 +40,10 @@ be a multiple of P x T, and the batch keys must fit the N / (P x T) data-paralle
   --no-resume       start from step 0 even when checkpoints exist
                     (default: continue from the latest checkpoint when there is one)
   --comm-timeout S  seconds a rank waits for the others in one collective before the run
-                    fails with an error naming the operation (default 300; 0.001 to 604800)
+                    fails with an error naming the operation and the ranks that had not
+                    arrived (default 300; 0.001 to 604800). Choose a few times the longest
+                    step (plus checkpoint saves): a stopped rank holds the job this long
+                    (docs/reliability.md)
   --help            print this and exit
 )";
 

@@ -7,7 +7,8 @@
 // operation must not overlap. Reductions give every
 // rank bitwise identical results, so replicas that start equal stay equal. A collective
 // whose peers do not all arrive within CommOptions::timeout fails on every rank that
-// waits with an error naming the group, the op and its sequence number, and the group is
+// waits with an error naming the group, the op and its sequence number (and, on the thread
+// and MPI backends, the ranks that had not arrived), and the group is
 // broken from then on: later calls fail at once instead of pairing with the wrong peers.
 //
 // The public methods validate their arguments and count calls and bytes (CommStats); the

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "parallel/comm/mpi_roll_call.h"
 
 namespace tessera::parallel {
 namespace {
@@ -26,6 +28,9 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::microseconds kSpin{50};
 constexpr std::chrono::microseconds kFirstPause{10};
 constexpr std::chrono::microseconds kLastPause{1000};
+// How long a rank whose collective timed out listens for the others' answers (Note [Roll
+// call] in parallel/comm/mpi_roll_call.h), at most: answers come within milliseconds.
+constexpr std::chrono::milliseconds kRollCallListen{1000};
 
 // Point-to-point messages use one tag: MPI keeps messages of one (source, tag, communicator)
 // in order, which is the pairing Communicator::send/recv promise.
@@ -75,8 +80,9 @@ struct PollResult {
 };
 
 // Tests `request` until it completes, fails or `deadline` passes (Note [MPI waits under a
-// deadline]).
-PollResult poll(MPI_Request& request, Clock::time_point deadline, MPI_Status* status) {
+// deadline]), calling `idle` (when given) before each sleep.
+PollResult poll(MPI_Request& request, Clock::time_point deadline, MPI_Status* status,
+                const std::function<void()>& idle = {}) {
   const Clock::time_point start = Clock::now();
   std::chrono::microseconds pause = kFirstPause;
   for (;;) {
@@ -89,6 +95,7 @@ PollResult poll(MPI_Request& request, Clock::time_point deadline, MPI_Status* st
     if (Clock::now() - start < kSpin) {
       std::this_thread::yield();
     } else {
+      if (idle) idle();
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, kLastPause);
     }
@@ -123,10 +130,12 @@ class MpiCommunicator final : public Communicator {
   int count(CommOp op, int64_t numel);
   MPI_Op reduction(CommOp op, ReduceOp reduce);
   // Polls `request` (started by `call`) until it completes or the operation's timeout
-  // passes (Note [MPI waits under a deadline]). `buffers` are the memory it reads or
-  // writes: on a timeout they are kept alive, since MPI may still write them.
+  // passes (Note [MPI waits under a deadline]), answering roll calls meanwhile (Note [Roll
+  // call]). `buffers` are the memory it reads or writes: on a timeout they are kept alive,
+  // since MPI may still write them. The error of a timeout names `peer` for point-to-point
+  // operations, and the ranks a roll call finds missing for collectives (peer -1).
   void wait(CommOp op, const char* call, MPI_Request& request, std::vector<Tensor> buffers,
-            MPI_Status* status = MPI_STATUS_IGNORE);
+            int peer = -1, MPI_Status* status = MPI_STATUS_IGNORE);
 
   MPI_Comm comm_;
   std::vector<Tensor> abandoned_;  // buffers of operations that timed out
@@ -189,19 +198,25 @@ MPI_Op MpiCommunicator::reduction(CommOp op, ReduceOp reduce) {
 }
 
 void MpiCommunicator::wait(CommOp op, const char* call, MPI_Request& request,
-                           std::vector<Tensor> buffers, MPI_Status* status) {
+                           std::vector<Tensor> buffers, int peer, MPI_Status* status) {
   // The deadline belongs to the operation: all_reduce's two MPI calls share one timeout.
   if (deadline_sequence_ != sequence()) {
     deadline_sequence_ = sequence();
     deadline_ = Clock::now() + options().timeout;
   }
-  const PollResult result = poll(request, deadline_, status);
+  const CommPosition here{op, sequence() - 1};
+  const PollResult result =
+      poll(request, deadline_, status, [&] { answer_roll_calls(comm_, here, abandoned_); });
   check(op, result.code, call);
   if (result.timed_out) {
     for (Tensor& b : buffers) abandoned_.push_back(std::move(b));
-    fail(op, str_cat("timed out after ", options().timeout.count(),
-                     " ms waiting for the other ranks (one may have exited, or called a "
-                     "different operation)"));
+    const std::string timed_out = str_cat("timed out after ", options().timeout.count(), " ms");
+    if (peer >= 0) {
+      fail(op, str_cat(timed_out, " waiting for rank ", peer,
+                       " (exited, or called a different operation)"));
+    }
+    const std::chrono::milliseconds listen = std::min(options().timeout, kRollCallListen);
+    fail(op, str_cat(timed_out, ": ", roll_call(comm_, rank(), size(), here, listen, abandoned_)));
   }
 }
 
@@ -295,7 +310,7 @@ void MpiCommunicator::do_send(const Tensor& t, int dst) {  // t (any shape)
         MPI_Isend(t.raw_data(), count(op, t.numel()), element_type(t.dtype()), dst, kTag, comm_,
                   &request),
         "MPI_Isend");
-  wait(op, "MPI_Isend", request, {t});
+  wait(op, "MPI_Isend", request, {t}, dst);
 }
 
 void MpiCommunicator::do_recv(const Tensor& t, int src) {  // t (any shape)
@@ -305,7 +320,7 @@ void MpiCommunicator::do_recv(const Tensor& t, int src) {  // t (any shape)
   check(op, MPI_Irecv(t.raw_data(), count(op, t.numel()), type, src, kTag, comm_, &request),
         "MPI_Irecv");
   MPI_Status status;
-  wait(op, "MPI_Irecv", request, {t}, &status);
+  wait(op, "MPI_Irecv", request, {t}, src, &status);
   // A longer message fails in MPI_Test (MPI_ERR_TRUNCATE); a shorter one arrives quietly.
   int received = 0;
   check(op, MPI_Get_count(&status, type, &received), "MPI_Get_count");

@@ -11,7 +11,9 @@
 // Every operation is started nonblocking (MPI_Ibcast, MPI_Isend, ...) and then polled with
 // MPI_Test until it completes or CommOptions::timeout passes, so that a peer that exited or
 // called a different operation becomes an error naming the group, the op and its sequence
-// number instead of a hang. The poll yields for the first 50 us, in which a small message
+// number instead of a hang, and the ranks it was waiting for: the peer of a send or recv,
+// and for a collective those a roll call finds missing (Note [Roll call] in
+// parallel/comm/mpi_roll_call.h). The poll yields for the first 50 us, in which a small message
 // completes (sleeping at once made small collectives 25x slower), then sleeps between
 // tests, 10 us doubling up to 1 ms: ranks often outnumber cores, and a busy spin would take
 // the CPU from the very peer being waited for. MPI cannot cancel a collective, so the

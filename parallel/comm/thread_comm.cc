@@ -186,7 +186,7 @@ class ThreadCommunicator final : public Communicator {
     c.pending = &t;
     c.taken = false;
     c.cv.notify_all();
-    wait(lock, c.cv, CommOp::send, [&] { return c.taken; });
+    wait(lock, c.cv, CommOp::send, dst, [&] { return c.taken; });
     c.pending = nullptr;
     c.cv.notify_all();
   }
@@ -194,7 +194,7 @@ class ThreadCommunicator final : public Communicator {
   void do_recv(const Tensor& t, int src) override {
     Channel& c = group_->channels[src * size() + rank()];
     std::unique_lock<std::mutex> lock(c.mu);
-    wait(lock, c.cv, CommOp::recv, [&] { return c.pending != nullptr && !c.taken; });
+    wait(lock, c.cv, CommOp::recv, src, [&] { return c.pending != nullptr && !c.taken; });
     const bool same = c.pending->numel() == t.numel() && c.pending->dtype() == t.dtype();
     const std::string sent = str_cat(c.pending->numel(), " ", dtype_name(c.pending->dtype()));
     if (same) std::memcpy(t.raw_data(), c.pending->raw_data(), t.nbytes());
@@ -240,14 +240,15 @@ class ThreadCommunicator final : public Communicator {
   }
 
  private:
+  // Waits for point-to-point peer `peer` until `ready`.
   template <class Pred>
-  void wait(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, CommOp op,
+  void wait(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, CommOp op, int peer,
             Pred ready) {
     const Clock::time_point deadline = Clock::now() + options().timeout;
     while (!ready()) {
       if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !ready()) {
-        fail(op, str_cat("timed out after ", options().timeout.count(),
-                         " ms waiting for the peer (exited, or called a different operation)"));
+        fail(op, str_cat("timed out after ", options().timeout.count(), " ms waiting for rank ",
+                         peer, " (exited, or called a different operation)"));
       }
     }
   }

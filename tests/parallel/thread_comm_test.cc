@@ -215,6 +215,22 @@ TEST_CASE("thread: a peer that never arrives fails the waiting rank within the t
   REQUIRE(seconds < 5);
 }
 
+TEST_CASE("thread: a receive whose sender never sends times out, naming the sender",
+          "[comm][reliability]") {
+  std::string error;
+  run_thread_ranks(
+      3,
+      [&](Communicator& comm) {
+        if (comm.rank() != 1) return;
+        Tensor t = zeros({3});
+        error = message_of([&] { comm.recv(t, 2); });
+      },
+      CommOptions{100ms});
+  REQUIRE(error ==
+          "[comm world, rank 1 of 3] recv #0: timed out after 100 ms waiting for rank 2 "
+          "(exited, or called a different operation)");
+}
+
 TEST_CASE("thread: ranks that call different operations all fail, naming both",
           "[comm][reliability]") {
   std::vector<std::string> errors(2);

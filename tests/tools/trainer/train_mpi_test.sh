@@ -11,7 +11,8 @@
 #     single-process losses and weights within 1e-5, and its checkpoint resumes at 8 ranks
 #     bit for bit and in one process within 1e-5 (Note [3D trainer]);
 #   - a config whose batch keys do not fit the world fails on every rank with DeepSpeed's
-#     message, and a killed rank ends the job (non-zero) instead of hanging.
+#     message, a killed rank ends the job (non-zero) instead of hanging, and a stopped
+#     rank ends it after --comm-timeout with an error naming that rank.
 set -eu
 
 RUNFILES="${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-tessera}"
@@ -201,4 +202,29 @@ took=$(($(date +%s) - start))
 [ "$code" -ne 124 ] || fail "fault: the job hung after a rank was killed"
 [ "$took" -lt 30 ] || fail "fault: the job took $took s to end after a rank was killed"
 echo "ok: a killed rank ends the job in $took s (exit code $code)"
+
+# A stopped rank (SIGSTOP: a hung host) ends the job after the timeout, and the error
+# names it (Note [Roll call] in parallel/comm/mpi_roll_call.h).
+config stopped 2 100000
+mpi 120 2 --config stopped.json --comm-timeout 3 >stopped.log 2>&1 &
+job=$!
+deadline=$(($(date +%s) + 60))
+until grep -q '"step":3,' stopped/log/metrics.jsonl 2>/dev/null; do
+  [ "$(date +%s)" -lt "$deadline" ] || fail "stopped: the run did not reach step 3 in 60 s: $(tail -n 5 stopped.log)"
+  sleep 0.1
+done
+victim=$(ps -eo pid=,comm=,args= | awk '$2 == "train" && /stopped.json/ {print $1}' | tail -n 1)
+[ -n "$victim" ] || fail "stopped: no rank process found"
+victim_rank=$(tr '\0' '\n' <"/proc/$victim/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+start=$(date +%s)
+kill -STOP "$victim"
+code=0
+wait "$job" || code=$?
+took=$(($(date +%s) - start))
+kill -KILL "$victim" 2>/dev/null || true
+[ "$code" -ne 0 ] && [ "$code" -ne 124 ] || fail "stopped: expected the job to fail, found exit code $code"
+[ "$took" -lt 30 ] || fail "stopped: the job took $took s to end after a rank was stopped"
+grep -q "timed out after 3000 ms: rank(s) $victim_rank did not answer a roll call" stopped.log ||
+  fail "stopped: no error naming rank $victim_rank: $(grep error stopped.log | head -n 3)"
+echo "ok: a stopped rank ($victim_rank) ends the job in $took s, named in the error"
 echo "PASS"
