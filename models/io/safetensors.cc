@@ -82,7 +82,17 @@ uint64_t as_offset(const nlohmann::json& v, const std::string& where, const std:
   return v.get<uint64_t>();
 }
 
+// A tensor name that both reader and writer accept: non-empty, no NUL byte.
+void check_name(const std::string& name, const std::string& where) {
+  TS_CHECK(!name.empty(), where, "tensor names must be non-empty");
+  const size_t nul = name.find('\0');
+  TS_CHECK(nul == std::string::npos, where, "tensor name \"",
+           nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+           "\" holds a NUL byte at ", nul, "; expected names without one");
+}
+
 Entry parse_entry(const std::string& name, const nlohmann::json& info, const std::string& where) {
+  check_name(name, where);
   const std::string tensor = str_cat("tensor \"", name, "\"");
   TS_CHECK(info.is_object(), where, tensor, ": expected an object with dtype, shape and ",
            "data_offsets, found ", describe_json(info));
@@ -109,6 +119,8 @@ Entry parse_entry(const std::string& name, const nlohmann::json& info, const std
   const nlohmann::json& shape = info.at("shape");
   TS_CHECK(shape.is_array(), where, tensor, ": shape: expected an array, found ",
            describe_json(shape));
+  TS_CHECK(shape.size() <= kMaxSafetensorsDims, where, tensor, ": shape: expected at most ",
+           kMaxSafetensorsDims, " dimensions, found ", shape.size());
   uint64_t numel = 1;
   bool overflow = false;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -199,10 +211,13 @@ SafetensorsFile read_safetensors(const std::string& path) {
 
   std::string header(header_bytes, '\0');
   read_exact(fd.get(), 8, header.data(), header_bytes, where, "the header");
-  TS_CHECK(!header.empty() && header[0] == '{', where, "header: expected a JSON object starting ",
-           "with '{', found ",
-           header.empty() ? "an empty header"
-                          : str_cat("byte ", +static_cast<unsigned char>(header[0])));
+  // JSON whitespace may come first, as the reference reader accepts.
+  const size_t start = header.find_first_not_of(" \t\r\n");
+  TS_CHECK(start != std::string::npos && header[start] == '{', where,
+           "header: expected a JSON object starting with '{', found ",
+           start == std::string::npos
+               ? (header.empty() ? std::string("an empty header") : std::string("only whitespace"))
+               : str_cat("byte ", +static_cast<unsigned char>(header[start]), " at ", start));
   nlohmann::json doc;
   try {
     doc = parse_json(header, path);
@@ -251,11 +266,13 @@ void write_safetensors(const std::string& path, const StateDict& tensors,
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    TS_CHECK(!name.empty(), where, "tensor names must be non-empty");
+    check_name(name, where);
     TS_CHECK(name != "__metadata__", where,
              "\"__metadata__\" is reserved and cannot name a tensor");
     TS_CHECK(names.insert(name).second, where, "duplicate tensor name \"", name, "\"");
     TS_CHECK(t.defined(), where, "tensor \"", name, "\" is undefined");
+    TS_CHECK(static_cast<size_t>(t.dim()) <= kMaxSafetensorsDims, where, "tensor \"", name,
+             "\" has ", t.dim(), " dimensions; expected at most ", kMaxSafetensorsDims);
     Tensor c = t.detach().to(Device::cpu()).contiguous();
     const uint64_t end = offset + c.nbytes();
     header[name] = {{"dtype", safetensors_name(c.dtype())},

@@ -8,8 +8,11 @@
 // Note [Safetensors validation]
 // Reading is as strict as the reference implementation (huggingface/safetensors) and a
 // little stricter: N <= 100 MB and N <= file size - 8; the header is a JSON object with no
-// duplicate keys (at any depth) and starts with '{'; every entry has exactly dtype, shape
-// and data_offsets; the dtype is one Tessera holds; end - begin == numel * itemsize; sorted
+// duplicate keys (at any depth, and at most kMaxJsonDepth deep: core/json.h), starting
+// with '{' after any JSON whitespace (which the reference accepts); tensor names are
+// non-empty and hold no NUL byte; every entry has exactly dtype, shape (at most
+// kMaxSafetensorsDims dimensions) and data_offsets; the dtype is one Tessera holds;
+// end - begin == numel * itemsize; sorted
 // by offset, the tensors tile the data section from byte 0 with no gap and no overlap, and
 // the last one ends exactly at the end of the file (no trailing bytes). BOOL bytes must be 0
 // or 1. Every error is one line naming the file, the tensor and what was expected and found.
@@ -24,6 +27,9 @@
 
 namespace tessera {
 
+// The most dimensions a tensor of a file may have (NumPy 2's limit).
+inline constexpr size_t kMaxSafetensorsDims = 64;
+
 struct SafetensorsFile {
   StateDict tensors;                            // CPU, contiguous, in data-offset order
   std::map<std::string, std::string> metadata;  // "__metadata__" (empty when absent)
@@ -35,8 +41,9 @@ SafetensorsFile read_safetensors(const std::string& path);
 
 // Writes `tensors` (any device and layout; copied to contiguous CPU) in the given order,
 // with `metadata` as "__metadata__" (omitted when empty). The header is padded with spaces
-// so the data section starts at a multiple of 8. Rejects duplicate and empty names,
-// undefined tensors and the reserved name "__metadata__". Atomic: see core/file_io.h.
+// so the data section starts at a multiple of 8. Rejects duplicate and empty names, names
+// with a NUL byte, undefined tensors, the reserved name "__metadata__" and tensors of more
+// than kMaxSafetensorsDims dimensions. Atomic: see core/file_io.h.
 void write_safetensors(const std::string& path, const StateDict& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

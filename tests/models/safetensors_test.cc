@@ -172,6 +172,10 @@ TEST_CASE("the header may be unpadded or padded with spaces", "[safetensors]") {
     CHECK(f.tensors[0].second.shape() == Shape{3});
     CHECK(f.metadata.empty());
   }
+  // So may JSON whitespace before the '{', as the reference reader accepts.
+  const std::string path_ws = testing::temp_path("leading.safetensors").string();
+  testing::write_bytes(path_ws, file_bytes(" \n\t" + header, kTwelveBytes));
+  CHECK(read_safetensors(path_ws).tensors.size() == 1);
   // An empty file list is a valid file.
   const std::string path = testing::temp_path("no_tensors.safetensors").string();
   write_safetensors(path, {});
@@ -196,6 +200,14 @@ TEST_CASE("write_safetensors is atomic and validates names", "[safetensors]") {
                write_safetensors(path, {{"__metadata__", ones({1})}});
              }),
              Catch::Contains("reserved"));
+  CHECK(error_of([&] {
+          write_safetensors(path, {{std::string("a\0b", 3), ones({1})}});
+        }) ==
+        "[safetensors] " + path +
+            ": tensor name \"\"a\\u0000b\"\" holds a NUL byte at 1; expected names without one");
+  CHECK(error_of([&] {
+          write_safetensors(path, {{"deep", ones(Shape(65, 1))}});
+        }) == "[safetensors] " + path + ": tensor \"deep\" has 65 dimensions; expected at most 64");
   CHECK_THAT(error_of([&] {
                write_safetensors(path, {{"u", Tensor()}});
              }),
@@ -333,6 +345,21 @@ TEST_CASE("malformed files are rejected with a specific one-line error", "[safet
     CHECK_THAT(with_header(R"({"x":{"dtype":"F32","shape":[3],"offsets":[0,12]}})"),
                Catch::Contains("tensor \"x\": unknown key \"offsets\""));
     CHECK_THAT(with_header(R"({"x":[1]})"), Catch::Contains("tensor \"x\": expected an object"));
+  }
+  SECTION("names and shapes past the limits") {
+    CHECK(with_header(R"({"":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})") ==
+          "[safetensors] " + path + ": tensor names must be non-empty");
+    CHECK_THAT(with_header(R"({"x\u0000y":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})"),
+               Catch::Contains("holds a NUL byte at 1; expected names without one"));
+    std::string dims = "[3";
+    for (int i = 0; i < 64; ++i) dims += ",1";
+    CHECK(with_header(R"({"x":{"dtype":"F32","shape":)" + dims + R"(],"data_offsets":[0,12]}})") ==
+          "[safetensors] " + path +
+              ": tensor \"x\": shape: expected at most 64 dimensions, found 65");
+    CHECK(with_header("   ", "") ==
+          "[safetensors] " + path +
+              ": header: expected a JSON object starting with '{', found only whitespace");
+    CHECK_THAT(with_header(" [1]", ""), Catch::Contains("found byte 91 at 1"));
   }
   SECTION("metadata that is not a string map") {
     CHECK(with_header(R"({"__metadata__":{"step":3},)"
