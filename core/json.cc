@@ -17,6 +17,14 @@ namespace {
 
 using Json = nlohmann::json;
 
+// nlohmann's message cut to 200 characters: it quotes the text last read, which can be a
+// whole long string or number.
+std::string shortened(const std::string& message) {
+  constexpr size_t kMax = 200;
+  if (message.size() <= kMax) return message;
+  return str_cat(message.substr(0, kMax), "... (", message.size(), " characters)");
+}
+
 // Builds the document from nlohmann's SAX events (its parser keeps an explicit stack, so
 // nothing recurses), rejecting duplicate keys and nesting deeper than `max_depth`. Each
 // value is placed once: in its parent array, or at the map node its key made. Keys are
@@ -45,8 +53,9 @@ class StrictDomBuilder {
 
   bool key(Json::string_t& key) {
     Json& object = *open_.back();
-    TS_CHECK(!object.contains(key), "[json] ", source_, ": duplicate key \"", key, "\" in ",
-             path(open_.size()), " (each key may appear once)");
+    TS_CHECK(!object.contains(key), "[json] ", source_, ": duplicate key \"",
+             key.size() <= 60 ? key : key.substr(0, 60) + "...", "\" in ", path(open_.size()),
+             " (each key may appear once)");
     next_ = &object[key];
     at_.back().key = std::move(key);
     return true;
@@ -55,7 +64,7 @@ class StrictDomBuilder {
   bool parse_error(size_t /*position*/, const std::string& /*last_token*/,
                    const Json::exception& e) {
     if (const auto* syntax = dynamic_cast<const Json::parse_error*>(&e)) throw *syntax;
-    TS_FAIL("[json] ", source_, ": ", e.what());
+    TS_FAIL("[json] ", source_, ": ", shortened(e.what()));
   }
 
  private:
@@ -129,11 +138,11 @@ class StrictDomBuilder {
 };
 
 // "syntax error while parsing ..." from nlohmann's "[json.exception.parse_error.101]
-// parse error at line 1, column 2: syntax error while parsing ...".
+// parse error at line 1, column 2: syntax error while parsing ...; last read: '...'".
 std::string parse_reason(const std::string& what) {
   const size_t at = what.find("parse error");
   const size_t colon = what.find(": ", at == std::string::npos ? 0 : at);
-  return colon == std::string::npos ? what : what.substr(colon + 2);
+  return shortened(colon == std::string::npos ? what : what.substr(colon + 2));
 }
 
 bool is_identifier(std::string_view key) {
@@ -210,7 +219,7 @@ Json parse_json(std::string_view text, std::string_view source, int max_depth) {
     TS_FAIL("[json] ", source, ": parse error at byte ", offset, " (line ", line, ", column ",
             column, "): ", parse_reason(e.what()));
   } catch (const Json::exception& e) {
-    TS_FAIL("[json] ", source, ": ", e.what());
+    TS_FAIL("[json] ", source, ": ", shortened(e.what()));
   }
 }
 
@@ -227,7 +236,8 @@ Json parse_json_file(const std::string& path) {
 }
 
 std::string json_key_path(std::string_view parent, std::string_view key) {
-  if (is_identifier(key)) return str_cat(parent, ".", key);
+  constexpr size_t kShown = 60;  // a long key is shown as dump_for_message shows values
+  if (is_identifier(key) && key.size() <= kShown) return str_cat(parent, ".", key);
   return str_cat(parent, "[", dump_for_message(Json(std::string(key))), "]");
 }
 

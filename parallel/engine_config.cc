@@ -77,6 +77,21 @@ SimulatedLink read_simulated_network(JsonObjectReader& root) {
 BatchConfig resolve_batch(std::optional<int64_t> tbs, std::optional<int64_t> mbs,
                           std::optional<int64_t> gas, int64_t w) {
   TS_CHECK(w >= 1, "[config] data-parallel world size must be >= 1, found ", w);
+  // DeepSpeed's messages, checked on the given keys before any is divided by another.
+  TS_CHECK(!tbs || *tbs > 0, "[config] Train batch size: ", *tbs, " has to be greater than 0");
+  TS_CHECK(!mbs || *mbs > 0, "[config] Micro batch size per gpu: ", *mbs,
+           " has to be greater than 0");
+  TS_CHECK(!gas || *gas > 0, "[config] Gradient accumulation steps: ", *gas,
+           " has to be greater than 0");
+  // micro x accumulation x world, or an error when it overflows.
+  const auto global = [w](int64_t micro, int64_t accumulation) {
+    int64_t product = 0;
+    TS_CHECK(!__builtin_mul_overflow(micro, accumulation, &product) &&
+                 !__builtin_mul_overflow(product, w, &product),
+             "[config] micro_batch_per_gpu * gradient_acc_step * world_size overflows: ", micro,
+             " * ", accumulation, " * ", w);
+    return product;
+  };
   BatchConfig b;
   if (tbs && mbs && gas) {
     b = {*tbs, *mbs, *gas};
@@ -85,11 +100,11 @@ BatchConfig resolve_batch(std::optional<int64_t> tbs, std::optional<int64_t> mbs
   } else if (tbs && gas) {
     b = {*tbs, *tbs / w / *gas, *gas};
   } else if (mbs && gas) {
-    b = {*mbs * *gas * w, *mbs, *gas};
+    b = {global(*mbs, *gas), *mbs, *gas};
   } else if (tbs) {
     b = {*tbs, *tbs / w, 1};
   } else if (mbs) {
-    b = {*mbs * w, *mbs, 1};
+    b = {global(*mbs, 1), *mbs, 1};
   } else {
     TS_FAIL(
         "[config] Either train_batch_size or train_micro_batch_size_per_gpu needs to be "
@@ -104,7 +119,7 @@ BatchConfig resolve_batch(std::optional<int64_t> tbs, std::optional<int64_t> mbs
            "[config] Gradient accumulation steps: ", b.gradient_accumulation_steps,
            " has to be greater than 0");
   TS_CHECK(
-      b.train_batch_size == b.train_micro_batch_size_per_gpu * b.gradient_accumulation_steps * w,
+      b.train_batch_size == global(b.train_micro_batch_size_per_gpu, b.gradient_accumulation_steps),
       "[config] Check batch related parameters. train_batch_size is not equal to "
       "micro_batch_per_gpu * gradient_acc_step * world_size ",
       b.train_batch_size, " != ", b.train_micro_batch_size_per_gpu, " * ",

@@ -75,6 +75,13 @@ struct Entry {
 
 std::string offsets_str(const Entry& e) { return str_cat("[", e.begin, ", ", e.end, "]"); }
 
+// "tensor \"name\"" for messages, a long name cut to its first 100 bytes.
+std::string tensor_label(const std::string& name) {
+  constexpr size_t kShown = 100;
+  if (name.size() <= kShown) return str_cat("tensor \"", name, "\"");
+  return str_cat("tensor \"", name.substr(0, kShown), "...\" (a name of ", name.size(), " bytes)");
+}
+
 // A non-negative JSON integer, or an error naming `what`.
 uint64_t as_offset(const nlohmann::json& v, const std::string& where, const std::string& what) {
   TS_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), where, what,
@@ -86,14 +93,16 @@ uint64_t as_offset(const nlohmann::json& v, const std::string& where, const std:
 void check_name(const std::string& name, const std::string& where) {
   TS_CHECK(!name.empty(), where, "tensor names must be non-empty");
   const size_t nul = name.find('\0');
-  TS_CHECK(nul == std::string::npos, where, "tensor name \"",
-           nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-           "\" holds a NUL byte at ", nul, "; expected names without one");
+  TS_CHECK(nul == std::string::npos, where, "tensor name ",
+           nlohmann::json(name.substr(0, 100))
+               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+           name.size() > 100 ? "..." : "", " holds a NUL byte at ", nul,
+           "; expected names without one");
 }
 
 Entry parse_entry(const std::string& name, const nlohmann::json& info, const std::string& where) {
   check_name(name, where);
-  const std::string tensor = str_cat("tensor \"", name, "\"");
+  const std::string tensor = tensor_label(name);
   TS_CHECK(info.is_object(), where, tensor, ": expected an object with dtype, shape and ",
            "data_offsets, found ", describe_json(info));
   for (const auto& [key, value] : info.items()) {
@@ -166,7 +175,7 @@ void check_layout(const std::vector<Entry>& sorted, uint64_t data_bytes, uint64_
   uint64_t cursor = 0;
   const Entry* prev = nullptr;
   for (const Entry& e : sorted) {
-    const std::string tensor = str_cat("tensor \"", e.name, "\"");
+    const std::string tensor = tensor_label(e.name);
     TS_CHECK(e.begin <= cursor, where, tensor, ": data_offsets ", offsets_str(e),
              " leave a gap: expected begin ", cursor, ", found ", e.begin, " (", e.begin - cursor,
              " unused bytes after ",
@@ -243,12 +252,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
 
   for (const Entry& e : entries) {
     Tensor t = empty(e.shape, {e.dtype});
-    read_exact(fd.get(), header_end + e.begin, t.raw_data(), e.nbytes, where,
-               str_cat("tensor \"", e.name, "\""));
+    read_exact(fd.get(), header_end + e.begin, t.raw_data(), e.nbytes, where, tensor_label(e.name));
     if (e.dtype == DType::boolean) {
       const uint8_t* b = static_cast<const uint8_t*>(t.raw_data());
       for (uint64_t i = 0; i < e.nbytes; ++i) {
-        TS_CHECK(b[i] <= 1, where, "tensor \"", e.name, "\": BOOL element ", i,
+        TS_CHECK(b[i] <= 1, where, tensor_label(e.name), ": BOOL element ", i,
                  ": expected byte 0 or 1, found ", +b[i]);
       }
     }

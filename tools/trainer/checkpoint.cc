@@ -108,10 +108,24 @@ std::string file_fnv1a64(const std::string& path) {
 
 namespace {
 
-// True for a name that stays inside its directory: one path component, not "." or "..".
+// The longest file name Linux file systems hold (NAME_MAX).
+constexpr size_t kMaxFileName = 255;
+
+// True for a name that stays inside its directory: one path component, not "." or "..",
+// of printable characters.
 bool is_plain_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find_first_of(std::string("/\0", 2)) == std::string::npos;
+  return !name.empty() && name.size() <= kMaxFileName && name != "." && name != ".." &&
+         name.find('/') == std::string::npos && std::none_of(name.begin(), name.end(), [](char c) {
+           return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+         });
+}
+
+// `name` for a message, as a JSON string (control characters escaped), at most
+// kMaxFileName bytes of it.
+std::string shown_name(const std::string& name) {
+  const std::string shown = nlohmann::json(name.substr(0, kMaxFileName))
+                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return name.size() <= kMaxFileName ? shown : str_cat(shown, "... (", name.size(), " bytes)");
 }
 
 void check_listed_files(const fs::path& d, const fs::path& manifest_path,
@@ -119,11 +133,16 @@ void check_listed_files(const fs::path& d, const fs::path& manifest_path,
   std::set<std::string> names;
   for (const Listed& l : listed) {
     TS_CHECK(is_plain_name(l.name) && l.name != "manifest.json", "[checkpoint] ",
-             manifest_path.string(), ": lists \"", l.name,
-             "\"; expected the name of a file inside the checkpoint directory");
+             manifest_path.string(), ": lists ", shown_name(l.name),
+             "; expected the name of a file inside the checkpoint directory (one path "
+             "component of at most ",
+             kMaxFileName, " bytes)");
     TS_CHECK(names.insert(l.name).second, "[checkpoint] ", manifest_path.string(), ": lists \"",
              l.name, "\" twice; expected each file once");
-    const fs::file_status status = fs::symlink_status(d / l.name);
+    std::error_code error;
+    const fs::file_status status = fs::symlink_status(d / l.name, error);
+    TS_CHECK(!error || status.type() == fs::file_type::not_found, "[checkpoint] ",
+             (d / l.name).string(), ": cannot stat: ", error.message());
     TS_CHECK(!fs::exists(status) || fs::is_regular_file(status), "[checkpoint] ",
              (d / l.name).string(), ": expected a regular file, found ",
              fs::is_symlink(status) ? "a symbolic link" : "another kind of file");

@@ -275,7 +275,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
            " in ", t.checkpoint_dir, ", but the ranks' latest steps range from ", -steps[1], " to ",
            steps[0], " (-1: none); expected every rank to see the same checkpoint");
   if (resumed) {
-    restore(resumed->second);
+    restore(resumed->first, resumed->second);
     if (leader()) log_info("resumed from {} at step {}", resumed->first, step_);
   }
   if (leader()) metrics_ = std::make_unique<MetricsLog>(t.log_dir, resumed ? step_ : -1);
@@ -317,41 +317,18 @@ nlohmann::json Trainer::state_json() const {
   return state;
 }
 
-void Trainer::restore(const CheckpointContents& c) {
-  JsonObjectReader s(c.state, "checkpoint");
-  const nlohmann::json* saved_model = s.raw("model");
-  TS_CHECK(saved_model != nullptr && *saved_model == model_json(),
-           "[train] the checkpoint's model ", saved_model ? saved_model->dump() : "(none)",
+void Trainer::restore(const std::string& dir, const CheckpointContents& c) {
+  const SavedTrainerState s = read_trainer_state(c.state, dir);
+  TS_CHECK(s.model == model_json(), "[train] the checkpoint's model ", s.model.dump(),
            " differs from the config's ", model_json().dump(),
            "; expected the same model to resume");
-  s.raw("config");
-  s.get_in_range<int64_t>("world", 1, 1, 1 << 20);
-  // The layout that saved it: any other may resume (Note [3D checkpoints]).
-  const nlohmann::json* grid = s.raw("grid");
-  const nlohmann::json* zero = s.raw("zero");
-  const int64_t step = s.required_in_range<int64_t>("step", 0, std::numeric_limits<int64_t>::max());
-  const int64_t t = s.required<int64_t>("scheduler_last_batch_iteration");
-  const data::LoaderState loader =
-      data::LoaderState::from_json(*s.raw("loader"), "checkpoint loader");
-  // Written before the stream was keyed per step (Note [Exact resume]); the step has it.
-  s.raw("dropout_offset");
-  const nlohmann::json* scaler = s.raw("loss_scaler");
-  s.finish();
-  // An fp16 run resumes its loss scale; other checkpoints start the scaler afresh.
-  std::optional<optim::LossScalerState> scaler_state;
-  if (scaler != nullptr && optimizer_->loss_scaler() != nullptr) {
-    scaler_state =
-        optim::LossScalerState::from_json(*scaler, "checkpoint state.json $.loss_scaler");
-  }
   // The optimizer state as whole per-parameter tensors, whatever world and stage saved it.
   StateDict optimizer = c.optimizer;
   if (!c.optimizer_shards.empty()) {
-    TS_CHECK(zero != nullptr && zero->is_object() && zero->contains("layout"),
+    TS_CHECK(s.zero_layout.has_value(),
              "[train] the checkpoint has optimizer shards but its state.json has no "
              "$.zero.layout; expected the layout that wrote them");
-    const parallel::FlatLayout layout =
-        parallel::FlatLayout::from_json((*zero)["layout"], "checkpoint state.json $.zero.layout");
-    optimizer = parallel::whole_state(layout, c.optimizer_shards);
+    optimizer = parallel::whole_state(*s.zero_layout, c.optimizer_shards);
   }
   // Validate-then-write: both check every tensor before changing any. Stage 3's
   // parameters live in the optimizer's shards; 16-bit runs load the f32 masters.
@@ -369,11 +346,14 @@ void Trainer::restore(const CheckpointContents& c) {
     }
     optimizer_->load_whole_state(optimizer);
   }
-  restore_rank_state(c.rank_state, grid != nullptr && *grid == grid_json());
-  scheduler_->set_last_batch_iteration(t);
-  train_loader_->restore(loader);
-  if (scaler_state) optimizer_->loss_scaler()->set_state(*scaler_state);
-  step_ = step;
+  // The layout that saved it: any other may resume (Note [3D checkpoints]).
+  restore_rank_state(c.rank_state, s.grid == grid_json());
+  scheduler_->set_last_batch_iteration(s.scheduler_last_batch_iteration);
+  train_loader_->restore(s.loader);
+  // An fp16 run resumes its loss scale; other checkpoints start the scaler afresh.
+  if (s.loss_scaler && optimizer_->loss_scaler())
+    optimizer_->loss_scaler()->set_state(*s.loss_scaler);
+  step_ = s.step;
 }
 
 void Trainer::restore_rank_state(const StateDict& saved, bool same_layout) {

@@ -22,6 +22,7 @@
 #include "tools/trainer/metrics.h"
 #include "tools/trainer/run_config.h"
 #include "tools/trainer/run_lock.h"
+#include "tools/trainer/trainer_state.h"
 
 namespace tessera::train {
 
@@ -114,7 +115,8 @@ class Trainer {
   double global_mean(double value) const;
   bool leader() const { return world_.rank() == 0; }
   void save_checkpoint();
-  void restore(const CheckpointContents& c);
+  // Loads checkpoint `c`, read from directory `dir`.
+  void restore(const std::string& dir, const CheckpointContents& c);
   // Loads the 1-bit optimizer's per-rank state when the checkpoint has it and was saved by
   // the same rank layout; otherwise starts it afresh with a warning.
   void restore_rank_state(const StateDict& saved, bool same_layout);
@@ -139,7 +141,7 @@ class Trainer {
   parallel::Communicator& grads_;  // ZeroOptimizer's group: dp_ or the device group
   std::unique_ptr<LanguageModel> model_;
   uint64_t dropout_key_ = 0;  // the model's own dropout key, before any step re-keyed it
-  Gpt* gpt_ = nullptr;                       // model_ of a GPT run
+  Gpt* gpt_ = nullptr;        // model_ of a GPT run
   std::unique_ptr<GptPipelineStage> stage_;  // pipelines only
   std::unique_ptr<parallel::pipeline::PipelineExecutor> executor_;
   std::unique_ptr<parallel::Communicator> tied_;  // first and last stage, tied head

@@ -202,7 +202,7 @@ TEST_CASE("a manifest lists only regular files inside its checkpoint, each once,
     CHECK(error_of([&] { load_checkpoint(dir.string()); }) ==
           "[checkpoint] " + manifest +
               ": lists \"../../outside.json\"; expected the name of a file inside the checkpoint "
-              "directory");
+              "directory (one path component of at most 255 bytes)");
   }
   SECTION("an absolute path") {
     rename_state(outside.string());

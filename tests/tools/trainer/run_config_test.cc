@@ -293,7 +293,14 @@ TEST_CASE("the batch triple is derived and checked with DeepSpeed's messages", "
   CHECK(error(0, none, none) == "[config] Train batch size: 0 has to be greater than 0");
   CHECK(error(8, 0, 1) == "[config] Micro batch size per gpu: 0 has to be greater than 0");
   CHECK(error(2, 4, none) == "[config] Gradient accumulation steps: 0 has to be greater than 0");
-  CHECK(error(none, -4, 2) == "[config] Train batch size: -8 has to be greater than 0");
+  // A given key that is not positive is named before any division by it (found by
+  // tests/fuzz/config_fuzz_test: a micro-batch of 0 divided the train batch by zero).
+  CHECK(error(none, -4, 2) == "[config] Micro batch size per gpu: -4 has to be greater than 0");
+  CHECK(error(4, 0, none) == "[config] Micro batch size per gpu: 0 has to be greater than 0");
+  CHECK(error(4, none, 0) == "[config] Gradient accumulation steps: 0 has to be greater than 0");
+  CHECK(error(none, int64_t{1} << 62, 4) ==
+        "[config] micro_batch_per_gpu * gradient_acc_step * world_size overflows: "
+        "4611686018427387904 * 4 * 1");
   CHECK(error_after([](Json& d) { d["gradient_accumulation_steps"] = 1.5; }) ==
         "[config] $.gradient_accumulation_steps: expected integer, found number 1.5");
 }
