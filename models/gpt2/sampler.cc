@@ -65,7 +65,8 @@ std::vector<int32_t> sample(const Gpt& model, const std::vector<int32_t>& prompt
   std::vector<int32_t> context = prompt;
   std::vector<int32_t> out;
   // The model may live on a CUDA device and in 16 bits: ids go there, logits come back f32.
-  const Tensor& weight = model.named_parameters().front().tensor;
+  const Tensor weight =
+      model.named_parameters().front().tensor;  // a handle: the list is a temporary
   const Device device = weight.device();
   const DType dtype = weight.dtype();
   auto fresh_cache = [&] { return KvCache(cfg, 1, cfg.block_size, dtype, device); };

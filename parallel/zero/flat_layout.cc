@@ -33,6 +33,11 @@ FlatLayout make_flat_layout(const std::vector<FlatParamInfo>& params, int world,
   for (const FlatParamInfo& p : params) {
     const int64_t n = numel_of(p.shape);
     TS_CHECK(n > 0, "[zero layout] parameter \"", p.name, "\" has no elements");
+    // Every offset, padding included, stays far below int64's limit.
+    constexpr int64_t kMaxNumel = int64_t{1} << 62;
+    TS_CHECK(n <= kMaxNumel - layout.numel - open.numel - 2 * int64_t{world},
+             "[zero layout] parameter \"", p.name, "\" of ", n,
+             " elements takes the layout past 2^62 elements");
     TS_CHECK(layout.params.empty() || p.group >= layout.params.back().group,
              "[zero layout] parameter \"", p.name, "\" of group ", p.group,
              " follows one of group ", layout.params.back().group,

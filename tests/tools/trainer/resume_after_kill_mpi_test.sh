@@ -21,10 +21,7 @@ INTERVAL=10   # checkpoint interval
 KILL_AFTER=15 # B is killed once it has logged this step (after the checkpoint at 10)
 
 write_text text.txt 20000
-"$PREPARE" --input text.txt --output data --tokenizer char >prepare.log 2>&1 ||
-  fail "prepare_data failed: $(cat prepare.log)"
-VOCAB=$(sed -n 's/^prepare_data: .*vocab size \([0-9]*\).*/\1/p' prepare.log)
-[ -n "$VOCAB" ] || fail "no vocab size in the prepare_data output: $(cat prepare.log)"
+prepare_chars text.txt
 
 # config FILE PIPE TP ZERO: 4 heads of 24 channels (both slices divide), 4 layers (2 per
 # stage), dropout 0.1; paths relative to the run directory, so A's and B's configs and

@@ -21,12 +21,7 @@ INTERVAL=10       # checkpoint interval
 KILL_AFTER=35     # B is killed once it has logged this step (after the checkpoint at 30)
 
 write_text text.txt 40000
-"$PREPARE" --input text.txt --output data --tokenizer char >prepare.log 2>&1 ||
-  fail "prepare_data failed: $(cat prepare.log)"
-
-# vocab_size is the char vocabulary's size (the distinct bytes of text.txt).
-VOCAB=$(sed -n 's/^prepare_data: .*vocab size \([0-9]*\).*/\1/p' prepare.log)
-[ -n "$VOCAB" ] || fail "no vocab size in the prepare_data output: $(cat prepare.log)"
+prepare_chars text.txt
 
 cat >run.json <<EOF
 {

@@ -28,6 +28,15 @@ write_text() {
   }' >"$1"
 }
 
+# prepare_chars FILE: char-level token shards of FILE in data/, and VOCAB set to the char
+# vocabulary's size (the distinct bytes of FILE).
+prepare_chars() {
+  "$PREPARE" --input "$1" --output data --tokenizer char >prepare.log 2>&1 ||
+    fail "prepare_data failed: $(cat prepare.log)"
+  VOCAB=$(sed -n 's/^prepare_data: .*vocab size \([0-9]*\).*/\1/p' prepare.log)
+  [ -n "$VOCAB" ] || fail "no vocab size in the prepare_data output: $(cat prepare.log)"
+}
+
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK"

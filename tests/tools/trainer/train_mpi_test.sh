@@ -32,10 +32,7 @@ mpi() {
 }
 
 write_text text.txt 20000
-"$PREPARE" --input text.txt --output data --tokenizer char >prepare.log 2>&1 ||
-  fail "prepare_data failed: $(cat prepare.log)"
-VOCAB=$(sed -n 's/^prepare_data: .*vocab size \([0-9]*\).*/\1/p' prepare.log)
-[ -n "$VOCAB" ] || fail "no vocab size in the prepare_data output: $(cat prepare.log)"
+prepare_chars text.txt
 
 # config NAME STAGE STEPS [BATCH_KEYS]: writes NAME.json, logging to NAME/log and NAME/ckpt.
 # No biases: the key bias is pure rounding noise under Adam (tests/parallel/zero_optimizer_test.cc).
@@ -182,17 +179,23 @@ for r in 0 1; do
 done
 echo "ok: a misfit config fails on every rank"
 
+# start_long_run NAME TIMEOUT: a long stage-2 run NAME.json on 2 ranks with --comm-timeout
+# TIMEOUT in the background (job); once it has logged step 3, victim is one rank's pid.
+start_long_run() {
+  config "$1" 2 100000
+  mpi 120 2 --config "$1.json" --comm-timeout "$2" >"$1.log" 2>&1 &
+  job=$!
+  deadline=$(($(date +%s) + 60))
+  until grep -q '"step":3,' "$1/log/metrics.jsonl" 2>/dev/null; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "$1: the run did not reach step 3 in 60 s: $(tail -n 5 "$1.log")"
+    sleep 0.1
+  done
+  victim=$(ps -eo pid=,comm=,args= | awk -v config="$1.json" '$2 == "train" && index($0, config) {print $1}' | tail -n 1)
+  [ -n "$victim" ] || fail "$1: no rank process found"
+}
+
 # A rank killed mid-run ends the job instead of hanging.
-config fault 2 100000
-mpi 120 2 --config fault.json --comm-timeout 10 >fault.log 2>&1 &
-job=$!
-deadline=$(($(date +%s) + 60))
-until grep -q '"step":3,' fault/log/metrics.jsonl 2>/dev/null; do
-  [ "$(date +%s)" -lt "$deadline" ] || fail "fault: the run did not reach step 3 in 60 s: $(tail -n 5 fault.log)"
-  sleep 0.1
-done
-victim=$(ps -eo pid=,comm=,args= | awk '$2 == "train" && /fault.json/ {print $1}' | tail -n 1)
-[ -n "$victim" ] || fail "fault: no rank process found"
+start_long_run fault 10
 start=$(date +%s)
 kill -9 "$victim"
 code=0
@@ -205,16 +208,7 @@ echo "ok: a killed rank ends the job in $took s (exit code $code)"
 
 # A stopped rank (SIGSTOP: a hung host) ends the job after the timeout, and the error
 # names it (Note [Roll call] in parallel/comm/mpi_roll_call.h).
-config stopped 2 100000
-mpi 120 2 --config stopped.json --comm-timeout 3 >stopped.log 2>&1 &
-job=$!
-deadline=$(($(date +%s) + 60))
-until grep -q '"step":3,' stopped/log/metrics.jsonl 2>/dev/null; do
-  [ "$(date +%s)" -lt "$deadline" ] || fail "stopped: the run did not reach step 3 in 60 s: $(tail -n 5 stopped.log)"
-  sleep 0.1
-done
-victim=$(ps -eo pid=,comm=,args= | awk '$2 == "train" && /stopped.json/ {print $1}' | tail -n 1)
-[ -n "$victim" ] || fail "stopped: no rank process found"
+start_long_run stopped 3
 victim_rank=$(tr '\0' '\n' <"/proc/$victim/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
 start=$(date +%s)
 kill -STOP "$victim"
