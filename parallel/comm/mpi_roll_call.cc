@@ -11,8 +11,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Apart from Communicator::send/recv's tag 0, so a roll call never pairs with data.
-constexpr int kRollCallTag = 0x524f4c;
+// Apart from Communicator::send/recv's tag 0, so a roll call never pairs with data: the
+// largest tag every MPI accepts (MPI_TAG_UB is at least 32767).
+constexpr int kRollCallTag = 32767;
 
 // A message: {kind, op, number}.
 enum Kind : int64_t { kAsk = 1, kAnswer = 2 };
