@@ -3,7 +3,10 @@
 # every `gpu`-tagged test, the GPU benchmarks, train, generate and the device probe, built
 # with --config=gpu_bundle (host code for any x86-64-v3 CPU; sm_80 and sm_90 machine code
 # plus compute_90 PTX), the shared libraries they load that are neither the C library nor
-# CUDA's own (rpath $ORIGIN/lib), and the small data the runs read.
+# CUDA's own (rpath $ORIGIN/lib), the small data the runs read, and the recorded compile and
+# link commands with the headers they need, from which tools/gpu/rebuild.py rebuilds the
+# binaries on a GPU machine whose CUDA libraries differ (Note [Rebuilding the bundle] in
+# tools/gpu/record_build.py).
 #
 #   bash tools/gpu/pack.sh [--out DIR] [--max-mib N] [--subset]
 #
@@ -72,6 +75,19 @@ if ((!subset)); then
   cp configs/shakespeare_char_cuda.json "$root/configs/"
   cp -r .data/shakespeare_char "$root/.data/"
 fi
+# The build's commands, for rebuild.py.
+labels=(${tests[@]+"${tests[@]}"} "${binaries[@]}")
+outputs=()
+for label in "${labels[@]}"; do
+  path=${label#//}; outputs+=("bazel-out/${bin_root#*/bazel-out/}/${path/://}")
+done
+query="deps(set(${labels[*]}))"
+bazel aquery --config=gpu_bundle --include_param_files --output=jsonproto "$query" \
+  2>/dev/null > "$stage/aquery.json"
+EXECROOT=$(bazel info --config=gpu_bundle execution_root 2>/dev/null) \
+  python3 tools/gpu/record_build.py "$stage/aquery.json" "$root/build" "${outputs[@]}"
+rm "$stage/aquery.json"
+
 git rev-parse HEAD > "$root/COMMIT"
 git status --porcelain --untracked-files=no | grep -q . && echo "(with uncommitted changes)" >> "$root/COMMIT"
 

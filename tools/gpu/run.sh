@@ -3,6 +3,7 @@
 # summary and one log per part to $OUT (default .gpu/out): at most 7 files.
 #
 #   bash tools/gpu/run.sh [--bundle FILE] [--parts LIST] [--filter REGEX] [--test-timeout S]
+#                         [--rebuild]
 #
 #   --bundle FILE      the packed bundle (default .gpu/tessera-gpu.tar.xz)
 #   --parts LIST       comma-separated; they run in this order (default all):
@@ -15,6 +16,8 @@
 #                                  attention and the reductions (the slowest part)
 #   --filter REGEX     only the tests whose binary name matches (tests and sanitize)
 #   --test-timeout S   seconds per test binary (default 300)
+#   --rebuild          rebuild the binaries here first (tools/gpu/rebuild.py), as run.sh
+#                      does by itself when the carried ones cannot load their libraries
 #
 # Each part reports "passed", "failed" or "skipped: <why>" (no device, libraries missing).
 # Exit code: 0 when no part failed (skipped parts included), 1 otherwise.
@@ -26,13 +29,15 @@ bundle=.gpu/tessera-gpu.tar.xz
 parts=probe,tests,sanitize,bench,train
 filter=.
 test_timeout=300
+rebuild=0
 while (($#)); do
   case $1 in
     --bundle) bundle=$2; shift 2 ;;
     --parts) parts=$2; shift 2 ;;
     --filter) filter=$2; shift 2 ;;
     --test-timeout) test_timeout=$2; shift 2 ;;
-    *) echo "run.sh: unknown argument '$1': expected --bundle, --parts, --filter or --test-timeout" >&2; exit 2 ;;
+    --rebuild) rebuild=1; shift ;;
+    *) echo "run.sh: unknown argument '$1': expected --bundle, --parts, --filter, --test-timeout or --rebuild" >&2; exit 2 ;;
   esac
 done
 for p in ${parts//,/ }; do
@@ -67,7 +72,24 @@ for base in $py_nvidia; do
 done
 ld_path=$(IFS=:; echo "${lib_dirs[*]}")
 export LD_LIBRARY_PATH=${ld_path}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-missing=$(for b in "$bin"/*; do [[ -x $b && ! $b == *.py ]] && ldd "$b" 2>/dev/null | awk '/not found/ {print $1}'; done | sort -u | tr '\n' ' ')
+missing_libraries() {
+  for b in "$bin"/*; do [[ -x $b && ! $b == *.py ]] && ldd "$b" 2>/dev/null | awk '/not found/ {print $1}'; done | sort -u | tr '\n' ' '
+}
+missing=$(missing_libraries)
+failed_parts=0
+
+# ---- rebuild: from the recorded commands, when the carried binaries cannot load ---------
+if ((rebuild)) || [[ -n $missing ]]; then
+  why=$([[ -n $missing ]] && echo "libraries not found: $missing" || echo "asked for (--rebuild)")
+  start=$SECONDS
+  if python3 "$repo/tools/gpu/rebuild.py" "$root" "$repo" > "$out/rebuild.log" 2>&1; then
+    missing=$(missing_libraries)
+    say "rebuild: passed in $((SECONDS - start)) s ($why)${missing:+; still missing: $missing}"
+  else
+    say "rebuild: FAILED ($why): $(grep -m1 'rebuild.py' "$out/rebuild.log" | cut -c1-300)"
+    failed_parts=$((failed_parts + 1))
+  fi
+fi
 
 skip_reason=""
 if [[ -n $missing ]]; then
@@ -89,6 +111,7 @@ if wants probe; then
   } > "$log" 2>&1
   if [[ -n $skip_reason ]]; then
     say "probe: failed: $skip_reason"
+    failed_parts=$((failed_parts + 1))
   else
     "$bin/probe" >> "$log" 2>&1
     rc=$?
@@ -98,6 +121,7 @@ if wants probe; then
       say "probe: skipped: $skip_reason"
     elif ((rc != 0)); then
       say "probe: failed (exit $rc): $(grep -m1 'error' "$log")"
+      failed_parts=$((failed_parts + 1))
     else
       say "probe: passed"
     fi
@@ -109,7 +133,6 @@ if [[ -z $skip_reason ]] && ! wants probe; then
   (($? == exit_no_device)) && skip_reason="no CUDA device (gpu probe exit $exit_no_device)"
 fi
 
-failed_parts=0
 # run_one NAME LOG TIMEOUT CMD...: runs CMD with its output in LOG.last, then appended to
 # LOG; returns CMD's exit code (137 when killed at TIMEOUT seconds).
 run_one() {
