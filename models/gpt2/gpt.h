@@ -31,10 +31,10 @@ namespace tessera {
 class Gpt : public LanguageModel {
  public:
   // Builds the model and initializes it with init_weights(seed); dropout masks come from
-  // a Philox stream keyed by `seed` and the first block `part` holds. With `model_group` the weights are split over
-  // it (Note [Tensor-parallel GPT]); the group must outlive the model. Throws when n_head
-  // or the padded vocabulary does not split over the group. `part` builds one pipeline
-  // stage's layers only (Note [Pipeline GPT]).
+  // a Philox stream keyed by `seed` and the first block `part` holds. With `model_group` the
+  // weights are split over it (Note [Tensor-parallel GPT]); the group must outlive the model.
+  // Throws when n_head or the padded vocabulary does not split over the group. `part` builds one
+  // pipeline stage's layers only (Note [Pipeline GPT]).
   Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group = nullptr,
       const GptPart& part = {});
 
