@@ -21,7 +21,7 @@ enum class OptimizerType : uint8_t { adam, sgd, lamb, onebit_adam, zero_one_adam
 bool is_onebit(OptimizerType type);
 
 // The 1-bit family's own keys ($.optimizer.params of OneBitAdam, ZeroOneAdam, OneBitLamb),
-// with DeepSpeed's defaults (shared/reference/deepspeed.md sections 1 and 2). Their
+// with DeepSpeed's defaults (deepspeed/runtime/fp16/onebit/{adam,zoadam,lamb}.py). Their
 // betas, eps and weight_decay go to `adam` (OneBitAdam, ZeroOneAdam) or `lamb` (OneBitLamb,
 // with max_coeff and min_coeff).
 struct OneBitOptions {

@@ -1,5 +1,4 @@
-// Learning-rate schedules with DeepSpeed's exact semantics (deepspeed/runtime/lr_schedules.py;
-// shared/reference/deepspeed.md section 1.5).
+// Learning-rate schedules with DeepSpeed's exact semantics (deepspeed/runtime/lr_schedules.py).
 //
 // Note [Schedule time]
 // t is DeepSpeed's `last_batch_iteration`: -1 before the first optimizer step, and

@@ -12,7 +12,7 @@ namespace {
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
 // DeepSpeed sections whose features have not landed yet: present, they are errors that say
-// so (DESIGN.md section 6), never silently ignored.
+// so (configs/README.md lists them), never silently ignored.
 const std::pair<const char*, const char*> kNotYet[] = {
     {"amp", "Apex AMP is PyTorch-only; use fp16 or bf16 on the CUDA backend"},
     {"elasticity", "elastic training is not implemented"},

@@ -1,7 +1,7 @@
 // The DeepSpeed engine keys of a run config: batch triple, optimizer, scheduler, clipping,
 // precision, ZeRO, activation checkpointing, logging cadence.
 //
-// Keys have DeepSpeed's meaning and defaults (shared/reference/deepspeed.md section 1);
+// Keys have DeepSpeed's meaning and defaults (deepspeed/runtime/config.py and constants.py);
 // unlike DeepSpeed, every key is validated (Note [Strict config reading] in core/json.h).
 #pragma once
 
@@ -42,7 +42,7 @@ struct ActivationCheckpointingConfig {
   bool profile = false;
 };
 
-// $.pipeline: the stages of a pipeline (shared/reference/deepspeed.md section 4).
+// $.pipeline: the stages of a pipeline (DeepSpeed's PipelineModule arguments).
 struct PipelineConfig {
   int64_t stages = 1;
   std::string partition_method = "parameters";  // "uniform" or "type:<regex>" too

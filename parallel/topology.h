@@ -1,5 +1,5 @@
-// DeepSpeed's 3D process grid (shared/reference/deepspeed.md section 4.1) and the explicit
-// groups a rank communicates in (DESIGN.md section 5).
+// DeepSpeed's 3D process grid (deepspeed/runtime/pipe/topology.py) and the explicit
+// groups a rank communicates in.
 //
 // Note [3D grid]
 // The world's ranks are laid out over the axes (pipe, data, model), the last fastest:

@@ -9,6 +9,25 @@
 // transformer.ln_f.*, and lm_head.weight (Vp, C) only when the head is not tied. Linear
 // weights use the (out, in) layout; models/gpt2/hf_weights.h converts to Hugging Face's
 // transposed Conv1D layout.
+//
+// Note [Tensor-parallel GPT]
+// With a model-parallel group of P ranks, each rank holds Megatron-LM's slices
+// (megatron/core/tensor_parallel/layers.py): c_attn and mlp.c_fc are column-parallel (each
+// rank computes its H / P heads and its 4C / P hidden units), attn.c_proj and mlp.c_proj
+// row-parallel (their partial outputs summed over the group), wte vocab-parallel (Vp / P
+// rows each; a token outside a rank's rows embeds to zero there and the sum restores it),
+// and the head column-parallel over the vocabulary, its loss the vocabulary-parallel
+// cross-entropy (parallel/tensor/cross_entropy.h). LayerNorms, wpe and biases of
+// row-parallel layers are replicated. Every rank draws the whole parameter from the same
+// (seed, name) stream and keeps its slice, so a sliced model equals the dense one.
+//
+// Note [Pipeline GPT]
+// A pipeline stage holds a GptPart (models/gpt2/stage.h): the first stage the embedding
+// (wte, wpe, dropout), each stage a run of blocks, the last ln_f and the head. A tied head
+// keeps a copy of wte on the last stage; the two copies' gradients are summed over the
+// first and last stages before the optimizer steps (DeepSpeed's ReduceTiedGrads;
+// models/gpt2/pipeline_stage.h). forward_stage() runs one stage: token ids or activations
+// in, activations or logits out.
 #pragma once
 
 #include <cstdint>
@@ -68,11 +87,11 @@ class Gpt : public LanguageModel {
   const GptPart& part() const { return part_; }
   // The tensor-parallel group (of one without one given).
   parallel::Communicator& model_group() const { return model_; }
-  // The dropout stream (its offset is part of a checkpoint's exact-resume state).
+  // The dropout stream; a trainer keys it per step (Note [Exact resume] in
+  // tools/trainer/trainer.h).
   Generator& dropout_generator() override { return dropout_gen_; }
 
  private:
-  // The "transformer" child: embeddings, blocks and the final LayerNorm.
   // The "transformer" child: embeddings, blocks and the final LayerNorm, those `part` holds
   // (wte also on a stage with a tied head).
   struct Transformer : Module {

@@ -1,5 +1,5 @@
 // DeepSpeed's `sparse_attention` config section and the block layouts it describes
-// (deepspeed/ops/sparse_attention/sparsity_config.py; ../shared/reference/deepspeed.md 3.1).
+// (deepspeed/ops/sparse_attention/sparsity_config.py).
 //
 //   "sparse_attention": {"mode": "fixed", "block": 16, "num_local_blocks": 4,
 //                        "num_global_blocks": 1, "attention": "unidirectional"}

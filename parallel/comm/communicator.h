@@ -1,4 +1,5 @@
-// Communicator: one rank's view of a process group (DESIGN.md section 5).
+// Communicator: one rank's view of a process group; every parallel mode talks through one,
+// passed explicitly (no global default group).
 //
 // Note [Communicator contract]
 // Every rank of a group calls the same collectives in the same order with matching sizes

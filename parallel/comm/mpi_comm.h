@@ -1,4 +1,4 @@
-// The MPI backend of Communicator (DESIGN.md section 5): one process per rank, CPU
+// The MPI backend of Communicator (parallel/comm/communicator.h): one process per rank, CPU
 // tensors, launched with mpirun. The production CPU and multi-node path.
 //
 //   int main(int argc, char** argv) {

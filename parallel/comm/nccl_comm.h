@@ -1,4 +1,4 @@
-// The NCCL backend of Communicator (DESIGN.md section 5): one rank per GPU, CUDA tensors,
+// The NCCL backend of Communicator (parallel/comm/communicator.h): one rank per GPU, CUDA tensors,
 // each communicator with its own CUDA stream.
 //
 //   MpiRuntime mpi(&argc, &argv);

@@ -1,6 +1,6 @@
-// DeepSpeed's error-compensated 1-bit all-reduce (shared/reference/deepspeed.md section
-// 2.1), built only from Communicator primitives and the sign-bit kernels, so it runs on
-// every backend.
+// DeepSpeed's error-compensated 1-bit all-reduce (compressed_allreduce in
+// deepspeed/runtime/comm/nccl.py), built only from Communicator primitives and the sign-bit
+// kernels, so it runs on every backend.
 //
 // Note [Compressed all-reduce]
 // A buffer of n elements is padded with zeros to `corrected` = a multiple of W x lcm(W, 8),

@@ -1,5 +1,5 @@
 // 1-bit Adam (Tang et al., arXiv:2102.02888; DeepSpeed's OnebitAdam,
-// shared/reference/deepspeed.md section 2.2).
+// deepspeed/runtime/fp16/onebit/adam.py).
 //
 // Step 1 initializes (Note [1-bit decisions]); steps 2..freeze_step are Adam without bias
 // correction on gradients averaged in full precision; from freeze_step + 1 the variance is

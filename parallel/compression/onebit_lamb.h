@@ -1,5 +1,5 @@
 // 1-bit LAMB (Li et al., arXiv:2104.06069; DeepSpeed's OnebitLamb,
-// shared/reference/deepspeed.md section 2.4).
+// deepspeed/runtime/fp16/onebit/lamb.py).
 //
 // Step 1 initializes (Note [1-bit decisions]). Steps 2..freeze_step are LAMB without bias
 // correction on gradients averaged in full precision, keeping an EMA (coeff_beta) of the

@@ -7,8 +7,7 @@
 // communicates in 1 bit. Every rank of the group must call step() in lockstep.
 //
 // Note [1-bit decisions]
-// Where DeepSpeed has quirks, Tessera decides as follows (shared/reference/deepspeed.md
-// section 2):
+// Where DeepSpeed has quirks (deepspeed/runtime/fp16/onebit/), Tessera decides as follows:
 // - Step 1 is DeepSpeed's dummy initialization step: it counts, but changes nothing (its
 //   gradient is dropped, unreduced). Kept so that freeze_step and var_freeze_step mean the
 //   same steps as in DeepSpeed configs, at the cost of one batch.

@@ -1,5 +1,5 @@
-// When the 1-bit optimizers communicate what (shared/reference/deepspeed.md sections 2.2
-// and 2.3), as data: which kind each optimizer step is, so the timelines are tested
+// When the 1-bit optimizers communicate what (deepspeed/runtime/fp16/onebit/adam.py and
+// zoadam.py), as data: which kind each optimizer step is, so the timelines are tested
 // without communication and the optimizers only follow them.
 //
 // Note [0/1 Adam timeline]

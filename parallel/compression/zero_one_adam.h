@@ -1,5 +1,5 @@
 // 0/1 Adam (Lu et al., arXiv:2202.06009; DeepSpeed's ZeroOneAdam,
-// shared/reference/deepspeed.md section 2.3), following the timeline of Note [0/1 Adam
+// deepspeed/runtime/fp16/onebit/zoadam.py), following the timeline of Note [0/1 Adam
 // timeline] in onebit_schedule.h.
 //
 // While the variance adapts, variance steps update both moments from gradients averaged

@@ -1,6 +1,6 @@
 // Runs the pipeline schedules (parallel/pipeline/schedule.h) over a stage's model and the
 // pipe group: micro-batches in, activations and gradients sent between neighbouring
-// stages, losses out (shared/reference/deepspeed.md section 4.4).
+// stages, losses out (DeepSpeed's PipelineEngine, deepspeed/runtime/pipe/engine.py).
 //
 // Note [Pipeline executor]
 // Rank s of the pipe group is stage s. The executor walks its stage's instruction list:

@@ -1,5 +1,7 @@
 // Splitting a model's layer sequence into pipeline stages with DeepSpeed's partition
-// methods (shared/reference/deepspeed.md section 4.2). A partition is a list of S + 1
+// methods (PipelineModule._partition_layers in deepspeed/runtime/pipe/module.py, with
+// partition_uniform and partition_balanced from deepspeed/runtime/utils.py). A partition
+// is a list of S + 1
 // boundaries: stage s owns layers [parts[s], parts[s + 1]).
 #pragma once
 

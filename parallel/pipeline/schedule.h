@@ -1,6 +1,6 @@
-// Pipeline schedules as data (DESIGN.md section 5): a pure function of (micro-batches,
+// Pipeline schedules as data: a pure function of (micro-batches,
 // stages, stage) returns the instruction list a stage executes, DeepSpeed's TrainSchedule
-// (synchronous 1F1B) and InferenceSchedule (shared/reference/deepspeed.md section 4.3).
+// (synchronous 1F1B) and InferenceSchedule (deepspeed/runtime/pipe/schedule.py).
 // An executor runs the list; the schedules themselves are tested without communication.
 //
 // Note [1F1B schedule]

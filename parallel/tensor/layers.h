@@ -1,4 +1,5 @@
-// Megatron's tensor-parallel layers over a model-parallel group (DESIGN.md section 5). Each
+// Megatron's tensor-parallel layers (megatron/core/tensor_parallel/layers.py) over a
+// model-parallel group. Each
 // holds this rank's slice of the dense layer's parameters under the dense names ("weight",
 // "bias") with a sharded Placement, so a checkpoint of the full tensors maps onto any
 // model-parallel size through model_parallel_slice (parallel/tensor/mappings.h). With a

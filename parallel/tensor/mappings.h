@@ -1,6 +1,6 @@
-// Megatron's tensor-parallel mappings as autograd ops over a model-parallel group
-// (DESIGN.md section 5). Each is the other's transpose: what one does in forward, its
-// partner does in backward.
+// Megatron's tensor-parallel mappings (megatron/core/tensor_parallel/mappings.py) as
+// autograd ops over a model-parallel group. Each is the other's transpose: what one does in
+// forward, its partner does in backward.
 //
 //   copy_to_model_parallel      forward: identity        backward: all-reduce (sum)
 //   reduce_from_model_parallel  forward: all-reduce      backward: identity

@@ -1,5 +1,5 @@
-// The `zero_optimization` section of a DeepSpeed config (shared/reference/deepspeed.md
-// section 1.7), with DeepSpeed's keys and code defaults.
+// The `zero_optimization` section of a DeepSpeed config (deepspeed/runtime/zero/config.py),
+// with DeepSpeed's keys and code defaults.
 #pragma once
 
 #include <cstdint>

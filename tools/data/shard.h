@@ -1,4 +1,4 @@
-// Token shards in llm.c's binary format (shared/reference/performance.md section 6).
+// Token shards in llm.c's binary format (write_datafile in llm.c's dev/data/data_common.py).
 //
 // A shard is a header of 256 little-endian int32 -- [0] = 20240520 (magic), [1] = 1
 // (version), [2] = ntok -- followed by ntok uint16 token ids; the file is exactly

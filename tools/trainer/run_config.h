@@ -1,5 +1,5 @@
 // A training run's JSON config: DeepSpeed's engine keys plus Tessera's `model`, `data` and
-// `trainer` sections (DESIGN.md section 6).
+// `trainer` sections (configs/README.md documents every key).
 //
 //   {
 //     "train_batch_size": 12, "gradient_accumulation_steps": 1, "steps_per_print": 10,

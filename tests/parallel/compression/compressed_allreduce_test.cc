@@ -1,6 +1,6 @@
 // The 1-bit compressed all-reduce (Note [Compressed all-reduce]) on thread ranks against a
 // plain reimplementation of DeepSpeed's algorithm written here with loops over floats:
-// the hand-computed vector of shared/reference/deepspeed.md 2.1, then random inputs of
+// a vector computed by hand from that algorithm, then random inputs of
 // sizes that are not multiples of 8 x W, with exact zeros, over several calls so the error
 // feedback carries; outputs, both error buffers and the scales must agree exactly, and
 // y = s sgn(y) + e must hold (e is y - s sgn(y) rounded once).

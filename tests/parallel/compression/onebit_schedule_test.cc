@@ -1,5 +1,5 @@
-// The 1-bit optimizers' timelines (Note [0/1 Adam timeline]) against the vector of
-// shared/reference/deepspeed.md 2.3, a replay of DeepSpeed's zoadam.py counters for
+// The 1-bit optimizers' timelines (Note [0/1 Adam timeline]) against a replay of
+// DeepSpeed's deepspeed/runtime/fp16/onebit/zoadam.py counters for
 // kappa = 2, var_freeze_step = 20, local_step_scaler = 3, local_step_clipper = 4; 1-bit
 // Adam's three stages; and when the variance freezes.
 #include "parallel/compression/onebit_schedule.h"

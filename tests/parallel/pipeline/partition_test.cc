@@ -1,4 +1,4 @@
-// Pipeline partitioning (shared/reference/deepspeed.md 4.2): DeepSpeed's uniform split, the
+// Pipeline partitioning (deepspeed/runtime/pipe/module.py): DeepSpeed's uniform split, the
 // balanced split against an exhaustive search of every split, DeepSpeed's tie rule, the
 // partition methods over layer descriptions, and their errors.
 #include "parallel/pipeline/partition.h"

@@ -1,4 +1,4 @@
-// DeepSpeed's pipeline schedules (shared/reference/deepspeed.md 4.3) without communication:
+// DeepSpeed's pipeline schedules (deepspeed/runtime/pipe/schedule.py) without communication:
 // the (S=2, M=3) listing produced by DeepSpeed's own schedule.py, the (4, 4) facts, and for
 // every S <= 8 and M <= 16 a simulation of all stages with blocking point-to-point that
 // checks pairing, deadlock freedom, buffer safety and the work each stage does.
