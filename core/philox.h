@@ -9,14 +9,15 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/philox_block.h"
+
 namespace tessera {
 
-// One Philox4x32-10 block: 4 random 32-bit words for a 128-bit counter under a 64-bit key.
-std::array<uint32_t, 4> philox4x32(uint64_t counter_lo, uint64_t counter_hi, uint64_t key);
-
-// Uniform float in [0, 1) from 24 random bits; also the CUDA kernels' mapping.
-inline float uniform_from_bits(uint32_t bits) {
-  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
+// One Philox4x32-10 block (core/philox_block.h): 4 random 32-bit words for a 128-bit
+// counter under a 64-bit key.
+inline std::array<uint32_t, 4> philox4x32(uint64_t counter_lo, uint64_t counter_hi, uint64_t key) {
+  const PhiloxWords r = philox_block(counter_lo, counter_hi, key);
+  return {r.w[0], r.w[1], r.w[2], r.w[3]};
 }
 
 // A random stream: a key (seed) and a position in it (offset, counted in 4-word blocks).

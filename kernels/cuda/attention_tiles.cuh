@@ -46,14 +46,9 @@ constexpr int kMaxHeadDim = 128;
 template <class A>
 constexpr int kVec = static_cast<int>(16 / sizeof(A));
 
-template <class A, int N>
-struct alignas(sizeof(A) * N) Vec {
-  A v[N];
-};
-
 template <int N, class A>
-__device__ __forceinline__ Vec<A, N> load_vec(const A* p) {
-  return *reinterpret_cast<const Vec<A, N>*>(p);
+__device__ __forceinline__ Pack<A, N> load_vec(const A* p) {
+  return *reinterpret_cast<const Pack<A, N>*>(p);
 }
 
 __device__ __forceinline__ float exp_acc(float x) { return ::expf(x); }
@@ -107,7 +102,7 @@ __device__ __forceinline__ void tile_dots(A (&acc)[kRX][kRY], const A* x, const 
   constexpr int kV = kVec<A>;
 #pragma unroll 2
   for (int d = 0; d < kD; d += kV) {
-    Vec<A, kV> a[kRX], b[kRY];
+    Pack<A, kV> a[kRX], b[kRY];
 #pragma unroll
     for (int i = 0; i < kRX; ++i) a[i] = load_vec<kV>(x + (ty + 16 * i) * kLd + d);
 #pragma unroll
@@ -130,14 +125,14 @@ __device__ __forceinline__ void tile_mix(A (&acc)[kRX][Cfg::kCols], const A* w, 
   constexpr int kVO = Cfg::kVecO;
 #pragma unroll 2
   for (int c = 0; c < kN; c += kV) {
-    Vec<A, kV> a[kRX];
+    Pack<A, kV> a[kRX];
 #pragma unroll
     for (int i = 0; i < kRX; ++i) a[i] = load_vec<kV>(w + (ty + 16 * i) * kLdW + c);
 #pragma unroll
     for (int e = 0; e < kV; ++e) {
 #pragma unroll
       for (int h = 0; h < Cfg::kGroups; ++h) {
-        const Vec<A, kVO> b = load_vec<kVO>(z + (c + e) * Cfg::kLd + h * 16 * kVO + tx * kVO);
+        const Pack<A, kVO> b = load_vec<kVO>(z + (c + e) * Cfg::kLd + h * 16 * kVO + tx * kVO);
 #pragma unroll
         for (int i = 0; i < kRX; ++i)
 #pragma unroll

@@ -17,12 +17,6 @@ namespace {
 
 constexpr int kMaxReduceBlocks = 1024;
 
-// VEC consecutive elements, loaded and stored as one vector access.
-template <class T, int VEC>
-struct alignas(sizeof(T) * VEC) Pack {
-  T v[VEC];
-};
-
 template <class T>
 constexpr int vec_of() {
   return static_cast<int>(16 / sizeof(T));

@@ -25,6 +25,12 @@ constexpr cudaStream_t kStream = 0;  // see Note [One compute stream]
 constexpr int kThreads = 256;        // default block size of elementwise kernels
 constexpr int kMaxDims = 8;          // highest tensor rank the strided kernels index
 
+// N consecutive elements of T, loaded and stored as one vector access (16 bytes at most).
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
 // Throws "[op] <call> failed: <name> (<text>)" unless `status` is cudaSuccess.
 inline void check_cuda(cudaError_t status, const char* op, const char* call) {
   TS_CHECK(status == cudaSuccess, "[", op, "] ", call, " failed: ", cudaGetErrorName(status), " (",

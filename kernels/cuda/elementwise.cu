@@ -101,12 +101,6 @@ struct Ptrs {
   const T* p[N];
 };
 
-// VEC consecutive elements, loaded and stored as one vector access.
-template <class T, int VEC>
-struct alignas(sizeof(T) * VEC) Pack {
-  T v[VEC];
-};
-
 template <class T, int VEC>
 bool aligned_for(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * VEC) == 0;

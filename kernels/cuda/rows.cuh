@@ -26,12 +26,6 @@ __device__ __forceinline__ double exp_acc(double v) { return exp(v); }
 __device__ __forceinline__ float log_acc(float v) { return logf(v); }
 __device__ __forceinline__ double log_acc(double v) { return log(v); }
 
-// N elements of T loaded or stored as one 16-byte access.
-template <class T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
-
 // A pack seen as one uint4, so that the compiler emits one 16-byte load or store.
 template <class T, int N>
 union PackBits {
