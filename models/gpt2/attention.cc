@@ -9,10 +9,11 @@
 namespace tessera {
 
 CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen,
-                                         parallel::Communicator& model)
-    : n_head_(cfg.n_head / model.size()),
-      c_attn_(cfg.n_embd, 3 * cfg.n_embd, cfg.bias, model, /*gather_output=*/false, /*parts=*/3),
-      c_proj_(cfg.n_embd, cfg.n_embd, cfg.bias, model, /*input_is_parallel=*/true),
+                                         parallel::Communicator& model_group)
+    : n_head_(cfg.n_head / model_group.size()),
+      c_attn_(cfg.n_embd, 3 * cfg.n_embd, cfg.bias, model_group, /*gather_output=*/false,
+              /*parts=*/3),
+      c_proj_(cfg.n_embd, cfg.n_embd, cfg.bias, model_group, /*input_is_parallel=*/true),
       resid_dropout_(cfg.dropout, gen) {
   if (cfg.sparse_attention) {
     sparse_ = std::make_unique<SparseSelfAttention>(*cfg.sparse_attention, n_head_, cfg.block_size,

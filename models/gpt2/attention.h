@@ -21,10 +21,10 @@ class CausalSelfAttention : public Module {
  public:
   // Children "c_attn" (C -> 3C: q, k, v in that order) and "c_proj" (C -> C); dropout on
   // the output draws from `gen`. The heads are split over the model-parallel group
-  // `model` (Note [Tensor-parallel GPT] in models/gpt2/gpt.h): c_attn is column-parallel
+  // `model_group` (Note [Tensor-parallel GPT] in models/gpt2/gpt.h): c_attn is column-parallel
   // (each rank's q, k and v rows), c_proj row-parallel. With cfg.sparse_attention the
   // heads attend through its block-sparse layout (Note [Sparse GPT attention]).
-  CausalSelfAttention(const GptConfig& cfg, Generator& gen, parallel::Communicator& model);
+  CausalSelfAttention(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group);
 
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
   // Inference over new positions [cache_k/v length, + T): appends their keys and values

@@ -23,11 +23,11 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part, Generator& gen,
-                              parallel::Communicator& model)
+                              parallel::Communicator& model_group)
     : h(part.first_block) {
   if (part.embedding || (part.head && cfg.tie_word_embeddings)) {
     wte = std::make_unique<parallel::VocabParallelEmbedding>(cfg.padded_vocab_size(), cfg.n_embd,
-                                                             model);
+                                                             model_group);
     register_module("wte", *wte);
   }
   if (part.embedding) {
@@ -38,7 +38,7 @@ Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part, Generat
   }
   const int64_t end = part.end_block < 0 ? cfg.n_layer : part.end_block;
   for (int64_t i = part.first_block; i < end; ++i) {
-    h.push_back(std::make_unique<Block>(cfg, gen, model));
+    h.push_back(std::make_unique<Block>(cfg, gen, model_group));
   }
   register_module("h", h);
   if (part.final_norm) {
@@ -77,9 +77,9 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_grou
     : cfg_(cfg),
       part_(part),
       own_group_(own_group(cfg, model_group)),
-      model_(model_group ? *model_group : *own_group_),
+      model_group_(model_group ? *model_group : *own_group_),
       dropout_gen_(Generator::for_name(seed, dropout_stream_name(part))),
-      transformer_(cfg, part, dropout_gen_, model_) {
+      transformer_(cfg, part, dropout_gen_, model_group_) {
   TS_CHECK(part.first_block >= 0 && part.first_block <= cfg.n_layer &&
                (part.end_block < 0 ||
                 (part.end_block >= part.first_block && part.end_block <= cfg.n_layer)),
@@ -87,7 +87,7 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_grou
            cfg.n_layer, "-layer model");
   register_module("transformer", transformer_);
   if (part.head && !cfg.tie_word_embeddings) {
-    const int64_t rows = cfg.padded_vocab_size() / model_.size();  // Vp / P, split like wte
+    const int64_t rows = cfg.padded_vocab_size() / model_group_.size();  // Vp / P, split like wte
     lm_head_ = zeros({rows, cfg.n_embd});
     register_parameter("lm_head.weight", lm_head_, {Placement::Kind::sharded, 0, 1});
   }
@@ -98,7 +98,7 @@ void Gpt::init_weights(uint64_t seed) {
   NoGradGuard no_grad;
   const double std = 0.02;
   const double residual_std = std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
-  const int size = model_.size(), rank = model_.rank();
+  const int size = model_group_.size(), rank = model_group_.rank();
   const int64_t pad = cfg_.padded_vocab_size() - cfg_.vocab_size;
   for (const NamedParameter& p : named_parameters()) {
     Tensor t = p.tensor;
@@ -142,7 +142,7 @@ Tensor Gpt::embed(const Tensor& idx, int64_t start) const {
 
 Tensor Gpt::head(const Tensor& x) const {
   // Replicated activations meet the vocabulary-split weight: a column-parallel product.
-  const Tensor h = parallel::copy_to_model_parallel(x, model_);
+  const Tensor h = parallel::copy_to_model_parallel(x, model_group_);
   // The head's weight is wte's (tied) or this module's own lm_head.
   const bool tied = cfg_.tie_word_embeddings;
   const ModuleCall call(tied ? static_cast<const Module&>(*transformer_.wte) : *this);
@@ -175,9 +175,10 @@ Tensor Gpt::loss(const Tensor& logits, const Tensor& targets) const {
            "[gpt2] loss expects logits (B, T, Vp) and targets (B, T), found ",
            shape_str(logits.shape()), " and ", shape_str(targets.shape()));
   const int64_t rows = logits.size(0) * logits.size(1);
-  if (model_.size() > 1) {
-    return parallel::vocab_parallel_cross_entropy(
-        reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}), cfg_.vocab_size, model_);
+  if (model_group_.size() > 1) {
+    return parallel::vocab_parallel_cross_entropy(reshape(logits, {rows, logits.size(2)}),
+                                                  reshape(targets, {rows}), cfg_.vocab_size,
+                                                  model_group_);
   }
   // The padding columns are not classes (cross_entropy's `classes`).
   return cross_entropy(reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}), -100,
@@ -185,10 +186,10 @@ Tensor Gpt::loss(const Tensor& logits, const Tensor& targets) const {
 }
 
 Tensor Gpt::forward_cached(const Tensor& idx, KvCache& cache) const {
-  TS_CHECK(model_.size() == 1,
+  TS_CHECK(model_group_.size() == 1,
            "[gpt2] KV-cached inference runs on one rank; found a "
            "tensor-parallel group of ",
-           model_.size());
+           model_group_.size());
   require(part_.whole(cfg_), "KV-cached inference needs the whole model");
   NoGradGuard no_grad;
   Tensor x = embed(idx, cache.length);

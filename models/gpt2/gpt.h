@@ -86,7 +86,7 @@ class Gpt : public LanguageModel {
   // The layers this model holds (all of them unless built as a pipeline stage).
   const GptPart& part() const { return part_; }
   // The tensor-parallel group (of one without one given).
-  parallel::Communicator& model_group() const { return model_; }
+  parallel::Communicator& model_group() const { return model_group_; }
   // The dropout stream; a trainer keys it per step (Note [Exact resume] in
   // tools/trainer/trainer.h).
   Generator& dropout_generator() override { return dropout_gen_; }
@@ -96,7 +96,7 @@ class Gpt : public LanguageModel {
   // (wte also on a stage with a tied head).
   struct Transformer : Module {
     Transformer(const GptConfig& cfg, const GptPart& part, Generator& gen,
-                parallel::Communicator& model);
+                parallel::Communicator& model_group);
     std::unique_ptr<parallel::VocabParallelEmbedding> wte;
     std::unique_ptr<Embedding> wpe;
     std::unique_ptr<Dropout> drop;
@@ -115,7 +115,7 @@ class Gpt : public LanguageModel {
   GptConfig cfg_;
   GptPart part_;
   std::unique_ptr<parallel::Communicator> own_group_;  // the group of one, when none is given
-  parallel::Communicator& model_;
+  parallel::Communicator& model_group_;
   // Mutable: a forward pass in training draws dropout masks (the layers hold pointers).
   mutable Generator dropout_gen_;
   Transformer transformer_;

@@ -4,9 +4,9 @@
 
 namespace tessera {
 
-Mlp::Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model)
-    : c_fc_(cfg.n_embd, 4 * cfg.n_embd, cfg.bias, model),
-      c_proj_(4 * cfg.n_embd, cfg.n_embd, cfg.bias, model),
+Mlp::Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group)
+    : c_fc_(cfg.n_embd, 4 * cfg.n_embd, cfg.bias, model_group),
+      c_proj_(4 * cfg.n_embd, cfg.n_embd, cfg.bias, model_group),
       dropout_(cfg.dropout, gen) {
   register_module("c_fc", c_fc_);
   register_module("c_proj", c_proj_);

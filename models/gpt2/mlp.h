@@ -11,9 +11,9 @@ namespace tessera {
 
 class Mlp : public Module {
  public:
-  // Children "c_fc" (column-parallel over `model`) and "c_proj" (row-parallel); dropout on
+  // Children "c_fc" (column-parallel over `model_group`) and "c_proj" (row-parallel); dropout on
   // the output draws from `gen`.
-  Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model);
+  Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group);
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
 
  private:

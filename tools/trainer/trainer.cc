@@ -161,10 +161,11 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
       world_(world),
       groups_(make_groups(cfg_, world)),
       dp_(groups_ ? *groups_->data : world),
-      grads_(device_dp ? *device_dp : dp_) {
-  TS_CHECK(grads_.size() == dp_.size() && grads_.rank() == dp_.rank(),
+      gradient_group_(device_dp ? *device_dp : dp_) {
+  TS_CHECK(gradient_group_.size() == dp_.size() && gradient_group_.rank() == dp_.rank(),
            "[train] expected the device group to have the data-parallel group's ranks, found rank ",
-           grads_.rank(), " of ", grads_.size(), " against rank ", dp_.rank(), " of ", dp_.size());
+           gradient_group_.rank(), " of ", gradient_group_.size(), " against rank ", dp_.rank(),
+           " of ", dp_.size());
   if (device_dp) device_dp->set_simulated_link(cfg_.engine.simulated_link);
   if (leader()) {
     for (const std::string& w : cfg_.warnings) log_warn("{}", w);
@@ -199,7 +200,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
   model_->to(t.device, cfg_.engine.precision);
   const optim::OptimizerConfig& oc = cfg_.engine.optimizer;
   optimizer_ = std::make_unique<parallel::ZeroOptimizer>(
-      grads_, *model_,
+      gradient_group_, *model_,
       optim::decay_groups(model_->named_parameters(), oc.lr, oc.weight_decay, t.no_decay_1d,
                           t.no_decay_names),
       oc, cfg_.engine.zero,
@@ -290,7 +291,7 @@ nlohmann::json Trainer::model_json() const {
   return j;
 }
 
-data::Batch Trainer::objective(const data::Batch& window, uint64_t counter) const {
+data::Batch Trainer::model_batch(const data::Batch& window, uint64_t counter) const {
   if (!cfg_.bert) return window;
   const MaskedBatch m = mask_tokens(window.inputs, *cfg_.bert, cfg_.trainer.seed, counter);
   return {m.inputs, m.targets};
@@ -374,7 +375,7 @@ void Trainer::restore_rank_state(const StateDict& saved, bool same_layout) {
 }
 
 double Trainer::train_step() {
-  step_bytes_start_ = grads_.stats().total_bytes_sent();
+  step_bytes_start_ = gradient_group_.stats().total_bytes_sent();
   if (const parallel::OneBitOptimizer* onebit = optimizer_->onebit()) {
     comm_path_ = parallel::onebit_step_name(onebit->next_step_kind());
   }
@@ -387,7 +388,7 @@ double Trainer::train_step() {
   Tensor loss_sum;  // f64, on the device
   for (int64_t micro = 0; micro < gas; ++micro) {
     const uint64_t counter = (step_ * gas + micro) * dp_.size() + dp_.rank();
-    const data::Batch b = objective(train_loader_->next(), counter);
+    const data::Batch b = model_batch(train_loader_->next(), counter);
     const Device device = cfg_.trainer.device;
     const Tensor loss =
         model_->loss(model_->forward(to_device(b.inputs, device)), to_device(b.targets, device));
@@ -425,7 +426,7 @@ double Trainer::finish_step(double loss) {
   }
   ++step_;
   const double mean = global_mean(loss);
-  step_bytes_ = grads_.stats().total_bytes_sent() - step_bytes_start_;
+  step_bytes_ = gradient_group_.stats().total_bytes_sent() - step_bytes_start_;
   return mean;
 }
 
@@ -458,7 +459,7 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < cfg_.trainer.eval_batches; ++i) {
     // Counters of their own, the same at every evaluation (Note [Masked-LM runs]).
     const uint64_t counter = (uint64_t{1} << 62) + i * dp_.size() + dp_.rank();
-    const data::Batch b = objective(val_loader_->next(), counter);
+    const data::Batch b = model_batch(val_loader_->next(), counter);
     const Device device = cfg_.trainer.device;
     accumulate(total, model_->loss(model_->forward(to_device(b.inputs, device)),
                                    to_device(b.targets, device)));
@@ -550,7 +551,7 @@ TrainResult Trainer::run() {
                 : fmt::format("FMA peak {:.0f} GFLOP/s on {} threads per rank",
                               peak / world_.size() / 1e9, num_threads()));
   }
-  grads_.reset_stats();
+  gradient_group_.reset_stats();
   if (groups_) groups_->pipe->reset_stats(), groups_->model->reset_stats();
   const bool bar = leader() && ::isatty(STDERR_FILENO) != 0;
   TrainResult result;
@@ -634,8 +635,8 @@ TrainResult Trainer::run() {
                m.total() / 1e6, m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6);
       const int64_t steps = std::max<int64_t>(step_ - first, 1);
       log_info("rank 0 communication, {} steps: {:.2f} MB sent per step", steps,
-               static_cast<double>(grads_.stats().total_bytes_sent()) / steps / 1e6);
-      std::istringstream lines(grads_.stats().summary());
+               static_cast<double>(gradient_group_.stats().total_bytes_sent()) / steps / 1e6);
+      std::istringstream lines(gradient_group_.stats().summary());
       for (std::string line; std::getline(lines, line);) log_info("  {}", line);
     }
     if (groups_) {
@@ -643,7 +644,7 @@ TrainResult Trainer::run() {
       log_info(
           "rank 0 bytes sent per step: data group {:.3f} MB, pipe group {:.3f} MB, model "
           "group {:.3f} MB",
-          static_cast<double>(grads_.stats().total_bytes_sent()) / steps / 1e6,
+          static_cast<double>(gradient_group_.stats().total_bytes_sent()) / steps / 1e6,
           static_cast<double>(groups_->pipe->stats().total_bytes_sent()) / steps / 1e6,
           static_cast<double>(groups_->model->stats().total_bytes_sent()) / steps / 1e6);
     }

@@ -107,7 +107,7 @@ class Trainer {
   double train_step();  // one optimizer step; returns the mean micro-batch loss
   // The model's inputs and targets from a window of the data (Note [Masked-LM runs]):
   // the window and its next tokens for GPT, its masking number `counter` for BERT.
-  data::Batch objective(const data::Batch& window, uint64_t counter) const;
+  data::Batch model_batch(const data::Batch& window, uint64_t counter) const;
   // The model section as checkpoints record it (with the sparse layout of a BERT run).
   nlohmann::json model_json() const;
   double evaluate();  // mean validation loss over eval_batches batches (of every rank)
@@ -137,8 +137,8 @@ class Trainer {
   RunConfig cfg_;
   parallel::Communicator& world_;
   std::unique_ptr<parallel::ParallelGroups> groups_;  // pipeline or tensor-parallel runs
-  parallel::Communicator& dp_;     // the data-parallel group (the world without 3D)
-  parallel::Communicator& grads_;  // ZeroOptimizer's group: dp_ or the device group
+  parallel::Communicator& dp_;              // the data-parallel group (the world without 3D)
+  parallel::Communicator& gradient_group_;  // ZeroOptimizer's group: dp_ or the device group
   std::unique_ptr<LanguageModel> model_;
   uint64_t dropout_key_ = 0;  // the model's own dropout key, before any step re-keyed it
   Gpt* gpt_ = nullptr;        // model_ of a GPT run
