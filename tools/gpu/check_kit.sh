@@ -39,10 +39,16 @@ for part in probe tests bench train sanitize; do
 done
 # The fallback: the probe rebuilt from the recorded commands (Note [Rebuilding the bundle]
 # in tools/gpu/record_build.py) outside Bazel, against this checkout, still starts and
-# says why there is no device.
-OUT=$work/out_rebuild bash tools/gpu/run.sh --bundle "$work/tessera-gpu.tar.xz" --rebuild \
-  --parts probe > "$work/rebuild.log" 2>&1 ||
-  fail "run.sh --rebuild exited non-zero: $(tr '\n' ' ' < "$work/rebuild.log")"
+# says why there is no device. The first nvcc on PATH is a wrapper script outside the
+# toolkit, as on machines with /usr/local/bin/nvcc: rebuild.py must still find the
+# toolkit's headers.
+nvcc=$(command -v nvcc || echo "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc")
+mkdir -p "$work/wrapper/bin"
+printf '#!/bin/sh\nexec %s "$@"\n' "$(readlink -f "$nvcc")" > "$work/wrapper/bin/nvcc"
+chmod +x "$work/wrapper/bin/nvcc"
+PATH=$work/wrapper/bin:$PATH OUT=$work/out_rebuild bash tools/gpu/run.sh \
+  --bundle "$work/tessera-gpu.tar.xz" --rebuild --parts probe > "$work/rebuild.log" 2>&1 ||
+  fail "run.sh --rebuild exited non-zero: $(tr '\n' ' ' < "$work/rebuild.log") $(head -3 "$work/out_rebuild/rebuild.log" 2>/dev/null | cut -c1-400)"
 grep -q "^rebuild: passed" "$work/rebuild.log" ||
   fail "run.sh --rebuild did not rebuild: $(tr '\n' ' ' < "$work/rebuild.log") $(tail -5 "$work/out_rebuild/rebuild.log" 2>/dev/null)"
 grep -q "^probe: skipped: no CUDA device" "$work/rebuild.log" ||

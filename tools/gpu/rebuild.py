@@ -24,9 +24,22 @@ RECORDED_CUDA = "/usr/local/cuda"
 
 
 def cuda_home():
-    """This machine's CUDA toolkit: the folder above the nvcc on PATH, else /usr/local/cuda."""
+    """This machine's CUDA toolkit: the first of $CUDA_PATH, $CUDA_HOME, the folder above
+    the nvcc on PATH (links resolved) and /usr/local/cuda that holds both bin/nvcc and
+    include/cuda_runtime_api.h. The nvcc on PATH may be a wrapper script outside the
+    toolkit (/usr/local/bin/nvcc running /usr/local/cuda-13.0/bin/nvcc), whose folder has
+    no CUDA headers, so every candidate is checked."""
     nvcc = shutil.which("nvcc")
-    return os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if nvcc else RECORDED_CUDA
+    candidates = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"),
+                  os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if nvcc else None,
+                  RECORDED_CUDA]
+    tried = [c for c in candidates if c]
+    for c in tried:
+        if (os.path.isfile(os.path.join(c, "bin", "nvcc")) and
+                os.path.isfile(os.path.join(c, "include", "cuda_runtime_api.h"))):
+            return c
+    sys.exit("rebuild.py: expected a CUDA toolkit (bin/nvcc and include/cuda_runtime_api.h) "
+             f"in one of {', '.join(tried)}, found none (set CUDA_PATH)")
 
 
 def make_execroot(root, repo, cuda):
@@ -110,9 +123,12 @@ def main(root, repo, jobs):
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         for lvl in range(max(level, default=-1) + 1):
             batch = [a for a, l in zip(actions, level) if l == lvl]
-            for code, argv, output in pool.map(lambda a: run(a, execroot, root, cuda), batch):
+            results = pool.map(lambda a: run(a, execroot, root, cuda), batch)
+            for action, (code, argv, output) in zip(batch, results):
                 if code != 0:
-                    print(f"rebuild.py: failed (exit {code}): {' '.join(argv)}\n{output}")
+                    errors = [l for l in output.splitlines() if "error" in l] or [""]
+                    print(f"rebuild.py: failed (exit {code}) making {action['outputs'][0]}: {errors[0]}\n"
+                          f"{' '.join(argv)}\n{output}")
                     return 1
     linked = [a for a in actions if "argv" in a and a["argv"][0].endswith("gcc") and "-c" not in a["argv"]]
     binaries = [a["outputs"][0] for a in linked if "-shared" not in a["argv"]]
