@@ -91,6 +91,7 @@ int train_mpi(int* argc, char*** argv, const std::string& config, tessera::train
       device = tessera::Device::cuda(device.index + mpi.local_rank());
       gpus = tessera::parallel::nccl_group(*world, device.index, options);
     }
+    tessera::train::apply_run_environment(*cfg, *world, gpus.get());
     tessera::train::Trainer trainer(std::move(*cfg), mode, *world, gpus.get());
     trainer.run();
   } catch (const std::exception& e) {
@@ -130,7 +131,9 @@ int train_main(int argc, char** argv) {
   }
   std::unique_ptr<Communicator> single =
       std::move(tessera::parallel::make_thread_group(1, options)[0]);
-  tessera::train::Trainer trainer(tessera::train::load_run_config(config), mode, *single);
+  tessera::train::RunConfig cfg = tessera::train::load_run_config(config);
+  tessera::train::apply_run_environment(cfg, *single);
+  tessera::train::Trainer trainer(std::move(cfg), mode, *single);
   trainer.run();
   return 0;
 }

@@ -62,7 +62,8 @@ class Bert : public LanguageModel {
   void set_activation_checkpointing(int64_t interval) override { checkpoint_interval_ = interval; }
 
   const BertConfig& config() const { return cfg_; }
-  // The dropout stream (its offset is part of a checkpoint's exact-resume state).
+  // The dropout stream; the engine keys it per step (Note [Dropout per step] in
+  // parallel/engine/engine.h).
   Generator& dropout_generator() override { return dropout_gen_; }
   // Encoder layer i (tests and tools inspect its attention, e.g. the sparse layout).
   const BertLayer& layer(size_t i) const {

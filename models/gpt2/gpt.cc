@@ -161,6 +161,14 @@ Tensor Gpt::forward(const Tensor& idx) const {
   return forward_stage(idx);
 }
 
+std::vector<std::string> Gpt::tied_parameter_names() const {
+  const bool split = !(part_.embedding && part_.head);
+  if (cfg_.tie_word_embeddings && split && (part_.embedding || part_.head)) {
+    return {"transformer.wte.weight"};
+  }
+  return {};
+}
+
 Tensor Gpt::forward_stage(const Tensor& input) const {
   Tensor x = part_.embedding ? embed(input, 0) : input;
   x = blocks(x);

@@ -22,22 +22,24 @@
 // (seed, name) stream and keeps its slice, so a sliced model equals the dense one.
 //
 // Note [Pipeline GPT]
-// A pipeline stage holds a GptPart (models/gpt2/stage.h): the first stage the embedding
-// (wte, wpe, dropout), each stage a run of blocks, the last ln_f and the head. A tied head
-// keeps a copy of wte on the last stage; the two copies' gradients are summed over the
-// first and last stages before the optimizer steps (DeepSpeed's ReduceTiedGrads;
-// models/gpt2/pipeline_stage.h). forward_stage() runs one stage: token ids or activations
-// in, activations or logits out.
+// A pipeline stage holds a GptPart (models/gpt2/pipeline_part.h): the first stage the
+// embedding (wte, wpe, dropout), each stage a run of blocks, the last ln_f and the head. A
+// tied head keeps a copy of wte on the last stage; both stages list it in
+// tied_parameter_names(), and the engine sums the two copies' gradients before the
+// optimizer steps (DeepSpeed's ReduceTiedGrads; parallel/engine/model_stage.h).
+// forward_stage() runs one stage: token ids or activations in, activations or logits out.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "autograd/module.h"
 #include "core/philox.h"
 #include "models/gpt2/block.h"
 #include "models/gpt2/config.h"
 #include "models/gpt2/kv_cache.h"
-#include "models/gpt2/stage.h"
+#include "models/gpt2/pipeline_part.h"
 #include "models/language_model.h"
 #include "models/layers/dropout.h"
 #include "models/layers/embedding.h"
@@ -69,7 +71,7 @@ class Gpt : public LanguageModel {
   Tensor forward(const Tensor& idx) const override;
   // This stage's layers: token ids (B, T) when it holds the embedding, else the previous
   // stage's (B, T, C); returns the logits when it holds the head, else (B, T, C).
-  Tensor forward_stage(const Tensor& input) const;
+  Tensor forward_stage(const Tensor& input) const override;
   // Mean cross-entropy over the first vocab_size logits (padding is never predicted), from
   // forward()'s logits. Collective over the model group. Needs the head.
   Tensor loss(const Tensor& logits,
@@ -82,13 +84,18 @@ class Gpt : public LanguageModel {
   // consecutive blocks form one checkpoint (0: none; 1, or true: each block).
   void set_activation_checkpointing(int64_t interval) override { checkpoint_interval_ = interval; }
 
+  parallel::ModelCapabilities capabilities() const override { return {true, true}; }
+  // {"transformer.wte.weight"} on the two stages of a pipeline that hold wte when the head
+  // is tied (Note [Pipeline GPT]); empty otherwise.
+  std::vector<std::string> tied_parameter_names() const override;
+
   const GptConfig& config() const { return cfg_; }
   // The layers this model holds (all of them unless built as a pipeline stage).
   const GptPart& part() const { return part_; }
   // The tensor-parallel group (of one without one given).
   parallel::Communicator& model_group() const { return model_group_; }
-  // The dropout stream; a trainer keys it per step (Note [Exact resume] in
-  // tools/trainer/trainer.h).
+  // The dropout stream; the engine keys it per step (Note [Dropout per step] in
+  // parallel/engine/engine.h).
   Generator& dropout_generator() override { return dropout_gen_; }
 
  private:

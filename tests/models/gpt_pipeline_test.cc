@@ -12,8 +12,8 @@
 #include "core/factories.h"
 #include "core/philox.h"
 #include "models/gpt2/gpt.h"
-#include "models/gpt2/pipeline_stage.h"
 #include "parallel/comm/thread_comm.h"
+#include "parallel/engine/model_stage.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/partition.h"
 #include "tests/testing.h"
@@ -75,11 +75,12 @@ TEST_CASE("a pipelined GPT equals gradient accumulation without a pipeline", "[p
         std::mutex mutex;
         parallel::run_thread_ranks(stages, [&](parallel::Communicator& pipe) {
           Gpt model(config(), kSeed, nullptr, part_of_stage(config(), parts, pipe.rank()));
-          GptPipelineStage stage(model);
+          parallel::ModelStage stage(model);
           parallel::pipeline::PipelineExecutor executor(pipe, stage);
           const double loss = executor.train_batch(batches);
-          const std::unique_ptr<parallel::Communicator> tied = tied_stage_group(pipe);
-          if (tied) reduce_tied_gradients(model, *tied);
+          const std::unique_ptr<parallel::Communicator> tied =
+              parallel::tied_stage_group(model, pipe);
+          if (tied) parallel::reduce_tied_gradients(model, *tied);
           Grads g;
           for (const NamedParameter& p : model.named_parameters()) {
             g[p.name] = p.tensor.grad().to_vector<float>();

@@ -16,10 +16,9 @@
 #include "core/factories.h"
 #include "core/philox.h"
 #include "models/gpt2/gpt.h"
-#include "models/gpt2/pipeline_stage.h"
 #include "optim/config.h"
 #include "parallel/comm/thread_comm.h"
-#include "parallel/pipeline/executor.h"
+#include "parallel/engine/engine.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/tensor/mappings.h"
 #include "parallel/topology.h"
@@ -104,44 +103,31 @@ Trace single_process() {
   return t;
 }
 
-// One rank of the 3D run.
+// One rank of the 3D run, through the engine (its pipeline executor, tied-weight reduction,
+// ZeRO-1 and clipping).
 Trace rank_run(parallel::Communicator& world, const parallel::ProcessGrid& grid) {
-  const parallel::ParallelGroups g = parallel::make_parallel_groups(world, grid);
+  parallel::ParallelGroups g = parallel::make_parallel_groups(world, grid);
   const std::vector<int> parts = parallel::pipeline::partition_layers(
       pipeline_layers(config()), grid.pipe_size(), "parameters");
   Gpt model(config(), kSeed, g.model.get(), part_of_stage(config(), parts, g.coord.pipe));
-  const optim::OptimizerConfig oc = adamw();
-  parallel::ZeroConfig zc;
-  zc.stage = 1;
-  parallel::ZeroOptimizer zero(
-      *g.data, model,
-      optim::decay_groups(model.named_parameters(), oc.lr, oc.weight_decay, true, {}), oc, zc);
-  std::set<std::string> duplicates;
-  const bool last_stage = g.coord.pipe == grid.pipe_size() - 1;
-  for (const NamedParameter& p : model.named_parameters()) {
-    const bool replica = g.coord.model > 0 && p.placement.kind == Placement::Kind::replicated;
-    const bool tied_copy = last_stage && grid.pipe_size() > 1 && p.name == "transformer.wte.weight";
-    if (replica || tied_copy) duplicates.insert(p.name);
-  }
-  zero.set_model_parallel_norm(*g.pipe_model, duplicates);
-  GptPipelineStage stage(model, [&zero](const Tensor& root, const Tensor& grad, bool) {
-    zero.backward_unreduced(root, grad);
-  });
-  parallel::pipeline::PipelineExecutor executor(*g.pipe, stage);
-  const std::unique_ptr<parallel::Communicator> tied = tied_stage_group(*g.pipe);
+  parallel::EngineConfig ec;
+  ec.optimizer = adamw();
+  ec.zero.stage = 1;
+  ec.gradient_clipping = 1.0;
+  ec.batch.gradient_accumulation_steps = kMicro;
+  ec.pipeline.stages = grid.pipe_size();
+  ec.tensor_parallel.tp_size = grid.model_size();
+  parallel::Engine engine(ec, model,
+                          optim::decay_groups(model.named_parameters(), ec.optimizer.lr,
+                                              ec.optimizer.weight_decay, true, {}),
+                          Device::cpu(), *g.data, &g);
   Trace t;
   for (int step = 0; step < kSteps; ++step) {
-    zero.zero_grad();
     std::vector<parallel::pipeline::MicroBatch> mbs;
     for (int k = 0; k < kMicro; ++k) mbs.push_back(micro_batch(step, g.coord.data, k));
-    const double loss = executor.train_batch(mbs);
-    if (tied) reduce_tied_gradients(model, *tied);
-    zero.reduce_gradients();
-    t.norms.push_back(zero.clip_grad_norm(1.0));
-    zero.step();
-    const Tensor mean = scalar_tensor(loss / kData, {DType::f64}).view({1});
-    g.data->all_reduce(mean);
-    t.losses.push_back(mean.to_vector<double>()[0]);
+    const parallel::StepStats s = engine.train_batch(mbs);
+    t.norms.push_back(s.grad_norm);
+    t.losses.push_back(s.loss);
   }
   for (const NamedParameter& p : model.named_parameters()) {
     t.params[p.name] = p.tensor.detach().clone();

@@ -17,7 +17,7 @@
 // timed steps in rounds alternating with ours (--round steps each), so a drift in the shared
 // host's speed hits both; the ratio is of the two medians over all rounds, and the spread
 // of the per-round ratios is printed beside it.
-// The FMA peak (tools/bench/fma_peak.h) is measured twice, before and after the timed steps,
+// The FMA peak (tools/perf/fma_peak.h) is measured twice, before and after the timed steps,
 // and the shares use the higher value: on a shared host the two can differ by 20%, and the
 // higher one gives the lower, conservative share. The PyTorch ratio is only called met or
 // not when torch ran on an optimized BLAS (OpenBLAS, MKL or BLIS): Debian's default
@@ -48,11 +48,11 @@
 #include "core/philox.h"
 #include "models/gpt2/gpt.h"
 #include "optim/adam.h"
-#include "tools/bench/fma_peak.h"
 #include "tools/bench/python_reference.h"
 #include "tools/bench/step_gemms.h"
 #include "tools/bench/torch_reference.h"
 #include "tools/cli/flags.h"
+#include "tools/perf/fma_peak.h"
 
 namespace tessera {
 namespace {
@@ -263,7 +263,7 @@ int bench_main(int argc, char** argv) {
   };
   // The peak is measured before and after the steps; the shares use the higher of the two
   // (Note [GPT-2 step benchmark accounting]).
-  const double peak_before = bench::measure_fma_peak(static_cast<int>(threads), 0.5);
+  const double peak_before = perf::measure_fma_peak(static_cast<int>(threads), 0.5);
   Timings t;
   double first_loss = 0, last_loss = 0;
   double activations = 0, peak_allocated = 0, grads_and_state = 0;
@@ -302,7 +302,7 @@ int bench_main(int argc, char** argv) {
   if (perf_ctl != nullptr) std::fclose(perf_ctl);
   const int64_t rss_peak = peak_rss();
   const double reserved = static_cast<double>(cpu_stats().reserved);
-  const double peak_after = bench::measure_fma_peak(static_cast<int>(threads), 0.5);
+  const double peak_after = perf::measure_fma_peak(static_cast<int>(threads), 0.5);
   const double peak = std::max(peak_before, peak_after);
 
   const double step_med = median(t.step), step_mean = mean(t.step);

@@ -31,13 +31,12 @@
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "models/gpt2/gpt.h"
-#include "models/gpt2/pipeline_stage.h"
-#include "optim/optimizer.h"
+#include "optim/config.h"
 #include "parallel/comm/thread_comm.h"
+#include "parallel/engine/engine.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/topology.h"
-#include "parallel/zero/zero_optimizer.h"
 #include "tools/cli/flags.h"
 
 namespace tessera {
@@ -126,33 +125,27 @@ void volumes(const GptConfig& cfg, int64_t seq) {
   parallel::run_thread_ranks(
       grid.world_size(),
       [&](parallel::Communicator& world) {
-        const parallel::ParallelGroups g = parallel::make_parallel_groups(world, grid);
+        parallel::ParallelGroups g = parallel::make_parallel_groups(world, grid);
         const std::vector<int> parts = parallel::pipeline::partition_layers(
             pipeline_layers(cfg), grid.pipe_size(), "parameters");
         const GptPart part = part_of_stage(cfg, parts, g.coord.pipe);
         Gpt model(cfg, 1, g.model.get(), part);
-        optim::OptimizerConfig oc;
-        parallel::ZeroConfig zc;
-        zc.stage = 1;
-        parallel::ZeroOptimizer zero(
-            *g.data, model, optim::decay_groups(model.named_parameters(), oc.lr, 0.0, true, {}), oc,
-            zc);
-        GptPipelineStage stage(model, [&zero](const Tensor& root, const Tensor& grad, bool) {
-          zero.backward_unreduced(root, grad);
-        });
-        parallel::pipeline::PipelineExecutor executor(*g.pipe, stage);
-        const std::unique_ptr<parallel::Communicator> tied = tied_stage_group(*g.pipe);
+        parallel::EngineConfig ec;
+        ec.zero.stage = 1;
+        ec.gradient_clipping = 1.0;
+        ec.batch.gradient_accumulation_steps = micro;
+        ec.pipeline.stages = grid.pipe_size();
+        ec.tensor_parallel.tp_size = grid.model_size();
+        parallel::Engine engine(
+            ec, model,
+            optim::decay_groups(model.named_parameters(), ec.optimizer.lr, 0.0, true, {}),
+            Device::cpu(), *g.data, &g);
         std::vector<parallel::pipeline::MicroBatch> batches;
         for (int m = 0; m < micro; ++m) {
           batches.push_back({zeros({1, seq}, {DType::i64}), zeros({1, seq}, {DType::i64})});
         }
         g.data->reset_stats(), g.pipe->reset_stats(), g.model->reset_stats();
-        zero.zero_grad();
-        executor.train_batch(batches);
-        if (tied) reduce_tied_gradients(model, *tied);
-        zero.reduce_gradients();
-        zero.clip_grad_norm(1.0);
-        zero.step();
+        engine.train_batch(batches);
         // Analytic: activations (1, T, C) in f32.
         const double act = static_cast<double>(seq * cfg.n_embd * 4);
         const double tp = grid.model_size(), dp = grid.data_size();

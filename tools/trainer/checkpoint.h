@@ -38,30 +38,20 @@
 
 #include "autograd/module.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/engine/engine.h"
 
 namespace tessera::train {
 
 // The key of a rank's parameter shard in its optimizer shard file (ZeRO stage 3, whose
 // checkpoints have no model.safetensors; load_checkpoint() reassembles the weights).
-inline constexpr const char* kParameterShard = "param";
+using parallel::kParameterShard;
 
-struct CheckpointContents {
-  // Whole weights. Saving: empty when the weights are in the shards (kParameterShard).
-  StateDict model;
-  StateDict optimizer;  // whole optimizer state; empty when it is sharded
-  // Saving: this rank's optimizer shard (empty when not sharded). Loading: every rank's
-  // shard, in rank order.
-  std::vector<StateDict> optimizer_shards;
-  nlohmann::json state;  // trainer state (see Trainer)
-  // Pipeline runs (Note [3D checkpoints] in tools/trainer/trainer.h). Saving: `parts` > 0
-  // stage files, and the index of the one this rank writes (its weights in `model`, its
-  // whole optimizer state in `optimizer`), or -1. Loading reads the parts back merged into
-  // `model` and `optimizer`, as if one process had saved them.
-  int parts = 0;
-  int part = -1;
-  // The per-rank optimizer state (ZeroOptimizer::rank_state()) of this rank, saved by every
-  // rank or by none. Loading: the state of the rank load_checkpoint() was asked for.
-  StateDict rank_state;
+// The engine's tensors (parallel::EngineCheckpoint: whole weights, whole or sharded
+// optimizer state, a pipeline run's parts, per-rank state) and state.json. Loading, the
+// parts come back merged into `model` and `optimizer`, as if one process had saved them,
+// and `rank_state` is the state of the rank load_checkpoint() was asked for.
+struct CheckpointContents : parallel::EngineCheckpoint {
+  nlohmann::json state;  // state.json: the engine's counters and the trainer's (see Trainer)
 };
 
 class CheckpointDir {

@@ -1,9 +1,13 @@
 #include "tools/trainer/run_config.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace tessera::train {
 namespace {
@@ -167,6 +171,46 @@ RunConfig load_run_config(const std::string& path, int64_t world_size) {
   const nlohmann::json doc = parse_json_file(path);
   const std::string stem = std::filesystem::path(path).stem().string();
   return parse_run_config(doc, path, ".runs/" + stem, world_size);
+}
+
+namespace {
+
+// The fraction of (query, key) blocks a sparse layout computes at `seq_len` positions.
+double layout_density(const SparsityConfig& s, int64_t heads, int64_t seq_len) {
+  const int64_t padded = (seq_len + s.block - 1) / s.block * s.block;
+  const Tensor layout = make_sparsity_layout(s, heads, padded, /*seed=*/0);
+  const std::vector<int64_t> bits = layout.to_vector<int64_t>();
+  int64_t on = 0;
+  for (const int64_t b : bits) on += b != 0;
+  return static_cast<double>(on) / static_cast<double>(bits.size());
+}
+
+}  // namespace
+
+double model_flops_per_token(const RunConfig& c) {
+  const bool bert = c.bert.has_value();
+  const int64_t layers = bert ? c.bert->n_layer : c.model.n_layer;
+  const int64_t heads = bert ? c.bert->n_head : c.model.n_head;
+  const int64_t width = bert ? c.bert->n_embd : c.model.n_embd;
+  const double params =
+      static_cast<double>(bert ? c.bert->num_parameters() : c.model.num_parameters());
+  const std::optional<SparsityConfig>& sparse =
+      bert ? c.sparse_attention : c.model.sparse_attention;
+  const double density = sparse ? layout_density(*sparse, heads, c.data.seq_len) : 1.0;
+  return 6.0 * params + 12.0 * density * static_cast<double>(layers * width * c.data.seq_len);
+}
+
+std::string describe_model(const RunConfig& c) {
+  const bool bert = c.bert.has_value();
+  const std::optional<SparsityConfig>& sparse =
+      bert ? c.sparse_attention : c.model.sparse_attention;
+  return fmt::format("{} {} layers, {} heads, width {}, {} parameters, {} attention",
+                     bert ? "BERT (masked LM)" : "GPT-2", bert ? c.bert->n_layer : c.model.n_layer,
+                     bert ? c.bert->n_head : c.model.n_head, bert ? c.bert->n_embd : c.model.n_embd,
+                     bert ? c.bert->num_parameters() : c.model.num_parameters(),
+                     sparse ? fmt::format("block-sparse ({}, block {})",
+                                          sparsity_mode_name(sparse->mode), sparse->block)
+                            : std::string("dense"));
 }
 
 }  // namespace tessera::train

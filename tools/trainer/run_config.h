@@ -89,4 +89,12 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
 // Reads `path` strictly (duplicate keys are errors) and parses it.
 RunConfig load_run_config(const std::string& path, int64_t world_size = 1);
 
+// Training FLOPs per token of the configured model at data.seq_len, PaLM appendix B:
+// 6N + 12 L H Q T (N counts every parameter); a sparse layout scales the attention term by
+// the fraction of blocks it computes.
+double model_flops_per_token(const RunConfig& config);
+// The model for the log: "GPT-2 12 layers, 12 heads, width 768, 124439808 parameters,
+// dense attention".
+std::string describe_model(const RunConfig& config);
+
 }  // namespace tessera::train

@@ -23,8 +23,8 @@ SavedTrainerState read_trainer_state(const nlohmann::json& state, const std::str
   const nlohmann::json* loader = s.raw("loader");
   TS_CHECK(loader != nullptr, "[checkpoint] ", where, ": $.loader: required key missing");
   out.loader = data::LoaderState::from_json(*loader, where + " $.loader");
-  // Written before the dropout stream was keyed per step (Note [Exact resume] in
-  // tools/trainer/trainer.h); the step has it now.
+  // Written before the dropout stream was keyed per step (Note [Dropout per step] in
+  // parallel/engine/engine.h); the step has it now.
   s.raw("dropout_offset");
   if (const nlohmann::json* scaler = s.raw("loss_scaler")) {
     out.loss_scaler = optim::LossScalerState::from_json(*scaler, where + " $.loss_scaler");

@@ -3,25 +3,19 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 
-#include "optim/loss_scaler.h"
-#include "parallel/zero/flat_layout.h"
+#include "parallel/engine/engine.h"
 #include "tools/data/loader.h"
 
 namespace tessera::train {
 
-// A checkpoint's state.json, validated: every key Trainer writes, with its type and
-// range; unknown keys are errors.
-struct SavedTrainerState {
-  int64_t step = 0;  // optimizer steps done
-  int64_t scheduler_last_batch_iteration = 0;
+// A checkpoint's state.json, validated: every key Trainer writes (the engine's counters,
+// parallel::Engine::state_json(), and the trainer's own), with its type and range; unknown
+// keys are errors.
+struct SavedTrainerState : parallel::EngineCounters {
   data::LoaderState loader;
-  nlohmann::json model;                             // the model section (Trainer::model_json())
-  std::optional<nlohmann::json> grid;               // [pipe, data, model] of the run that saved it
-  std::optional<parallel::FlatLayout> zero_layout;  // $.zero.layout: sharded optimizer state
-  std::optional<optim::LossScalerState> loss_scaler;  // fp16 runs
+  nlohmann::json model;  // the model section (Trainer::model_json())
 };
 
 // Reads `state` (the parsed state.json of the checkpoint `source` names). Throws, naming

@@ -12,7 +12,9 @@ namespace tessera::testing {
 inline void train_on_threads(const nlohmann::json& doc, const std::filesystem::path& dir, int world,
                              train::ResumeMode mode) {
   parallel::run_thread_ranks(world, [&](parallel::Communicator& comm) {
-    train::Trainer trainer(train::parse_run_config(doc, "test", dir.string(), world), mode, comm);
+    train::RunConfig cfg = train::parse_run_config(doc, "test", dir.string(), world);
+    train::apply_run_environment(cfg, comm);
+    train::Trainer trainer(std::move(cfg), mode, comm);
     trainer.run();
   });
 }

@@ -1,4 +1,4 @@
-#include "tools/bench/fma_peak.h"
+#include "tools/perf/fma_peak.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace tessera::bench {
+namespace tessera::perf {
 namespace {
 
 // Note [Measuring the FMA peak]
@@ -95,4 +95,4 @@ double measure_fma_peak(int threads, double seconds) {
   return best;
 }
 
-}  // namespace tessera::bench
+}  // namespace tessera::perf

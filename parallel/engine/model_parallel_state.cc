@@ -1,4 +1,4 @@
-#include "tools/trainer/model_parallel_state.h"
+#include "parallel/engine/model_parallel_state.h"
 
 #include <map>
 #include <set>
@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "parallel/tensor/mappings.h"
 
-namespace tessera::train {
+namespace tessera::parallel {
 namespace {
 
 // The parameter a state key belongs to ("<name>" or "<kind>.<name>"), or null.
@@ -34,7 +34,7 @@ Tensor slice_of(const Tensor& full, const Placement& placement, int rank, int si
 }  // namespace
 
 StateDict gather_full(const StateDict& local, const std::vector<NamedParameter>& params,
-                      parallel::Communicator& model) {
+                      Communicator& model) {
   const auto by_name = index(params);
   StateDict out;
   for (const auto& [key, t] : local) {
@@ -76,4 +76,4 @@ StateDict take_local(const StateDict& full, const std::vector<NamedParameter>& p
   return out;
 }
 
-}  // namespace tessera::train
+}  // namespace tessera::parallel

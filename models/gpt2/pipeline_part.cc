@@ -1,4 +1,4 @@
-#include "models/gpt2/stage.h"
+#include "models/gpt2/pipeline_part.h"
 
 #include <algorithm>
 #include <sstream>

@@ -1,6 +1,7 @@
 // Checkpoint state of pipeline and tensor-parallel runs (Note [3D checkpoints] in
-// tools/trainer/trainer.h): between one rank's parameters (a pipeline stage's, as
-// tensor-parallel slices) and whole per-parameter tensors of the full model.
+// parallel/engine/engine.h), and pretrained weights loaded into them: between one rank's parameters
+// (a pipeline stage's, as tensor-parallel slices) and whole per-parameter tensors of the full
+// model.
 #pragma once
 
 #include <vector>
@@ -8,13 +9,13 @@
 #include "autograd/module.h"
 #include "parallel/comm/communicator.h"
 
-namespace tessera::train {
+namespace tessera::parallel {
 
 // `local` with every sharded parameter's tensors gathered whole over `model` (keys
 // "<name>" for weights, "<kind>.<name>" for optimizer state, "step" as it is), placements
 // from `params`. Collective over `model`.
 StateDict gather_full(const StateDict& local, const std::vector<NamedParameter>& params,
-                      parallel::Communicator& model);
+                      Communicator& model);
 
 // The part of a whole state that a rank holding `params` as slice `rank` of `size` loads:
 // its parameters' keys only (with every optimizer kind the state has, and "step"), sharded
@@ -22,4 +23,4 @@ StateDict gather_full(const StateDict& local, const std::vector<NamedParameter>&
 StateDict take_local(const StateDict& full, const std::vector<NamedParameter>& params, int rank,
                      int size, bool optimizer);
 
-}  // namespace tessera::train
+}  // namespace tessera::parallel

@@ -1,0 +1,270 @@
+#include "parallel/engine/engine.h"
+
+#include <utility>
+
+#include "autograd/ops.h"
+#include "core/factories.h"
+#include "core/grad_mode.h"
+#include "core/logging.h"
+#include "parallel/compression/onebit_schedule.h"
+#include "parallel/engine/model_parallel_state.h"
+#include "parallel/engine/model_stage.h"
+
+namespace tessera::parallel {
+namespace {
+
+// A batch tensor on the training device. A CUDA transfer is queued from pinned memory, so
+// the host goes on queuing the forward without waiting for the device (Note [Pinned host
+// memory] in core/tensor.h); the pinned copy may be dropped at once.
+Tensor to_device(const Tensor& host, Device device) {
+  if (!device.is_cuda() || !host.defined()) return host;
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+// Adds a loss to the running sum `total` (f64 on the loss's device). Losses stay on the
+// device until the end of the step: reading each one would make the host wait for the
+// device after every micro-batch.
+void accumulate(Tensor& total, const Tensor& loss) {
+  NoGradGuard no_grad;
+  const Tensor l = loss.detach().to(DType::f64);
+  total = total.defined() ? add(total, l) : l;
+}
+
+// Every tensor of `state` on the CPU (checkpoint files are written from host memory).
+StateDict on_cpu(StateDict state) {
+  for (auto& [name, t] : state) t = t.to(Device::cpu());
+  return state;
+}
+
+}  // namespace
+
+Engine::Engine(const EngineConfig& config, TrainableModel& model,
+               std::vector<optim::ParamGroup> param_groups, Device device, Communicator& data,
+               ParallelGroups* groups, Communicator* device_data)
+    : config_(config),
+      model_(model),
+      device_(device),
+      data_(data),
+      groups_(groups),
+      gradients_(device_data ? *device_data : data) {
+  TS_CHECK(groups == nullptr || groups->data.get() == &data,
+           "[engine] expected `data` to be the 3D groups' data group, found another communicator");
+  TS_CHECK(gradients_.size() == data.size() && gradients_.rank() == data.rank(),
+           "[engine] expected the device group to have the data-parallel group's ranks, found "
+           "rank ",
+           gradients_.rank(), " of ", gradients_.size(), " against rank ", data.rank(), " of ",
+           data.size());
+  const ModelCapabilities can = model.capabilities();
+  const bool pipelined = groups && groups->grid.pipe_size() > 1;
+  TS_CHECK(!pipelined || can.pipeline, "[engine] ", groups ? groups->grid.pipe_size() : 1,
+           " pipeline stages: expected a model that can be split into stages, found one that "
+           "cannot");
+  TS_CHECK(!(groups && groups->grid.model_size() > 1) || can.tensor_slicing,
+           "[engine] tensor slicing over ", groups ? groups->grid.model_size() : 1,
+           " ranks: expected a model that can be sliced, found one that cannot");
+  dropout_key_ = model.dropout_generator().seed();
+  // Initialized in f32 on the CPU (the same weights everywhere), then placed.
+  model.to(device, config.precision);
+  optimizer_ = std::make_unique<ZeroOptimizer>(
+      gradients_, model, std::move(param_groups), config.optimizer, config.zero,
+      MixedPrecision{config.precision, config.loss_scaler});
+  if (groups) {
+    if (pipelined) tied_ = tied_stage_group(model, *groups->pipe);
+    optimizer_->set_model_parallel_norm(*groups->pipe_model,
+                                        replica_duplicates(model, *groups, tied_.get()));
+    if (pipelined) {
+      ZeroOptimizer& zero = *optimizer_;
+      stage_ = std::make_unique<ModelStage>(model,
+                                            [&zero](const Tensor& root, const Tensor& grad, bool) {
+                                              zero.backward_unreduced(root, grad);
+                                            });
+      executor_ = std::make_unique<pipeline::PipelineExecutor>(*groups->pipe, *stage_);
+    }
+  }
+  scheduler_ = std::make_unique<optim::LrScheduler>(
+      config.scheduler ? config.scheduler
+                       : std::make_shared<optim::ConstantLR>(config.optimizer.lr));
+}
+
+Engine::~Engine() = default;
+
+StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_batches) {
+  const int64_t gas = config_.batch.gradient_accumulation_steps;
+  TS_CHECK(static_cast<int64_t>(micro_batches.size()) == gas, "[engine] train_batch: expected ",
+           gas, " micro-batches (gradient_accumulation_steps), found ", micro_batches.size());
+  StepStats stats;
+  const int64_t bytes_before = gradients_.stats().total_bytes_sent();
+  if (const OneBitOptimizer* onebit = optimizer_->onebit()) {
+    stats.comm = onebit_step_name(onebit->next_step_kind());
+  }
+  stats.lr = scheduler_->lr();
+  optimizer_->set_lr(stats.lr);
+  if (const std::optional<double> beta1 = scheduler_->beta1()) optimizer_->set_momentum(*beta1);
+  optimizer_->zero_grad();
+  model_.dropout_generator() = Generator(hash_name(dropout_key_, "step " + std::to_string(step_)));
+  const double loss = executor_ ? pipeline_loss(micro_batches) : data_parallel_loss(micro_batches);
+  stats.grad_norm = optimizer_->clip_grad_norm(config_.gradient_clipping);
+  stats.attempted_loss_scale = optimizer_->loss_scaler() ? optimizer_->loss_scaler()->scale() : 1.0;
+  stats.skipped = !optimizer_->step();
+  // An overflow's step counts; the schedule does not move (DeepSpeed's behaviour).
+  if (!stats.skipped) scheduler_->step();
+  ++step_;
+  stats.loss = global_mean(loss);
+  stats.comm_bytes = gradients_.stats().total_bytes_sent() - bytes_before;
+  return stats;
+}
+
+double Engine::data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches) {
+  const size_t gas = micro_batches.size();
+  Tensor loss_sum;  // f64, on the device
+  for (size_t micro = 0; micro < gas; ++micro) {
+    const pipeline::MicroBatch& b = micro_batches[micro];
+    const Tensor loss =
+        model_.loss(model_.forward(to_device(b.inputs, device_)), to_device(b.labels, device_));
+    accumulate(loss_sum, loss);
+    // The mean over micro-batches, as DeepSpeed scales each micro-batch's loss by 1/GAS.
+    optimizer_->backward(loss, 1.0 / static_cast<double>(gas), micro == gas - 1);
+  }
+  return loss_sum.item<double>() / static_cast<double>(gas);
+}
+
+double Engine::pipeline_loss(const std::vector<pipeline::MicroBatch>& micro_batches) {
+  const double loss = executor_->train_batch(micro_batches);
+  // DeepSpeed's ReduceTiedGrads, then ReduceGrads (Note [ZeRO under model parallelism] in
+  // parallel/zero/zero_optimizer.h).
+  if (tied_) reduce_tied_gradients(model_, *tied_);
+  optimizer_->reduce_gradients();
+  return loss;
+}
+
+double Engine::eval_batch(const std::vector<pipeline::MicroBatch>& micro_batches) {
+  TS_CHECK(!micro_batches.empty(), "[engine] eval_batch: expected micro-batches, found none");
+  NoGradGuard no_grad;
+  model_.eval();
+  double loss = 0;
+  if (executor_) {
+    loss = executor_->eval_batch(micro_batches);
+  } else {
+    Tensor total;  // f64, on the device
+    for (const pipeline::MicroBatch& b : micro_batches) {
+      accumulate(total, model_.loss(model_.forward(to_device(b.inputs, device_)),
+                                    to_device(b.labels, device_)));
+    }
+    loss = total.item<double>() / static_cast<double>(micro_batches.size());
+  }
+  model_.train();
+  return global_mean(loss);
+}
+
+double Engine::global_mean(double value) const {
+  if (data_.size() == 1) return value;
+  const Tensor t = scalar_tensor(value, {DType::f64});
+  data_.all_reduce(t);
+  return t.item<double>() / data_.size();
+}
+
+bool Engine::first_rank() const {
+  return data_.rank() == 0 && (!groups_ || (groups_->coord.pipe == 0 && groups_->coord.model == 0));
+}
+
+nlohmann::json Engine::grid_json() const {
+  return {config_.pipeline.stages, data_.size(), config_.tensor_parallel.tp_size};
+}
+
+nlohmann::json Engine::state_json() const {
+  nlohmann::json zero = {{"stage", optimizer_->stage()}};
+  if (optimizer_->sharded()) zero["layout"] = optimizer_->layout().to_json();
+  nlohmann::json state = {{"step", step_},
+                          {"scheduler_last_batch_iteration", scheduler_->last_batch_iteration()},
+                          {"grid", grid_json()},
+                          {"zero", zero}};
+  if (const optim::LossScaler* scaler = optimizer_->loss_scaler()) {
+    state["loss_scaler"] = scaler->state().to_json();
+  }
+  return state;
+}
+
+EngineCheckpoint Engine::save_state() {
+  EngineCheckpoint c;
+  c.rank_state = on_cpu(optimizer_->rank_state());
+  if (groups_) {
+    // Note [3D checkpoints]: whole tensors, gathered over the data group (optimizer state)
+    // and the model group (both), written per stage by its data-0, model-0 rank.
+    const std::vector<NamedParameter> params = model_.named_parameters();
+    Communicator& model_group = *groups_->model;
+    c.model = on_cpu(gather_full(optimizer_->whole_parameters(), params, model_group));
+    c.optimizer = on_cpu(gather_full(optimizer_->whole_state_dict(), params, model_group));
+    c.parts = static_cast<int>(groups_->grid.pipe_size());
+    c.part = groups_->coord.data == 0 && groups_->coord.model == 0 ? groups_->coord.pipe : -1;
+    if (c.part < 0) c.model.clear(), c.optimizer.clear();
+    return c;
+  }
+  const bool partitioned = optimizer_->stage() == 3;
+  const bool writer = data_.rank() == 0;
+  // 16-bit runs save their f32 master weights.
+  if (writer && !partitioned) {
+    c.model = on_cpu(optimizer_->precision() != DType::f32 ? optimizer_->whole_parameters()
+                                                           : model_.state_dict());
+  }
+  if (optimizer_->sharded()) {
+    c.optimizer_shards.push_back(on_cpu(optimizer_->state_dict()));
+    if (partitioned)
+      c.optimizer_shards.back().emplace_back(kParameterShard, optimizer_->parameter_shard());
+  } else if (writer) {
+    c.optimizer = on_cpu(optimizer_->state_dict());
+  }
+  return c;
+}
+
+void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& counters) {
+  // The optimizer state as whole per-parameter tensors, whatever world and stage saved it.
+  StateDict optimizer = saved.optimizer;
+  if (!saved.optimizer_shards.empty()) {
+    TS_CHECK(counters.zero_layout.has_value(),
+             "[engine] the checkpoint has optimizer shards but no ZeRO layout ($.zero.layout "
+             "of state.json); expected the layout that wrote them");
+    optimizer = whole_state(*counters.zero_layout, saved.optimizer_shards);
+  }
+  // Validate-then-write: both check every tensor before changing any. Stage 3's
+  // parameters live in the optimizer's shards; 16-bit runs load the f32 masters.
+  if (groups_) {
+    // This rank's stage and slices of the whole checkpoint (Note [3D checkpoints]).
+    const std::vector<NamedParameter> params = model_.named_parameters();
+    const int rank = groups_->coord.model, size = groups_->grid.model_size();
+    optimizer_->load_parameters(take_local(saved.model, params, rank, size, false));
+    optimizer_->load_whole_state(take_local(optimizer, params, rank, size, true));
+  } else {
+    if (optimizer_->stage() == 3 || optimizer_->precision() != DType::f32) {
+      optimizer_->load_parameters(saved.model);
+    } else {
+      model_.load_state_dict(saved.model);
+    }
+    optimizer_->load_whole_state(optimizer);
+  }
+  restore_rank_state(saved.rank_state, counters.grid == grid_json());
+  scheduler_->set_last_batch_iteration(counters.scheduler_last_batch_iteration);
+  // An fp16 run resumes its loss scale; other checkpoints start the scaler afresh.
+  if (counters.loss_scaler && optimizer_->loss_scaler()) {
+    optimizer_->loss_scaler()->set_state(*counters.loss_scaler);
+  }
+  step_ = counters.step;
+}
+
+void Engine::restore_rank_state(const StateDict& saved, bool same_layout) {
+  if (optimizer_->onebit() == nullptr) return;
+  if (same_layout && !saved.empty()) {
+    optimizer_->load_rank_state(saved);
+    return;
+  }
+  // DeepSpeed's behaviour, which it always has: the error feedback starts afresh.
+  optimizer_->reset_rank_state();
+  if (first_rank()) {
+    log_warn(
+        "[engine] {}: the checkpoint {}; the per-rank error-feedback buffers (and 0/1 Adam's "
+        "local state) start afresh, so this resume is not bit for bit",
+        optimizer_->onebit()->name(),
+        saved.empty() ? "has no per-rank state" : "was saved by another rank layout");
+  }
+}
+
+}  // namespace tessera::parallel

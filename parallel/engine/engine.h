@@ -1,0 +1,185 @@
+// Engine: one training step of any parallel layout, the way deepspeed.initialize returns
+// an engine (deepspeed/runtime/engine.py, and deepspeed/runtime/pipe/engine.py for
+// pipelines). It owns the optimizer with ZeRO and mixed precision, the learning-rate
+// schedule, gradient clipping and loss scaling, and with a pipeline the executor and the
+// tied-weight reduction; the caller brings the model, the groups and the micro-batches.
+//
+//   Engine engine(config.engine, model, optim::decay_groups(...), data_group, &groups);
+//   for each step:
+//     const StepStats s = engine.train_batch(micro_batches);  // gradient_accumulation_steps
+//   const double val = engine.eval_batch(val_batches);
+//   EngineCheckpoint c = engine.save_state();  ...  engine.load_state(loaded, counters);
+//
+// Note [Engine]
+// Flow: config -> Engine -> TrainableModel (models/) -> ops (autograd/) -> kernels. A step:
+// the optimizer takes the schedule's rate (and momentum), the gradients are zeroed, the
+// dropout stream is keyed for the step (Note [Dropout per step]), then
+//   - without a pipeline, each micro-batch runs forward, loss and backward through
+//     ZeroOptimizer (which reduces at the last one, or during backward at stages 2-3);
+//   - with one, the executor runs the 1F1B schedule over ModelStage, backward unreduced,
+//     then the tied copies are summed (DeepSpeed's ReduceTiedGrads) and the gradients
+//     averaged over the data group (ReduceGrads);
+// then the gradients are clipped (unscaled, or an f16 overflow found), the optimizer steps
+// (or skips on overflow) and the schedule moves. The loss is the mean over micro-batches
+// and data-parallel ranks, equal on every rank.
+//
+// Note [Data-parallel engine]
+// Every rank of the data group holds the same model and trains on its own micro-batches;
+// ZeroOptimizer (stages 0-3) reduces gradients and steps. Checkpoints save whole tensors
+// (stage 0 on data rank 0) or each rank's shard (stages 1-3, with the parameter shard at
+// stage 3), and any world size and stage resumes any other: optimizer state is resharded
+// through whole per-parameter tensors (parallel/zero/zero_optimizer.h, whole_state()).
+//
+// Note [3D engine]
+// With `groups` (a pipeline or tensor slicing: Note [3D grid] in parallel/topology.h) each
+// rank holds its stage's part of the model as slices over its model group, ZeroOptimizer
+// (stages 0-1 with a pipeline, 0-2 with slicing alone) shards over its data group, and the
+// gradient norm adds up over the replica's pipe x model group, counting replicated and tied
+// copies once (replica_duplicates in parallel/engine/model_stage.h).
+//
+// Note [3D checkpoints]
+// A pipeline or tensor-parallel run saves whole tensors: each rank gathers its optimizer
+// state over its data group and both weights and state over its model group; the data-0,
+// model-0 rank of each stage writes its part (EngineCheckpoint::part). Loading merges the
+// parts into one whole checkpoint, which any layout (P, T, data) and ZeRO stage 0-2 slices
+// to what it holds (parallel/engine/model_parallel_state.h): resuming at the same layout is
+// exact, and tools/generate and zero_to_fp32 read the same files.
+//
+// Note [Dropout per step]
+// The dropout stream is derived, not saved: step s draws from the Philox key hash(k, s),
+// k being the model's own dropout key (a pipeline stage's differs from stage 0's), at
+// offset 0. A saved offset would be wrong for every rank that draws a different amount
+// than the one that wrote it (each pipeline stage does); a derived key needs nothing per
+// rank, so a resumed step draws the masks the uninterrupted one drew.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/engine/trainable_model.h"
+#include "parallel/engine_config.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/topology.h"
+#include "parallel/zero/flat_layout.h"
+#include "parallel/zero/zero_optimizer.h"
+
+namespace tessera::parallel {
+
+// What one training step did.
+struct StepStats {
+  double loss = 0;       // mean over micro-batches and data-parallel ranks
+  double grad_norm = 0;  // of the averaged, unscaled gradient (inf or nan on f16 overflow)
+  double lr = 0;         // the rate the step used
+  bool skipped = false;  // an f16 overflow skipped the step (the scale was lowered)
+  double attempted_loss_scale = 1;  // the f16 loss scale the step ran with
+  int64_t comm_bytes = 0;           // sent on the gradients' group during the step
+  std::string comm;                 // 1-bit optimizers: what the step communicated; empty otherwise
+};
+
+// The key of a rank's parameter shard in its optimizer shard (ZeRO stage 3 checkpoints
+// hold no whole weights).
+inline constexpr const char* kParameterShard = "param";
+
+// The tensors of a checkpoint: what one rank saves (save_state()), or a loaded checkpoint
+// (load_state()).
+struct EngineCheckpoint {
+  // Whole weights: saving, on the rank that writes them (empty elsewhere, and at stage 3,
+  // whose weights are in the shards).
+  StateDict model;
+  // The whole optimizer state (stage 0, or a 3D run's part); empty when it is sharded.
+  StateDict optimizer;
+  // Saving: this rank's optimizer shard (stages 1-3; one entry, none otherwise). Loading:
+  // every rank's shard, in rank order.
+  std::vector<StateDict> optimizer_shards;
+  // Pipeline and tensor-parallel runs (Note [3D checkpoints]). Saving: `parts` stage files
+  // and the index of the one this rank writes (its whole tensors in `model` and
+  // `optimizer`), or -1. Loading: the parts merged into `model` and `optimizer`.
+  int parts = 0;
+  int part = -1;
+  // The per-rank optimizer state (ZeroOptimizer::rank_state()): saved by every rank;
+  // loading, this rank's, or empty.
+  StateDict rank_state;
+};
+
+// The engine's counters in a checkpoint's state.json (Engine::state_json()).
+struct EngineCounters {
+  int64_t step = 0;  // optimizer steps done
+  int64_t scheduler_last_batch_iteration = -1;
+  std::optional<nlohmann::json> grid;                 // [pipe, data, model] of the saving run
+  std::optional<FlatLayout> zero_layout;              // $.zero.layout: sharded optimizer state
+  std::optional<optim::LossScalerState> loss_scaler;  // f16 runs
+};
+
+class Engine {
+ public:
+  // Moves `model` to `device` in config.precision and builds the optimizer over
+  // `param_groups` (optim::decay_groups of the model's parameters). `data` is the
+  // data-parallel group (CPU values: mean losses); `groups`, for a pipeline or tensor
+  // slicing, the 3D groups (`data` must be groups->data); `device_data`, the same ranks
+  // over the device (an NCCL group), moves gradients and parameters instead of `data`.
+  // Every argument must outlive the engine. Collective.
+  Engine(const EngineConfig& config, TrainableModel& model,
+         std::vector<optim::ParamGroup> param_groups, Device device, Communicator& data,
+         ParallelGroups* groups = nullptr, Communicator* device_data = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // One optimizer step over gradient_accumulation_steps micro-batches (host tensors; the
+  // engine moves them to the device). Collective over every group.
+  StepStats train_batch(const std::vector<pipeline::MicroBatch>& micro_batches);
+  // The mean loss over `micro_batches` and the data-parallel ranks, without gradients, in
+  // evaluation mode (no dropout). Collective.
+  double eval_batch(const std::vector<pipeline::MicroBatch>& micro_batches);
+
+  // This rank's part of a checkpoint (Note [Data-parallel engine], Note [3D checkpoints]).
+  // Collective.
+  EngineCheckpoint save_state();
+  // The counters state.json records: step, schedule position, grid, ZeRO stage and layout,
+  // loss scale.
+  nlohmann::json state_json() const;
+  // Restores a checkpoint that any layout and ZeRO stage saved (tensors merged or sharded as
+  // load_checkpoint returns them). Every tensor is checked before anything changes. The
+  // per-rank state is restored only when the same layout saved it; otherwise it starts
+  // afresh, with a warning. Collective.
+  void load_state(const EngineCheckpoint& saved, const EngineCounters& counters);
+
+  int64_t global_steps() const { return step_; }
+  const ZeroOptimizer& optimizer() const { return *optimizer_; }
+  double lr() const { return optimizer_->lr(); }
+  // [pipeline stages, data-parallel ranks, tensor-parallel ranks].
+  nlohmann::json grid_json() const;
+  // Whether this is a pipeline or tensor-parallel run (Note [3D engine]).
+  bool model_parallel() const { return groups_ != nullptr; }
+  Communicator& gradient_group() const { return gradients_; }
+
+ private:
+  double data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches);
+  double pipeline_loss(const std::vector<pipeline::MicroBatch>& micro_batches);
+  double global_mean(double value) const;  // over the data group
+  bool first_rank() const;                 // rank 0 of the world: logs warnings
+  void restore_rank_state(const StateDict& saved, bool same_layout);
+
+  EngineConfig config_;
+  TrainableModel& model_;
+  Device device_;
+  Communicator& data_;
+  ParallelGroups* groups_;
+  Communicator& gradients_;
+  uint64_t dropout_key_ = 0;  // the model's own, before any step re-keyed it
+  std::unique_ptr<ZeroOptimizer> optimizer_;
+  std::unique_ptr<optim::LrScheduler> scheduler_;
+  std::unique_ptr<pipeline::PipelineStage> stage_;  // pipelines only
+  std::unique_ptr<pipeline::PipelineExecutor> executor_;
+  std::unique_ptr<Communicator> tied_;  // the stages holding tied parameters
+  int64_t step_ = 0;
+};
+
+}  // namespace tessera::parallel

@@ -1,0 +1,48 @@
+// What the engine (parallel/engine/engine.h) needs of a model: DeepSpeed's engine takes any
+// nn.Module with a loss, and its PipelineModule any list of layers; Tessera's takes a
+// TrainableModel. GPT and BERT implement it in models/; parallel/ never includes models/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autograd/module.h"
+#include "core/philox.h"
+
+namespace tessera::parallel {
+
+// The parallel modes a model kind supports beyond data parallelism and ZeRO.
+struct ModelCapabilities {
+  bool pipeline = false;        // forward_stage() runs one pipeline stage's layers
+  bool tensor_slicing = false;  // built over a model group, its weights are slices
+};
+
+class TrainableModel : public Module {
+ public:
+  // The model's output for one micro-batch's inputs (token ids (B, T) for the language
+  // models: logits (B, T, Vp), this rank's vocabulary slice under tensor slicing). Needs
+  // every layer (a model built as one pipeline stage runs forward_stage()).
+  virtual Tensor forward(const Tensor& inputs) const = 0;
+  // The scalar loss of forward()'s (or the last stage's) output against `targets`.
+  // Collective over the model group under tensor slicing.
+  virtual Tensor loss(const Tensor& output, const Tensor& targets) const = 0;
+  // The dropout stream. The engine re-keys it at every step (Note [Dropout per step] in
+  // parallel/engine/engine.h); its key before that is the model's own.
+  virtual Generator& dropout_generator() = 0;
+  // Recompute layers in backward instead of storing their activations: every `interval`
+  // consecutive layers form one checkpoint (0: none).
+  virtual void set_activation_checkpointing(int64_t interval) = 0;
+
+  virtual ModelCapabilities capabilities() const { return {}; }
+  // Pipelines (capabilities().pipeline): this stage's layers on the first stage's inputs
+  // or the previous stage's output; the last stage returns what loss() takes.
+  virtual Tensor forward_stage(const Tensor& input) const;
+  // Pipelines: the parameters this stage holds that other stages hold copies of and that
+  // must take the same step (DeepSpeed's TiedLayerSpec; GPT's wte on its first and last
+  // stage). Every stage holding any lists the same names in the same order; their
+  // gradients are summed over those stages before the optimizer steps.
+  virtual std::vector<std::string> tied_parameter_names() const { return {}; }
+};
+
+}  // namespace tessera::parallel

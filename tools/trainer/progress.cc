@@ -1,0 +1,74 @@
+#include "tools/trainer/progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "core/logging.h"
+
+namespace tessera::train {
+
+ThroughputMeter::ThroughputMeter(int64_t tokens_per_step, double flops_per_token, double peak_flops)
+    : tokens_per_step_(tokens_per_step),
+      flops_per_token_(flops_per_token),
+      peak_flops_(peak_flops) {}
+
+void ThroughputMeter::add_step(double seconds) {
+  window_s_ += seconds;
+  ++window_steps_;
+  if (steps_ > 0) timed_s_ += seconds;  // the first step warms caches
+  ++steps_;
+  last_s_ = seconds;
+}
+
+void ThroughputMeter::start_window() { window_s_ = 0, window_steps_ = 0; }
+
+double ThroughputMeter::tokens_per_s() const {
+  if (window_steps_ == 0 || window_s_ <= 0) return 0;
+  return static_cast<double>(tokens_per_step_) / (window_s_ / static_cast<double>(window_steps_));
+}
+
+double ThroughputMeter::mfu() const { return tokens_per_s() * flops_per_token_ / peak_flops_; }
+
+double ThroughputMeter::step_seconds() const {
+  return steps_ > 1 ? timed_s_ / static_cast<double>(steps_ - 1) : last_s_;
+}
+
+ProgressReporter::ProgressReporter(bool leader, int64_t total_steps, int64_t steps_per_print)
+    : leader_(leader),
+      bar_(leader && ::isatty(STDERR_FILENO) != 0),
+      total_steps_(total_steps),
+      steps_per_print_(steps_per_print) {}
+
+bool ProgressReporter::show(int64_t step, const parallel::StepStats& s,
+                            const ThroughputMeter& meter) {
+  const bool report = step % steps_per_print_ == 0 || step == total_steps_;
+  if (!leader_) return report;
+  if (report) {
+    if (bar_) std::fprintf(stderr, "\r\033[K");
+    log_info(
+        "step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | MFU "
+        "{:.1f}% | ETA {}{}",
+        step, total_steps_, s.loss, s.lr, s.grad_norm, meter.tokens_per_s(), 100 * meter.mfu(),
+        format_duration(meter.step_seconds() * static_cast<double>(total_steps_ - step)),
+        s.comm.empty() ? "" : " | comm " + s.comm);
+  } else if (bar_) {
+    const int width = 30;
+    const int filled = static_cast<int>(width * step / total_steps_);
+    std::fprintf(stderr, "\r[%s%s] %lld/%lld loss %.4f", std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), static_cast<long long>(step),
+                 static_cast<long long>(total_steps_), s.loss);
+    std::fflush(stderr);
+  }
+  return report;
+}
+
+std::string format_duration(double s) {
+  const int64_t t = static_cast<int64_t>(s);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(t / 3600),
+                static_cast<long long>(t / 60 % 60), static_cast<long long>(t % 60));
+  return buf;
+}
+
+}  // namespace tessera::train

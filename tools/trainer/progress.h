@@ -1,0 +1,53 @@
+// What a run shows while it trains: tokens per second and MFU over the steps since the
+// last report, the time left, and on a terminal a progress bar between report lines.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "parallel/engine/engine.h"
+
+namespace tessera::train {
+
+// Throughput over a window of steps (since the last report), and the mean step time for
+// the time left: the first step of a run warms caches and is left out once there are
+// others.
+class ThroughputMeter {
+ public:
+  // `peak_flops`: every rank's together (PaLM's MFU: model FLOPs over the hardware peak).
+  ThroughputMeter(int64_t tokens_per_step, double flops_per_token, double peak_flops);
+  // After each step, with its wall time.
+  void add_step(double seconds);
+  // Starts a new window (after a report).
+  void start_window();
+  double tokens_per_s() const;  // over the window
+  double mfu() const;           // tokens_per_s x flops per token / peak
+  double step_seconds() const;  // the mean, for the time left
+
+ private:
+  int64_t tokens_per_step_;
+  double flops_per_token_;
+  double peak_flops_;
+  double window_s_ = 0, timed_s_ = 0, last_s_ = 0;
+  int64_t window_steps_ = 0, steps_ = 0;
+};
+
+// The leader's terminal output: a log line at every `steps_per_print`-th step and at the
+// last, and when stderr is a terminal a bar in between. Other ranks print nothing.
+class ProgressReporter {
+ public:
+  ProgressReporter(bool leader, int64_t total_steps, int64_t steps_per_print);
+  // Shows step `step` (optimizer steps done); returns whether it was a report step.
+  bool show(int64_t step, const parallel::StepStats& stats, const ThroughputMeter& meter);
+
+ private:
+  bool leader_;
+  bool bar_;  // stderr is a terminal
+  int64_t total_steps_;
+  int64_t steps_per_print_;
+};
+
+// "h:mm:ss".
+std::string format_duration(double seconds);
+
+}  // namespace tessera::train
