@@ -11,12 +11,22 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "models/gpt2/config.h"
+#include "models/gpt2/spec.h"
 #include "parallel/zero/memory_estimate.h"
 #include "tools/cli/flags.h"
 #include "tools/trainer/run_config.h"
 
 namespace {
+
+// The GPT a run config trains; throws for another model kind.
+tessera::GptConfig gpt_of(const tessera::train::RunConfig& run) {
+  const auto* gpt = dynamic_cast<const tessera::GptSpec*>(run.model.get());
+  TS_CHECK(gpt != nullptr, "[estimate_memory] ", run.source, ": expected a gpt2 model, found \"",
+           run.model->type(), "\"");
+  return gpt->config();
+}
 
 constexpr const char* kUsage =
     R"(usage: estimate_memory [--model NAME | --config FILE] [--world LIST]
@@ -53,7 +63,7 @@ int body(int argc, char** argv) {
   const std::string source =
       flags.has("config") ? flags.required("config") : "preset " + flags.get("model", "gpt2");
   const GptConfig model = flags.has("config")
-                              ? train::load_run_config(flags.required("config")).model
+                              ? gpt_of(train::load_run_config(flags.required("config")))
                               : GptConfig::preset(flags.get("model", "gpt2"));
   const std::vector<int64_t> worlds = flags.get_int_list("world", "1,2,4");
   for (const int64_t w : worlds) {

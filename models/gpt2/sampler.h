@@ -7,15 +7,9 @@
 #include <vector>
 
 #include "models/gpt2/gpt.h"
+#include "models/sampling_options.h"
 
 namespace tessera {
-
-struct SamplingOptions {
-  double temperature = 1.0;  // 0: greedy (argmax)
-  int64_t top_k = 0;         // keep the k most likely tokens; 0: all
-  double top_p = 1.0;        // keep the smallest set with this much probability; 1: all
-  uint64_t seed = 0;         // the draws are a function of (seed, token index)
-};
 
 // Samples `max_new_tokens` tokens after `prompt` (non-empty ids < vocab_size) and returns
 // them; `on_token` (optional) sees each as it is drawn. Only the first vocab_size logits are

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/json.h"
+#include "models/gpt2/spec.h"
 #include "tools/trainer/run_config.h"
 
 namespace tessera::train {
@@ -28,11 +29,13 @@ TEST_CASE("every shipped config parses") {
 
 TEST_CASE("shakespeare_char is nanoGPT's CPU baby GPT") {
   const RunConfig c = load_run_config("configs/shakespeare_char.json");
-  CHECK(c.model.n_layer == 4);
-  CHECK(c.model.n_head == 4);
-  CHECK(c.model.n_embd == 128);
-  CHECK(c.model.block_size == 64);
-  CHECK(c.model.dropout == 0.0);
+  REQUIRE(c.model->type() == "gpt2");
+  const GptConfig& m = dynamic_cast<const GptSpec&>(*c.model).config();
+  CHECK(m.n_layer == 4);
+  CHECK(m.n_head == 4);
+  CHECK(m.n_embd == 128);
+  CHECK(m.block_size == 64);
+  CHECK(m.dropout == 0.0);
   CHECK(c.engine.batch.train_micro_batch_size_per_gpu == 12);
   CHECK(c.trainer.steps == 2000);
   CHECK(c.engine.optimizer.lr == 1e-3);

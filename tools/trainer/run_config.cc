@@ -1,13 +1,10 @@
 #include "tools/trainer/run_config.h"
 
-#include <fmt/format.h>
-
 #include <filesystem>
 #include <limits>
-#include <vector>
 
 #include "core/error.h"
-#include "core/tensor.h"
+#include "models/model_kinds.h"
 
 namespace tessera::train {
 namespace {
@@ -69,38 +66,27 @@ TrainerConfig read_trainer(JsonObjectReader t, const std::string& run_dir) {
   return c;
 }
 
-// A BERT run: data parallel (and ZeRO), no weights to start from, no sampling.
-void check_bert_run(const RunConfig& c) {
+// The run's choices that the model kind must support (ModelSpec::features()), and the
+// layout that must fit the model.
+void check_model_run(const RunConfig& c) {
+  const ModelSpec& m = *c.model;
+  const ModelFeatures f = m.features();
   const int64_t tp = c.engine.tensor_parallel.tp_size, stages = c.engine.pipeline.stages;
-  TS_CHECK(stages == 1 && tp == 1, "[config] $.model.type: the bert model trains data-parallel ",
-           "(with ZeRO); expected pipeline.stages 1 and tensor_parallel.tp_size 1, found ", stages,
-           " and ", tp);
-  TS_CHECK(c.init_from.empty(), "[config] $.model.init_from: the bert model starts from its ",
-           "own initialization; expected no init_from, found \"", c.init_from, "\"");
-  TS_CHECK(c.trainer.sample.tokens == 0, "[config] $.trainer.sample.tokens: a masked-LM model ",
-           "does not generate text; expected 0, found ", c.trainer.sample.tokens);
-  if (c.sparse_attention) {
-    TS_CHECK(c.sparse_attention->mode == SparsityMode::dense || !c.sparse_attention->unidirectional,
-             "[config] $.sparse_attention.attention: BERT is bidirectional; expected "
-             "\"bidirectional\", found \"unidirectional\"");
-  }
-}
-
-// Moves the top-level sparse_attention section into the GPT config; GPT is causal.
-void check_gpt_sparse_attention(RunConfig& c) {
-  if (!c.sparse_attention) return;
-  TS_CHECK(!c.model.sparse_attention, "[config] $.model.sparse_attention: the run has a ",
-           "top-level sparse_attention section; expected the layout once, found it twice");
-  const SparsityConfig& s = *c.sparse_attention;
-  TS_CHECK(s.mode == SparsityMode::dense || s.unidirectional,
-           "[config] $.sparse_attention.attention: GPT is causal; expected \"unidirectional\" "
-           "for mode \"",
-           sparsity_mode_name(s.mode), "\", found \"bidirectional\"");
-  TS_CHECK(!s.different_layout_per_head || c.engine.tensor_parallel.tp_size == 1,
-           "[config] $.sparse_attention.different_layout_per_head: per-head layouts under ",
-           "tensor slicing are not implemented; expected false with tensor_parallel.tp_size ",
-           c.engine.tensor_parallel.tp_size);
-  c.model.sparse_attention = s;
+  const bool data_parallel_only = !f.parallel.pipeline && !f.parallel.tensor_slicing;
+  const std::string trains =
+      "the " + m.type() + " model trains data-parallel (with ZeRO) and cannot be ";
+  TS_CHECK(f.parallel.pipeline || stages == 1, "[config] $.pipeline.stages: ",
+           data_parallel_only ? trains : "the " + m.type() + " model cannot be ",
+           "split into pipeline stages; expected 1, found ", stages);
+  TS_CHECK(f.parallel.tensor_slicing || tp == 1, "[config] $.tensor_parallel.tp_size: ",
+           data_parallel_only ? trains : "the " + m.type() + " model cannot be ",
+           "sliced; expected 1, found ", tp);
+  TS_CHECK(f.pretrained_weights || c.init_from.empty(), "[config] $.model.init_from: the ",
+           m.type(), " model starts from its own initialization; expected no init_from, found \"",
+           c.init_from, "\"");
+  TS_CHECK(f.generation || c.trainer.sample.tokens == 0, "[config] $.trainer.sample.tokens: the ",
+           m.type(), " model does not generate text; expected 0, found ", c.trainer.sample.tokens);
+  m.check_layout(stages, tp);
 }
 
 }  // namespace
@@ -117,16 +103,12 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   JsonObjectReader model = root.required_object("model");
   c.checkpoint_activations = model.get<bool>("checkpoint_activations", false);
   c.init_from = model.get<std::string>("init_from", "");
-  if (model.required_one_of("type", {"gpt2", "bert"}) == "bert") {
-    c.bert = BertConfig::from_json(model);
-  } else {
-    c.model = GptConfig::from_json(model);
-  }
+  std::optional<SparsityConfig> sparse;
   if (root.has("sparse_attention")) {
-    c.sparse_attention = SparsityConfig::from_json(root.object("sparse_attention"));
+    sparse = SparsityConfig::from_json(root.object("sparse_attention"));
   }
-  c.data =
-      read_data(root.required_object("data"), c.bert ? c.bert->block_size : c.model.block_size);
+  c.model = parse_model_spec(model, sparse);
+  c.data = read_data(root.required_object("data"), c.model->block_size());
   c.trainer = read_trainer(root.object("trainer"), default_run_dir);
   root.finish();
   // Cross-key checks come after finish(): a misspelt key is the error to report, not the
@@ -141,21 +123,8 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
              " training shards fp32 master weights at stages 0-2; expected at most 2, found ",
              c.engine.zero.stage);
   }
-  if (c.bert) {
-    check_bert_run(c);
-  } else {
-    check_gpt_sparse_attention(c);
-    c.model.validate("[config] $.model.");
-  }
+  check_model_run(c);
   const int64_t tp = c.engine.tensor_parallel.tp_size, stages = c.engine.pipeline.stages;
-  TS_CHECK(c.model.n_head % tp == 0, "[config] $.tensor_parallel.tp_size: ", tp,
-           " does not divide model.n_head ", c.model.n_head, "; expected a divisor of it");
-  TS_CHECK(c.model.padded_vocab_size() % tp == 0, "[config] $.tensor_parallel.tp_size: ", tp,
-           " does not divide the padded vocabulary ", c.model.padded_vocab_size(),
-           "; expected a divisor of it");
-  TS_CHECK(stages <= c.model.n_layer + 3, "[config] $.pipeline.stages: ", stages,
-           " stages for the model's ", c.model.n_layer + 3,
-           " layers (embedding, blocks, final norm, head); expected at most ", c.model.n_layer + 3);
   TS_CHECK(!c.trainer.device.is_cuda() || tp * stages == 1, "[config] $.trainer.device: ",
            "pipeline and tensor parallelism run on CPU ranks (MPI or threads) for now; expected "
            "\"cpu\" with pipeline.stages ",
@@ -171,46 +140,6 @@ RunConfig load_run_config(const std::string& path, int64_t world_size) {
   const nlohmann::json doc = parse_json_file(path);
   const std::string stem = std::filesystem::path(path).stem().string();
   return parse_run_config(doc, path, ".runs/" + stem, world_size);
-}
-
-namespace {
-
-// The fraction of (query, key) blocks a sparse layout computes at `seq_len` positions.
-double layout_density(const SparsityConfig& s, int64_t heads, int64_t seq_len) {
-  const int64_t padded = (seq_len + s.block - 1) / s.block * s.block;
-  const Tensor layout = make_sparsity_layout(s, heads, padded, /*seed=*/0);
-  const std::vector<int64_t> bits = layout.to_vector<int64_t>();
-  int64_t on = 0;
-  for (const int64_t b : bits) on += b != 0;
-  return static_cast<double>(on) / static_cast<double>(bits.size());
-}
-
-}  // namespace
-
-double model_flops_per_token(const RunConfig& c) {
-  const bool bert = c.bert.has_value();
-  const int64_t layers = bert ? c.bert->n_layer : c.model.n_layer;
-  const int64_t heads = bert ? c.bert->n_head : c.model.n_head;
-  const int64_t width = bert ? c.bert->n_embd : c.model.n_embd;
-  const double params =
-      static_cast<double>(bert ? c.bert->num_parameters() : c.model.num_parameters());
-  const std::optional<SparsityConfig>& sparse =
-      bert ? c.sparse_attention : c.model.sparse_attention;
-  const double density = sparse ? layout_density(*sparse, heads, c.data.seq_len) : 1.0;
-  return 6.0 * params + 12.0 * density * static_cast<double>(layers * width * c.data.seq_len);
-}
-
-std::string describe_model(const RunConfig& c) {
-  const bool bert = c.bert.has_value();
-  const std::optional<SparsityConfig>& sparse =
-      bert ? c.sparse_attention : c.model.sparse_attention;
-  return fmt::format("{} {} layers, {} heads, width {}, {} parameters, {} attention",
-                     bert ? "BERT (masked LM)" : "GPT-2", bert ? c.bert->n_layer : c.model.n_layer,
-                     bert ? c.bert->n_head : c.model.n_head, bert ? c.bert->n_embd : c.model.n_embd,
-                     bert ? c.bert->num_parameters() : c.model.num_parameters(),
-                     sparse ? fmt::format("block-sparse ({}, block {})",
-                                          sparsity_mode_name(sparse->mode), sparse->block)
-                            : std::string("dense"));
 }
 
 }  // namespace tessera::train

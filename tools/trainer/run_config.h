@@ -24,9 +24,7 @@
 #include <vector>
 
 #include "core/device.h"
-#include "models/bert/config.h"
-#include "models/gpt2/config.h"
-#include "models/sparse/sparsity_config.h"
+#include "models/model_spec.h"
 #include "parallel/engine_config.h"
 
 namespace tessera::train {
@@ -68,11 +66,9 @@ struct RunConfig {
   std::string source;   // the config file
   nlohmann::json json;  // the document as read (saved with checkpoints)
   parallel::EngineConfig engine;
-  GptConfig model;  // "type": "gpt2" (the top-level sparse_attention lands in it)
-  // "type": "bert": a masked-LM run of a BERT-style encoder (data-parallel and ZeRO only).
-  std::optional<BertConfig> bert;
-  // The top-level DeepSpeed section: the model attends through this block-sparse layout.
-  std::optional<SparsityConfig> sparse_attention;
+  // The model section, with the top-level DeepSpeed sparse_attention section the model
+  // attends through (Note [Model kinds] in models/model_spec.h).
+  std::shared_ptr<const ModelSpec> model;
   bool checkpoint_activations = false;
   std::string init_from;  // weights to start from (.safetensors Hugging Face, or llm.c .bin)
   DataConfig data;
@@ -88,13 +84,5 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
                            const std::string& default_run_dir, int64_t world_size = 1);
 // Reads `path` strictly (duplicate keys are errors) and parses it.
 RunConfig load_run_config(const std::string& path, int64_t world_size = 1);
-
-// Training FLOPs per token of the configured model at data.seq_len, PaLM appendix B:
-// 6N + 12 L H Q T (N counts every parameter); a sparse layout scales the attention term by
-// the fraction of blocks it computes.
-double model_flops_per_token(const RunConfig& config);
-// The model for the log: "GPT-2 12 layers, 12 heads, width 768, 124439808 parameters,
-// dense attention".
-std::string describe_model(const RunConfig& config);
 
 }  // namespace tessera::train

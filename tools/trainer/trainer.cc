@@ -10,12 +10,7 @@
 #include "core/factories.h"
 #include "core/logging.h"
 #include "core/parallel.h"
-#include "models/bert/bert.h"
-#include "models/bert/masking.h"
-#include "models/gpt2/pretrained.h"
-#include "models/gpt2/sampler.h"
 #include "optim/config.h"
-#include "parallel/pipeline/partition.h"
 #include "tools/perf/fma_peak.h"
 #include "tools/trainer/progress.h"
 
@@ -50,22 +45,15 @@ std::unique_ptr<parallel::ParallelGroups> make_groups(const RunConfig& cfg,
       world, parallel::ProcessGrid::for_world(world.size(), stages, tp)));
 }
 
-// The model the config names: BERT, or this rank's stage and slices of GPT.
-std::unique_ptr<LanguageModel> make_model(const RunConfig& cfg,
-                                          const parallel::ParallelGroups* groups) {
-  if (cfg.bert) {
-    return std::make_unique<Bert>(*cfg.bert, cfg.trainer.seed,
-                                  cfg.sparse_attention ? &*cfg.sparse_attention : nullptr);
-  }
-  GptPart part;
-  if (groups && groups->grid.pipe_size() > 1) {
-    const std::vector<int> parts = parallel::pipeline::partition_layers(
-        pipeline_layers(cfg.model), groups->grid.pipe_size(), cfg.engine.pipeline.partition_method);
-    part = part_of_stage(cfg.model, parts, groups->coord.pipe);
-  }
-  return std::make_unique<Gpt>(
-      cfg.model, cfg.trainer.seed,
-      groups && groups->grid.model_size() > 1 ? groups->model.get() : nullptr, part);
+// This rank's place in the grid for its model.
+ModelPlacement placement(const RunConfig& cfg, const parallel::ParallelGroups* groups) {
+  ModelPlacement p;
+  if (!groups) return p;
+  p.stages = groups->grid.pipe_size();
+  p.stage = groups->coord.pipe;
+  p.partition_method = cfg.engine.pipeline.partition_method;
+  if (groups->grid.model_size() > 1) p.model_group = groups->model.get();
+  return p;
 }
 
 }  // namespace
@@ -88,11 +76,10 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
   }
   const TrainerConfig& t = cfg_.trainer;
   if (t.device.is_cuda()) cuda::check_device(t.device.index);
-  model_ = make_model(cfg_, groups_.get());
-  if (!cfg_.bert) gpt_ = static_cast<Gpt*>(model_.get());
+  model_ = cfg_.model->build(t.seed, placement(cfg_, groups_.get()));
   model_->set_activation_checkpointing(
       cfg_.checkpoint_activations ? 1 : cfg_.engine.pipeline.activation_checkpoint_interval);
-  if (!cfg_.init_from.empty()) load_pretrained(*gpt_, cfg_.init_from);
+  if (!cfg_.init_from.empty()) cfg_.model->load_pretrained(*model_, cfg_.init_from);
   const optim::OptimizerConfig& oc = cfg_.engine.optimizer;
   engine_ = std::make_unique<parallel::Engine>(
       cfg_.engine, *model_,
@@ -105,7 +92,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
   lo.seq_len = cfg_.data.seq_len;
   lo.seed = t.seed;
   lo.mode = cfg_.data.random ? data::LoaderMode::kRandom : data::LoaderMode::kSequential;
-  lo.vocab_size = cfg_.bert ? cfg_.bert->vocab_size : cfg_.model.vocab_size;
+  lo.vocab_size = cfg_.model->vocab_size();
   lo.rank = dp_.rank();
   lo.world_size = dp_.size();
   train_loader_ = std::make_unique<data::DataLoader>(cfg_.data.train, lo);
@@ -165,35 +152,23 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
 
 Trainer::~Trainer() = default;
 
-nlohmann::json Trainer::model_json() const {
-  if (!cfg_.bert) return cfg_.model.to_json();
-  nlohmann::json j = cfg_.bert->to_json();
-  if (cfg_.sparse_attention) j["sparse_attention"] = cfg_.sparse_attention->to_json();
-  return j;
-}
-
 std::vector<parallel::pipeline::MicroBatch> Trainer::micro_batches(data::DataLoader& loader,
                                                                    int64_t count,
                                                                    uint64_t first_counter) const {
   std::vector<parallel::pipeline::MicroBatch> out;
   for (int64_t i = 0; i < count; ++i) {
     const data::Batch window = loader.next();
-    if (!cfg_.bert) {
-      out.push_back({window.inputs, window.targets});
-      continue;
-    }
     const uint64_t counter = first_counter + i * dp_.size() + dp_.rank();
-    const MaskedBatch m = mask_tokens(window.inputs, *cfg_.bert, cfg_.trainer.seed, counter);
-    out.push_back({m.inputs, m.targets});
+    out.push_back(cfg_.model->example(window.inputs, window.targets, cfg_.trainer.seed, counter));
   }
   return out;
 }
 
 void Trainer::restore(const std::string& dir, const CheckpointContents& c) {
   const SavedTrainerState s = read_trainer_state(c.state, dir);
-  TS_CHECK(s.model == model_json(), "[train] the checkpoint's model ", s.model.dump(),
-           " differs from the config's ", model_json().dump(),
-           "; expected the same model to resume");
+  const nlohmann::json model = cfg_.model->to_json();
+  TS_CHECK(s.model == model, "[train] the checkpoint's model ", s.model.dump(),
+           " differs from the config's ", model.dump(), "; expected the same model to resume");
   // The layout that saved it: any other may resume (Note [3D checkpoints]).
   engine_->load_state(c, s);
   train_loader_->restore(s.loader);
@@ -212,7 +187,7 @@ void Trainer::save_checkpoint() {
   if (leader()) {
     c.state = engine_->state_json();
     c.state["loader"] = train_loader_->state().to_json();
-    c.state["model"] = model_json();
+    c.state["model"] = cfg_.model->to_json();
     c.state["world"] = world_.size();
     c.state["config"] = cfg_.json;
   }
@@ -225,7 +200,7 @@ void Trainer::sample_text() {
   model_->eval();
   const std::vector<int32_t> prompt = tokenizer_->encode(s.prompt);
   SamplingOptions so{s.temperature, s.top_k, s.top_p, cfg_.trainer.seed};
-  const std::vector<int32_t> ids = sample(*gpt_, prompt, s.tokens, so);
+  const std::vector<int32_t> ids = cfg_.model->generate(*model_, prompt, s.tokens, so);
   model_->train();
   if (!leader()) return;
   std::fprintf(stdout, "---- sample (%lld tokens) ----\n%s%s\n----\n",
@@ -238,7 +213,7 @@ void Trainer::log_run(double peak_flops) const {
   log_info(
       "model: {}; {} steps of {} tokens; {} data-parallel rank(s) x {} pipeline stage(s) x {} "
       "tensor-parallel rank(s), ZeRO stage {}, {} on {}; {}",
-      describe_model(cfg_), total_steps_, cfg_.engine.batch.train_batch_size * cfg_.data.seq_len,
+      cfg_.model->describe(), total_steps_, cfg_.engine.batch.train_batch_size * cfg_.data.seq_len,
       dp_.size(), cfg_.engine.pipeline.stages, cfg_.engine.tensor_parallel.tp_size,
       engine_->optimizer().stage(), dtype_name(engine_->optimizer().precision()),
       cfg_.trainer.device.str(),
@@ -278,7 +253,7 @@ TrainResult Trainer::run() {
   engine_->gradient_group().reset_stats();
   if (groups_) groups_->pipe->reset_stats(), groups_->model->reset_stats();
   ThroughputMeter meter(cfg_.engine.batch.train_batch_size * cfg_.data.seq_len,
-                        model_flops_per_token(cfg_), peak);
+                        cfg_.model->flops_per_token(cfg_.data.seq_len), peak);
   ProgressReporter progress(leader(), total_steps_, cfg_.engine.steps_per_print);
   TrainResult result;
   const int64_t first = engine_->global_steps();

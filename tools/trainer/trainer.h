@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt2/gpt.h"
 #include "models/language_model.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/engine/engine.h"
@@ -88,8 +87,6 @@ class Trainer {
   // `loader` (masked for BERT with counters from `first_counter` on, Note [Masked-LM runs]).
   std::vector<parallel::pipeline::MicroBatch> micro_batches(data::DataLoader& loader, int64_t count,
                                                             uint64_t first_counter) const;
-  // The model section as checkpoints record it (with the sparse layout of a BERT run).
-  nlohmann::json model_json() const;
   double evaluate();  // mean validation loss over eval_batches batches (of every rank)
   bool leader() const { return world_.rank() == 0; }
   void save_checkpoint();
@@ -106,7 +103,6 @@ class Trainer {
   std::unique_ptr<parallel::ParallelGroups> groups_;  // pipeline or tensor-parallel runs
   parallel::Communicator& dp_;  // the data-parallel group (the world without 3D)
   std::unique_ptr<LanguageModel> model_;
-  Gpt* gpt_ = nullptr;  // model_ of a GPT run
   std::unique_ptr<parallel::Engine> engine_;
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<data::DataLoader> val_loader_;

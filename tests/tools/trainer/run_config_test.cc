@@ -8,6 +8,8 @@
 #include <functional>
 
 #include "core/json.h"
+#include "models/bert/spec.h"
+#include "models/gpt2/spec.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
 
@@ -59,6 +61,9 @@ RunConfig parse_edited(const std::function<void(Json&)>& edit) {
   return parse(doc);
 }
 
+// The GPT config of a gpt2 run.
+const GptConfig& gpt(const RunConfig& c) { return dynamic_cast<const GptSpec&>(*c.model).config(); }
+
 // The error message of parsing the config after `edit` for `world` ranks.
 std::string error_after(const std::function<void(Json&)>& edit, int64_t world = 1) {
   Json doc = base_config();
@@ -81,11 +86,12 @@ TEST_CASE("a valid config parses into every section", "[run_config]") {
   CHECK(c.engine.optimizer.weight_decay == 0.1);
   CHECK(c.engine.scheduler != nullptr);
   CHECK(c.engine.zero.stage == 0);
-  CHECK(c.model.vocab_size == 65);
-  CHECK(c.model.block_size == 64);
-  CHECK(c.model.n_layer == 4);
-  CHECK(c.model.n_head == 4);
-  CHECK(c.model.n_embd == 128);
+  REQUIRE(c.model->type() == "gpt2");
+  CHECK(gpt(c).vocab_size == 65);
+  CHECK(gpt(c).block_size == 64);
+  CHECK(gpt(c).n_layer == 4);
+  CHECK(gpt(c).n_head == 4);
+  CHECK(gpt(c).n_embd == 128);
   CHECK_FALSE(c.checkpoint_activations);
   CHECK(c.init_from.empty());
   CHECK(c.data.train == ".data/shakespeare_char/train_*.bin");
@@ -508,9 +514,9 @@ TEST_CASE("sparse_attention and the bert model", "[run_config]") {
   const RunConfig gpt = parse_edited([](Json& d) {
     d["sparse_attention"] = {{"mode", "fixed"}, {"block", 16}, {"attention", "unidirectional"}};
   });
-  REQUIRE(gpt.model.sparse_attention.has_value());
-  CHECK(gpt.model.sparse_attention->mode == SparsityMode::fixed);
-  CHECK(gpt.model.to_json()["sparse_attention"]["mode"] == "fixed");
+  REQUIRE(tessera::train::gpt(gpt).sparse_attention.has_value());
+  CHECK(tessera::train::gpt(gpt).sparse_attention->mode == SparsityMode::fixed);
+  CHECK(gpt.model->to_json()["sparse_attention"]["mode"] == "fixed");
   CHECK(error_after([](Json& d) {
           d["sparse_attention"] = {{"mode", "bigbird"}};
         }) ==
@@ -558,10 +564,12 @@ TEST_CASE("sparse_attention and the bert model", "[run_config]") {
     bert(d);
     d["sparse_attention"] = {{"mode", "bigbird"}, {"block", 16}};
   });
-  REQUIRE(b.bert.has_value());
-  CHECK(b.bert->n_layer == 2);
+  REQUIRE(b.model->type() == "bert");
+  const BertSpec& bert_spec = dynamic_cast<const BertSpec&>(*b.model);
+  CHECK(bert_spec.config().n_layer == 2);
   CHECK(b.data.seq_len == 64);
-  CHECK(b.sparse_attention->mode == SparsityMode::bigbird);
+  CHECK(bert_spec.sparse_attention()->mode == SparsityMode::bigbird);
+  CHECK(b.model->to_json()["sparse_attention"]["mode"] == "bigbird");
   CHECK(error_after([&](Json& d) {
           bert(d);
           d["sparse_attention"] = {{"mode", "fixed"}, {"attention", "unidirectional"}};
@@ -579,7 +587,7 @@ TEST_CASE("sparse_attention and the bert model", "[run_config]") {
                bert(d);
                d["trainer"]["sample"] = {{"tokens", 10}};
              }),
-             Catch::Contains("a masked-LM model does not generate text"));
+             Catch::Contains("the bert model does not generate text; expected 0, found 10"));
   CHECK(error_after([](Json& d) { d["model"]["type"] = "bret"; }) ==
         "[config] $.model.type: expected one of \"gpt2\", \"bert\"; found \"bret\"");
 }

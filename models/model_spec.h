@@ -1,0 +1,88 @@
+// A model kind as a type (Note [Model kinds]): what the trainer needs to build, describe,
+// checkpoint and feed a model, whatever its kind.
+//
+// Note [Model kinds]
+// The run config's model.type names a kind; models/model_kinds.cc lists the kinds with the
+// parser of each one's model section, which returns its ModelSpec. A spec knows its
+// hyperparameters and builds the model (a LanguageModel: parallel::TrainableModel on token
+// ids) for one rank's place in the grid; the model declares the parallel modes it supports
+// (TrainableModel::capabilities()), and the spec what else its kind can do (pretrained
+// weights, generation). Adding a kind is a folder under models/ with its model and spec
+// (models/gpt2/spec.h, models/bert/spec.h), and one line in model_kinds.cc with its
+// library in models/BUILD: nothing in tools/ or parallel/ changes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "models/language_model.h"
+#include "models/sampling_options.h"
+#include "models/sparse/sparsity_config.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/pipeline/executor.h"
+
+namespace tessera {
+
+// One rank's place for its model: the pipeline stage it holds and its tensor-slicing
+// group.
+struct ModelPlacement {
+  int64_t stages = 1;                             // pipeline stages
+  int64_t stage = 0;                              // this rank's
+  std::string partition_method = "parameters";    // DeepSpeed's PipelineModule partition_method
+  parallel::Communicator* model_group = nullptr;  // tensor slicing; null: none
+};
+
+// What a kind supports beyond training.
+struct ModelFeatures {
+  parallel::ModelCapabilities parallel;  // its models' capabilities()
+  bool pretrained_weights = false;       // load_pretrained() (model.init_from)
+  bool generation = false;               // generate() (trainer.sample)
+};
+
+class ModelSpec {
+ public:
+  virtual ~ModelSpec() = default;
+  // model.type: "gpt2", "bert".
+  virtual std::string type() const = 0;
+  // The model section as checkpoints record it; a run resumes only from an equal one.
+  virtual nlohmann::json to_json() const = 0;
+  // "GPT-2 4 layers, 4 heads, width 128, 818944 parameters, dense attention".
+  virtual std::string describe() const = 0;
+  virtual int64_t num_parameters() const = 0;
+  // Training FLOPs per token at `seq_len` positions, PaLM appendix B: 6N + 12 L H Q T.
+  virtual double flops_per_token(int64_t seq_len) const = 0;
+  virtual int64_t vocab_size() const = 0;  // token ids are in [0, vocab_size)
+  virtual int64_t block_size() const = 0;  // the longest sequence
+  virtual ModelFeatures features() const = 0;
+  // Throws, naming the config key, when `stages` pipeline stages or `tp` tensor-parallel
+  // ranks do not fit this model (heads or vocabulary that do not split, too few layers).
+  // Called only for modes features() has.
+  virtual void check_layout(int64_t stages, int64_t tp) const = 0;
+  // This rank's model: its stage's layers, sliced over placement.model_group, initialized
+  // from `seed` (the same weights on every rank).
+  virtual std::unique_ptr<LanguageModel> build(uint64_t seed,
+                                               const ModelPlacement& placement) const = 0;
+  // The model's inputs and targets from a window of tokens (B, T) and the tokens that
+  // follow each (B, T): the pair itself for a next-token model; a masked-LM corrupts the
+  // window with draws keyed by (`seed`, `counter`).
+  virtual parallel::pipeline::MicroBatch example(const Tensor& window, const Tensor& next,
+                                                 uint64_t seed, uint64_t counter) const;
+  // Loads pretrained weights (features().pretrained_weights) into `model`, which build()
+  // made. Throws naming the file when they do not fit.
+  virtual void load_pretrained(LanguageModel& model, const std::string& path) const;
+  // `tokens` new token ids after `prompt` (features().generation), from a whole model.
+  virtual std::vector<int32_t> generate(const LanguageModel& model,
+                                        const std::vector<int32_t>& prompt, int64_t tokens,
+                                        const SamplingOptions& options) const;
+};
+
+// The fraction of (query, key) blocks a sparse layout computes at `seq_len` positions over
+// `heads` heads (the attention term of flops_per_token).
+double sparse_layout_density(const SparsityConfig& sparse, int64_t heads, int64_t seq_len);
+
+}  // namespace tessera
