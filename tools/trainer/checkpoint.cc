@@ -8,17 +8,16 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/factories.h"
 #include "core/file_io.h"
 #include "core/json.h"
 #include "models/io/safetensors.h"
 #include "parallel/zero/flat_layout.h"
+#include "tools/trainer/manifest.h"
 
 namespace tessera::train {
 namespace fs = std::filesystem;
 namespace {
-
-constexpr const char* kFormat = "tessera-checkpoint";
-constexpr int64_t kVersion = 1;
 
 std::string step_name(int64_t step) {
   char buf[32];
@@ -72,115 +71,16 @@ StateDict weights_from_shards(const nlohmann::json& state, std::vector<StateDict
   return out;
 }
 
-// A file as the manifest lists it.
-struct Listed {
-  std::string name, hash;
-  int64_t bytes = 0;
-};
-
-// Checks the listed file `name` of checkpoint `d` against its size and hash.
-void verify_file(const fs::path& d, const Listed& l);
-
-// Checks that every entry names one regular file inside `d` (no path, no symbolic link),
-// each once, and that `d` holds exactly the listed files and the manifest: a manifest
-// cannot make the loader read outside its checkpoint, and a stray file is not ignored.
-void check_listed_files(const fs::path& d, const fs::path& manifest_path,
-                        const std::vector<Listed>& listed);
-
-}  // namespace
-
-std::string file_fnv1a64(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TS_CHECK(in, "[checkpoint] cannot read ", path);
-  uint64_t h = 0xcbf29ce484222325ull;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const std::streamsize n = in.gcount();
-    for (std::streamsize i = 0; i < n; ++i) {
-      h = (h ^ static_cast<unsigned char>(buf[i])) * 0x100000001b3ull;
-    }
-  }
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
-
-namespace {
-
-// The longest file name Linux file systems hold (NAME_MAX).
-constexpr size_t kMaxFileName = 255;
-
-// True for a name that stays inside its directory: one path component, not "." or "..",
-// of printable characters.
-bool is_plain_name(const std::string& name) {
-  return !name.empty() && name.size() <= kMaxFileName && name != "." && name != ".." &&
-         name.find('/') == std::string::npos && std::none_of(name.begin(), name.end(), [](char c) {
-           return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-         });
-}
-
-// `name` for a message, as a JSON string (control characters escaped), at most
-// kMaxFileName bytes of it.
-std::string shown_name(const std::string& name) {
-  const std::string shown = nlohmann::json(name.substr(0, kMaxFileName))
-                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return name.size() <= kMaxFileName ? shown : str_cat(shown, "... (", name.size(), " bytes)");
-}
-
-void check_listed_files(const fs::path& d, const fs::path& manifest_path,
-                        const std::vector<Listed>& listed) {
-  std::set<std::string> names;
-  for (const Listed& l : listed) {
-    TS_CHECK(is_plain_name(l.name) && l.name != "manifest.json", "[checkpoint] ",
-             manifest_path.string(), ": lists ", shown_name(l.name),
-             "; expected the name of a file inside the checkpoint directory (one path "
-             "component of at most ",
-             kMaxFileName, " bytes)");
-    TS_CHECK(names.insert(l.name).second, "[checkpoint] ", manifest_path.string(), ": lists \"",
-             l.name, "\" twice; expected each file once");
-    std::error_code error;
-    const fs::file_status status = fs::symlink_status(d / l.name, error);
-    TS_CHECK(!error || status.type() == fs::file_type::not_found, "[checkpoint] ",
-             (d / l.name).string(), ": cannot stat: ", error.message());
-    TS_CHECK(!fs::exists(status) || fs::is_regular_file(status), "[checkpoint] ",
-             (d / l.name).string(), ": expected a regular file, found ",
-             fs::is_symlink(status) ? "a symbolic link" : "another kind of file");
-  }
-  for (const fs::directory_entry& e : fs::directory_iterator(d)) {
-    const std::string name = e.path().filename().string();
-    TS_CHECK(name == "manifest.json" || names.count(name) > 0, "[checkpoint] ", e.path().string(),
-             " is not listed in the manifest; expected the checkpoint to hold exactly the "
-             "manifest's files");
-  }
-}
-
-void verify_file(const fs::path& d, const Listed& l) {
-  const fs::path p = d / l.name;
-  TS_CHECK(fs::exists(p), "[checkpoint] ", p.string(), " is listed in the manifest but missing");
-  const int64_t size = static_cast<int64_t>(fs::file_size(p));
-  TS_CHECK(size == l.bytes, "[checkpoint] ", p.string(), ": expected ", l.bytes,
-           " bytes (manifest), found ", size);
-  const std::string found = file_fnv1a64(p.string());
-  TS_CHECK(found == l.hash, "[checkpoint] ", p.string(), ": checksum mismatch, expected fnv1a64 ",
-           l.hash, ", found ", found, " (the file changed after the save)");
-}
-
 // Merges the stage parts of a pipeline checkpoint (the tied wte is in two of them, equal).
-CheckpointContents load_parts(const fs::path& d, const std::vector<Listed>& listed,
-                              bool with_optimizer) {
+CheckpointContents load_parts(const fs::path& d, const Manifest& manifest, bool with_optimizer) {
   CheckpointContents c;
   c.state = parse_json_file((d / "state.json").string());
   std::set<std::string> seen_model, seen_optimizer;
   for (int s = 0;; ++s) {
-    auto find = [&](const std::string& f) {
-      return std::find_if(listed.begin(), listed.end(),
-                          [&](const Listed& l) { return l.name == f; });
-    };
-    const auto model = find(model_part_name(s));
-    if (model == listed.end()) break;
-    const auto optimizer = find(optimizer_part_name(s));
-    TS_CHECK(optimizer != listed.end(), "[checkpoint] ", (d / "manifest.json").string(), ": lists ",
+    const ManifestEntry* model = manifest.find(model_part_name(s));
+    if (model == nullptr) break;
+    const ManifestEntry* optimizer = manifest.find(optimizer_part_name(s));
+    TS_CHECK(optimizer != nullptr, "[checkpoint] ", manifest.path.string(), ": lists ",
              model_part_name(s), " but not ", optimizer_part_name(s));
     verify_file(d, *model);
     for (auto& [name, t] : read_safetensors((d / model->name).string()).tensors) {
@@ -195,13 +95,11 @@ CheckpointContents load_parts(const fs::path& d, const std::vector<Listed>& list
   return c;
 }
 
-CheckpointContents load_whole_or_shards(const fs::path& d, const std::vector<Listed>& listed,
-                                        const fs::path& manifest_path, bool with_optimizer,
-                                        int64_t world) {
-  auto is_listed = [&](const std::string& f) {
-    return std::count_if(listed.begin(), listed.end(),
-                         [&](const Listed& l) { return l.name == f; }) == 1;
-  };
+CheckpointContents load_whole_or_shards(const fs::path& d, const Manifest& manifest,
+                                        bool with_optimizer) {
+  auto is_listed = [&](const std::string& f) { return manifest.lists(f); };
+  const fs::path& manifest_path = manifest.path;
+  const int64_t world = manifest.world;
   // The optimizer: one whole file, or one shard per rank of the saving run. The weights:
   // model.safetensors, or the shards' parameter shards.
   const bool sharded = !is_listed("optimizer.safetensors");
@@ -216,7 +114,7 @@ CheckpointContents load_whole_or_shards(const fs::path& d, const std::vector<Lis
   TS_CHECK(whole_model || sharded, "[checkpoint] ", manifest_path.string(),
            ": expected the manifest to list model.safetensors");
   const bool read_shards = sharded && (with_optimizer || !whole_model);
-  for (const Listed& l : listed) {
+  for (const ManifestEntry& l : manifest.files) {
     const bool whole_optimizer = l.name == "optimizer.safetensors";
     const bool shard = l.name.rfind("zero_pp_rank_", 0) == 0;
     // Per-rank state files are checked by the one rank that reads each.
@@ -338,21 +236,7 @@ std::string CheckpointDir::save_parts(int64_t step, const CheckpointContents& co
 
 void CheckpointDir::commit(int64_t step, int world, const std::vector<std::string>& files,
                            const fs::path& tmp, const fs::path& final_dir) const {
-  nlohmann::json listed = nlohmann::json::array();
-  for (const std::string& f : files) {
-    const fs::path p = tmp / f;
-    TS_CHECK(fs::exists(p), "[checkpoint] expected ", p.string(), " after every rank wrote ",
-             "its part, found no file");
-    listed.push_back({{"name", f},
-                      {"bytes", static_cast<int64_t>(fs::file_size(p))},
-                      {"fnv1a64", file_fnv1a64(p.string())}});
-  }
-  const nlohmann::json manifest = {{"format", kFormat},
-                                   {"version", kVersion},
-                                   {"step", step},
-                                   {"world", world},
-                                   {"files", listed}};
-  write_file_atomically((tmp / "manifest.json").string(), {manifest.dump(1) + "\n"});
+  write_manifest(tmp, step, world, files);
   fsync_directory(tmp.string());
   if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-save of the same step
   fs::rename(tmp, final_dir);
@@ -448,47 +332,19 @@ std::optional<std::string> CheckpointDir::latest() const {
 
 CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer, int rank_state_of) {
   const fs::path d(dir);
-  TS_CHECK(fs::is_directory(d), "[checkpoint] expected a checkpoint directory, found no directory ",
-           dir);
-  const fs::path manifest_path = d / "manifest.json";
-  TS_CHECK(fs::exists(manifest_path), "[checkpoint] ", dir,
-           " has no manifest.json: the save did not complete; expected a committed checkpoint");
-  const nlohmann::json manifest = parse_json_file(manifest_path.string());
-  JsonObjectReader m(manifest, "checkpoint", "$");
-  TS_CHECK(m.required<std::string>("format") == kFormat, "[checkpoint] ", manifest_path.string(),
-           ": expected format \"", kFormat, "\"");
-  const int64_t version = m.required<int64_t>("version");
-  TS_CHECK(version == kVersion, "[checkpoint] ", manifest_path.string(), ": expected version ",
-           kVersion, ", found ", version);
-  m.required<int64_t>("step");
-  const int64_t world = m.get_in_range<int64_t>("world", 1, 1, 1 << 20);
-  std::vector<Listed> listed;
-  for (JsonObjectReader f : m.objects("files")) {
-    Listed l;
-    l.name = f.required<std::string>("name");
-    l.bytes = f.required<int64_t>("bytes");
-    l.hash = f.required<std::string>("fnv1a64");
-    listed.push_back(l);
-  }
-  m.finish();
-  check_listed_files(d, manifest_path, listed);
-  auto is_listed = [&](const std::string& f) {
-    return std::count_if(listed.begin(), listed.end(),
-                         [&](const Listed& l) { return l.name == f; }) == 1;
-  };
-  TS_CHECK(is_listed("state.json"), "[checkpoint] ", manifest_path.string(),
+  const Manifest manifest = read_manifest(d);
+  TS_CHECK(manifest.lists("state.json"), "[checkpoint] ", manifest.path.string(),
            ": expected the manifest to list state.json");
   StateDict rank_state;
-  if (with_optimizer && rank_state_of >= 0 && is_listed(rank_state_name(rank_state_of))) {
-    const std::string name = rank_state_name(rank_state_of);
-    verify_file(d, *std::find_if(listed.begin(), listed.end(),
-                                 [&](const Listed& l) { return l.name == name; }));
-    rank_state = read_safetensors((d / name).string()).tensors;
+  if (with_optimizer && rank_state_of >= 0) {
+    if (const ManifestEntry* e = manifest.find(rank_state_name(rank_state_of))) {
+      verify_file(d, *e);
+      rank_state = read_safetensors((d / e->name).string()).tensors;
+    }
   }
-  CheckpointContents c =
-      is_listed(model_part_name(0))
-          ? load_parts(d, listed, with_optimizer)
-          : load_whole_or_shards(d, listed, manifest_path, with_optimizer, world);
+  CheckpointContents c = manifest.lists(model_part_name(0))
+                             ? load_parts(d, manifest, with_optimizer)
+                             : load_whole_or_shards(d, manifest, with_optimizer);
   c.rank_state = std::move(rank_state);
   return c;
 }
@@ -502,6 +358,17 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   TS_FAIL("[checkpoint] ", path,
           ": expected a checkpoint step directory (with manifest.json) or a checkpoint root "
           "(with latest), found neither");
+}
+
+void check_same_checkpoint(parallel::Communicator& world, int64_t step, const std::string& root) {
+  // [max, -min] in one reduction.
+  const Tensor agree = from_vector(std::vector<int64_t>{step, -step}, {2});
+  world.all_reduce(agree, parallel::ReduceOp::max);
+  const std::vector<int64_t> steps = agree.to_vector<int64_t>();
+  TS_CHECK(steps[0] == -steps[1], "[train] rank ", world.rank(), " found ",
+           step >= 0 ? "checkpoint step " + std::to_string(step) : std::string("no checkpoint"),
+           " in ", root, ", but the ranks' latest steps range from ", -steps[1], " to ", steps[0],
+           " (-1: none); expected every rank to see the same checkpoint");
 }
 
 int64_t checkpoint_step(const std::string& dir) {

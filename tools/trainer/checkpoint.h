@@ -126,6 +126,10 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer =
 // neither.
 std::string resolve_checkpoint_dir(const std::string& path);
 
+// Throws on every rank unless each rank of `world` found the same checkpoint `step` (-1:
+// none) under `root`, naming this rank's and the range found. Collective.
+void check_same_checkpoint(parallel::Communicator& world, int64_t step, const std::string& root);
+
 // The step a checkpoint directory is named after ("step_00000500" -> 500).
 int64_t checkpoint_step(const std::string& dir);
 
@@ -137,8 +141,5 @@ std::string rank_state_name(int rank);
 // "optimizer_part_<s>.safetensors".
 std::string model_part_name(int stage);
 std::string optimizer_part_name(int stage);
-
-// FNV-1a 64 of a file's bytes, as 16 hex digits.
-std::string file_fnv1a64(const std::string& path);
 
 }  // namespace tessera::train

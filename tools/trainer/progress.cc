@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <sstream>
 
 #include "core/logging.h"
 
@@ -61,6 +62,27 @@ bool ProgressReporter::show(int64_t step, const parallel::StepStats& s,
     std::fflush(stderr);
   }
   return report;
+}
+
+void log_communication(const parallel::Communicator& gradients,
+                       const parallel::ParallelGroups* groups,
+                       const parallel::ZeroOptimizer& optimizer, int64_t steps) {
+  const double per_step = static_cast<double>(gradients.stats().total_bytes_sent()) / steps / 1e6;
+  if (gradients.size() > 1) {
+    const parallel::ModelStateBytes m = optimizer.model_state_bytes();
+    log_info("rank 0 model state: {:.1f} MB (params {:.1f}, grads {:.1f}, optimizer {:.1f})",
+             m.total() / 1e6, m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6);
+    log_info("rank 0 communication, {} steps: {:.2f} MB sent per step", steps, per_step);
+    std::istringstream lines(gradients.stats().summary());
+    for (std::string line; std::getline(lines, line);) log_info("  {}", line);
+  }
+  if (groups) {
+    log_info(
+        "rank 0 bytes sent per step: data group {:.3f} MB, pipe group {:.3f} MB, model group "
+        "{:.3f} MB",
+        per_step, static_cast<double>(groups->pipe->stats().total_bytes_sent()) / steps / 1e6,
+        static_cast<double>(groups->model->stats().total_bytes_sent()) / steps / 1e6);
+  }
 }
 
 std::string format_duration(double s) {

@@ -47,6 +47,13 @@ class ProgressReporter {
   int64_t steps_per_print_;
 };
 
+// Rank 0's model state and bytes sent per step over `steps` steps, logged at the end of a
+// run: on the gradients' group (with its per-operation summary) when data parallel, and
+// on each of the 3D `groups` when there are some.
+void log_communication(const parallel::Communicator& gradients,
+                       const parallel::ParallelGroups* groups,
+                       const parallel::ZeroOptimizer& optimizer, int64_t steps);
+
 // "h:mm:ss".
 std::string format_duration(double seconds);
 

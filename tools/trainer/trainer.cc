@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 
 #include "core/cuda_runtime.h"
 #include "core/factories.h"
@@ -132,15 +131,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
   // One trainer per run directory (Note [Run directory locks]); taken after every check
   // above, so a run that fails them leaves no directory behind.
   if (leader()) run_lock_ = std::make_unique<RunLock>(t.log_dir);
-  // Every rank must resume from the same step (or none): [max, -min] in one reduction.
-  const int64_t mine = resumed ? checkpoint_step(resumed->first) : -1;
-  const Tensor agree = from_vector(std::vector<int64_t>{mine, -mine}, {2});
-  world_.all_reduce(agree, parallel::ReduceOp::max);
-  const std::vector<int64_t> steps = agree.to_vector<int64_t>();
-  TS_CHECK(steps[0] == -steps[1], "[train] rank ", world_.rank(), " found ",
-           resumed ? "checkpoint step " + std::to_string(mine) : std::string("no checkpoint"),
-           " in ", t.checkpoint_dir, ", but the ranks' latest steps range from ", -steps[1], " to ",
-           steps[0], " (-1: none); expected every rank to see the same checkpoint");
+  check_same_checkpoint(world_, resumed ? checkpoint_step(resumed->first) : -1, t.checkpoint_dir);
   if (resumed) {
     restore(resumed->first, resumed->second);
     if (leader()) log_info("resumed from {} at step {}", resumed->first, engine_->global_steps());
@@ -222,26 +213,6 @@ void Trainer::log_run(double peak_flops) const {
                             peak_flops / world_.size() / 1e9, num_threads()));
 }
 
-void Trainer::log_communication(int64_t steps) const {
-  const parallel::Communicator& gradients = engine_->gradient_group();
-  const double per_step = static_cast<double>(gradients.stats().total_bytes_sent()) / steps / 1e6;
-  if (dp_.size() > 1) {
-    const parallel::ModelStateBytes m = engine_->optimizer().model_state_bytes();
-    log_info("rank 0 model state: {:.1f} MB (params {:.1f}, grads {:.1f}, optimizer {:.1f})",
-             m.total() / 1e6, m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6);
-    log_info("rank 0 communication, {} steps: {:.2f} MB sent per step", steps, per_step);
-    std::istringstream lines(gradients.stats().summary());
-    for (std::string line; std::getline(lines, line);) log_info("  {}", line);
-  }
-  if (groups_) {
-    log_info(
-        "rank 0 bytes sent per step: data group {:.3f} MB, pipe group {:.3f} MB, model group "
-        "{:.3f} MB",
-        per_step, static_cast<double>(groups_->pipe->stats().total_bytes_sent()) / steps / 1e6,
-        static_cast<double>(groups_->model->stats().total_bytes_sent()) / steps / 1e6);
-  }
-}
-
 TrainResult Trainer::run() {
   const TrainerConfig& t = cfg_.trainer;
   const auto start = Clock::now();
@@ -313,7 +284,8 @@ TrainResult Trainer::run() {
   if (leader()) {
     log_info("done: {} steps in {:.1f} s{}", result.steps, result.seconds,
              result.val_loss ? fmt::format(", val loss {:.4f}", *result.val_loss) : "");
-    log_communication(std::max<int64_t>(result.steps - first, 1));
+    log_communication(engine_->gradient_group(), groups_.get(), engine_->optimizer(),
+                      std::max<int64_t>(result.steps - first, 1));
   }
   return result;
 }

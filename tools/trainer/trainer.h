@@ -95,8 +95,6 @@ class Trainer {
   void sample_text();
   // The run's shape, logged once at the start.
   void log_run(double peak_flops) const;
-  // Rank 0's model state and bytes sent per step, logged at the end.
-  void log_communication(int64_t steps) const;
 
   RunConfig cfg_;
   parallel::Communicator& world_;

@@ -15,6 +15,7 @@
 #include "parallel/zero/flat_layout.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
+#include "tools/trainer/manifest.h"
 
 namespace tessera::train {
 namespace {
