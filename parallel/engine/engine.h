@@ -28,7 +28,7 @@
 // ZeroOptimizer (stages 0-3) reduces gradients and steps. Checkpoints save whole tensors
 // (stage 0 on data rank 0) or each rank's shard (stages 1-3, with the parameter shard at
 // stage 3), and any world size and stage resumes any other: optimizer state is resharded
-// through whole per-parameter tensors (parallel/zero/zero_optimizer.h, whole_state()).
+// through whole per-parameter tensors (parallel/zero/zero_state.h, whole_state()).
 //
 // Note [3D engine]
 // With `groups` (a pipeline or tensor slicing: Note [3D grid] in parallel/topology.h) each

@@ -1,6 +1,5 @@
 #include "parallel/zero/zero_optimizer.h"
 
-#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -10,18 +9,10 @@
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
-#include "kernels/blas1.h"
 #include "kernels/elementwise.h"
+#include "parallel/zero/zero_state.h"
 
 namespace tessera::parallel {
-namespace {
-
-std::string chunk_name(int64_t block) { return "zero_block_" + std::to_string(block); }
-
-// The state kind of an optimizer state key "<kind>.<name>".
-std::string kind_of(const std::string& key) { return key.substr(0, key.find('.')); }
-
-}  // namespace
 
 ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
                              const optim::OptimizerConfig& optimizer, const ZeroConfig& zero,
@@ -58,65 +49,53 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
            "[zero] stage 3 partitions f32 parameters on the CPU; expected f32 CPU parameters, "
            "found ",
            dtype_name(dtype), " on ", device_.str());
-  const bool mixed = dtype != DType::f32;
-  const TensorOptions f32{DType::f32, device_};
-  if (dtype == DType::f16) scaler_ = std::make_unique<optim::LossScaler>(precision_.scaler);
   // Stage 3 gives every parameter a block of its own (Note [ZeRO-3 parameters]).
   layout_ = make_flat_layout(infos, dp_.size(), config_.stage == 3 ? 1 : config_.block_numel());
 
+  // The parts, chosen once (Note [ZeRO stages]): where the parameters live ...
   if (config_.stage == 3) {
-    param_shard_ = zeros({layout_.shard_numel()});
-    partitioned_ =
-        std::make_shared<PartitionedParams>(dp_, layout_, params_, param_shard_, config_);
-    model_.set_hooks(partitioned_);
+    auto partitioned = std::make_unique<PartitionedWeights>(dp_, layout_, params_, model_, config_);
+    partitioned_ = partitioned.get();
+    weights_ = std::move(partitioned);
   } else {
-    // Parameters become views of the flat buffer (of the 16-bit model buffer when mixed,
-    // with the f32 masters in flat_params_); rank 0's values win.
-    flat_params_ = zeros({layout_.numel}, f32);
-    if (mixed) flat_model_ = zeros({layout_.numel}, {dtype, device_});
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const FlatLayout::Param& p = layout_.params[i];
-      const Tensor master = flat_params_.narrow(0, p.offset, p.numel).view(p.shape);
-      master.copy_(params_[i]);
-      if (mixed) {
-        masters_.push_back(master);
-        params_[i].set_data(flat_model_.narrow(0, p.offset, p.numel).view(p.shape));
-      } else {
-        params_[i].set_data(master);
-      }
-    }
-    dp_.broadcast(flat_params_, 0);
-    if (mixed) flat_model_.copy_(flat_params_);
+    auto master = std::make_unique<MasterWeights>(dp_, layout_, params_, dtype, device_,
+                                                  config_.stage >= 1, precision_.scaler);
+    master_ = master.get();
+    scaler_ = master->scaler();
+    weights_ = std::move(master);
   }
-
-  if (config_.stage <= 1) {
-    flat_grads_ = zeros({layout_.numel}, f32);
-    if (mixed) flat_model_grads_ = zeros({layout_.numel}, {dtype, device_});
-  } else {
-    grad_shard_ = zeros({layout_.shard_numel()}, f32);
-  }
-  if (config_.stage == 0 && mixed) {
-    // The optimizer steps the masters, under the parameters' names, with f32 gradients.
+  // ... and the gradients, with the optimizer over what this rank steps.
+  if (config_.stage == 0) {
+    auto flat = std::make_unique<AllReduceGradients>(dp_, layout_, params_, dtype, device_);
+    // Every parameter whole: the masters under the parameters' names, with the flat
+    // buffer's f32 gradients (the parameters themselves at f32).
     std::vector<optim::ParamGroup> master_groups = groups_;
-    size_t i = 0;
-    for (optim::ParamGroup& g : master_groups) {
-      for (NamedParameter& p : g.params) {
-        const FlatLayout::Param& lp = layout_.params[i];
-        p.tensor = masters_[i++];
-        p.tensor.set_grad(flat_grads_.narrow(0, lp.offset, lp.numel).view(lp.shape));
+    if (dtype != DType::f32) {
+      int64_t i = 0;
+      for (optim::ParamGroup& g : master_groups) {
+        for (NamedParameter& p : g.params) {
+          p.tensor = master_->masters()[i];
+          p.tensor.set_grad(flat->param_grad(i++));
+        }
       }
     }
     inner_ = make_inner(optimizer, std::move(master_groups));
-  } else if (config_.stage == 0) {
-    inner_ = make_inner(optimizer, groups_);
+    gradients_ = std::move(flat);
   } else {
+    if (config_.stage == 1) {
+      gradients_ = std::make_unique<ReduceScatterGradients>(dp_, layout_, params_, dtype, device_,
+                                                            config_.reduce_scatter);
+    } else {
+      gradients_ = std::make_unique<BucketedGradients>(dp_, layout_, params_, device_,
+                                                       config_.reduce_scatter);
+    }
     // One optimizer parameter per owned chunk, in its block's group.
     std::vector<optim::ParamGroup> chunks;
     for (const optim::ParamGroup& g : groups_) chunks.push_back({{}, g.lr, g.weight_decay});
     for (size_t b = 0; b < layout_.blocks.size(); ++b) {
       const int64_t block = static_cast<int64_t>(b);
-      Tensor chunk = own_param_chunk(block);
-      chunk.set_grad(own_grad_chunk(block));
+      Tensor chunk = weights_->own_chunk(block);
+      chunk.set_grad(gradients_->own_chunk(block));
       chunks[layout_.blocks[b].group].params.push_back({chunk_name(block), chunk, {}});
     }
     inner_ = optim::make_optimizer(optimizer, std::move(chunks));
@@ -140,64 +119,38 @@ std::unique_ptr<optim::Optimizer> ZeroOptimizer::make_inner(const optim::Optimiz
 
 ZeroOptimizer::~ZeroOptimizer() {
   // The hooks capture `this`: make them inert, as the parameters may outlive us. Stage 3's
-  // parameters stay as they are: partitioned, with their values in our shard.
+  // parameters stay as they are: partitioned, with their values in our shard (weights_
+  // removes its module hooks).
   for (Tensor& p : params_) {
     if (AutogradMeta* m = p.autograd_meta()) m->post_accumulate_hooks.clear();
   }
-  if (partitioned_) model_.set_hooks(nullptr);
-}
-
-Tensor ZeroOptimizer::own_param_chunk(int64_t block) const {
-  const FlatLayout::Block& b = layout_.blocks[block];
-  return config_.stage == 3
-             ? param_shard_.narrow(0, b.shard_offset, b.chunk)
-             : flat_params_.narrow(0, layout_.chunk_offset(block, dp_.rank()), b.chunk);
-}
-
-Tensor ZeroOptimizer::own_grad_chunk(int64_t block) const {
-  const FlatLayout::Block& b = layout_.blocks[block];
-  return config_.stage >= 2
-             ? grad_shard_.narrow(0, b.shard_offset, b.chunk)
-             : flat_grads_.narrow(0, layout_.chunk_offset(block, dp_.rank()), b.chunk);
 }
 
 void ZeroOptimizer::zero_grad() {
-  NoGradGuard no_grad;
   overflow_ = false;
-  if (config_.stage <= 1) {
-    flat_grads_.fill_(0.0);
-    const Tensor& model_grads = flat_model_grads_.defined() ? flat_model_grads_ : flat_grads_;
-    if (flat_model_grads_.defined()) flat_model_grads_.fill_(0.0);
-    // Backward accumulates into these views in place (AccumulateGrad).
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const FlatLayout::Param& p = layout_.params[i];
-      params_[i].set_grad(model_grads.narrow(0, p.offset, p.numel).view(p.shape));
-    }
-  } else {
-    grad_shard_.fill_(0.0);
-    for (Tensor& p : params_) p.set_grad(Tensor());
-  }
+  gradients_->zero_grad();
 }
 
 void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
-  reducing_ = config_.stage >= 2 || boundary;
-  const bool from_hooks = config_.stage >= 2 || config_.overlap_comm;
+  const bool every_micro_batch = gradients_->reduces_every_micro_batch();
+  reducing_ = every_micro_batch || boundary;
+  const bool from_hooks = every_micro_batch || config_.overlap_comm;
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     pending_[b] = layout_.blocks[b].end_param - layout_.blocks[b].first_param;
     reduced_[b] = false;
   }
   in_backward_ = reducing_ && from_hooks;
-  if (partitioned_) partitioned_->begin_backward();
+  weights_->begin_backward();
   try {
     const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
     tessera::backward(loss, scalar_tensor(scale * loss_scale, {loss.dtype(), loss.device()}));
   } catch (...) {
     in_backward_ = false;
-    if (partitioned_) partitioned_->end_backward();
+    weights_->end_backward();
     throw;
   }
   in_backward_ = false;
-  if (partitioned_) partitioned_->end_backward();
+  weights_->end_backward();
   if (!reducing_) return;
   // Blocks the hooks did not reduce: all of them without overlap, and any block with a
   // parameter that got no gradient. Every rank takes them in the same order.
@@ -207,8 +160,9 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
 }
 
 void ZeroOptimizer::backward_unreduced(const Tensor& root, const Tensor& grad) {
-  TS_CHECK(config_.stage <= 1, "[zero] pipeline backward needs ZeRO stage 0 or 1, found stage ",
-           config_.stage, " (it reduces during backward, before the tied gradients are summed)");
+  TS_CHECK(!gradients_->reduces_every_micro_batch(),
+           "[zero] pipeline backward needs ZeRO stage 0 or 1, found stage ", config_.stage,
+           " (it reduces during backward, before the tied gradients are summed)");
   reducing_ = false;
   in_backward_ = false;
   const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
@@ -220,8 +174,8 @@ void ZeroOptimizer::backward_unreduced(const Tensor& root, const Tensor& grad) {
 }
 
 void ZeroOptimizer::reduce_gradients() {
-  TS_CHECK(config_.stage <= 1, "[zero] reduce_gradients is for stages 0-1, found stage ",
-           config_.stage);
+  TS_CHECK(!gradients_->reduces_every_micro_batch(),
+           "[zero] reduce_gradients is for stages 0-1, found stage ", config_.stage);
   for (size_t b = 0; b < layout_.blocks.size(); ++b) reduce_block(static_cast<int64_t>(b));
 }
 
@@ -242,103 +196,23 @@ void ZeroOptimizer::on_grad_ready(int64_t param) {
   if (!in_backward_) return;
   const int64_t block = layout_.params[param].block;
   if (--pending_[block] == 0) reduce_block(block);
-  if (partitioned_) partitioned_->grad_ready(param);
+  weights_->grad_ready(param);
 }
 
 void ZeroOptimizer::reduce_block(int64_t block) {
-  NoGradGuard no_grad;
-  const FlatLayout::Block& b = layout_.blocks[block];
-  const double inv_world = 1.0 / dp_.size();
   reduced_[block] = true;
-  if (config_.stage <= 1 && flat_model_grads_.defined()) {
-    // The 16-bit gradients become f32 before they are reduced (Note [Mixed precision]).
-    flat_grads_.narrow(0, b.offset, b.numel).copy_(flat_model_grads_.narrow(0, b.offset, b.numel));
-  }
-  if (config_.stage == 0) {
-    if (!full_precision_reduction()) return;  // the 1-bit optimizer takes local gradients
-    const Tensor view = flat_grads_.narrow(0, b.offset, b.numel);
-    dp_.all_reduce(view);
-    if (dp_.size() > 1) kernels::scale_(view, inv_world);  // x 1 would be a pass for nothing
-    return;
-  }
-  Tensor buffer;
-  if (config_.stage == 1) {
-    buffer = flat_grads_.narrow(0, b.offset, b.numel);
-  } else {
-    // Stages 2-3: gather the block's gradients into one buffer and drop them. Every element
-    // is written once: a gradient, or zero (padding, a parameter backward did not reach).
-    buffer = empty({b.numel}, {DType::f32, device_});
-    for (int64_t i = b.first_param; i < b.end_param; ++i) {
-      const FlatLayout::Param& p = layout_.params[i];
-      const Tensor slot = buffer.narrow(0, p.offset - b.offset, p.numel);
-      const Tensor g = params_[i].grad();
-      if (g.defined()) {
-        slot.copy_(g.reshape({p.numel}));
-      } else {
-        slot.fill_(0.0);
-      }
-      params_[i].set_grad(Tensor());
-    }
-    const FlatLayout::Param& last = layout_.params[b.end_param - 1];
-    const int64_t used = last.offset + last.numel - b.offset;
-    buffer.narrow(0, used, b.numel - used).fill_(0.0);
-  }
-  Tensor reduced;
-  if (config_.reduce_scatter) {
-    reduced = empty({b.chunk}, {DType::f32, device_});
-    dp_.reduce_scatter(buffer, reduced);
-  } else {
-    dp_.all_reduce(buffer);
-    reduced = buffer.narrow(0, dp_.rank() * b.chunk, b.chunk);
-  }
-  const Tensor own = own_grad_chunk(block);
-  if (config_.stage == 1) {
-    if (reduced.raw_data() != own.raw_data()) own.copy_(reduced);
-    if (dp_.size() > 1) kernels::scale_(own, inv_world);
-  } else {
-    kernels::axpy_(own, reduced, inv_world);  // accumulates over micro-batches
-  }
-}
-
-double ZeroOptimizer::counted_squared_norm() const {
-  const bool all = counted_.empty();
-  double sq = 0.0;
-  if (config_.stage == 0) {
-    if (all) return kernels::squared_norm(flat_grads_);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const FlatLayout::Param& p = layout_.params[i];
-      if (counted_[i]) sq += kernels::squared_norm(flat_grads_.narrow(0, p.offset, p.numel));
-    }
-    return sq;
-  }
-  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-    const Tensor own = own_grad_chunk(static_cast<int64_t>(b));
-    if (all) {
-      sq += kernels::squared_norm(own);
-      continue;
-    }
-    // The counted parameters' elements inside this rank's chunk of the block.
-    const FlatLayout::Block& blk = layout_.blocks[b];
-    const int64_t chunk_begin = layout_.chunk_offset(static_cast<int64_t>(b), dp_.rank());
-    for (int64_t i = blk.first_param; i < blk.end_param; ++i) {
-      const FlatLayout::Param& p = layout_.params[i];
-      const int64_t begin = std::max(p.offset, chunk_begin);
-      const int64_t end = std::min(p.offset + p.numel, chunk_begin + blk.chunk);
-      if (counted_[i] && end > begin) {
-        sq += kernels::squared_norm(own.narrow(0, begin - chunk_begin, end - begin));
-      }
-    }
-  }
-  return sq;
+  gradients_->reduce_block(block, full_precision_reduction());
 }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   NoGradGuard no_grad;
-  double sq = counted_squared_norm();  // stage 0: identical on every rank of dp
-  if (config_.stage > 0 || norm_group_ != nullptr) {
+  // This rank's share; gradients that are not sharded are the same on every rank of dp.
+  double sq = gradients_->squared_norm(counted_);
+  const bool sharded_grads = gradients_->sharded();
+  if (sharded_grads || norm_group_ != nullptr) {
     // On the parameters' device: an NCCL group moves device tensors only.
     const Tensor total = scalar_tensor(sq, {DType::f64, device_});
-    if (config_.stage > 0) dp_.all_reduce(total);
+    if (sharded_grads) dp_.all_reduce(total);
     if (norm_group_ != nullptr) norm_group_->all_reduce(total);
     sq = total.item<double>();
   }
@@ -357,15 +231,7 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   double factor = 1.0 / loss_scale;
   const double coef = max_norm / (norm + 1e-6);
   if (max_norm > 0.0 && std::isfinite(norm) && coef < 1.0) factor *= coef;
-  if (factor != 1.0) {
-    if (config_.stage == 0) {
-      kernels::scale_(flat_grads_, factor);
-    } else {
-      for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-        kernels::scale_(own_grad_chunk(static_cast<int64_t>(b)), factor);
-      }
-    }
-  }
+  if (factor != 1.0) gradients_->scale(factor);
   return norm;
 }
 
@@ -376,21 +242,7 @@ bool ZeroOptimizer::step() {
     if (overflow_) return false;  // DeepSpeed skips the step and keeps the parameters
   }
   inner_->step();
-  if (partitioned_) {
-    partitioned_->after_step();
-    return true;
-  }
-  if (config_.stage == 0) {
-    if (flat_model_.defined()) flat_model_.copy_(flat_params_);
-    return true;
-  }
-  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-    const int64_t block = static_cast<int64_t>(b);
-    const FlatLayout::Block& blk = layout_.blocks[b];
-    // The input must not overlap the output.
-    dp_.all_gather(own_param_chunk(block).clone(), flat_params_.narrow(0, blk.offset, blk.numel));
-  }
-  if (flat_model_.defined()) flat_model_.copy_(flat_params_);
+  weights_->after_step();
   return true;
 }
 
@@ -408,7 +260,7 @@ void ZeroOptimizer::load_rank_state(const StateDict& saved) {
   if (onebit_ == nullptr) return;
   NoGradGuard no_grad;
   onebit_->load_rank_state(saved);
-  if (flat_model_.defined()) flat_model_.copy_(flat_params_);  // 0/1 Adam's local parameters
+  master_->round_into_model();  // 0/1 Adam's local parameters (1-bit runs are stage 0)
 }
 
 void ZeroOptimizer::reset_rank_state() {
@@ -422,14 +274,14 @@ double ZeroOptimizer::lr() const { return inner_->lr(); }
 bool ZeroOptimizer::set_momentum(double beta1) { return inner_->set_momentum(beta1); }
 int64_t ZeroOptimizer::step_count() const { return inner_->step_count(); }
 
+const PartitionedParams* ZeroOptimizer::partitioned() const {
+  return partitioned_ ? &partitioned_->partitioned() : nullptr;
+}
+
 ModelStateBytes ZeroOptimizer::model_state_bytes() const {
   ModelStateBytes m;
-  m.params = partitioned_
-                 ? static_cast<int64_t>(param_shard_.nbytes()) + partitioned_->persistent_bytes()
-                 : static_cast<int64_t>(flat_params_.nbytes());
-  m.grads = static_cast<int64_t>(config_.stage <= 1 ? flat_grads_.nbytes() : grad_shard_.nbytes());
-  if (flat_model_.defined()) m.params += static_cast<int64_t>(flat_model_.nbytes());
-  if (flat_model_grads_.defined()) m.grads += static_cast<int64_t>(flat_model_grads_.nbytes());
+  m.params = weights_->bytes();
+  m.grads = gradients_->bytes();
   for (const auto& [key, t] : inner_->state_dict()) {
     if (key != "step") m.optimizer += static_cast<int64_t>(t.nbytes());
   }
@@ -438,29 +290,7 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
 
 StateDict ZeroOptimizer::state_dict() const {
   StateDict inner = inner_->state_dict();
-  if (!sharded()) return inner;
-  NoGradGuard no_grad;
-  // Chunk states "<kind>.zero_block_<b>" -> one shard tensor per kind; the chunks tile it.
-  StateDict out;
-  std::vector<std::string> kinds;
-  const std::map<std::string, Tensor> by_key(inner.begin(), inner.end());
-  for (const auto& [key, t] : inner) {
-    if (key == "step") {
-      out.emplace_back(key, t);
-    } else if (std::find(kinds.begin(), kinds.end(), kind_of(key)) == kinds.end()) {
-      kinds.push_back(kind_of(key));
-    }
-  }
-  for (const std::string& kind : kinds) {
-    const Tensor shard = empty({layout_.shard_numel()});
-    for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-      const FlatLayout::Block& blk = layout_.blocks[b];
-      shard.narrow(0, blk.shard_offset, blk.chunk)
-          .copy_(by_key.at(kind + "." + chunk_name(static_cast<int64_t>(b))));
-    }
-    out.emplace_back(kind, shard);
-  }
-  return out;
+  return sharded() ? chunks_to_shard(inner, layout_) : inner;
 }
 
 StateDict ZeroOptimizer::whole_state_dict() const {
@@ -483,43 +313,12 @@ StateDict ZeroOptimizer::whole_state_dict() const {
 }
 
 void ZeroOptimizer::load_whole_state(const StateDict& whole) {
-  if (!sharded()) {
-    inner_->load_state_dict(whole);
-    return;
-  }
-  NoGradGuard no_grad;
-  // Group "<kind>.<parameter>" by kind, then shard each kind for this rank.
-  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> by_kind;
-  StateDict chunks;
-  for (const auto& [key, t] : whole) {
-    if (key == "step") {
-      chunks.emplace_back(key, t);
-      continue;
-    }
-    const size_t dot = key.find('.');
-    TS_CHECK(dot != std::string::npos, "[zero] optimizer state \"", key,
-             "\": expected <kind>.<parameter name>");
-    by_kind[key.substr(0, dot)].emplace_back(key.substr(dot + 1), t);
-  }
-  for (const auto& [kind, tensors] : by_kind) {
-    TS_CHECK(tensors.size() == layout_.params.size(), "[zero] optimizer state \"", kind,
-             "\": expected one tensor per parameter (", layout_.params.size(), "), found ",
-             tensors.size());
-    const Tensor s = shard(layout_, dp_.rank(), tensors);
-    for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-      const FlatLayout::Block& blk = layout_.blocks[b];
-      chunks.emplace_back(kind + "." + chunk_name(static_cast<int64_t>(b)),
-                          s.narrow(0, blk.shard_offset, blk.chunk));
-    }
-  }
-  inner_->load_state_dict(chunks);
+  inner_->load_state_dict(sharded() ? whole_to_chunks(whole, layout_, dp_.rank()) : whole);
 }
 
 StateDict ZeroOptimizer::whole_parameters() {
   StateDict out;
-  const std::vector<Tensor> values = partitioned_        ? partitioned_->gather_all()
-                                     : !masters_.empty() ? masters_
-                                                         : params_;
+  const std::vector<Tensor> values = weights_->whole();
   for (size_t i = 0; i < values.size(); ++i) out.emplace_back(layout_.params[i].name, values[i]);
   return out;
 }
@@ -527,7 +326,7 @@ StateDict ZeroOptimizer::whole_parameters() {
 Tensor ZeroOptimizer::parameter_shard() const {
   TS_CHECK(partitioned_ != nullptr, "[zero] parameter_shard() is for stage 3; this is stage ",
            config_.stage);
-  return param_shard_;
+  return partitioned_->shard();
 }
 
 void ZeroOptimizer::load_parameters(const StateDict& whole) {
@@ -545,43 +344,7 @@ void ZeroOptimizer::load_parameters(const StateDict& whole) {
   }
   TS_CHECK(given.empty(), "[zero] unexpected tensor \"", given.empty() ? "" : given.begin()->first,
            "\"; expected only the model's trainable parameters");
-  if (partitioned_) {
-    partitioned_->load(ordered);
-    return;
-  }
-  NoGradGuard no_grad;
-  const std::vector<Tensor>& targets = masters_.empty() ? params_ : masters_;
-  for (size_t i = 0; i < ordered.size(); ++i) targets[i].copy_(ordered[i]);
-  if (flat_model_.defined()) flat_model_.copy_(flat_params_);
-}
-
-StateDict whole_state(const FlatLayout& layout, const std::vector<StateDict>& shards) {
-  TS_CHECK(static_cast<int>(shards.size()) == layout.world, "[zero] expected ", layout.world,
-           " optimizer shards, found ", shards.size());
-  StateDict out;
-  std::map<std::string, std::vector<Tensor>> kinds;
-  std::set<std::string> first_keys;
-  for (size_t r = 0; r < shards.size(); ++r) {
-    std::set<std::string> keys;
-    for (const auto& [key, t] : shards[r]) {
-      keys.insert(key);
-      if (key == "step") {
-        if (r == 0) out.emplace_back(key, t);
-        TS_CHECK(t.numel() == 1 && t.item<int64_t>() == out.front().second.item<int64_t>(),
-                 "[zero] optimizer shard ", r, " is at step ", t.item<int64_t>(),
-                 "; expected step ", out.front().second.item<int64_t>(), " like shard 0");
-      } else {
-        kinds[key].push_back(t);
-      }
-    }
-    if (r == 0) first_keys = keys;
-    TS_CHECK(keys == first_keys && keys.count("step") == 1, "[zero] optimizer shard ", r,
-             " holds different state kinds than shard 0; expected the same kinds and a step");
-  }
-  for (const auto& [kind, ts] : kinds) {
-    for (auto& [name, t] : unshard(layout, ts)) out.emplace_back(kind + "." + name, t);
-  }
-  return out;
+  weights_->load(ordered);
 }
 
 }  // namespace tessera::parallel

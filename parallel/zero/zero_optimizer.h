@@ -21,7 +21,12 @@
 //   3  As 2, and the parameters are partitioned too: a rank keeps 1/W of each parameter
 //      and gathers whole parameters only around the module calls that read them
 //      (partitioned_params.h, Note [ZeRO-3 parameters]). Each parameter is its own block.
-// With overlap_comm, stages 0 and 1 also reduce from the hooks, on the boundary micro-batch.
+// A ZeroOptimizer is a facade over two parts chosen at construction: a ParameterStore
+// (parameter_store.h: MasterWeights for stages 0-2, PartitionedWeights for 3) and a
+// GradientReducer (gradient_reducer.h: AllReduceGradients, ReduceScatterGradients,
+// BucketedGradients for 2-3); the sharded state's save, load and reshard are in
+// zero_state.h. With overlap_comm, stages 0 and 1 also reduce from the hooks, on the
+// boundary micro-batch.
 // The communicators here block, so "overlap" means blocks are reduced while backward is
 // still producing later ones (bounded memory), not concurrent compute and transfer.
 //
@@ -75,8 +80,11 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/compression/onebit_optimizer.h"
 #include "parallel/zero/flat_layout.h"
+#include "parallel/zero/gradient_reducer.h"
+#include "parallel/zero/parameter_store.h"
 #include "parallel/zero/partitioned_params.h"
 #include "parallel/zero/zero_config.h"
+#include "parallel/zero/zero_state.h"
 
 namespace tessera::parallel {
 
@@ -137,8 +145,8 @@ class ZeroOptimizer {
   // false when an f16 overflow skipped the step (the loss scale was lowered instead).
   bool step();
   // The f16 loss scaler (null for f32 and bf16).
-  const optim::LossScaler* loss_scaler() const { return scaler_.get(); }
-  optim::LossScaler* loss_scaler() { return scaler_.get(); }
+  const optim::LossScaler* loss_scaler() const { return scaler_; }
+  optim::LossScaler* loss_scaler() { return scaler_; }
   DType precision() const { return precision_.dtype; }
 
   void set_lr(double lr);
@@ -174,7 +182,7 @@ class ZeroOptimizer {
   // changes. Needed at stage 3 and with f16/bf16; f32 stages 0-2 may also load the model.
   void load_parameters(const StateDict& whole);
   // The stage 3 parameters (null for other stages).
-  const PartitionedParams* partitioned() const { return partitioned_.get(); }
+  const PartitionedParams* partitioned() const;
   // The 1-bit optimizer this stage-0 optimizer steps with (Note [1-bit optimizers under
   // ZeRO stage 0]), or null.
   const OneBitOptimizer* onebit() const { return onebit_; }
@@ -198,12 +206,6 @@ class ZeroOptimizer {
   bool full_precision_reduction() const;
   void on_grad_ready(int64_t param);
   void reduce_block(int64_t block);
-  // This rank's share of the squared gradient norm: its own elements (all of them at
-  // stage 0), the parameters counted_ leaves out excluded.
-  double counted_squared_norm() const;
-  // This rank's chunk of block b in the flat parameter buffer.
-  Tensor own_param_chunk(int64_t block) const;
-  Tensor own_grad_chunk(int64_t block) const;
 
   Communicator& dp_;
   Module& model_;
@@ -213,29 +215,22 @@ class ZeroOptimizer {
   std::vector<optim::ParamGroup> groups_;
   std::vector<Tensor> params_;  // flat order
   FlatLayout layout_;
-  Tensor flat_params_;                              // (layout.numel) f32; stages 0-2
-  Tensor flat_model_;                               // (layout.numel) f16/bf16 model weights
-  Tensor flat_model_grads_;                         // (layout.numel) f16/bf16; stages 0-1
-  std::vector<Tensor> masters_;                     // f32 views of flat_params_ (f16/bf16)
-  std::unique_ptr<optim::LossScaler> scaler_;       // f16 only
-  bool overflow_ = false;                           // found by clip_grad_norm
-  Tensor param_shard_;                              // (layout.shard_numel()); stage 3
-  Tensor flat_grads_;                               // (layout.numel); stages 0-1
-  Tensor grad_shard_;                               // (layout.shard_numel()); stages 2-3
-  std::shared_ptr<PartitionedParams> partitioned_;  // stage 3; the model's hooks
-  std::unique_ptr<optim::Optimizer> inner_;         // over the parameters (0) or the chunks (1-2)
-  OneBitOptimizer* onebit_ = nullptr;               // inner_ when it is a 1-bit optimizer
-  std::vector<int64_t> pending_;                    // per block: parameters whose hook has not run
-  std::vector<bool> reduced_;                       // per block, in the current micro-batch
-  bool reducing_ = false;                           // whether this micro-batch reduces
+  // The parts (Note [ZeRO stages]): where the parameters live and how the gradients are
+  // reduced, chosen at construction.
+  std::unique_ptr<ParameterStore> weights_;
+  MasterWeights* master_ = nullptr;            // weights_ at stages 0-2
+  PartitionedWeights* partitioned_ = nullptr;  // weights_ at stage 3
+  optim::LossScaler* scaler_ = nullptr;        // master_'s, f16 only
+  std::unique_ptr<GradientReducer> gradients_;
+  bool overflow_ = false;                    // found by clip_grad_norm
+  std::unique_ptr<optim::Optimizer> inner_;  // over the parameters (0) or the chunks (1-3)
+  OneBitOptimizer* onebit_ = nullptr;        // inner_ when it is a 1-bit optimizer
+  std::vector<int64_t> pending_;             // per block: parameters whose hook has not run
+  std::vector<bool> reduced_;                // per block, in the current micro-batch
+  bool reducing_ = false;                    // whether this micro-batch reduces
   bool in_backward_ = false;
   Communicator* norm_group_ = nullptr;  // the model-parallel group of the norm, if any
   std::vector<bool> counted_;           // per parameter: counted in the norm (empty: all)
 };
-
-// The whole per-parameter optimizer state ("step", "<kind>.<parameter name>") from the
-// shards that the ranks of a stage 1-3 run saved (ZeroOptimizer::state_dict(), rank order)
-// under `layout`. All must agree on the step and the kinds.
-StateDict whole_state(const FlatLayout& layout, const std::vector<StateDict>& shards);
 
 }  // namespace tessera::parallel

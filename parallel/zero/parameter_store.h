@@ -1,0 +1,104 @@
+// Where a ZeRO stage keeps the parameters the optimizer steps (Note [ZeRO stages] and Note
+// [Mixed precision] in parallel/zero/zero_optimizer.h):
+//   MasterWeights      stages 0-2: one flat f32 buffer on every rank, the parameters its
+//                      views; with f16/bf16 the parameters are views of a 16-bit copy,
+//                      rounded from the f32 masters after each step, and f16 has the loss
+//                      scaler
+//   PartitionedWeights stage 3: each rank keeps its shard; whole parameters are gathered
+//                      around the module calls that read them (partitioned_params.h)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "autograd/module.h"
+#include "core/tensor.h"
+#include "optim/loss_scaler.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/zero/flat_layout.h"
+#include "parallel/zero/partitioned_params.h"
+#include "parallel/zero/zero_config.h"
+
+namespace tessera::parallel {
+
+class ParameterStore {
+ public:
+  virtual ~ParameterStore() = default;
+  // This rank's f32 chunk of block `block`: what its optimizer steps at stages 1-3.
+  virtual Tensor own_chunk(int64_t block) const = 0;
+  // After the optimizer stepped: every rank's parameters take the new values.
+  virtual void after_step() = 0;
+  // Every parameter whole in f32, flat order (collective at stage 3).
+  virtual std::vector<Tensor> whole() = 0;
+  // Sets every parameter from whole f32 tensors (flat order), on every rank alike.
+  virtual void load(const std::vector<Tensor>& whole) = 0;
+  virtual int64_t bytes() const = 0;
+  // Backward's progress, for stores that gather parameters (stage 3).
+  virtual void begin_backward() {}
+  virtual void grad_ready(int64_t param) {}
+  virtual void end_backward() {}
+};
+
+class MasterWeights final : public ParameterStore {
+ public:
+  // Makes `params` (flat order of `layout`; `dtype` f32, f16 or bf16, on `device`) views of
+  // the flat buffers, with rank 0's values on every rank. `sharded` (stages 1-2): a rank
+  // steps its own chunks, which after_step() all-gathers. `params` must outlive this.
+  MasterWeights(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
+                DType dtype, Device device, bool sharded, const optim::LossScalerConfig& scaler);
+
+  Tensor own_chunk(int64_t block) const override;
+  void after_step() override;
+  std::vector<Tensor> whole() override { return masters(); }
+  void load(const std::vector<Tensor>& whole) override;
+  int64_t bytes() const override;
+
+  // Per parameter, the f32 tensor the optimizer steps: the f32 master's view (f16/bf16), or
+  // the parameter itself (f32).
+  const std::vector<Tensor>& masters() const { return masters_.empty() ? params_ : masters_; }
+  // Rounds the f32 masters into the 16-bit model buffer (nothing at f32).
+  void round_into_model();
+  // The f16 loss scaler (null for f32 and bf16).
+  optim::LossScaler* scaler() const { return scaler_.get(); }
+
+ private:
+  Communicator& dp_;
+  const FlatLayout& layout_;
+  std::vector<Tensor>& params_;
+  bool sharded_;
+  Tensor flat_params_;                         // (layout.numel) f32
+  Tensor flat_model_;                          // (layout.numel) f16/bf16 model weights; mixed only
+  std::vector<Tensor> masters_;                // f32 views of flat_params_; mixed only
+  std::unique_ptr<optim::LossScaler> scaler_;  // f16 only
+};
+
+class PartitionedWeights final : public ParameterStore {
+ public:
+  // Partitions `params` (f32 on the CPU, flat order of `layout`, one block per parameter)
+  // and installs the gathering hooks on `model`; the destructor removes them.
+  PartitionedWeights(Communicator& dp, const FlatLayout& layout, const std::vector<Tensor>& params,
+                     Module& model, const ZeroConfig& config);
+  ~PartitionedWeights() override;
+
+  Tensor own_chunk(int64_t block) const override;
+  void after_step() override { partitioned_->after_step(); }
+  std::vector<Tensor> whole() override { return partitioned_->gather_all(); }
+  void load(const std::vector<Tensor>& whole) override { partitioned_->load(whole); }
+  int64_t bytes() const override;
+  void begin_backward() override { partitioned_->begin_backward(); }
+  void grad_ready(int64_t param) override { partitioned_->grad_ready(param); }
+  void end_backward() override { partitioned_->end_backward(); }
+
+  // This rank's shard of the parameters (layout.shard_numel() elements, the live buffer).
+  const Tensor& shard() const { return shard_; }
+  const PartitionedParams& partitioned() const { return *partitioned_; }
+
+ private:
+  const FlatLayout& layout_;
+  Module& model_;
+  Tensor shard_;
+  std::shared_ptr<PartitionedParams> partitioned_;  // the model's hooks
+};
+
+}  // namespace tessera::parallel
