@@ -1,4 +1,4 @@
-#include "tests/custom_op/fused_bias_gelu.h"
+#include "examples/custom_op/fused_bias_gelu.h"
 
 #include <cmath>
 

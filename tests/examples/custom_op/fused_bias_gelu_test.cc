@@ -1,5 +1,5 @@
 // The user-defined fused op is gradchecked and matches the framework's composed ops.
-#include "tests/custom_op/fused_bias_gelu.h"
+#include "examples/custom_op/fused_bias_gelu.h"
 
 #include <catch2/catch.hpp>
 
