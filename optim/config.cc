@@ -24,17 +24,6 @@ void reject_common(JsonObjectReader& params) {
   }
 }
 
-void read_betas(JsonObjectReader& params, double* beta1, double* beta2) {
-  const std::optional<std::vector<double>> betas = params.optional<std::vector<double>>("betas");
-  if (!betas) return;
-  TS_CHECK(betas->size() == 2 && (*betas)[0] >= 0 && (*betas)[0] < 1 && (*betas)[1] >= 0 &&
-               (*betas)[1] < 1,
-           "[config] ", params.key_path("betas"), ": expected two numbers in [0, 1), found ",
-           params.raw("betas")->dump());
-  *beta1 = (*betas)[0];
-  *beta2 = (*betas)[1];
-}
-
 WarmupType read_warmup_type(JsonObjectReader& p) {
   return p.get_one_of("warmup_type", "log", {"log", "linear"}) == "log" ? WarmupType::log
                                                                         : WarmupType::linear;
@@ -50,6 +39,19 @@ WarmupParams read_warmup(JsonObjectReader& p) {
   return w;
 }
 
+}  // namespace
+
+void read_betas(JsonObjectReader& params, double* beta1, double* beta2) {
+  const std::optional<std::vector<double>> betas = params.optional<std::vector<double>>("betas");
+  if (!betas) return;
+  TS_CHECK(betas->size() == 2 && (*betas)[0] >= 0 && (*betas)[0] < 1 && (*betas)[1] >= 0 &&
+               (*betas)[1] < 1,
+           "[config] ", params.key_path("betas"), ": expected two numbers in [0, 1), found ",
+           params.raw("betas")->dump());
+  *beta1 = (*betas)[0];
+  *beta2 = (*betas)[1];
+}
+
 void read_lamb_coeffs(JsonObjectReader& params, LambOptions* lamb) {
   lamb->max_coeff = params.get_in_range<double>("max_coeff", lamb->max_coeff, 0.0, 1e9);
   lamb->min_coeff = params.get_in_range<double>("min_coeff", lamb->min_coeff, 0.0, 1e9);
@@ -57,39 +59,8 @@ void read_lamb_coeffs(JsonObjectReader& params, LambOptions* lamb) {
            ": expected min_coeff <= max_coeff (", lamb->max_coeff, "), found ", lamb->min_coeff);
 }
 
-// The keys OneBitAdam, ZeroOneAdam and OneBitLamb share.
-void read_onebit_common(JsonObjectReader& params, double* beta1, double* beta2, double* eps,
-                        OneBitOptions* o) {
-  read_betas(params, beta1, beta2);
-  *eps = params.get_in_range<double>("eps", *eps, 0.0, 1.0);
-  // DeepSpeed parses both and uses neither; a value that would not take effect is an error.
-  if (params.get<bool>("bias_correction", false)) {
-    params.unsupported("bias_correction",
-                       "the 1-bit optimizers apply no bias correction (DeepSpeed's semantics); "
-                       "expected false or absent");
-  }
-  if (params.get<bool>("eps_inside_sqrt", false)) {
-    params.unsupported("eps_inside_sqrt",
-                       "the 1-bit optimizers add eps outside the square root; expected false or "
-                       "absent");
-  }
-  params.ignored("cuda_aware", "Tessera's communicators move device buffers directly");
-  o->comm_backend_name =
-      params.get_one_of("comm_backend_name", o->comm_backend_name, {"nccl", "mpi", "compressed"});
-}
-
-int64_t read_step(JsonObjectReader& params, const char* key, int64_t fallback, int64_t min) {
-  return params.get_in_range<int64_t>(key, fallback, min, std::numeric_limits<int64_t>::max());
-}
-
-}  // namespace
-
-bool is_onebit(OptimizerType type) {
-  return type == OptimizerType::onebit_adam || type == OptimizerType::zero_one_adam ||
-         type == OptimizerType::onebit_lamb;
-}
-
-OptimizerConfig parse_optimizer(JsonObjectReader section) {
+OptimizerConfig parse_optimizer(JsonObjectReader section,
+                                const std::vector<ExternalOptimizerType>& external) {
   OptimizerConfig c;
   const std::string type = lower(section.required<std::string>("type"));
   section.ignored("legacy_fusion", "Tessera has one fused implementation per optimizer");
@@ -122,40 +93,16 @@ OptimizerConfig parse_optimizer(JsonObjectReader section) {
     c.lamb.bias_correction = params.get<bool>("bias_correction", true);
     c.lamb.eps_inside_sqrt = params.get<bool>("eps_inside_sqrt", false);
     read_lamb_coeffs(params, &c.lamb);
-  } else if (type == "onebitadam" || type == "zerooneadam") {
-    OneBitOptions& o = c.onebit;
-    read_onebit_common(params, &c.adam.beta1, &c.adam.beta2, &c.adam.eps, &o);
-    c.adam.bias_correction = false;
-    if (type == "onebitadam") {
-      c.type = OptimizerType::onebit_adam;
-      // Step 1 is the initialization step: at least one full-precision step must follow
-      // it, or the frozen variance would be zero.
-      o.freeze_step = read_step(params, "freeze_step", o.freeze_step, 2);
-    } else {
-      c.type = OptimizerType::zero_one_adam;
-      o.var_freeze_step = read_step(params, "var_freeze_step", o.var_freeze_step, 2);
-      o.var_update_scaler = read_step(params, "var_update_scaler", o.var_update_scaler, 1);
-      o.local_step_scaler = read_step(params, "local_step_scaler", o.local_step_scaler, 1);
-      o.local_step_clipper = read_step(params, "local_step_clipper", o.local_step_clipper, 1);
-    }
-  } else if (type == "onebitlamb") {
-    c.type = OptimizerType::onebit_lamb;
-    OneBitOptions& o = c.onebit;
-    read_onebit_common(params, &c.lamb.beta1, &c.lamb.beta2, &c.lamb.eps, &o);
-    c.lamb.bias_correction = false;
-    read_lamb_coeffs(params, &c.lamb);
-    o.freeze_step = read_step(params, "freeze_step", o.freeze_step, 2);
-    o.coeff_beta = params.get_in_range<double>("coeff_beta", o.coeff_beta, 0.0, 0.999999);
-    o.factor_max = params.get_in_range<double>("factor_max", o.factor_max, 1e-9, 1e9);
-    o.factor_min = params.get_in_range<double>("factor_min", o.factor_min, 1e-9, 1e9);
-    TS_CHECK(o.factor_min <= o.factor_max, "[config] ", params.key_path("factor_min"),
-             ": expected factor_min <= factor_max (", o.factor_max, "), found ", o.factor_min);
-    o.factor_threshold =
-        params.get_in_range<double>("factor_threshold", o.factor_threshold, 0.0, 1.0);
+  } else if (const auto it = std::find_if(
+                 external.begin(), external.end(),
+                 [&](const ExternalOptimizerType& e) { return lower(e.name) == type; });
+             it != external.end()) {
+    c.type = OptimizerType::external;
+    c.external = it->parse(params, c);
   } else {
-    TS_FAIL("[config] ", section.key_path("type"),
-            ": expected one of Adam, AdamW, Lamb, SGD, OneBitAdam, ZeroOneAdam, OneBitLamb, "
-            "found \"",
+    std::string names = "Adam, AdamW, Lamb, SGD";
+    for (const ExternalOptimizerType& e : external) names += ", " + e.name;
+    TS_FAIL("[config] ", section.key_path("type"), ": expected one of ", names, ", found \"",
             section.required<std::string>("type"), "\"");
   }
   return c;
@@ -170,12 +117,10 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
       return std::make_unique<Sgd>(std::move(groups), config.sgd);
     case OptimizerType::lamb:
       return std::make_unique<Lamb>(std::move(groups), config.lamb);
-    case OptimizerType::onebit_adam:
-    case OptimizerType::zero_one_adam:
-    case OptimizerType::onebit_lamb:
-      TS_FAIL(
-          "[optimizer] the 1-bit optimizers communicate: expected them built by "
-          "parallel::ZeroOptimizer over a data-parallel group, not by make_optimizer()");
+    case OptimizerType::external:
+      TS_FAIL("[optimizer] ", config.external->name(),
+              " is built by the code that registered it (Note [External optimizers]), not by "
+              "make_optimizer()");
   }
   TS_INTERNAL_ASSERT(false, "unhandled optimizer type");
   return nullptr;

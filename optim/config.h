@@ -1,6 +1,7 @@
 // The `optimizer` and `scheduler` sections of a DeepSpeed config.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,29 +15,22 @@
 
 namespace tessera::optim {
 
-enum class OptimizerType : uint8_t { adam, sgd, lamb, onebit_adam, zero_one_adam, onebit_lamb };
+// `external`: a type registered by the caller of parse_optimizer (Note [External
+// optimizers]).
+enum class OptimizerType : uint8_t { adam, sgd, lamb, external };
 
-// Whether `type` is one of the communication-compressed optimizers, which
-// parallel::ZeroOptimizer builds over its data-parallel group (make_optimizer() cannot).
-bool is_onebit(OptimizerType type);
-
-// The 1-bit family's own keys ($.optimizer.params of OneBitAdam, ZeroOneAdam, OneBitLamb),
-// with DeepSpeed's defaults (deepspeed/runtime/fp16/onebit/{adam,zoadam,lamb}.py). Their
-// betas, eps and weight_decay go to `adam` (OneBitAdam, ZeroOneAdam) or `lamb` (OneBitLamb,
-// with max_coeff and min_coeff).
-struct OneBitOptions {
-  int64_t freeze_step = 100000;       // OneBitAdam, OneBitLamb: last full-precision step
-  int64_t var_freeze_step = 100000;   // ZeroOneAdam: last step that updates the variance
-  int64_t var_update_scaler = 16;     // ZeroOneAdam: variance steps per interval doubling
-  int64_t local_step_scaler = 32678;  // ZeroOneAdam: local steps per interval doubling
-  int64_t local_step_clipper = 16;    // ZeroOneAdam: the largest sync interval
-  double coeff_beta = 0.9;            // OneBitLamb: EMA of the warm-up trust ratios
-  double factor_max = 4.0;            // OneBitLamb: bounds of the compressed-stage factor
-  double factor_min = 0.5;
-  double factor_threshold = 0.1;  // OneBitLamb: the factor's largest change per step
-  // DeepSpeed's backend choice ("nccl", "mpi" or "compressed"). Tessera compresses over
-  // the run's own data-parallel communicator whatever the name; it is validated and logged.
-  std::string comm_backend_name = "nccl";
+// Note [External optimizers]
+// Some optimizers need more than parameter groups to be built: the 1-bit family
+// communicates over the data-parallel group, so parallel/compression defines, parses and
+// builds it (parallel/compression/onebit_config.h), and optim/ knows nothing of it. Such a
+// type reaches parse_optimizer as an ExternalOptimizerType: its DeepSpeed name and a parser
+// for its params, which returns its own options and may fill the built-in options it shares
+// (config.adam, config.lamb).
+class ExternalOptimizer {
+ public:
+  virtual ~ExternalOptimizer() = default;
+  // The type as DeepSpeed names it ("OneBitAdam").
+  virtual std::string name() const = 0;
 };
 
 // `optimizer: {type, params, legacy_fusion}` with DeepSpeed's keys and defaults.
@@ -47,20 +41,32 @@ struct OptimizerConfig {
   // type adam (AdamW unless adam_w_mode is false), adamw, onebitadam and zerooneadam
   AdamOptions adam;
   SgdOptions sgd;
-  LambOptions lamb;  // type lamb and onebitlamb
-  OneBitOptions onebit;
+  LambOptions lamb;  // type lamb, and external types that share its keys
+  std::shared_ptr<const ExternalOptimizer> external;  // type external
 };
 
-// Reads `section` ($.optimizer). Types are case-insensitive: Adam, AdamW, Lamb, SGD,
-// OneBitAdam, ZeroOneAdam, OneBitLamb; any other type names the supported ones.
-// DeepSpeed's own errors are kept for `max_grad_norm` (use gradient_clipping) and amsgrad.
-// The 1-bit family applies no bias correction (DeepSpeed's semantics), so an explicit
-// "bias_correction": true is refused rather than silently ignored as DeepSpeed does.
-OptimizerConfig parse_optimizer(JsonObjectReader section);
-// The optimizer over `groups`; not for the 1-bit family (is_onebit), which needs a
-// data-parallel group (parallel/compression/onebit_optimizer.h).
+// An external optimizer type for parse_optimizer (Note [External optimizers]).
+struct ExternalOptimizerType {
+  std::string name;  // as DeepSpeed writes it; matched case-insensitively
+  // Reads the type's params (lr and weight_decay are read into `config` already).
+  std::function<std::shared_ptr<const ExternalOptimizer>(JsonObjectReader& params,
+                                                         OptimizerConfig& config)>
+      parse;
+};
+
+// Reads `section` ($.optimizer). Types are case-insensitive: Adam, AdamW, Lamb, SGD and the
+// `external` ones; any other type names the supported ones. DeepSpeed's own errors are
+// kept for `max_grad_norm` (use gradient_clipping) and amsgrad.
+OptimizerConfig parse_optimizer(JsonObjectReader section,
+                                const std::vector<ExternalOptimizerType>& external = {});
+// The optimizer over `groups`; not for external types, which their own code builds.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                           std::vector<ParamGroup> groups);
+
+// Adam's and LAMB's "betas": [beta1, beta2] in [0, 1), for external parsers too.
+void read_betas(JsonObjectReader& params, double* beta1, double* beta2);
+// LAMB's max_coeff and min_coeff (min <= max).
+void read_lamb_coeffs(JsonObjectReader& params, LambOptions* lamb);
 
 // Reads `section` ($.scheduler): {type, params} for WarmupLR, WarmupDecayLR, WarmupCosineLR,
 // OneCycle or LRRangeTest with the keys and defaults of deepspeed/runtime/lr_schedules.py.

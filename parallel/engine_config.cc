@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "parallel/compression/onebit_config.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/topology.h"
 
@@ -147,7 +148,7 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   TS_CHECK(root.has("optimizer"),
            "[config] $.optimizer: required section missing; expected "
            "{\"type\": \"AdamW\", \"params\": {...}}");
-  c.optimizer = optim::parse_optimizer(root.object("optimizer"));
+  c.optimizer = optim::parse_optimizer(root.object("optimizer"), onebit_optimizer_types());
   if (root.has("scheduler"))
     c.scheduler = optim::parse_scheduler(root.object("scheduler"), c.optimizer.lr);
   c.gradient_clipping = root.get_in_range<double>("gradient_clipping", 0.0, 0.0, 1e30);
@@ -168,11 +169,9 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
            c.zero.stage, " shards them; expected stage 0 with LAMB");
   // DeepSpeed's assertions, with its words: the 1-bit optimizers compress whole replicas'
   // momenta and hold per-rank error buffers over every parameter.
-  TS_CHECK(c.zero.stage == 0 || !optim::is_onebit(c.optimizer.type), "[config] ",
-           "$.zero_optimization.stage: ",
-           c.optimizer.type == optim::OptimizerType::onebit_adam     ? "1bit-Adam"
-           : c.optimizer.type == optim::OptimizerType::zero_one_adam ? "0/1 Adam"
-                                                                     : "1bit-Lamb",
+  const OneBitConfig* onebit = onebit_config(c.optimizer);
+  TS_CHECK(c.zero.stage == 0 || onebit == nullptr, "[config] ",
+           "$.zero_optimization.stage: ", onebit ? onebit->display_name() : "",
            " is not compatible with ZeRO; expected stage 0, found stage ", c.zero.stage);
 
   JsonObjectReader ac = root.object("activation_checkpointing");
@@ -206,12 +205,11 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   TS_CHECK(c.tensor_parallel.tp_size == 1 || c.zero.stage <= 2, "[config] ",
            "$.zero_optimization.stage: stage 3 with tensor_parallel.tp_size ",
            c.tensor_parallel.tp_size, " is not supported; expected stage 0, 1 or 2");
-  TS_CHECK(
-      c.tensor_parallel.tp_size == 1 || (c.optimizer.type != optim::OptimizerType::lamb &&
-                                         c.optimizer.type != optim::OptimizerType::onebit_lamb),
-      "[config] $.optimizer.type: LAMB's trust ratio needs each parameter whole, and "
-      "tensor_parallel.tp_size ",
-      c.tensor_parallel.tp_size, " slices them; expected tp_size 1 with LAMB");
+  TS_CHECK(c.tensor_parallel.tp_size == 1 || (c.optimizer.type != optim::OptimizerType::lamb &&
+                                              !(onebit && onebit->kind == OneBitKind::lamb)),
+           "[config] $.optimizer.type: LAMB's trust ratio needs each parameter whole, and "
+           "tensor_parallel.tp_size ",
+           c.tensor_parallel.tp_size, " slices them; expected tp_size 1 with LAMB");
   return c;
 }
 

@@ -5,7 +5,7 @@
 namespace tessera::parallel {
 
 OneBitAdam::OneBitAdam(std::vector<optim::ParamGroup> groups, Communicator& dp,
-                       const optim::AdamOptions& adam, const optim::OneBitOptions& onebit)
+                       const optim::AdamOptions& adam, const OneBitOptions& onebit)
     : OneBitOptimizer(groups, dp, numel_per_group(groups)),
       adam_(adam),
       freeze_step_(onebit.freeze_step) {}

@@ -9,6 +9,7 @@
 // the same momenta and parameters.
 #pragma once
 
+#include "parallel/compression/onebit_config.h"
 #include "parallel/compression/onebit_optimizer.h"
 
 namespace tessera::parallel {
@@ -17,7 +18,7 @@ class OneBitAdam final : public OneBitOptimizer {
  public:
   // adam: betas, eps (bias_correction is not applied); onebit: freeze_step.
   OneBitAdam(std::vector<optim::ParamGroup> groups, Communicator& dp,
-             const optim::AdamOptions& adam, const optim::OneBitOptions& onebit);
+             const optim::AdamOptions& adam, const OneBitOptions& onebit);
   void step() override;
   std::string name() const override { return "OneBitAdam"; }
   bool set_momentum(double beta1) override;

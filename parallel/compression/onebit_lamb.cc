@@ -20,7 +20,7 @@ double norm(const Tensor& t) { return std::sqrt(kernels::squared_norm(t)); }
 }  // namespace
 
 OneBitLamb::OneBitLamb(std::vector<optim::ParamGroup> groups, Communicator& dp,
-                       const optim::LambOptions& lamb, const optim::OneBitOptions& onebit)
+                       const optim::LambOptions& lamb, const OneBitOptions& onebit)
     : OneBitOptimizer(groups, dp, numel_of_all(groups)), lamb_(lamb), onebit_(onebit) {}
 
 bool OneBitLamb::set_momentum(double beta1) {

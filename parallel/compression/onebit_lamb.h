@@ -18,6 +18,7 @@
 #pragma once
 
 #include "optim/lamb.h"
+#include "parallel/compression/onebit_config.h"
 #include "parallel/compression/onebit_optimizer.h"
 
 namespace tessera::parallel {
@@ -27,7 +28,7 @@ class OneBitLamb final : public OneBitOptimizer {
   // lamb: betas, eps, max_coeff, min_coeff; onebit: freeze_step, coeff_beta, factor_max,
   // factor_min, factor_threshold.
   OneBitLamb(std::vector<optim::ParamGroup> groups, Communicator& dp,
-             const optim::LambOptions& lamb, const optim::OneBitOptions& onebit);
+             const optim::LambOptions& lamb, const OneBitOptions& onebit);
   void step() override;
   std::string name() const override { return "OneBitLamb"; }
   bool set_momentum(double beta1) override;
@@ -56,7 +57,7 @@ class OneBitLamb final : public OneBitOptimizer {
   float scalar(const std::string& kind, const NamedParameter& p, float initial);
 
   optim::LambOptions lamb_;
-  optim::OneBitOptions onebit_;
+  OneBitOptions onebit_;
   std::vector<double> coeffs_;
 };
 

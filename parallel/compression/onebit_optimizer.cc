@@ -146,17 +146,19 @@ void adam_update_(const Tensor& p, const Tensor& m, const Tensor& denom, double 
 std::unique_ptr<OneBitOptimizer> make_onebit_optimizer(const optim::OptimizerConfig& config,
                                                        std::vector<optim::ParamGroup> groups,
                                                        Communicator& dp) {
-  switch (config.type) {
-    case optim::OptimizerType::onebit_adam:
-      return std::make_unique<OneBitAdam>(std::move(groups), dp, config.adam, config.onebit);
-    case optim::OptimizerType::zero_one_adam:
-      return std::make_unique<ZeroOneAdam>(std::move(groups), dp, config.adam, config.onebit);
-    case optim::OptimizerType::onebit_lamb:
-      return std::make_unique<OneBitLamb>(std::move(groups), dp, config.lamb, config.onebit);
-    default:
-      break;
+  const OneBitConfig* onebit = onebit_config(config);
+  TS_CHECK(onebit != nullptr,
+           "[onebit] expected OneBitAdam, ZeroOneAdam or OneBitLamb, found another optimizer type");
+  switch (onebit->kind) {
+    case OneBitKind::adam:
+      return std::make_unique<OneBitAdam>(std::move(groups), dp, config.adam, onebit->options);
+    case OneBitKind::zero_one_adam:
+      return std::make_unique<ZeroOneAdam>(std::move(groups), dp, config.adam, onebit->options);
+    case OneBitKind::lamb:
+      return std::make_unique<OneBitLamb>(std::move(groups), dp, config.lamb, onebit->options);
   }
-  TS_FAIL("[onebit] expected OneBitAdam, ZeroOneAdam or OneBitLamb, found another optimizer type");
+  TS_INTERNAL_ASSERT(false, "unhandled 1-bit optimizer kind");
+  return nullptr;
 }
 
 }  // namespace tessera::parallel

@@ -108,7 +108,7 @@ Tensor adam_denominator(const Tensor& v, double eps);
 // p -= lr (m / denom + wd p).
 void adam_update_(const Tensor& p, const Tensor& m, const Tensor& denom, double lr, double wd);
 
-// The 1-bit optimizer `config` names (optim::is_onebit) over `groups`, communicating over
+// The 1-bit optimizer `config` names (onebit_config(config)) over `groups`, communicating over
 // `dp`, which must outlive it.
 std::unique_ptr<OneBitOptimizer> make_onebit_optimizer(const optim::OptimizerConfig& config,
                                                        std::vector<optim::ParamGroup> groups,

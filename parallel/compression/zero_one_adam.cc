@@ -10,7 +10,7 @@
 namespace tessera::parallel {
 namespace {
 
-ZeroOneAdamSchedule fresh_schedule(const optim::OneBitOptions& o) {
+ZeroOneAdamSchedule fresh_schedule(const OneBitOptions& o) {
   return ZeroOneAdamSchedule(o.var_freeze_step, o.var_update_scaler, o.local_step_scaler,
                              o.local_step_clipper);
 }
@@ -18,7 +18,7 @@ ZeroOneAdamSchedule fresh_schedule(const optim::OneBitOptions& o) {
 }  // namespace
 
 ZeroOneAdam::ZeroOneAdam(std::vector<optim::ParamGroup> groups, Communicator& dp,
-                         const optim::AdamOptions& adam, const optim::OneBitOptions& onebit)
+                         const optim::AdamOptions& adam, const OneBitOptions& onebit)
     : OneBitOptimizer(groups, dp, numel_per_group(groups)),
       adam_(adam),
       onebit_(onebit),

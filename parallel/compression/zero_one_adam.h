@@ -17,6 +17,7 @@
 // state in checkpoints (rank_state()).
 #pragma once
 
+#include "parallel/compression/onebit_config.h"
 #include "parallel/compression/onebit_optimizer.h"
 
 namespace tessera::parallel {
@@ -26,7 +27,7 @@ class ZeroOneAdam final : public OneBitOptimizer {
   // adam: betas, eps; onebit: var_freeze_step, var_update_scaler, local_step_scaler,
   // local_step_clipper.
   ZeroOneAdam(std::vector<optim::ParamGroup> groups, Communicator& dp,
-              const optim::AdamOptions& adam, const optim::OneBitOptions& onebit);
+              const optim::AdamOptions& adam, const OneBitOptions& onebit);
   void step() override;
   std::string name() const override { return "ZeroOneAdam"; }
   bool set_momentum(double beta1) override;
@@ -50,7 +51,7 @@ class ZeroOneAdam final : public OneBitOptimizer {
   void local_step(size_t gi, bool sync);
 
   optim::AdamOptions adam_;
-  optim::OneBitOptions onebit_;
+  OneBitOptions onebit_;
   mutable ZeroOneAdamSchedule schedule_;
   std::vector<Tensor> anchors_;  // per parameter, in group order
   Tensor lrs_;                   // (groups) f64 on the CPU

@@ -10,6 +10,7 @@
 #include "core/factories.h"
 #include "core/grad_mode.h"
 #include "kernels/elementwise.h"
+#include "parallel/compression/onebit_config.h"
 #include "parallel/zero/zero_state.h"
 
 namespace tessera::parallel {
@@ -24,7 +25,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
            "[zero] LAMB's trust ratio needs each parameter whole; expected stage 0 with LAMB, "
            "found stage ",
            config_.stage);
-  TS_CHECK(config_.stage == 0 || !optim::is_onebit(optimizer.type),
+  TS_CHECK(config_.stage == 0 || onebit_config(optimizer) == nullptr,
            "[zero] the 1-bit optimizers are not compatible with ZeRO (as in DeepSpeed); expected "
            "stage 0, found stage ",
            config_.stage);
@@ -111,7 +112,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
 
 std::unique_ptr<optim::Optimizer> ZeroOptimizer::make_inner(const optim::OptimizerConfig& config,
                                                             std::vector<optim::ParamGroup> groups) {
-  if (!optim::is_onebit(config.type)) return optim::make_optimizer(config, std::move(groups));
+  if (onebit_config(config) == nullptr) return optim::make_optimizer(config, std::move(groups));
   std::unique_ptr<OneBitOptimizer> onebit = make_onebit_optimizer(config, std::move(groups), dp_);
   onebit_ = onebit.get();
   return onebit;

@@ -17,6 +17,7 @@
 #include "parallel/comm/host_staged_comm.h"
 #include "parallel/comm/thread_comm.h"
 #include "parallel/compression/compressed_allreduce.h"
+#include "parallel/compression/onebit_config.h"
 #include "parallel/zero/zero_optimizer.h"
 #include "tests/testing.h"
 #include "tests/tiny_gpt.h"
@@ -126,12 +127,12 @@ std::vector<std::vector<float>> train_onebit(int world, Device device, int steps
     std::unique_ptr<Communicator> group = host_staged(cpu);
     Gpt model(testing::one_layer_gpt_config(), 99);
     model.to(device, DType::f32);
-    optim::OptimizerConfig o;
-    o.type = optim::OptimizerType::onebit_adam;
-    o.lr = 1e-3;
-    o.weight_decay = 0.01;
-    o.adam.bias_correction = false;
-    o.onebit.freeze_step = 5;
+    optim::OptimizerConfig base;
+    base.lr = 1e-3;
+    base.weight_decay = 0.01;
+    OneBitOptions onebit;
+    onebit.freeze_step = 5;
+    const optim::OptimizerConfig o = make_onebit_config(OneBitKind::adam, onebit, base);
     ZeroOptimizer zero(
         *group, model,
         optim::decay_groups(model.named_parameters(), o.lr, o.weight_decay, true, {}), o,

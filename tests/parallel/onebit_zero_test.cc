@@ -8,6 +8,7 @@
 #include "core/factories.h"
 #include "models/gpt2/gpt.h"
 #include "parallel/comm/thread_comm.h"
+#include "parallel/compression/onebit_config.h"
 #include "parallel/zero/zero_optimizer.h"
 #include "tests/testing.h"
 
@@ -31,14 +32,13 @@ GptConfig model_config() {
 
 optim::OptimizerConfig onebit_adam() {
   optim::OptimizerConfig o;
-  o.type = optim::OptimizerType::onebit_adam;
   o.lr = 1e-2;
   o.weight_decay = 0.01;
-  o.adam.bias_correction = false;
   // Four full-precision steps: a variance frozen after fewer has entries near zero, and
   // m / (sqrt(v) + eps) then magnifies summation-order differences past any tolerance.
-  o.onebit.freeze_step = 5;
-  return o;
+  OneBitOptions onebit;
+  onebit.freeze_step = 5;
+  return make_onebit_config(OneBitKind::adam, onebit, o);
 }
 
 // Rank r's rows of step s: (kRowsPerRank, kT + 1) tokens.

@@ -32,6 +32,7 @@
 #include "models/gpt2/gpt.h"
 #include "optim/config.h"
 #include "parallel/comm/thread_comm.h"
+#include "parallel/compression/onebit_config.h"
 #include "parallel/compression/onebit_schedule.h"
 #include "parallel/zero/zero_optimizer.h"
 #include "tools/cli/flags.h"
@@ -86,18 +87,22 @@ optim::OptimizerConfig optimizer(const std::string& type) {
   optim::OptimizerConfig o;
   o.lr = 1e-4;
   o.weight_decay = 0.01;
-  if (type == "OneBitAdam") o.type = optim::OptimizerType::onebit_adam;
-  if (type == "ZeroOneAdam") o.type = optim::OptimizerType::zero_one_adam;
-  if (type == "OneBitLamb") o.type = optim::OptimizerType::onebit_lamb;
-  o.adam.bias_correction = o.lamb.bias_correction = !optim::is_onebit(o.type);
   // Every kind of step within the first 8: 1-bit Adam and LAMB compress from step 3; 0/1
   // Adam has variance steps 2 and 4, 1-bit gradient steps 3 and 5, then syncs at 6 and 8
   // around a local step 7.
-  o.onebit.freeze_step = 2;
-  o.onebit.var_freeze_step = 4;
-  o.onebit.var_update_scaler = 1;
-  o.onebit.local_step_scaler = 1;
-  o.onebit.local_step_clipper = 2;
+  parallel::OneBitOptions onebit;
+  onebit.freeze_step = 2;
+  onebit.var_freeze_step = 4;
+  onebit.var_update_scaler = 1;
+  onebit.local_step_scaler = 1;
+  onebit.local_step_clipper = 2;
+  if (type == "OneBitAdam")
+    return parallel::make_onebit_config(parallel::OneBitKind::adam, onebit, o);
+  if (type == "ZeroOneAdam") {
+    return parallel::make_onebit_config(parallel::OneBitKind::zero_one_adam, onebit, o);
+  }
+  if (type == "OneBitLamb")
+    return parallel::make_onebit_config(parallel::OneBitKind::lamb, onebit, o);
   return o;
 }
 

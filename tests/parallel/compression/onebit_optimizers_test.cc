@@ -98,8 +98,8 @@ void set_grads(const std::vector<Tensor>& params, int rank, int world, bool aver
   }
 }
 
-optim::OneBitOptions onebit_options() {
-  optim::OneBitOptions o;
+OneBitOptions onebit_options() {
+  OneBitOptions o;
   o.freeze_step = 1 << 30;
   o.var_freeze_step = 1 << 30;
   o.var_update_scaler = 1 << 30;
@@ -129,7 +129,7 @@ optim::LambOptions lamb_options() {
 enum class Kind { adam, zero_one, lamb };
 
 std::unique_ptr<OneBitOptimizer> make(Kind kind, std::vector<optim::ParamGroup> groups,
-                                      Communicator& comm, const optim::OneBitOptions& o) {
+                                      Communicator& comm, const OneBitOptions& o) {
   switch (kind) {
     case Kind::adam:
       return std::make_unique<OneBitAdam>(std::move(groups), comm, adam_options(), o);
@@ -144,7 +144,7 @@ std::unique_ptr<OneBitOptimizer> make(Kind kind, std::vector<optim::ParamGroup> 
 // Runs `steps` steps on `world` thread ranks; returns every rank's parameters after each
 // step ([rank][step][param]).
 using Trace = std::vector<std::vector<std::vector<Vec>>>;
-Trace run_ranks(Kind kind, int world, const optim::OneBitOptions& o, int64_t steps,
+Trace run_ranks(Kind kind, int world, const OneBitOptions& o, int64_t steps,
                 std::vector<int64_t>* all_to_all_calls = nullptr) {
   Trace trace(world);
   std::mutex mu;
@@ -288,7 +288,7 @@ struct Reference {
   }
 
   void lamb_compressed(const std::vector<Vec>& grads, const optim::LambOptions& l,
-                       const optim::OneBitOptions& o) {
+                       const OneBitOptions& o) {
     if (scaling.empty()) {
       Vec rms;
       for (size_t i = 0; i < m.size(); ++i) rms.push_back(norm(m[i]) / std::sqrt(m[i].size()));
@@ -338,7 +338,7 @@ double max_rel_diff(const std::vector<Vec>& got, const std::vector<Vec>& want) {
 TEST_CASE("at one rank, each 1-bit optimizer follows DeepSpeed's rules through every stage",
           "[onebit]") {
   constexpr int64_t kSteps = 30;
-  optim::OneBitOptions o;
+  OneBitOptions o;
   o.freeze_step = 6;
   o.var_freeze_step = 12;
   o.var_update_scaler = 2;
@@ -389,7 +389,7 @@ TEST_CASE("at several ranks the 1-bit steps leave the ranks where the method pro
           "[onebit]") {
   constexpr int kWorld = 3;
   constexpr int64_t kSteps = 24;
-  optim::OneBitOptions o;
+  OneBitOptions o;
   o.freeze_step = 4;
   o.var_freeze_step = 8;
   o.var_update_scaler = 2;
@@ -433,7 +433,7 @@ TEST_CASE("at several ranks the 1-bit steps leave the ranks where the method pro
 TEST_CASE("the per-rank state resumes every 1-bit optimizer bit for bit", "[onebit]") {
   constexpr int kWorld = 2;
   constexpr int64_t kSteps = 26;
-  optim::OneBitOptions o;
+  OneBitOptions o;
   o.freeze_step = 4;
   o.var_freeze_step = 6;
   o.var_update_scaler = 1;
