@@ -102,16 +102,34 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
   if (const std::optional<double> beta1 = scheduler_->beta1()) optimizer_->set_momentum(*beta1);
   optimizer_->zero_grad();
   model_.dropout_generator() = Generator(hash_name(dropout_key_, "step " + std::to_string(step_)));
-  const double loss = executor_ ? pipeline_loss(micro_batches) : data_parallel_loss(micro_batches);
+  double loss = 0;
+  if (executor_) {
+    // The schedule orders DeepSpeed's ReduceTiedGrads, ReduceGrads and OptimizerStep.
+    bool stepped = false;
+    pipeline::StepHooks hooks;
+    hooks.reduce_tied_grads = [&] {
+      if (tied_) reduce_tied_gradients(model_, *tied_);
+    };
+    hooks.reduce_grads = [&] { optimizer_->reduce_gradients(); };
+    hooks.optimizer_step = [&] { stepped = true, step_optimizer(stats); };
+    loss = executor_->train_batch(micro_batches, hooks);
+    TS_INTERNAL_ASSERT(stepped, "the training schedule ended without an optimizer step");
+  } else {
+    loss = data_parallel_loss(micro_batches);
+    step_optimizer(stats);
+  }
+  stats.loss = global_mean(loss);
+  stats.comm_bytes = gradients_.stats().total_bytes_sent() - bytes_before;
+  return stats;
+}
+
+void Engine::step_optimizer(StepStats& stats) {
   stats.grad_norm = optimizer_->clip_grad_norm(config_.gradient_clipping);
   stats.attempted_loss_scale = optimizer_->loss_scaler() ? optimizer_->loss_scaler()->scale() : 1.0;
   stats.skipped = !optimizer_->step();
   // An overflow's step counts; the schedule does not move (DeepSpeed's behaviour).
   if (!stats.skipped) scheduler_->step();
   ++step_;
-  stats.loss = global_mean(loss);
-  stats.comm_bytes = gradients_.stats().total_bytes_sent() - bytes_before;
-  return stats;
 }
 
 double Engine::data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches) {
@@ -126,15 +144,6 @@ double Engine::data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro
     optimizer_->backward(loss, 1.0 / static_cast<double>(gas), micro == gas - 1);
   }
   return loss_sum.item<double>() / static_cast<double>(gas);
-}
-
-double Engine::pipeline_loss(const std::vector<pipeline::MicroBatch>& micro_batches) {
-  const double loss = executor_->train_batch(micro_batches);
-  // DeepSpeed's ReduceTiedGrads, then ReduceGrads (Note [ZeRO under model parallelism] in
-  // parallel/zero/zero_optimizer.h).
-  if (tied_) reduce_tied_gradients(model_, *tied_);
-  optimizer_->reduce_gradients();
-  return loss;
 }
 
 double Engine::eval_batch(const std::vector<pipeline::MicroBatch>& micro_batches) {

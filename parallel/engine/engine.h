@@ -17,10 +17,11 @@
 //   - without a pipeline, each micro-batch runs forward, loss and backward through
 //     ZeroOptimizer (which reduces at the last one, or during backward at stages 2-3);
 //   - with one, the executor runs the 1F1B schedule over ModelStage, backward unreduced,
-//     then the tied copies are summed (DeepSpeed's ReduceTiedGrads) and the gradients
-//     averaged over the data group (ReduceGrads);
-// then the gradients are clipped (unscaled, or an f16 overflow found), the optimizer steps
-// (or skips on overflow) and the schedule moves. The loss is the mean over micro-batches
+//     and its closing instructions call the engine's hooks: the tied copies are summed
+//     (DeepSpeed's ReduceTiedGrads), the gradients averaged over the data group
+//     (ReduceGrads), and the optimizer steps (OptimizerStep);
+// the step clips the gradients (unscaled, or an f16 overflow found), steps the optimizer
+// (or skips on overflow) and moves the schedule. The loss is the mean over micro-batches
 // and data-parallel ranks, equal on every rank.
 //
 // Note [Data-parallel engine]
@@ -161,8 +162,10 @@ class Engine {
   Communicator& gradient_group() const { return gradients_; }
 
  private:
+  // Forward, loss and backward of every micro-batch without a pipeline; the mean loss.
   double data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches);
-  double pipeline_loss(const std::vector<pipeline::MicroBatch>& micro_batches);
+  // Clips, steps the optimizer and the schedule, and counts the step, into `stats`.
+  void step_optimizer(StepStats& stats);
   double global_mean(double value) const;  // over the data group
   bool first_rank() const;                 // rank 0 of the world: logs warnings
   void restore_rank_state(const StateDict& saved, bool same_layout);

@@ -75,7 +75,8 @@ double PipelineExecutor::finish(double loss_sum, int micro_batches) {
   return mean.to(Device::cpu()).to_vector<double>()[0];
 }
 
-double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batches) {
+double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batches,
+                                     const StepHooks& hooks) {
   const auto start = Clock::now();
   timing_ = {};
   const int m = static_cast<int>(micro_batches.size());
@@ -139,9 +140,14 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
           break;
         }
         case PipeOp::reduce_tied_grads:
+          if (hooks.reduce_tied_grads) hooks.reduce_tied_grads();
+          break;
         case PipeOp::reduce_grads:
+          if (hooks.reduce_grads) hooks.reduce_grads();
+          break;
         case PipeOp::optimizer_step:
-          break;  // the caller's, after train_batch (Note [Pipeline executor])
+          if (hooks.optimizer_step) hooks.optimizer_step();
+          break;
       }
     }
   }

@@ -10,11 +10,13 @@
 // the output's gradient; BackwardPass backpropagates it (the loss / M on the last stage);
 // SendGrad sends the input's gradient. The first message each way carries the tensor's
 // shape and dtype (an i64 header), later ones only the data, whose shape must not change
-// within a run. The schedule's closing ReduceTiedGrads, ReduceGrads and OptimizerStep come
-// after every backward, so train_batch returns there and the caller reduces and steps.
-// The loss is the mean over micro-batches on the last stage, broadcast to every stage.
+// within a run. The schedule's closing ReduceTiedGrads, ReduceGrads and OptimizerStep run
+// the caller's StepHooks (the engine's tied-weight sum, gradient reduction and optimizer
+// step), so the schedule, not the caller, orders them. The loss is the mean over
+// micro-batches on the last stage, broadcast to every stage.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -45,6 +47,13 @@ struct MicroBatch {
   Tensor labels;
 };
 
+// What the schedule's closing instructions do; an empty hook does nothing.
+struct StepHooks {
+  std::function<void()> reduce_tied_grads;  // ReduceTiedGrads
+  std::function<void()> reduce_grads;       // ReduceGrads
+  std::function<void()> optimizer_step;     // OptimizerStep
+};
+
 // Seconds of the last batch on this stage: busy in forward and backward, and in all.
 struct PipelineTiming {
   double busy_s = 0;
@@ -58,9 +67,9 @@ class PipelineExecutor {
 
   // One training batch through the 1F1B schedule; every stage passes the same number of
   // micro-batches. Returns the mean loss, equal on every stage. Gradients are accumulated
-  // into the stage's parameters; reducing and stepping is the caller's (Note [Pipeline
-  // executor]). Collective over the pipe group.
-  double train_batch(const std::vector<MicroBatch>& micro_batches);
+  // into the stage's parameters; the schedule's reductions and step run `hooks` (Note
+  // [Pipeline executor]). Collective over the pipe group.
+  double train_batch(const std::vector<MicroBatch>& micro_batches, const StepHooks& hooks = {});
   // The mean loss of a batch through the inference schedule, without gradients.
   double eval_batch(const std::vector<MicroBatch>& micro_batches);
   const PipelineTiming& last_timing() const { return timing_; }

@@ -1,7 +1,8 @@
 // GPT through the pipeline executor at 2 and 4 stages with P and 2P + 1 micro-batches,
 // against the same model without a pipeline accumulating the same micro-batches: the mean
-// loss and every parameter's gradient (both copies of the tied wte after ReduceTiedGrads)
-// within 1e-5 relative. Stages are built from DeepSpeed's "parameters" partition.
+// loss and every parameter's gradient (both copies of the tied wte after ReduceTiedGrads,
+// which the schedule runs through the executor's hooks) within 1e-5 relative. Stages are built from
+// DeepSpeed's "parameters" partition.
 #include <catch2/catch.hpp>
 #include <map>
 #include <mutex>
@@ -77,10 +78,21 @@ TEST_CASE("a pipelined GPT equals gradient accumulation without a pipeline", "[p
           Gpt model(config(), kSeed, nullptr, part_of_stage(config(), parts, pipe.rank()));
           parallel::ModelStage stage(model);
           parallel::pipeline::PipelineExecutor executor(pipe, stage);
-          const double loss = executor.train_batch(batches);
           const std::unique_ptr<parallel::Communicator> tied =
               parallel::tied_stage_group(model, pipe);
-          if (tied) parallel::reduce_tied_gradients(model, *tied);
+          // The schedule's closing instructions run the hooks, once each, in DeepSpeed's
+          // order: the tied sum here, the others only recorded.
+          std::vector<std::string> calls;
+          parallel::pipeline::StepHooks hooks;
+          hooks.reduce_tied_grads = [&] {
+            calls.push_back("ReduceTiedGrads");
+            if (tied) parallel::reduce_tied_gradients(model, *tied);
+          };
+          hooks.reduce_grads = [&] { calls.push_back("ReduceGrads"); };
+          hooks.optimizer_step = [&] { calls.push_back("OptimizerStep"); };
+          const double loss = executor.train_batch(batches, hooks);
+          CHECK(calls ==
+                std::vector<std::string>{"ReduceTiedGrads", "ReduceGrads", "OptimizerStep"});
           Grads g;
           for (const NamedParameter& p : model.named_parameters()) {
             g[p.name] = p.tensor.grad().to_vector<float>();
