@@ -40,10 +40,23 @@ struct DeviceInfo {
   std::string name;          // "NVIDIA H100 80GB HBM3"
   int major = 0, minor = 0;  // compute capability (9.0 for Hopper)
   int multiprocessors = 0;
+  int clock_khz = 0;        // the SMs' peak clock
   size_t memory_bytes = 0;  // total device memory
 };
 // Throws NoDeviceError unless `index` names a usable device.
 DeviceInfo device_info(int index);
+
+// The device's dense bf16 tensor-core peak in FLOP/s, the denominator of the CUDA MFU
+// (PaLM's MFU uses the hardware peak whatever the precision): multiprocessors x peak clock
+// x the architecture's dense bf16 FLOPs per SM per clock, 2048 for compute capability 8.0
+// and 4096 for 9.0 (A100's 312 and H100 SXM's 989 TFLOP/s at their rated clocks). 0 for
+// other architectures, whose rate differs between product lines (a GeForce sm_86 runs f32
+// accumulation at half an RTX A6000's rate) or is not known here.
+inline double dense_bf16_peak_flops(const DeviceInfo& d) {
+  const int cc = d.major * 10 + d.minor;
+  const double per_sm_clock = cc == 80 ? 2048 : cc == 90 ? 4096 : 0;
+  return per_sm_clock * d.multiprocessors * d.clock_khz * 1e3;
+}
 
 // Number of usable CUDA devices; 0 when built without CUDA or for any reason in
 // probe_devices().problem.

@@ -53,10 +53,13 @@ DeviceInfo device_info(int index) {
   check_device(index);
   cudaDeviceProp prop{};
   TS_CUDA_CHECK(cudaGetDeviceProperties(&prop, index), index);
+  int clock_khz = 0;
+  TS_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, index), index);
   return DeviceInfo{.name = prop.name,
                     .major = prop.major,
                     .minor = prop.minor,
                     .multiprocessors = prop.multiProcessorCount,
+                    .clock_khz = clock_khz,
                     .memory_bytes = prop.totalGlobalMem};
 }
 

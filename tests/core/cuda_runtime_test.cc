@@ -79,3 +79,19 @@ TEST_CASE("Device discovery says why no GPU is usable", "[cuda]") {
     CHECK_THAT(probe.problem, Contains("older than") && Contains("CUDA " + runtime));
   }
 }
+
+TEST_CASE("the dense bf16 peak is SMs x clock x the architecture's FLOPs per SM per clock",
+          "[cuda]") {
+  using tessera::cuda::dense_bf16_peak_flops;
+  using tessera::cuda::DeviceInfo;
+  // NVIDIA's data sheets: A100 312 TFLOP/s (108 SMs at 1410 MHz), H100 SXM 989.4 TFLOP/s
+  // (132 SMs at 1830 MHz).
+  CHECK(dense_bf16_peak_flops(DeviceInfo{"A100", 8, 0, 108, 1410000, 0}) ==
+        Approx(312e12).epsilon(0.001));
+  CHECK(dense_bf16_peak_flops(DeviceInfo{"H100", 9, 0, 132, 1830000, 0}) ==
+        Approx(989.4e12).epsilon(0.001));
+  // Architectures it has no figure for: 0, and the trainer reports no MFU. An RTX 3090's
+  // is 71 TFLOP/s, an RTX A6000's 155, both sm_86.
+  CHECK(dense_bf16_peak_flops(DeviceInfo{"RTX 3090", 8, 6, 82, 1695000, 0}) == 0);
+  CHECK(dense_bf16_peak_flops(DeviceInfo{"future", 11, 0, 200, 2000000, 0}) == 0);
+}

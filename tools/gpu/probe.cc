@@ -35,9 +35,12 @@ int probe_main(int argc, char** argv) {
   if (probe.count == 0) throw NoDeviceError("[probe] no CUDA device: " + probe.problem);
   for (int i = 0; i < probe.count; ++i) {
     const cuda::DeviceInfo info = cuda::device_info(i);
-    std::printf("cuda:%d %s, compute capability %d.%d, %d multiprocessors, %.1f GiB\n", i,
-                info.name.c_str(), info.major, info.minor, info.multiprocessors,
-                static_cast<double>(info.memory_bytes) / (1 << 30));
+    std::printf(
+        "cuda:%d %s, compute capability %d.%d, %d multiprocessors at %.0f MHz, %.1f GiB, dense "
+        "bf16 peak %.0f TFLOP/s\n",
+        i, info.name.c_str(), info.major, info.minor, info.multiprocessors, info.clock_khz / 1e3,
+        static_cast<double>(info.memory_bytes) / (1 << 30),
+        cuda::dense_bf16_peak_flops(info) / 1e12);
     // A conversion runs the copy kernel: it fails here when the fatbin has no code for
     // this GPU. f16 holds the integers up to 2048 exactly.
     const Tensor host = arange(1000);

@@ -29,7 +29,9 @@ double ThroughputMeter::tokens_per_s() const {
   return static_cast<double>(tokens_per_step_) / (window_s_ / static_cast<double>(window_steps_));
 }
 
-double ThroughputMeter::mfu() const { return tokens_per_s() * flops_per_token_ / peak_flops_; }
+double ThroughputMeter::mfu() const {
+  return peak_flops_ > 0 ? tokens_per_s() * flops_per_token_ / peak_flops_ : 0;
+}
 
 double ThroughputMeter::step_seconds() const {
   return steps_ > 1 ? timed_s_ / static_cast<double>(steps_ - 1) : last_s_;

@@ -14,7 +14,8 @@ namespace tessera::train {
 // others.
 class ThroughputMeter {
  public:
-  // `peak_flops`: every rank's together (PaLM's MFU: model FLOPs over the hardware peak).
+  // `peak_flops`: every rank's together (PaLM's MFU: model FLOPs over the hardware peak);
+  // 0 when unknown, and then mfu() is 0.
   ThroughputMeter(int64_t tokens_per_step, double flops_per_token, double peak_flops);
   // After each step, with its wall time.
   void add_step(double seconds);

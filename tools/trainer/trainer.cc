@@ -30,10 +30,6 @@ int64_t shard_tokens(const std::vector<std::string>& paths) {
   return n;
 }
 
-// Dense bf16 tensor-core peak of an H100 SXM, the reference of the CUDA MFU (PaLM's MFU
-// uses the hardware peak whatever the precision).
-constexpr double kCudaPeakFlops = 989.4e12;
-
 // The 3D groups when the config asks for a pipeline or tensor slicing (null otherwise).
 std::unique_ptr<parallel::ParallelGroups> make_groups(const RunConfig& cfg,
                                                       parallel::Communicator& world) {
@@ -208,9 +204,12 @@ void Trainer::log_run(double peak_flops) const {
       dp_.size(), cfg_.engine.pipeline.stages, cfg_.engine.tensor_parallel.tp_size,
       engine_->optimizer().stage(), dtype_name(engine_->optimizer().precision()),
       cfg_.trainer.device.str(),
-      on_cuda ? std::string("MFU against 989 TFLOP/s (H100 SXM dense bf16)")
-              : fmt::format("FMA peak {:.0f} GFLOP/s on {} threads per rank",
-                            peak_flops / world_.size() / 1e9, num_threads()));
+      !on_cuda ? fmt::format("FMA peak {:.0f} GFLOP/s on {} threads per rank",
+                             peak_flops / world_.size() / 1e9, num_threads())
+      : peak_flops > 0
+          ? fmt::format("MFU against {:.0f} TFLOP/s per GPU (dense bf16 tensor cores)",
+                        peak_flops / world_.size() / 1e12)
+          : std::string("no MFU: no dense bf16 peak is known for this GPU's architecture"));
 }
 
 TrainResult Trainer::run() {
@@ -219,7 +218,9 @@ TrainResult Trainer::run() {
   const int64_t gas = cfg_.engine.batch.gradient_accumulation_steps;
   // Every rank measures its own peak; MFU compares against all ranks' together.
   const double peak =
-      (t.device.is_cuda() ? kCudaPeakFlops : perf::measure_fma_peak(num_threads())) * world_.size();
+      (t.device.is_cuda() ? cuda::dense_bf16_peak_flops(cuda::device_info(t.device.index))
+                          : perf::measure_fma_peak(num_threads())) *
+      world_.size();
   if (leader()) log_run(peak);
   engine_->gradient_group().reset_stats();
   if (groups_) groups_->pipe->reset_stats(), groups_->model->reset_stats();
