@@ -108,8 +108,9 @@ class Module {
   std::shared_ptr<ModuleHooks> hooks_;
 };
 
-// One call of a module's forward, for its hooks. Every forward that reads a module's
-// parameters opens one on that module and routes its result through output():
+// One call of a module's forward, for its hooks. A Layer's call operator opens one; every
+// other forward that reads a module's parameters opens one on that module and routes its
+// result through output():
 //
 //   Tensor Linear::forward(const Tensor& x) const {
 //     const ModuleCall call(*this);                   // hooks' pre_forward
@@ -132,6 +133,27 @@ class ModuleCall {
  private:
   const Module& module_;
   std::shared_ptr<ModuleHooks> hooks_;
+};
+
+// A module with one tensor in and one out whose forward reads its own parameters (Linear,
+// LayerNorm, Embedding, the tensor-parallel layers). Callers use the call operator, which
+// wraps the protected forward in the ModuleCall that hooks (ZeRO stage 3's parameter
+// gathering) need, so a layer's author cannot forget it:
+//
+//   class Scale : public Layer {
+//    protected:
+//     Tensor forward(const Tensor& x) const override { return mul(x, weight_); }
+//   };
+//   Tensor y = scale(x);
+class Layer : public Module {
+ public:
+  Tensor operator()(const Tensor& x) const {
+    const ModuleCall call(*this);
+    return call.output(forward(x));
+  }
+
+ protected:
+  virtual Tensor forward(const Tensor& x) const = 0;
 };
 
 // An indexed list of owned child modules named "0", "1", ... (from `first_index` on: a

@@ -32,7 +32,7 @@ BertSelfAttention::BertSelfAttention(const BertConfig& cfg, const SparsityConfig
 
 Tensor BertSelfAttention::forward(const Tensor& x) const {
   const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
-  const Tensor qkv = qkv_.forward(x);  // (B, T, 3C)
+  const Tensor qkv = qkv_(x);  // (B, T, 3C)
   std::vector<Tensor> parts = split(qkv, {c, c, c}, 2);
   for (Tensor& p : parts) {
     p = transpose(view(contiguous(p), {b, t, n_head_, c / n_head_}), 1, 2);  // (B, H, T, D)

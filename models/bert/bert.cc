@@ -97,9 +97,8 @@ Tensor Bert::embed(const Tensor& ids) const {
            " positions, found a sequence of ", t);
   const Embeddings& e = body_.embeddings;
   const Tensor pos = arange(t, {DType::i64, ids.device()});
-  const Tensor x =
-      e.word_embeddings.forward(ids) + e.position_embeddings.forward(pos);  // (B, T, C)
-  return e.dropout.forward(e.layer_norm.forward(x));
+  const Tensor x = e.word_embeddings(ids) + e.position_embeddings(pos);  // (B, T, C)
+  return e.dropout.forward(e.layer_norm(x));
 }
 
 Tensor Bert::layers(Tensor x) const {

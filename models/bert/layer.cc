@@ -14,7 +14,7 @@ BertOutput::BertOutput(int64_t in_features, const BertConfig& cfg, Generator& ge
 }
 
 Tensor BertOutput::forward(const Tensor& h, const Tensor& residual) const {
-  return layer_norm_.forward(residual + dropout_.forward(dense_.forward(h)));
+  return layer_norm_(residual + dropout_.forward(dense_(h)));
 }
 
 BertLayer::Attention::Attention(const BertConfig& cfg, Generator& gen, const SparsityConfig* sparse,
@@ -41,7 +41,7 @@ BertLayer::BertLayer(const BertConfig& cfg, Generator& gen, const SparsityConfig
 
 Tensor BertLayer::forward(const Tensor& x) const {
   const Tensor h = attention_.output.forward(attention_.self.forward(x), x);  // (B, T, C)
-  return output_.forward(gelu(intermediate_.dense.forward(h)), h);
+  return output_.forward(gelu(intermediate_.dense(h)), h);
 }
 
 }  // namespace tessera

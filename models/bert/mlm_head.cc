@@ -18,8 +18,8 @@ BertMlmHead::BertMlmHead(const BertConfig& cfg)
 }
 
 Tensor BertMlmHead::forward(const Tensor& x, const Embedding& word_embeddings) const {
-  const ModuleCall call(*this);                                                       // reads bias_
-  const Tensor h = transform_.layer_norm.forward(gelu(transform_.dense.forward(x)));  // (B, T, C)
+  const ModuleCall call(*this);                                       // reads bias_
+  const Tensor h = transform_.layer_norm(gelu(transform_.dense(x)));  // (B, T, C)
   // The decoder reads the word embedding's weight: a call on that module (its hooks).
   const ModuleCall tied(word_embeddings);
   return call.output(tied.output(linear(h, word_embeddings.weight(), bias_)));  // (B, T, Vp)

@@ -26,7 +26,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen,
 
 std::vector<Tensor> CausalSelfAttention::heads(const Tensor& x) const {
   const int64_t b = x.size(0), t = x.size(1);
-  const Tensor qkv = c_attn_.forward(x);  // (B, T, 3 C_local): this rank's q, k, v
+  const Tensor qkv = c_attn_(x);  // (B, T, 3 C_local): this rank's q, k, v
   const int64_t c = qkv.size(2) / 3;
   std::vector<Tensor> parts = split(qkv, {c, c, c}, 2);
   for (Tensor& p : parts) {
@@ -39,7 +39,7 @@ std::vector<Tensor> CausalSelfAttention::heads(const Tensor& x) const {
 Tensor CausalSelfAttention::merge_heads(const Tensor& y) const {
   const int64_t b = y.size(0), t = y.size(2);
   const Tensor merged = reshape(transpose(y, 1, 2), {b, t, n_head_ * y.size(3)});  // (B, T, C)
-  return resid_dropout_.forward(c_proj_.forward(merged));
+  return resid_dropout_.forward(c_proj_(merged));
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) const {

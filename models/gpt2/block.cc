@@ -16,14 +16,14 @@ Block::Block(const GptConfig& cfg, Generator& gen, parallel::Communicator& model
 }
 
 Tensor Block::forward(const Tensor& x) const {
-  const Tensor h = x + attn_.forward(ln_1_.forward(x));
-  return h + mlp_.forward(ln_2_.forward(h));
+  const Tensor h = x + attn_.forward(ln_1_(x));
+  return h + mlp_.forward(ln_2_(h));
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
                              int64_t start) const {
-  const Tensor h = x + attn_.forward_cached(ln_1_.forward(x), cache_k, cache_v, start);
-  return h + mlp_.forward(ln_2_.forward(h));
+  const Tensor h = x + attn_.forward_cached(ln_1_(x), cache_k, cache_v, start);
+  return h + mlp_.forward(ln_2_(h));
 }
 
 }  // namespace tessera

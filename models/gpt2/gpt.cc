@@ -136,7 +136,7 @@ Tensor Gpt::embed(const Tensor& idx, int64_t start) const {
            " positions exceeds block_size ", cfg_.block_size);
   const Tensor pos = arange(static_cast<double>(start), static_cast<double>(start + t), 1.0,
                             {DType::i64, idx.device()});
-  const Tensor x = transformer_.wte->forward(idx) + transformer_.wpe->forward(pos);  // (B, T, C)
+  const Tensor x = (*transformer_.wte)(idx) + (*transformer_.wpe)(pos);  // (B, T, C)
   return transformer_.drop->forward(x);
 }
 
@@ -172,7 +172,7 @@ std::vector<std::string> Gpt::tied_parameter_names() const {
 Tensor Gpt::forward_stage(const Tensor& input) const {
   Tensor x = part_.embedding ? embed(input, 0) : input;
   x = blocks(x);
-  if (part_.final_norm) x = transformer_.ln_f->forward(x);
+  if (part_.final_norm) x = (*transformer_.ln_f)(x);
   return part_.head ? head(x) : x;
 }
 
@@ -205,7 +205,7 @@ Tensor Gpt::forward_cached(const Tensor& idx, KvCache& cache) const {
     x = block(i).forward_cached(x, cache.keys[i], cache.values[i], cache.length);
   }
   cache.length += idx.size(1);
-  return head(transformer_.ln_f->forward(x));
+  return head((*transformer_.ln_f)(x));
 }
 
 }  // namespace tessera

@@ -13,8 +13,6 @@ Mlp::Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_gro
   register_module("dropout", dropout_);
 }
 
-Tensor Mlp::forward(const Tensor& x) const {
-  return dropout_.forward(c_proj_.forward(gelu(c_fc_.forward(x))));
-}
+Tensor Mlp::forward(const Tensor& x) const { return dropout_.forward(c_proj_(gelu(c_fc_(x)))); }
 
 }  // namespace tessera

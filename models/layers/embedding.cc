@@ -10,9 +10,6 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype)
   register_parameter("weight", weight_);
 }
 
-Tensor Embedding::forward(const Tensor& ids) const {
-  const ModuleCall call(*this);
-  return call.output(embedding(weight_, ids));
-}
+Tensor Embedding::forward(const Tensor& ids) const { return embedding(weight_, ids); }
 
 }  // namespace tessera

@@ -5,14 +5,16 @@
 
 namespace tessera {
 
-class Embedding : public Module {
+class Embedding : public Layer {
  public:
   // "weight" is zero-initialized: models initialize by parameter name.
   Embedding(int64_t num_embeddings, int64_t embedding_dim, DType dtype = DType::f32);
-  Tensor forward(const Tensor& ids) const;  // (...) i32|i64 -> (..., dim)
 
   Tensor& weight() { return weight_; }
   const Tensor& weight() const { return weight_; }
+
+ protected:
+  Tensor forward(const Tensor& ids) const override;  // (...) i32|i64 -> (..., dim)
 
  private:
   Tensor weight_;

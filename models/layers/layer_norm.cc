@@ -14,9 +14,6 @@ LayerNorm::LayerNorm(int64_t dim, double eps, bool bias, DType dtype)
   }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const {
-  const ModuleCall call(*this);
-  return call.output(layer_norm(x, weight_, bias_, eps_));
-}
+Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight_, bias_, eps_); }
 
 }  // namespace tessera

@@ -5,14 +5,16 @@
 
 namespace tessera {
 
-class LayerNorm : public Module {
+class LayerNorm : public Layer {
  public:
   // weight = 1 and bias = 0 as in PyTorch; `bias` false keeps only the weight.
   explicit LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true, DType dtype = DType::f32);
-  Tensor forward(const Tensor& x) const;  // (..., dim) -> (..., dim)
 
   Tensor& weight() { return weight_; }
   Tensor& bias() { return bias_; }
+
+ protected:
+  Tensor forward(const Tensor& x) const override;  // (..., dim) -> (..., dim)
 
  private:
   double eps_;

@@ -14,9 +14,6 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, DType dtype
   }
 }
 
-Tensor Linear::forward(const Tensor& x) const {
-  const ModuleCall call(*this);
-  return call.output(linear(x, weight_, bias_));
-}
+Tensor Linear::forward(const Tensor& x) const { return linear(x, weight_, bias_); }
 
 }  // namespace tessera

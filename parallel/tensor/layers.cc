@@ -39,11 +39,10 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_feat
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) const {
-  const ModuleCall call(*this);
   const Tensor y = linear(copy_to_model_parallel(x, group_), weight_, bias_);  // (..., out / size)
-  if (!gather_output_) return call.output(y);
+  if (!gather_output_) return y;
   const Tensor all = gather_from_model_parallel(y, group_);  // rank-major: r0's parts, r1's...
-  if (parts_ == 1) return call.output(all);
+  if (parts_ == 1) return all;
   // Back to the dense layout, part-major: every rank's q, then every rank's k, then v.
   const int64_t piece = y.size(-1) / parts_;
   std::vector<Tensor> pieces;
@@ -52,7 +51,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) const {
       pieces.push_back(narrow(all, -1, (r * parts_ + p) * piece, piece));
     }
   }
-  return call.output(cat(pieces, -1));
+  return cat(pieces, -1);
 }
 
 RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, bool bias,
@@ -69,13 +68,12 @@ RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, 
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x) const {
-  const ModuleCall call(*this);
   // One rank: the dense linear, its bias fused into the GEMM.
-  if (group_.size() == 1) return call.output(linear(x, weight_, bias_));
+  if (group_.size() == 1) return linear(x, weight_, bias_);
   const Tensor mine = input_is_parallel_ ? x : scatter_to_model_parallel(x, group_);
   Tensor y = reduce_from_model_parallel(linear(mine, weight_, Tensor()), group_);  // (..., out)
   if (bias_.defined()) y = add(y, bias_);
-  return call.output(y);
+  return y;
 }
 
 VocabParallelEmbedding::VocabParallelEmbedding(int64_t num_embeddings, int64_t embedding_dim,
@@ -89,8 +87,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(int64_t num_embeddings, int64_t e
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
-  const ModuleCall call(*this);
-  if (group_.size() == 1) return call.output(embedding(weight_, ids));  // the dense lookup
+  if (group_.size() == 1) return embedding(weight_, ids);  // the dense lookup
   const int64_t rows = weight_.size(0);
   Tensor local_ids, mask;  // (...) ids in this rank's table (0 elsewhere); 1 where it has them
   {
@@ -110,7 +107,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
   }
   // Rows for ids of other ranks are zeroed, so their gradient (to row 0) is zero too.
   const Tensor partial = mul(embedding(weight_, local_ids), mask);  // (..., C)
-  return call.output(reduce_from_model_parallel(partial, group_));
+  return reduce_from_model_parallel(partial, group_);
 }
 
 }  // namespace tessera::parallel

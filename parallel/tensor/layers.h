@@ -17,7 +17,7 @@ namespace tessera::parallel {
 // y = x W^T + b with W (out, in) split by rows: this rank computes out / size features.
 // `parts` > 1 splits each of that many equal row blocks on its own (a fused q, k, v
 // projection, parts 3: every rank gets the q, k and v rows of its heads).
-class ColumnParallelLinear : public Module {
+class ColumnParallelLinear : public Layer {
  public:
   // Parameters "weight" (out / size, in) and, with `bias`, "bias" (out / size), both sharded
   // on dim 0. Throws unless size * parts divides out. With `gather_output` the forward
@@ -25,7 +25,9 @@ class ColumnParallelLinear : public Module {
   // (..., out / size).
   ColumnParallelLinear(int64_t in_features, int64_t out_features, bool bias, Communicator& group,
                        bool gather_output = false, int64_t parts = 1, DType dtype = DType::f32);
-  Tensor forward(const Tensor& x) const;  // (..., in), the same on every rank -> see above
+
+ protected:
+  Tensor forward(const Tensor& x) const override;  // (..., in), the same on every rank -> see above
 
  private:
   Communicator& group_;
@@ -38,7 +40,7 @@ class ColumnParallelLinear : public Module {
 // y = x W^T + b with W (out, in) split by columns: this rank multiplies its in / size input
 // features and the partial products are summed over the group; the bias is added once,
 // after the sum.
-class RowParallelLinear : public Module {
+class RowParallelLinear : public Layer {
  public:
   // Parameters "weight" (out, in / size) sharded on dim 1 and, with `bias`, "bias" (out)
   // replicated. Throws unless size divides in. With `input_is_parallel` the forward takes
@@ -46,7 +48,9 @@ class RowParallelLinear : public Module {
   // (..., in), of which it keeps its slice.
   RowParallelLinear(int64_t in_features, int64_t out_features, bool bias, Communicator& group,
                     bool input_is_parallel = true, DType dtype = DType::f32);
-  Tensor forward(const Tensor& x) const;  // -> (..., out), the same on every rank
+
+ protected:
+  Tensor forward(const Tensor& x) const override;  // -> (..., out), the same on every rank
 
  private:
   Communicator& group_;
@@ -57,14 +61,16 @@ class RowParallelLinear : public Module {
 
 // An embedding table (V, C) split by rows: this rank holds ids [r V / size, (r + 1) V / size);
 // ids outside its range give zero rows, and the sum over the group is the full lookup.
-class VocabParallelEmbedding : public Module {
+class VocabParallelEmbedding : public Layer {
  public:
   // Parameter "weight" (V / size, C) sharded on dim 0. Throws unless size divides V.
   VocabParallelEmbedding(int64_t num_embeddings, int64_t embedding_dim, Communicator& group,
                          DType dtype = DType::f32);
-  Tensor forward(const Tensor& ids) const;  // (...) i32|i64 -> (..., C)
   const Tensor& weight() const { return weight_; }
   int64_t first_id() const { return first_; }
+
+ protected:
+  Tensor forward(const Tensor& ids) const override;  // (...) i32|i64 -> (..., C)
 
  private:
   Communicator& group_;

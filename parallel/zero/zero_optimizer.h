@@ -107,8 +107,8 @@ class ZeroOptimizer {
   // `groups` as optim::decay_groups(model) makes them; every parameter must be a
   // contiguous tensor of precision.dtype that requires grad, all on one device (any device
   // at stages 0-2; f32 on the CPU at stage 3). LAMB with stage >= 1 is refused. Stage 3
-  // installs its hooks on `model`; its forwards must open a ModuleCall wherever they read
-  // parameters (autograd/module.h). The destructor removes the hooks; a stage 3 model's
+  // installs its hooks on `model`; parameters must be read inside a ModuleCall of their
+  // module: a Layer's call operator opens one (autograd/module.h). The destructor removes the hooks; a stage 3 model's
   // partitioned parameters then hold no values (take whole_parameters() before).
   ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
                 const optim::OptimizerConfig& optimizer, const ZeroConfig& zero,

@@ -22,7 +22,7 @@ class Block : public Module {
     register_module("drop", drop);
   }
   Tensor forward(const Tensor& x) const {
-    return add(x, drop.forward(c_proj.forward(gelu(c_fc.forward(ln_1.forward(x))))));
+    return add(x, drop.forward(c_proj(gelu(c_fc(ln_1(x))))));
   }
   LayerNorm ln_1;
   Linear c_fc, c_proj;
@@ -107,7 +107,7 @@ TEST_CASE("Linear, Embedding and LayerNorm compute what PyTorch's do", "[layers]
     lin.weight().copy_(from_vector<float>({1, 2, 3, -1, 0, 1}, {2, 3}));
     lin.bias().copy_(from_vector<float>({0.5f, -0.5f}));
   }
-  Tensor y = lin.forward(from_vector<float>({1, 1, 1, 2, 0, -1}, {2, 3}));
+  Tensor y = lin(from_vector<float>({1, 1, 1, 2, 0, -1}, {2, 3}));
   CHECK(y.to_vector<float>() == std::vector<float>{6.5f, -0.5f, -0.5f, -3.5f});
 
   Embedding emb(4, 2);
@@ -115,13 +115,13 @@ TEST_CASE("Linear, Embedding and LayerNorm compute what PyTorch's do", "[layers]
     NoGradGuard no_grad;
     emb.weight().copy_(from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7}, {4, 2}));
   }
-  Tensor e = emb.forward(from_vector<int64_t>({3, 0}));
+  Tensor e = emb(from_vector<int64_t>({3, 0}));
   CHECK(e.to_vector<float>() == std::vector<float>{6, 7, 0, 1});
   backward(sum(e));
   CHECK(emb.weight().grad().to_vector<float>() == std::vector<float>{1, 1, 0, 0, 0, 0, 1, 1});
 
   LayerNorm ln(4);
-  Tensor n = ln.forward(from_vector<float>({1, 2, 3, 4}, {1, 4}));
+  Tensor n = ln(from_vector<float>({1, 2, 3, 4}, {1, 4}));
   const std::vector<float> v = n.to_vector<float>();
   // (x - 2.5) / sqrt(1.25 + 1e-5)
   CHECK(v[0] == Approx(-1.5 / std::sqrt(1.25 + 1e-5)).epsilon(1e-6));
@@ -130,7 +130,7 @@ TEST_CASE("Linear, Embedding and LayerNorm compute what PyTorch's do", "[layers]
 
 TEST_CASE("zero_grad drops gradients", "[module]") {
   Linear lin(2, 2);
-  backward(sum(lin.forward(ones({1, 2}))));
+  backward(sum(lin(ones({1, 2}))));
   REQUIRE(lin.weight().grad().defined());
   lin.zero_grad();
   CHECK_FALSE(lin.weight().grad().defined());

@@ -74,7 +74,7 @@ TEST_CASE("ColumnParallelLinear equals the dense linear", "[tensor_parallel]") {
             layer.named_parameters()[0].tensor.copy_(model_parallel_slice(W, 0, parts, r, size));
             layer.named_parameters()[1].tensor.copy_(model_parallel_slice(b, 0, parts, r, size));
             const Tensor xr = leaf(x);
-            const Tensor y = layer.forward(xr);
+            const Tensor y = layer(xr);
             backward(dot(y, gather ? G : model_parallel_slice(G, -1, parts, r, size)));
             return RankResult{y.to_vector<float>(), xr.grad().to_vector<float>(),
                               layer.named_parameters()[0].tensor.grad().to_vector<float>(),
@@ -113,7 +113,7 @@ TEST_CASE("RowParallelLinear equals the dense linear", "[tensor_parallel]") {
           layer.named_parameters()[0].tensor.copy_(model_parallel_slice(W, 1, 1, r, size));
           layer.named_parameters()[1].tensor.copy_(b);
           const Tensor xr = leaf(parallel_input ? model_parallel_slice(x, -1, 1, r, size) : x);
-          const Tensor y = layer.forward(xr);
+          const Tensor y = layer(xr);
           backward(dot(y, G));
           return RankResult{y.to_vector<float>(), xr.grad().to_vector<float>(),
                             layer.named_parameters()[0].tensor.grad().to_vector<float>(),
@@ -150,7 +150,7 @@ TEST_CASE("VocabParallelEmbedding equals the dense embedding", "[tensor_parallel
       const std::vector<RankResult> got = on_ranks(size, [&](Communicator& group) {
         VocabParallelEmbedding layer(vocab, dim, group);
         layer.named_parameters()[0].tensor.copy_(model_parallel_slice(W, 0, 1, group.rank(), size));
-        const Tensor y = layer.forward(ids);
+        const Tensor y = layer(ids);
         backward(dot(y, G));
         return RankResult{y.to_vector<float>(),
                           {},
