@@ -15,9 +15,10 @@ namespace {
 
 // A batch tensor on the training device. A CUDA transfer is queued from pinned memory, so
 // the host goes on queuing the forward without waiting for the device (Note [Pinned host
-// memory] in core/tensor.h); the pinned copy may be dropped at once.
+// memory] in core/cuda_runtime.h); the pinned copy may be dropped at once. A tensor already there
+// is used as it is.
 Tensor to_device(const Tensor& host, Device device) {
-  if (!device.is_cuda() || !host.defined()) return host;
+  if (!device.is_cuda() || !host.defined() || host.device() == device) return host;
   return host.pin_memory().to(device, /*non_blocking=*/true);
 }
 

@@ -8,8 +8,9 @@
 // Note [GPU step benchmark accounting]
 // FLOPs per step as in Note [GPT-2 step benchmark accounting] (gpt2_step_bench.cc):
 // tokens x (6N + 12 L H Q T), forward a third, backward two thirds. MFU divides by the
-// dense bf16 tensor-core peak of an H100 SXM (989 TFLOP/s) whatever --dtype, as the trainer
-// does: PaLM's MFU uses the hardware peak. Memory: the caching allocator's peak_allocated
+// device's dense bf16 tensor-core peak (cuda::dense_bf16_peak_flops: 989 TFLOP/s on an H100
+// SXM at its rated clock) whatever --dtype, as the trainer does: PaLM's MFU uses the
+// hardware peak. Memory: the caching allocator's peak_allocated
 // over the timed steps, next to 16 bytes x N (DeepSpeed's mixed-precision model state:
 // 16-bit parameter and gradient, f32 master and two Adam moments; f32 runs: parameter,
 // gradient, two moments) plus the activations, measured as the allocator's bytes after
@@ -60,7 +61,7 @@ precision) and compares with PyTorch eager on the same device.
   --steps N            timed steps (default 10)
   --warmup N           untimed steps first (default 3)
   --device cuda:N      the device (default cuda:0)
-  --peak-tflops X      the MFU denominator (default 989: H100 SXM dense bf16)
+  --peak-tflops X      the MFU denominator (default: the device's dense bf16 peak)
   --torch-script FILE  the PyTorch reference (default: tools/bench/gpt2_gpu_torch.py beside
                        this binary, in $BUILD_WORKSPACE_DIRECTORY, the runfiles, or ./)
   --python EXE         the interpreter with torch (default python3 on the PATH)
@@ -122,9 +123,10 @@ int bench_main(int argc, char** argv) {
   const DType dtype = parse_precision(flags.get("dtype", "bf16"));
   const int64_t steps = flags.get_int("steps", 10), warmup = flags.get_int("warmup", 3);
   const int64_t batch = flags.get_int("batch", 16), seq = flags.get_int("seq", 1024);
-  const double peak = flags.get_double("peak-tflops", 989.0) * 1e12;
+  double peak = flags.get_double("peak-tflops", 0.0) * 1e12;  // 0: the device's
   const GptConfig cfg = GptConfig::preset("gpt2");
-  if (steps < 1 || warmup < 0 || batch < 1 || seq < 1 || seq > cfg.block_size || !(peak > 0)) {
+  if (steps < 1 || warmup < 0 || batch < 1 || seq < 1 || seq > cfg.block_size ||
+      !(peak > 0 || !flags.has("peak-tflops"))) {
     throw cli::UsageError(
         "expected --steps >= 1, --warmup >= 0, --batch >= 1, --seq in [1, 1024], "
         "--peak-tflops > 0");
@@ -139,6 +141,15 @@ int bench_main(int argc, char** argv) {
     throw cli::UsageError("--device expected cuda or cuda:N, found " + device.str());
   }
   cuda::check_device(device.index);  // NoDeviceError: run_tool exits with kExitNoDevice
+  if (!flags.has("peak-tflops")) {
+    const cuda::DeviceInfo info = cuda::device_info(device.index);
+    peak = cuda::dense_bf16_peak_flops(info);
+    if (!(peak > 0)) {
+      throw cli::UsageError("no dense bf16 peak is known for " + info.name +
+                            " (compute capability " + std::to_string(info.major) + "." +
+                            std::to_string(info.minor) + "); expected --peak-tflops");
+    }
+  }
   const std::string script =
       bench::find_script(flags.get("torch-script"), argv[0], "gpt2_gpu_torch.py");
   const bool mixed = dtype != DType::f32;
@@ -179,7 +190,7 @@ int bench_main(int argc, char** argv) {
       static_cast<long long>(warmup), static_cast<long long>(steps));
   std::printf("FLOPs per step: %.1f GFLOP (PaLM: tokens x (6N + 12 L H Q T))\n", flops_step / 1e9);
   std::printf("MFU peak: %.1f TFLOP/s%s\n", peak / 1e12,
-              flags.has("peak-tflops") ? " (--peak-tflops)" : " (H100 SXM dense bf16)");
+              flags.has("peak-tflops") ? " (--peak-tflops)" : " (the device's dense bf16 peak)");
   std::fflush(stdout);
 
   Allocator& gpu = allocator_for(device);
