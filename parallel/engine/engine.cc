@@ -197,31 +197,33 @@ nlohmann::json Engine::state_json() const {
 EngineCheckpoint Engine::save_state() {
   EngineCheckpoint c;
   c.rank_state = on_cpu(optimizer_->rank_state());
-  if (groups_) {
-    // Note [3D checkpoints]: whole tensors, gathered over the data group (optimizer state)
-    // and the model group (both), written per stage by its data-0, model-0 rank.
-    const std::vector<NamedParameter> params = model_.named_parameters();
-    Communicator& model_group = *groups_->model;
-    c.model = on_cpu(gather_full(optimizer_->whole_parameters(), params, model_group));
-    c.optimizer = on_cpu(gather_full(optimizer_->whole_state_dict(), params, model_group));
-    c.parts = static_cast<int>(groups_->grid.pipe_size());
-    c.part = groups_->coord.data == 0 && groups_->coord.model == 0 ? groups_->coord.pipe : -1;
-    if (c.part < 0) c.model.clear(), c.optimizer.clear();
-    return c;
-  }
-  const bool partitioned = optimizer_->stage() == 3;
-  const bool writer = data_.rank() == 0;
-  // 16-bit runs save their f32 master weights.
-  if (writer && !partitioned) {
-    c.model = on_cpu(optimizer_->precision() != DType::f32 ? optimizer_->whole_parameters()
-                                                           : model_.state_dict());
-  }
-  if (optimizer_->sharded()) {
+  // One path for every layout (Note [Data-parallel engine], Note [3D checkpoints]). A
+  // data-parallel run at ZeRO 1-3 writes each rank's flat shard as it is (state.json's
+  // layout reshards it); everything else is written whole: gathered over the data group by
+  // the optimizer, over the model group by each parameter's placement, by the data-0,
+  // model-0 rank of each stage.
+  const bool own_shards = optimizer_->sharded() && !groups_;
+  if (own_shards) {
     c.optimizer_shards.push_back(on_cpu(optimizer_->state_dict()));
-    if (partitioned)
+    if (optimizer_->stage() == 3) {
       c.optimizer_shards.back().emplace_back(kParameterShard, optimizer_->parameter_shard());
-  } else if (writer) {
-    c.optimizer = on_cpu(optimizer_->state_dict());
+    }
+  }
+  const bool writer = data_.rank() == 0 && (!groups_ || groups_->coord.model == 0);  // of its stage
+  // The gathers are collective with groups; without, only the writer reads anything.
+  if (writer || groups_) {
+    const std::vector<NamedParameter> params = model_.named_parameters();
+    auto whole = [&](const StateDict& mine) {
+      return on_cpu(groups_ ? gather_full(mine, params, *groups_->model) : mine);
+    };
+    // Stage 3's weights are in its shards; 16-bit runs save their f32 masters.
+    if (!(own_shards && optimizer_->stage() == 3)) c.model = whole(optimizer_->whole_parameters());
+    if (!own_shards) c.optimizer = whole(optimizer_->whole_state_dict());
+  }
+  if (!writer) c.model.clear(), c.optimizer.clear();
+  if (groups_) {
+    c.parts = static_cast<int>(groups_->grid.pipe_size());
+    c.part = writer ? groups_->coord.pipe : -1;
   }
   return c;
 }
@@ -235,22 +237,16 @@ void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& cou
              "of state.json); expected the layout that wrote them");
     optimizer = whole_state(*counters.zero_layout, saved.optimizer_shards);
   }
-  // Validate-then-write: both check every tensor before changing any. Stage 3's
-  // parameters live in the optimizer's shards; 16-bit runs load the f32 masters.
-  if (groups_) {
-    // This rank's stage and slices of the whole checkpoint (Note [3D checkpoints]).
-    const std::vector<NamedParameter> params = model_.named_parameters();
-    const int rank = groups_->coord.model, size = groups_->grid.model_size();
-    optimizer_->load_parameters(take_local(saved.model, params, rank, size, false));
-    optimizer_->load_whole_state(take_local(optimizer, params, rank, size, true));
-  } else {
-    if (optimizer_->stage() == 3 || optimizer_->precision() != DType::f32) {
-      optimizer_->load_parameters(saved.model);
-    } else {
-      model_.load_state_dict(saved.model);
-    }
-    optimizer_->load_whole_state(optimizer);
-  }
+  // One path for every layout: this rank's part of the whole checkpoint, its stage's
+  // parameters sliced over its model group (all of them, whole, without a pipeline or
+  // slicing), into the optimizer, which puts them where its stage keeps them (the f32
+  // masters, stage 3's shards). Validate-then-write: both check every tensor before
+  // changing any.
+  const std::vector<NamedParameter> params = model_.named_parameters();
+  const int rank = groups_ ? groups_->coord.model : 0;
+  const int size = groups_ ? groups_->grid.model_size() : 1;
+  optimizer_->load_parameters(take_local(saved.model, params, rank, size, false));
+  optimizer_->load_whole_state(take_local(optimizer, params, rank, size, true));
   restore_rank_state(saved.rank_state, counters.grid == grid_json());
   scheduler_->set_last_batch_iteration(counters.scheduler_last_batch_iteration);
   // An fp16 run resumes its loss scale; other checkpoints start the scaler afresh.
