@@ -2,8 +2,8 @@
 //
 //   bazel run -c opt //tools/bench:zero_bench -- [--model gpt2] [--worlds 1,2,4]
 //
-// For each stage and world size, `world` thread ranks each build the model, wrap it in a
-// ZeroOptimizer and take 2 AdamW steps on one sequence of --seq random tokens. Then:
+// For each stage and world size, `world` thread ranks each build the model, wrap it in an
+// Engine at that ZeRO stage and take 2 AdamW steps on one sequence of --seq tokens. Then:
 //   - model-state bytes per rank: the CPU allocator's live bytes after the step (when the
 //     activations are gone), divided by the world size, next to the fp32 formula of
 //     parallel/zero/memory_estimate.h (16P; 8P + 8P/N; 4P + 12P/N; 16P/N) and their ratio.
@@ -20,10 +20,10 @@
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "models/gpt2/gpt.h"
-#include "optim/optimizer.h"
+#include "optim/config.h"
 #include "parallel/comm/thread_comm.h"
+#include "parallel/engine/engine.h"
 #include "parallel/zero/memory_estimate.h"
-#include "parallel/zero/zero_optimizer.h"
 #include "tools/cli/flags.h"
 
 namespace tessera {
@@ -52,31 +52,31 @@ Measured measure(const GptConfig& cfg, int stage, int world, int64_t seq) {
   Allocator& cpu = allocator_for(Device::cpu());
   const int64_t before = cpu.stats().allocated;
   std::vector<std::unique_ptr<Gpt>> models(static_cast<size_t>(world));
-  std::vector<std::unique_ptr<parallel::ZeroOptimizer>> opts(static_cast<size_t>(world));
+  std::vector<std::unique_ptr<parallel::Engine>> engines(static_cast<size_t>(world));
   parallel::run_thread_ranks(world, [&](parallel::Communicator& comm) {
     const size_t r = static_cast<size_t>(comm.rank());
     models[r] = std::make_unique<Gpt>(cfg, 1);
-    optim::OptimizerConfig oc;
-    oc.weight_decay = 0.1;
-    parallel::ZeroConfig zc;
-    zc.stage = stage;
-    opts[r] = std::make_unique<parallel::ZeroOptimizer>(
-        comm, *models[r],
-        optim::decay_groups(models[r]->named_parameters(), oc.lr, oc.weight_decay, true, {}), oc,
-        zc);
+    parallel::EngineConfig ec;
+    ec.optimizer.weight_decay = 0.1;
+    ec.zero.stage = stage;
+    ec.gradient_clipping = 1.0;
+    ec.batch.gradient_accumulation_steps = 1;
+    engines[r] = std::make_unique<parallel::Engine>(
+        ec, *models[r],
+        optim::decay_groups(models[r]->named_parameters(), ec.optimizer.lr,
+                            ec.optimizer.weight_decay, true, {}),
+        Device::cpu(), comm);
     const std::vector<int32_t> ids(static_cast<size_t>(seq), 7);
     const Tensor x = from_vector(ids, {1, seq});
     for (int step = 0; step < 2; ++step) {
       if (step == 1) comm.reset_stats();
-      opts[r]->zero_grad();
-      opts[r]->backward(models[r]->loss(models[r]->forward(x), x), 1.0, true);
-      opts[r]->clip_grad_norm(1.0);
-      opts[r]->step();
+      engines[r]->train_batch({{x, x}});
     }
     if (r == 0) {
+      const parallel::ZeroOptimizer& zero = engines[r]->optimizer();
       m.sent_per_step = comm.stats().total_bytes_sent();
-      m.state = opts[r]->model_state_bytes();
-      if (const parallel::PartitionedParams* pp = opts[r]->partitioned()) {
+      m.state = zero.model_state_bytes();
+      if (const parallel::PartitionedParams* pp = zero.partitioned()) {
         m.peak_gathered = pp->peak_live_numel() * static_cast<int64_t>(sizeof(float));
       }
     }
