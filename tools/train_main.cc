@@ -4,9 +4,9 @@
 //   mpirun -np 4 bazel-bin/tools/train --config configs/shakespeare_char.json
 //
 // Under mpirun every process is one rank (rank and world from the MPI environment): a
-// data-parallel rank (Note [Data-parallel trainer] in tools/trainer/trainer.h), or a place
+// data-parallel rank (Note [Data-parallel engine] in parallel/engine/engine.h), or a place
 // in the (pipe, data, model) grid when the config has a pipeline or tensor slicing (Note
-// [3D trainer]). With "device": "cuda", rank r of a node drives cuda:r and gradients move
+// [3D engine]). With "device": "cuda", rank r of a node drives cuda:r and gradients move
 // over NCCL. Relative paths
 // (the config, and the paths inside it) resolve against the directory the command was
 // started from. Exit codes: 0 done, 2 bad flags, 1 any other error.

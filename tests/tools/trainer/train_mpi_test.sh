@@ -1,6 +1,6 @@
 #!/bin/sh
-# tools/train under mpirun, end to end (Note [Data-parallel trainer] in
-# tools/trainer/trainer.h):
+# tools/train under mpirun, end to end (Note [Data-parallel engine] in
+# parallel/engine/engine.h):
 #   - ZeRO stages 0, 1, 2, 3 at 2 and 4 ranks give the per-step losses and final weights of
 #     the single-process run with the same global batch, within 1e-6 relative;
 #   - log lines carry the rank and only rank 0 reports progress, with the communication
@@ -9,7 +9,7 @@
 #     bit as the uninterrupted runs, and resumed at 1 rank within 1e-6;
 #   - 3D parallelism, (pipe, data, model) = (2, 2, 2) on 8 ranks with ZeRO-1, gives the
 #     single-process losses and weights within 1e-5, and its checkpoint resumes at 8 ranks
-#     bit for bit and in one process within 1e-5 (Note [3D trainer]);
+#     bit for bit and in one process within 1e-5 (Note [3D engine]);
 #   - a config whose batch keys do not fit the world fails on every rank with DeepSpeed's
 #     message, a killed rank ends the job (non-zero) instead of hanging, and a stopped
 #     rank ends it after --comm-timeout with an error naming that rank.

@@ -1,5 +1,5 @@
-// The trainer with pipeline and tensor parallelism on thread ranks (Note [3D trainer] in
-// tools/trainer/trainer.h): per-step losses and final weights against one process with
+// The trainer with pipeline and tensor parallelism on thread ranks (Note [3D engine] in
+// parallel/engine/engine.h): per-step losses and final weights against one process with
 // the same global batch at (pipe, data, model) = (2, 2, 2) with ZeRO-1, (4, 1, 1) and
 // (1, 2, 2) with ZeRO-2; and a (2, 2, 2) checkpoint (Note [3D checkpoints]) resumed at the
 // same layout bit for bit, and at (1, 1, 1) and (1, 2, 2) within 1e-5.
