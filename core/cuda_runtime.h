@@ -47,11 +47,14 @@ struct DeviceInfo {
 DeviceInfo device_info(int index);
 
 // The device's dense bf16 tensor-core peak in FLOP/s, the denominator of the CUDA MFU
-// (PaLM's MFU uses the hardware peak whatever the precision): multiprocessors x peak clock
+// (PaLM's MFU uses the hardware peak whatever the precision): multiprocessors x clock_khz
 // x the architecture's dense bf16 FLOPs per SM per clock, 2048 for compute capability 8.0
-// and 4096 for 9.0 (A100's 312 and H100 SXM's 989 TFLOP/s at their rated clocks). 0 for
-// other architectures, whose rate differs between product lines (a GeForce sm_86 runs f32
-// accumulation at half an RTX A6000's rate) or is not known here.
+// and 4096 for 9.0. 0 for other architectures, whose rate differs between product lines (a
+// GeForce sm_86 runs f32 accumulation at half an RTX A6000's rate) or is not known here.
+// clock_khz is the device's reported peak SM clock, which can be above the clock of
+// NVIDIA's data-sheet figures: A100 reports the 1410 MHz of its 312 TFLOP/s, but an H100
+// SXM reports 1980 MHz where its 989 TFLOP/s assume 1830, so an MFU against this peak reads
+// about 8% lower than one against the data sheet.
 inline double dense_bf16_peak_flops(const DeviceInfo& d) {
   const int cc = d.major * 10 + d.minor;
   const double per_sm_clock = cc == 80 ? 2048 : cc == 90 ? 4096 : 0;

@@ -17,7 +17,7 @@ void ModelSpec::load_pretrained(LanguageModel&, const std::string& path) const {
 std::vector<int32_t> ModelSpec::generate(const LanguageModel&, const std::vector<int32_t>&, int64_t,
                                          const SamplingOptions&) const {
   TS_FAIL("[config] $.trainer.sample.tokens: the ", type(),
-          " model does not generate text; expected 0");
+          " model does not generate text; expected 0, found a request for text");
 }
 
 double sparse_layout_density(const SparsityConfig& s, int64_t heads, int64_t seq_len) {

@@ -39,9 +39,9 @@ struct ModelPlacement {
 
 // What a kind supports beyond training.
 struct ModelFeatures {
-  parallel::ModelCapabilities parallel;  // its models' capabilities()
-  bool pretrained_weights = false;       // load_pretrained() (model.init_from)
-  bool generation = false;               // generate() (trainer.sample)
+  parallel::ModelCapabilities modes;  // its models' capabilities(): pipeline, slicing
+  bool pretrained_weights = false;    // load_pretrained() (model.init_from)
+  bool generation = false;            // generate() (trainer.sample)
 };
 
 class ModelSpec {
@@ -53,11 +53,13 @@ class ModelSpec {
   virtual nlohmann::json to_json() const = 0;
   // "GPT-2 4 layers, 4 heads, width 128, 818944 parameters, dense attention".
   virtual std::string describe() const = 0;
+  // Parameters of the whole model (padded vocabulary included).
   virtual int64_t num_parameters() const = 0;
   // Training FLOPs per token at `seq_len` positions, PaLM appendix B: 6N + 12 L H Q T.
   virtual double flops_per_token(int64_t seq_len) const = 0;
   virtual int64_t vocab_size() const = 0;  // token ids are in [0, vocab_size)
   virtual int64_t block_size() const = 0;  // the longest sequence
+  // What this kind supports beyond data-parallel training.
   virtual ModelFeatures features() const = 0;
   // Throws, naming the config key, when `stages` pipeline stages or `tp` tensor-parallel
   // ranks do not fit this model (heads or vocabulary that do not split, too few layers).

@@ -118,9 +118,9 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
     case OptimizerType::lamb:
       return std::make_unique<Lamb>(std::move(groups), config.lamb);
     case OptimizerType::external:
-      TS_FAIL("[optimizer] ", config.external->name(),
-              " is built by the code that registered it (Note [External optimizers]), not by "
-              "make_optimizer()");
+      TS_FAIL("[optimizer] make_optimizer: expected a type optim/ builds, found ",
+              config.external->name(),
+              ", which is built by the code that registered it (Note [External optimizers])");
   }
   TS_INTERNAL_ASSERT(false, "unhandled optimizer type");
   return nullptr;

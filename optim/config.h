@@ -38,7 +38,8 @@ struct OptimizerConfig {
   OptimizerType type = OptimizerType::adam;
   double lr = 1e-3;
   double weight_decay = 0.0;
-  // type adam (AdamW unless adam_w_mode is false), adamw, onebitadam and zerooneadam
+  // type adam (AdamW unless adam_w_mode is false), adamw, and external types that share its
+  // keys
   AdamOptions adam;
   SgdOptions sgd;
   LambOptions lamb;  // type lamb, and external types that share its keys

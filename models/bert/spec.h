@@ -19,6 +19,7 @@ class BertSpec : public ModelSpec {
   static std::shared_ptr<const ModelSpec> parse(JsonObjectReader& model,
                                                 const std::optional<SparsityConfig>& sparse);
 
+  // The hyperparameters, and the layout its attention goes through (none: dense).
   const BertConfig& config() const { return config_; }
   const std::optional<SparsityConfig>& sparse_attention() const { return sparse_; }
 

@@ -84,7 +84,9 @@ class Gpt : public LanguageModel {
   // consecutive blocks form one checkpoint (0: none; 1, or true: each block).
   void set_activation_checkpointing(int64_t interval) override { checkpoint_interval_ = interval; }
 
-  parallel::ModelCapabilities capabilities() const override { return {true, true}; }
+  // Pipelines (forward_stage) and tensor slicing (a model group).
+  static constexpr parallel::ModelCapabilities kCapabilities{true, true};
+  parallel::ModelCapabilities capabilities() const override { return kCapabilities; }
   // {"transformer.wte.weight"} on the two stages of a pipeline that hold wte when the head
   // is tied (Note [Pipeline GPT]); empty otherwise.
   std::vector<std::string> tied_parameter_names() const override;

@@ -14,7 +14,7 @@ void load_pretrained(Gpt& model, const std::string& path) {
     LlmcCheckpoint ck = read_llmc_checkpoint(path);
     TS_CHECK(ck.config.n_layer == cfg.n_layer && ck.config.n_embd == cfg.n_embd &&
                  ck.config.padded_vocab_size() == cfg.padded_vocab_size(),
-             "[train] ", path, " holds a GPT-2 with ", ck.config.n_layer, " layers, width ",
+             "[gpt2] ", path, " holds a GPT-2 with ", ck.config.n_layer, " layers, width ",
              ck.config.n_embd, ", vocab ", ck.config.vocab_size, "; the config's model has ",
              cfg.n_layer, ", ", cfg.n_embd, ", ", cfg.vocab_size);
     full = std::move(ck.state);

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "models/gpt2/config.h"
+#include "models/gpt2/gpt.h"
 #include "models/model_spec.h"
 
 namespace tessera {
@@ -19,6 +20,7 @@ class GptSpec : public ModelSpec {
   static std::shared_ptr<const ModelSpec> parse(JsonObjectReader& model,
                                                 const std::optional<SparsityConfig>& sparse);
 
+  // The hyperparameters, the top-level sparse_attention included.
   const GptConfig& config() const { return config_; }
 
   std::string type() const override { return "gpt2"; }
@@ -28,7 +30,7 @@ class GptSpec : public ModelSpec {
   double flops_per_token(int64_t seq_len) const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t block_size() const override { return config_.block_size; }
-  ModelFeatures features() const override { return {{true, true}, true, true}; }
+  ModelFeatures features() const override { return {Gpt::kCapabilities, true, true}; }
   void check_layout(int64_t stages, int64_t tp) const override;
   std::unique_ptr<LanguageModel> build(uint64_t seed,
                                        const ModelPlacement& placement) const override;

@@ -11,6 +11,7 @@
 
 namespace tessera::parallel {
 
+// 1-bit Adam, 0/1 Adam, 1-bit LAMB.
 enum class OneBitKind : uint8_t { adam, zero_one_adam, lamb };
 
 // The 1-bit family's own keys ($.optimizer.params of OneBitAdam, ZeroOneAdam, OneBitLamb).
@@ -40,8 +41,8 @@ class OneBitConfig final : public optim::ExternalOptimizer {
   // DeepSpeed's name in its messages: "1bit-Adam", "0/1 Adam", "1bit-Lamb".
   std::string display_name() const;
 
-  OneBitKind kind;
-  OneBitOptions options;
+  OneBitKind kind;        // which of the three
+  OneBitOptions options;  // its own keys
 };
 
 // OneBitAdam, ZeroOneAdam and OneBitLamb, for optim::parse_optimizer. An explicit

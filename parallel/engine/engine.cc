@@ -47,14 +47,14 @@ Engine::Engine(const EngineConfig& config, TrainableModel& model,
       device_(device),
       data_(data),
       groups_(groups),
-      gradients_(device_data ? *device_data : data) {
+      gradient_group_(device_data ? *device_data : data) {
   TS_CHECK(groups == nullptr || groups->data.get() == &data,
            "[engine] expected `data` to be the 3D groups' data group, found another communicator");
-  TS_CHECK(gradients_.size() == data.size() && gradients_.rank() == data.rank(),
+  TS_CHECK(gradient_group_.size() == data.size() && gradient_group_.rank() == data.rank(),
            "[engine] expected the device group to have the data-parallel group's ranks, found "
            "rank ",
-           gradients_.rank(), " of ", gradients_.size(), " against rank ", data.rank(), " of ",
-           data.size());
+           gradient_group_.rank(), " of ", gradient_group_.size(), " against rank ", data.rank(),
+           " of ", data.size());
   const ModelCapabilities can = model.capabilities();
   const bool pipelined = groups && groups->grid.pipe_size() > 1;
   TS_CHECK(!pipelined || can.pipeline, "[engine] ", groups ? groups->grid.pipe_size() : 1,
@@ -67,7 +67,7 @@ Engine::Engine(const EngineConfig& config, TrainableModel& model,
   // Initialized in f32 on the CPU (the same weights everywhere), then placed.
   model.to(device, config.precision);
   optimizer_ = std::make_unique<ZeroOptimizer>(
-      gradients_, model, std::move(param_groups), config.optimizer, config.zero,
+      gradient_group_, model, std::move(param_groups), config.optimizer, config.zero,
       MixedPrecision{config.precision, config.loss_scaler});
   if (groups) {
     if (pipelined) tied_ = tied_stage_group(model, *groups->pipe);
@@ -94,7 +94,7 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
   TS_CHECK(static_cast<int64_t>(micro_batches.size()) == gas, "[engine] train_batch: expected ",
            gas, " micro-batches (gradient_accumulation_steps), found ", micro_batches.size());
   StepStats stats;
-  const int64_t bytes_before = gradients_.stats().total_bytes_sent();
+  const int64_t bytes_before = gradient_group_.stats().total_bytes_sent();
   if (const OneBitOptimizer* onebit = optimizer_->onebit()) {
     stats.comm = onebit_step_name(onebit->next_step_kind());
   }
@@ -112,7 +112,10 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
       if (tied_) reduce_tied_gradients(model_, *tied_);
     };
     hooks.reduce_grads = [&] { optimizer_->reduce_gradients(); };
-    hooks.optimizer_step = [&] { stepped = true, step_optimizer(stats); };
+    hooks.optimizer_step = [&] {
+      stepped = true;
+      step_optimizer(stats);
+    };
     loss = executor_->train_batch(micro_batches, hooks);
     TS_INTERNAL_ASSERT(stepped, "the training schedule ended without an optimizer step");
   } else {
@@ -120,7 +123,7 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
     step_optimizer(stats);
   }
   stats.loss = global_mean(loss);
-  stats.comm_bytes = gradients_.stats().total_bytes_sent() - bytes_before;
+  stats.comm_bytes = gradient_group_.stats().total_bytes_sent() - bytes_before;
   return stats;
 }
 
@@ -178,7 +181,8 @@ bool Engine::first_rank() const {
 }
 
 nlohmann::json Engine::grid_json() const {
-  return {config_.pipeline.stages, data_.size(), config_.tensor_parallel.tp_size};
+  return {groups_ ? groups_->grid.pipe_size() : 1, data_.size(),
+          groups_ ? groups_->grid.model_size() : 1};
 }
 
 nlohmann::json Engine::state_json() const {
@@ -245,6 +249,12 @@ void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& cou
   const std::vector<NamedParameter> params = model_.named_parameters();
   const int rank = groups_ ? groups_->coord.model : 0;
   const int size = groups_ ? groups_->grid.model_size() : 1;
+  if (!groups_) {
+    // This rank holds the whole model: a tensor of the checkpoint that is not one of its
+    // parameters' means another model saved it.
+    check_only_parameters(saved.model, params, false);
+    check_only_parameters(optimizer, params, true);
+  }
   optimizer_->load_parameters(take_local(saved.model, params, rank, size, false));
   optimizer_->load_whole_state(take_local(optimizer, params, rank, size, true));
   restore_rank_state(saved.rank_state, counters.grid == grid_json());

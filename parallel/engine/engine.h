@@ -4,7 +4,7 @@
 // schedule, gradient clipping and loss scaling, and with a pipeline the executor and the
 // tied-weight reduction; the caller brings the model, the groups and the micro-batches.
 //
-//   Engine engine(config.engine, model, optim::decay_groups(...), data_group, &groups);
+//   Engine engine(config.engine, model, optim::decay_groups(...), device, data_group, &groups);
 //   for each step:
 //     const StepStats s = engine.train_batch(micro_batches);  // gradient_accumulation_steps
 //   const double val = engine.eval_batch(val_batches);
@@ -96,8 +96,8 @@ struct EngineCheckpoint {
   StateDict model;
   // The whole optimizer state (stage 0, or a 3D run's part); empty when it is sharded.
   StateDict optimizer;
-  // Saving: this rank's optimizer shard (stages 1-3; one entry, none otherwise). Loading:
-  // every rank's shard, in rank order.
+  // Saving: this rank's flat ZeRO shard (data-parallel runs at stages 1-3: one entry; none
+  // otherwise). Loading: every rank's shard, in rank order.
   std::vector<StateDict> optimizer_shards;
   // Pipeline and tensor-parallel runs (Note [3D checkpoints]). Saving: `parts` stage files
   // and the index of the one this rank writes (its whole tensors in `model` and
@@ -152,14 +152,14 @@ class Engine {
   // afresh, with a warning. Collective.
   void load_state(const EngineCheckpoint& saved, const EngineCounters& counters);
 
+  // Optimizer steps done (skipped f16 overflow steps included, as in DeepSpeed).
   int64_t global_steps() const { return step_; }
+  // The optimizer with ZeRO (its stage, precision, loss scaler, state bytes).
   const ZeroOptimizer& optimizer() const { return *optimizer_; }
-  double lr() const { return optimizer_->lr(); }
-  // [pipeline stages, data-parallel ranks, tensor-parallel ranks].
-  nlohmann::json grid_json() const;
   // Whether this is a pipeline or tensor-parallel run (Note [3D engine]).
   bool model_parallel() const { return groups_ != nullptr; }
-  Communicator& gradient_group() const { return gradients_; }
+  // The group that moves gradients and parameters (the device group, or the data group).
+  Communicator& gradient_group() const { return gradient_group_; }
 
  private:
   // Forward, loss and backward of every micro-batch without a pipeline; the mean loss.
@@ -167,7 +167,9 @@ class Engine {
   // Clips, steps the optimizer and the schedule, and counts the step, into `stats`.
   void step_optimizer(StepStats& stats);
   double global_mean(double value) const;  // over the data group
-  bool first_rank() const;                 // rank 0 of the world: logs warnings
+  // [pipeline stages, data-parallel ranks, tensor-parallel ranks] of this run.
+  nlohmann::json grid_json() const;
+  bool first_rank() const;  // rank 0 of the world: logs warnings
   void restore_rank_state(const StateDict& saved, bool same_layout);
 
   EngineConfig config_;
@@ -175,7 +177,7 @@ class Engine {
   Device device_;
   Communicator& data_;
   ParallelGroups* groups_;
-  Communicator& gradients_;
+  Communicator& gradient_group_;
   uint64_t dropout_key_ = 0;  // the model's own, before any step re-keyed it
   std::unique_ptr<ZeroOptimizer> optimizer_;
   std::unique_ptr<optim::LrScheduler> scheduler_;

@@ -76,4 +76,17 @@ StateDict take_local(const StateDict& full, const std::vector<NamedParameter>& p
   return out;
 }
 
+void check_only_parameters(const StateDict& state, const std::vector<NamedParameter>& params,
+                           bool optimizer) {
+  const auto by_name = index(params);
+  for (const auto& [key, t] : state) {
+    const bool ok = optimizer ? key == "step" || (key.find('.') != std::string::npos &&
+                                                  by_name.count(key.substr(key.find('.') + 1)))
+                              : by_name.count(key) > 0;
+    TS_CHECK(ok, "[checkpoint] unexpected ", optimizer ? "optimizer state " : "weights ", "\"", key,
+             "\"; expected only ",
+             optimizer ? "\"step\" and <kind>.<parameter name>" : "the model's parameters");
+  }
+}
+
 }  // namespace tessera::parallel

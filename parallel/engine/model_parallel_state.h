@@ -23,4 +23,10 @@ StateDict gather_full(const StateDict& local, const std::vector<NamedParameter>&
 StateDict take_local(const StateDict& full, const std::vector<NamedParameter>& params, int rank,
                      int size, bool optimizer);
 
+// Throws, naming the key, unless every key of `state` names one of `params` ("<name>"; with
+// `optimizer`, "step" and "<kind>.<name>"): a whole checkpoint for a rank that holds the
+// whole model has nothing else.
+void check_only_parameters(const StateDict& state, const std::vector<NamedParameter>& params,
+                           bool optimizer);
+
 }  // namespace tessera::parallel

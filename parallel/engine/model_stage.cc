@@ -41,7 +41,7 @@ void reduce_tied_gradients(const TrainableModel& model, Communicator& tied) {
     const NamedParameter* p = nullptr;
     for (const NamedParameter& q : params) p = q.name == name ? &q : p;
     TS_CHECK(p != nullptr, "[engine] ReduceTiedGrads: the model lists ", name,
-             " as tied but holds no parameter of that name");
+             " as tied; expected a parameter of that name, found none");
     const Tensor g = p->tensor.grad();
     TS_CHECK(g.defined(), "[engine] ReduceTiedGrads: ", name,
              " has no gradient; expected every stage holding it to have run backward");

@@ -34,6 +34,7 @@ class TrainableModel : public Module {
   // consecutive layers form one checkpoint (0: none).
   virtual void set_activation_checkpointing(int64_t interval) = 0;
 
+  // The parallel modes this model supports beyond data parallelism (none by default).
   virtual ModelCapabilities capabilities() const { return {}; }
   // Pipelines (capabilities().pipeline): this stage's layers on the first stage's inputs
   // or the previous stage's output; the last stage returns what loss() takes.

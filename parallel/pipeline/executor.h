@@ -54,7 +54,8 @@ struct StepHooks {
   std::function<void()> optimizer_step;     // OptimizerStep
 };
 
-// Seconds of the last batch on this stage: busy in forward and backward, and in all.
+// Seconds of the last batch on this stage: busy in forward and backward, and in all (the
+// StepHooks' reductions and optimizer step included).
 struct PipelineTiming {
   double busy_s = 0;
   double total_s = 0;

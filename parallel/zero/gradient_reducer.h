@@ -20,7 +20,7 @@ namespace tessera::parallel {
 
 class GradientReducer {
  public:
-  // `params` (flat order of `layout`, all of `dtype` on `device`) must outlive the reducer.
+  // `params` (flat order of `layout`, all on `device`) and `layout` must outlive the reducer.
   GradientReducer(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
                   Device device)
       : dp_(dp), layout_(layout), params_(params), device_(device) {}
@@ -46,6 +46,7 @@ class GradientReducer {
   virtual void scale(double factor) = 0;
   // Whether a rank holds only its chunks of the averaged gradient (norms add over ranks).
   virtual bool sharded() const = 0;
+  // Bytes of the gradient buffers this rank holds.
   virtual int64_t bytes() const = 0;
 
  protected:

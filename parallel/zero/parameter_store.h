@@ -33,6 +33,7 @@ class ParameterStore {
   virtual std::vector<Tensor> whole() = 0;
   // Sets every parameter from whole f32 tensors (flat order), on every rank alike.
   virtual void load(const std::vector<Tensor>& whole) = 0;
+  // Bytes of the parameter buffers this rank holds.
   virtual int64_t bytes() const = 0;
   // Backward's progress, for stores that gather parameters (stage 3).
   virtual void begin_backward() {}
@@ -44,7 +45,8 @@ class MasterWeights final : public ParameterStore {
  public:
   // Makes `params` (flat order of `layout`; `dtype` f32, f16 or bf16, on `device`) views of
   // the flat buffers, with rank 0's values on every rank. `sharded` (stages 1-2): a rank
-  // steps its own chunks, which after_step() all-gathers. `params` must outlive this.
+  // steps its own chunks, which after_step() all-gathers. `params` and `layout` must outlive
+  // this.
   MasterWeights(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
                 DType dtype, Device device, bool sharded, const optim::LossScalerConfig& scaler);
 
@@ -76,7 +78,8 @@ class MasterWeights final : public ParameterStore {
 class PartitionedWeights final : public ParameterStore {
  public:
   // Partitions `params` (f32 on the CPU, flat order of `layout`, one block per parameter)
-  // and installs the gathering hooks on `model`; the destructor removes them.
+  // and installs the gathering hooks on `model`; the destructor removes them. `layout` and
+  // `model` must outlive this.
   PartitionedWeights(Communicator& dp, const FlatLayout& layout, const std::vector<Tensor>& params,
                      Module& model, const ZeroConfig& config);
   ~PartitionedWeights() override;

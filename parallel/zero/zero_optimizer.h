@@ -34,7 +34,7 @@
 // With MixedPrecision::dtype f16 or bf16 (DeepSpeed's fp16 / bf16 sections) the model's
 // parameters are views of a flat 16-bit buffer and its gradients accumulate in a flat
 // 16-bit buffer (stages 0-1) or go straight into the f32 block buffers (stage 2). The
-// optimizer steps f32 master weights (flat_params_, the buffer f32 training uses), whose
+// optimizer steps f32 master weights (MasterWeights' flat buffer, the one f32 training uses), whose
 // gradients are the 16-bit ones converted at the reduction, so state, reductions, norms
 // and the step are f32 as in DeepSpeed. After the step the masters are rounded into the
 // model's buffer. With f16 the loss is multiplied by the loss scale before backward;
@@ -108,8 +108,9 @@ class ZeroOptimizer {
   // contiguous tensor of precision.dtype that requires grad, all on one device (any device
   // at stages 0-2; f32 on the CPU at stage 3). LAMB with stage >= 1 is refused. Stage 3
   // installs its hooks on `model`; parameters must be read inside a ModuleCall of their
-  // module: a Layer's call operator opens one (autograd/module.h). The destructor removes the hooks; a stage 3 model's
-  // partitioned parameters then hold no values (take whole_parameters() before).
+  // module: a Layer's call operator opens one (autograd/module.h). The destructor removes the
+  // hooks; a stage 3 model's partitioned parameters then hold no values (take whole_parameters()
+  // before).
   ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
                 const optim::OptimizerConfig& optimizer, const ZeroConfig& zero,
                 const MixedPrecision& precision = {});

@@ -117,7 +117,9 @@ Outcome read_outcome(const fs::path& dir) {
 // One trainer on a group of one rank.
 Outcome train(const Json& doc, const fs::path& dir, ResumeMode mode) {
   const auto single = parallel::make_thread_group(1);
-  Trainer trainer(parse_run_config(doc, "test", dir.string()), mode, *single[0]);
+  RunConfig cfg = parse_run_config(doc, "test", dir.string());
+  apply_run_environment(cfg, *single[0]);
+  Trainer trainer(std::move(cfg), mode, *single[0]);
   trainer.run();
   return read_outcome(dir);
 }
@@ -257,6 +259,7 @@ TEST_CASE("two ranks on two GPUs over NCCL follow the one-GPU run", "[gpu][train
         std::unique_ptr<parallel::Communicator> gpus = parallel::nccl_group(cpu, cpu.rank(), {});
         RunConfig cfg = parse_run_config(doc, "test", two.string(), 2);
         cfg.trainer.device = Device::cuda(cpu.rank());
+        apply_run_environment(cfg, cpu, gpus.get());
         Trainer trainer(std::move(cfg), ResumeMode::never, cpu, gpus.get());
         trainer.run();
       });

@@ -83,6 +83,35 @@ TEST_CASE("a step of the engine is SGD on the mean of its micro-batches' losses"
   CHECK(eval > 0);
 }
 
+TEST_CASE("save_state and load_state carry a step to another engine", "[engine]") {
+  const auto one = make_thread_group(1);
+  Regression a, b;
+  Engine first(sgd_config(2, 0.05), a,
+               optim::decay_groups(a.named_parameters(), 0.05, 0.0, false, {}), Device::cpu(),
+               *one[0]);
+  first.train_batch(batches());
+  const EngineCheckpoint saved = first.save_state();
+  EngineCounters counters;
+  counters.step = first.global_steps();
+  counters.scheduler_last_batch_iteration = 0;
+  counters.grid = nlohmann::json{1, 1, 1};
+  Engine second(sgd_config(2, 0.05), b,
+                optim::decay_groups(b.named_parameters(), 0.05, 0.0, false, {}), Device::cpu(),
+                *one[0]);
+  second.load_state(saved, counters);
+  CHECK(second.global_steps() == 1);
+  CHECK(b.w().to_vector<float>() == a.w().to_vector<float>());
+  // The next steps agree bit for bit.
+  CHECK(first.train_batch(batches()).loss == second.train_batch(batches()).loss);
+  CHECK(b.w().to_vector<float>() == a.w().to_vector<float>());
+
+  // A whole checkpoint with a tensor the model does not have was saved by another model.
+  EngineCheckpoint extra = saved;
+  extra.model.emplace_back("bias", zeros({1}));
+  CHECK(error_of([&] { second.load_state(extra, counters); }) ==
+        "[checkpoint] unexpected weights \"bias\"; expected only the model's parameters");
+}
+
 TEST_CASE("the engine refuses a batch of the wrong size and modes the model lacks", "[engine]") {
   Regression model;
   const auto one = make_thread_group(1);

@@ -212,8 +212,9 @@ double tokens_per_second(const std::string& data, const std::string& type, int64
       {"data", {{"train", data + "/train_*.bin"}, {"sampling", "random"}}},
       {"trainer", {{"steps", steps}, {"threads", 1}, {"log_dir", dir.string()}}}};
   parallel::run_thread_ranks(4, [&](parallel::Communicator& comm) {
-    train::Trainer trainer(train::parse_run_config(doc, "onebit_bench", dir.string(), 4),
-                           train::ResumeMode::never, comm);
+    train::RunConfig cfg = train::parse_run_config(doc, "onebit_bench", dir.string(), 4);
+    train::apply_run_environment(cfg, comm);  // the simulated link and one thread per rank
+    train::Trainer trainer(std::move(cfg), train::ResumeMode::never, comm);
     trainer.run();
   });
   // The trainer's elapsed time after each step (metrics.jsonl): tokens over the time from

@@ -24,6 +24,7 @@
 #include "parallel/comm/thread_comm.h"
 #include "parallel/engine/engine.h"
 #include "parallel/zero/memory_estimate.h"
+#include "parallel/zero/zero_optimizer.h"
 #include "tools/cli/flags.h"
 
 namespace tessera {

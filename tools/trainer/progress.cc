@@ -8,6 +8,18 @@
 #include "core/logging.h"
 
 namespace tessera::train {
+namespace {
+
+// "h:mm:ss".
+std::string format_duration(double s) {
+  const int64_t t = static_cast<int64_t>(s);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(t / 3600),
+                static_cast<long long>(t / 60 % 60), static_cast<long long>(t % 60));
+  return buf;
+}
+
+}  // namespace
 
 ThroughputMeter::ThroughputMeter(int64_t tokens_per_step, double flops_per_token, double peak_flops)
     : tokens_per_step_(tokens_per_step),
@@ -85,14 +97,6 @@ void log_communication(const parallel::Communicator& gradients,
         per_step, static_cast<double>(groups->pipe->stats().total_bytes_sent()) / steps / 1e6,
         static_cast<double>(groups->model->stats().total_bytes_sent()) / steps / 1e6);
   }
-}
-
-std::string format_duration(double s) {
-  const int64_t t = static_cast<int64_t>(s);
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(t / 3600),
-                static_cast<long long>(t / 60 % 60), static_cast<long long>(t % 60));
-  return buf;
 }
 
 }  // namespace tessera::train

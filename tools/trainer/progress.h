@@ -5,7 +5,10 @@
 #include <cstdint>
 #include <string>
 
+#include "parallel/comm/communicator.h"
 #include "parallel/engine/engine.h"
+#include "parallel/topology.h"
+#include "parallel/zero/zero_optimizer.h"
 
 namespace tessera::train {
 
@@ -54,8 +57,5 @@ class ProgressReporter {
 void log_communication(const parallel::Communicator& gradients,
                        const parallel::ParallelGroups* groups,
                        const parallel::ZeroOptimizer& optimizer, int64_t steps);
-
-// "h:mm:ss".
-std::string format_duration(double seconds);
 
 }  // namespace tessera::train

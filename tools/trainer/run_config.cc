@@ -72,13 +72,13 @@ void check_model_run(const RunConfig& c) {
   const ModelSpec& m = *c.model;
   const ModelFeatures f = m.features();
   const int64_t tp = c.engine.tensor_parallel.tp_size, stages = c.engine.pipeline.stages;
-  const bool data_parallel_only = !f.parallel.pipeline && !f.parallel.tensor_slicing;
+  const bool data_parallel_only = !f.modes.pipeline && !f.modes.tensor_slicing;
   const std::string trains =
       "the " + m.type() + " model trains data-parallel (with ZeRO) and cannot be ";
-  TS_CHECK(f.parallel.pipeline || stages == 1, "[config] $.pipeline.stages: ",
+  TS_CHECK(f.modes.pipeline || stages == 1, "[config] $.pipeline.stages: ",
            data_parallel_only ? trains : "the " + m.type() + " model cannot be ",
            "split into pipeline stages; expected 1, found ", stages);
-  TS_CHECK(f.parallel.tensor_slicing || tp == 1, "[config] $.tensor_parallel.tp_size: ",
+  TS_CHECK(f.modes.tensor_slicing || tp == 1, "[config] $.tensor_parallel.tp_size: ",
            data_parallel_only ? trains : "the " + m.type() + " model cannot be ",
            "sliced; expected 1, found ", tp);
   TS_CHECK(f.pretrained_weights || c.init_from.empty(), "[config] $.model.init_from: the ",

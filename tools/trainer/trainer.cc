@@ -1,5 +1,6 @@
 #include "tools/trainer/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>

@@ -15,7 +15,7 @@ namespace tessera::train {
 // keys are errors.
 struct SavedTrainerState : parallel::EngineCounters {
   data::LoaderState loader;
-  nlohmann::json model;  // the model section (Trainer::model_json())
+  nlohmann::json model;  // the model section (ModelSpec::to_json())
 };
 
 // Reads `state` (the parsed state.json of the checkpoint `source` names). Throws, naming

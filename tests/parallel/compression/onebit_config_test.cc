@@ -78,8 +78,9 @@ TEST_CASE("the 1-bit optimizers read DeepSpeed's keys and defaults") {
                    {"freeze_step": 10}}})");
              }),
              Catch::Contains("unknown key $.optimizer.params.freeze_step"));
-  CHECK_THROWS_WITH(optim::make_optimizer(adam, {}),
-                    Catch::Contains("OneBitAdam is built by the code that registered it"));
+  CHECK_THROWS_WITH(
+      optim::make_optimizer(adam, {}),
+      Catch::Contains("found OneBitAdam, which is built by the code that registered it"));
   CHECK_THAT(error_of([] { optimizer_from(R"({"optimizer": {"type": "Adagrad"}})"); }),
              Catch::Contains("$.optimizer.type: expected one of Adam, AdamW, Lamb, SGD, "
                              "OneBitAdam, ZeroOneAdam, OneBitLamb, found \"Adagrad\""));

@@ -176,7 +176,9 @@ TEST_CASE("ranks that see different checkpoints refuse to resume", "[trainer][ze
     Json doc = run_config(root / "data", dir, 1, 6, 1000);
     if (comm.rank() == 1) doc["trainer"]["checkpoint_dir"] = (root / "empty").string();
     try {
-      Trainer trainer(parse_run_config(doc, "test", dir.string(), 2), ResumeMode::automatic, comm);
+      RunConfig cfg = parse_run_config(doc, "test", dir.string(), 2);
+      apply_run_environment(cfg, comm);
+      Trainer trainer(std::move(cfg), ResumeMode::automatic, comm);
     } catch (const Error& e) {
       errors[static_cast<size_t>(comm.rank())] = e.what();
     }

@@ -53,7 +53,9 @@ std::map<std::string, Tensor> train(const fs::path& dir, int64_t micro, int64_t 
                       {"log_dir", dir.string()},
                       {"checkpoint_dir", (dir / "ckpt").string()}}}};
   const auto single = parallel::make_thread_group(1);
-  Trainer trainer(parse_run_config(doc, "test", dir.string()), ResumeMode::never, *single[0]);
+  RunConfig cfg = parse_run_config(doc, "test", dir.string());
+  apply_run_environment(cfg, *single[0]);
+  Trainer trainer(std::move(cfg), ResumeMode::never, *single[0]);
   trainer.run();
   const std::optional<std::string> last = CheckpointDir((dir / "ckpt").string(), 0).latest();
   REQUIRE(last.has_value());
