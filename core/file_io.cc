@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -72,6 +74,19 @@ void write_file_atomically(const std::string& path, const std::vector<std::strin
   write_file_atomically(path, [&](const WriteBytes& write) {
     for (const std::string_view p : parts) write(p.data(), p.size());
   });
+}
+
+std::string read_whole_file(const std::string& path, std::string_view context,
+                            std::string_view what) {
+  std::error_code ec;
+  TS_CHECK(!std::filesystem::is_directory(path, ec), "[", context, "] \"", path, "\": expected ",
+           what, ", found a directory");
+  std::ifstream in(path, std::ios::binary);
+  TS_CHECK(in.good(), "[", context, "] cannot open \"", path, "\": ", std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  TS_CHECK(!in.bad(), "[", context, "] cannot read \"", path, "\": ", std::strerror(errno));
+  return text.str();
 }
 
 }  // namespace tessera

@@ -1,4 +1,5 @@
-// Durable file writing: readers see either the old file or the complete new one.
+// Durable file writing (readers see either the old file or the complete new one), and
+// reading a whole file with one-line errors.
 #pragma once
 
 #include <cstddef>
@@ -39,5 +40,11 @@ class UniqueFd {
 
 // fsync()s a directory, making renames and creations inside it durable.
 void fsync_directory(const std::string& dir);
+
+// The whole content of the file at `path`. Errors start with "[<context>]": a directory is
+// "expected <what>, found a directory", and a file that cannot be opened or read names the
+// system's reason.
+std::string read_whole_file(const std::string& path, std::string_view context,
+                            std::string_view what);
 
 }  // namespace tessera

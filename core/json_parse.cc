@@ -1,13 +1,9 @@
 // Strict JSON parsing (core/json.h): the document built from nlohmann's SAX events with
 // duplicate keys and depth checked, and parse errors reported with their position.
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"
 #include "core/json.h"
 
 namespace tessera {
@@ -144,7 +140,6 @@ std::string parse_reason(const std::string& what) {
 
 }  // namespace
 
-
 Json parse_json(std::string_view text, std::string_view source, int max_depth) {
   // JSON text holds no NUL byte (a string spells it \u0000): say so rather than a parse
   // error about what follows it.
@@ -176,15 +171,7 @@ Json parse_json(std::string_view text, std::string_view source, int max_depth) {
 }
 
 Json parse_json_file(const std::string& path) {
-  std::error_code ec;
-  TS_CHECK(!std::filesystem::is_directory(path, ec), "[json] \"", path,
-           "\": expected a JSON file, found a directory");
-  std::ifstream in(path, std::ios::binary);
-  TS_CHECK(in.good(), "[json] cannot open \"", path, "\": ", std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  TS_CHECK(!in.bad(), "[json] cannot read \"", path, "\": ", std::strerror(errno));
-  return parse_json(text.str(), path);
+  return parse_json(read_whole_file(path, "json", "a JSON file"), path);
 }
 
 }  // namespace tessera

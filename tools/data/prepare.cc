@@ -3,18 +3,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <string_view>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "tools/data/char_tokenizer.h"
 #include "tools/data/gpt2_bpe.h"
 #include "tools/data/shard.h"
@@ -22,18 +19,6 @@
 namespace tessera::data {
 namespace fs = std::filesystem;
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::error_code ec;
-  TS_CHECK(!fs::is_directory(path, ec), "[prepare_data] \"", path,
-           "\": expected a text file, found a directory");
-  std::ifstream in(path, std::ios::binary);
-  TS_CHECK(in.good(), "[prepare_data] cannot open \"", path, "\": ", std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  TS_CHECK(!in.bad(), "[prepare_data] cannot read \"", path, "\": ", std::strerror(errno));
-  return text.str();
-}
 
 // Removes the staging directory (and the output directory when this run created it and
 // left it empty) unless released.
@@ -101,7 +86,7 @@ PrepareResult prepare_dataset(const PrepareOptions& o) {
   TS_CHECK(!o.output.empty(), "[prepare_data] expected an output directory, found \"\"");
 
   // Everything that can fail on the input happens before anything is written.
-  const std::string text = read_text(o.input);
+  const std::string text = read_whole_file(o.input, "prepare_data", "a text file");
   TS_CHECK(!text.empty(), "[prepare_data] \"", o.input, "\": expected text, found an empty file");
   size_t cut = static_cast<size_t>(static_cast<double>(text.size()) * (1.0 - o.val_fraction));
   while (cut < text.size() && (static_cast<uint8_t>(text[cut]) & 0xC0) == 0x80) ++cut;
