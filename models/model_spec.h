@@ -83,8 +83,12 @@ class ModelSpec {
                                         const SamplingOptions& options) const;
 };
 
-// The fraction of (query, key) blocks a sparse layout computes at `seq_len` positions over
-// `heads` heads (the attention term of flops_per_token).
-double sparse_layout_density(const SparsityConfig& sparse, int64_t heads, int64_t seq_len);
+// A transformer's training FLOPs per token, PaLM appendix B: 6 N + 12 L C T, N its
+// parameters, L layers of width C, T = `seq_len`; a `sparse` layout scales the attention
+// term by the fraction of (query, key) blocks it computes over `heads` heads.
+double transformer_flops_per_token(int64_t params, int64_t layers, int64_t width, int64_t heads,
+                                   int64_t seq_len, const std::optional<SparsityConfig>& sparse);
+// The attention for a description: "dense", or "block-sparse (fixed, block 16)".
+std::string attention_description(const std::optional<SparsityConfig>& sparse);
 
 }  // namespace tessera

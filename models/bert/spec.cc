@@ -26,15 +26,12 @@ nlohmann::json BertSpec::to_json() const {
 std::string BertSpec::describe() const {
   return fmt::format("BERT (masked LM) {} layers, {} heads, width {}, {} parameters, {} attention",
                      config_.n_layer, config_.n_head, config_.n_embd, num_parameters(),
-                     sparse_ ? fmt::format("block-sparse ({}, block {})",
-                                           sparsity_mode_name(sparse_->mode), sparse_->block)
-                             : std::string("dense"));
+                     attention_description(sparse_));
 }
 
 double BertSpec::flops_per_token(int64_t seq_len) const {
-  const double density = sparse_ ? sparse_layout_density(*sparse_, config_.n_head, seq_len) : 1.0;
-  return 6.0 * static_cast<double>(num_parameters()) +
-         12.0 * density * static_cast<double>(config_.n_layer * config_.n_embd * seq_len);
+  return transformer_flops_per_token(num_parameters(), config_.n_layer, config_.n_embd,
+                                     config_.n_head, seq_len, sparse_);
 }
 
 std::unique_ptr<LanguageModel> BertSpec::build(uint64_t seed, const ModelPlacement&) const {

@@ -27,19 +27,14 @@ std::shared_ptr<const ModelSpec> GptSpec::parse(JsonObjectReader& model,
 }
 
 std::string GptSpec::describe() const {
-  const std::optional<SparsityConfig>& s = config_.sparse_attention;
-  return fmt::format(
-      "GPT-2 {} layers, {} heads, width {}, {} parameters, {} attention", config_.n_layer,
-      config_.n_head, config_.n_embd, num_parameters(),
-      s ? fmt::format("block-sparse ({}, block {})", sparsity_mode_name(s->mode), s->block)
-        : std::string("dense"));
+  return fmt::format("GPT-2 {} layers, {} heads, width {}, {} parameters, {} attention",
+                     config_.n_layer, config_.n_head, config_.n_embd, num_parameters(),
+                     attention_description(config_.sparse_attention));
 }
 
 double GptSpec::flops_per_token(int64_t seq_len) const {
-  const std::optional<SparsityConfig>& s = config_.sparse_attention;
-  const double density = s ? sparse_layout_density(*s, config_.n_head, seq_len) : 1.0;
-  return 6.0 * static_cast<double>(num_parameters()) +
-         12.0 * density * static_cast<double>(config_.n_layer * config_.n_embd * seq_len);
+  return transformer_flops_per_token(num_parameters(), config_.n_layer, config_.n_embd,
+                                     config_.n_head, seq_len, config_.sparse_attention);
 }
 
 void GptSpec::check_layout(int64_t stages, int64_t tp) const {
