@@ -17,16 +17,6 @@ namespace {
 
 constexpr int kMaxReduceBlocks = 1024;
 
-template <class T>
-constexpr int vec_of() {
-  return static_cast<int>(16 / sizeof(T));
-}
-
-template <class T, int VEC>
-bool aligned_for(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * VEC) == 0;
-}
-
 // Blocks of the first pass: a function of n only (Note [Deterministic device norms]).
 int reduce_blocks(int64_t n) {
   const int64_t per_block = int64_t{kThreads} * 8;

@@ -31,6 +31,18 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
+// Elements of T per 16-byte vector access (every dtype is at most 8 bytes).
+template <class T>
+__host__ __device__ constexpr int vec_of() {
+  return static_cast<int>(16 / sizeof(T));
+}
+
+// Whether `p` allows VEC-element vector accesses of T (a Pack<T, VEC>).
+template <class T, int VEC>
+bool aligned_for(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * VEC) == 0;
+}
+
 // Throws "[op] <call> failed: <name> (<text>)" unless `status` is cudaSuccess.
 inline void check_cuda(cudaError_t status, const char* op, const char* call) {
   TS_CHECK(status == cudaSuccess, "[", op, "] ", call, " failed: ", cudaGetErrorName(status), " (",

@@ -21,15 +21,10 @@ namespace {
 
 constexpr int kMaxReduceBlocks = 1024;
 
-template <class T>
-__host__ __device__ constexpr int vec_of() {
-  return static_cast<int>(16 / sizeof(T));
-}
-
 // True when every pointer allows VEC-element vector accesses.
 template <class T, int VEC, class... P>
 bool all_aligned(const P*... p) {
-  return ((reinterpret_cast<uintptr_t>(p) % (sizeof(T) * VEC) == 0) && ...);
+  return (aligned_for<T, VEC>(p) && ...);
 }
 
 __device__ __forceinline__ float m_sqrt(float v) { return sqrtf(v); }
