@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <memory>
+#include <string>
 
 #include "core/error.h"
 
@@ -25,8 +26,13 @@ void read_common(JsonObjectReader& params, double* beta1, double* beta2, double*
                        "absent");
   }
   params.ignored("cuda_aware", "Tessera's communicators move device buffers directly");
-  o->comm_backend_name =
-      params.get_one_of("comm_backend_name", o->comm_backend_name, {"nccl", "mpi", "compressed"});
+  if (params.has("comm_backend_name")) {
+    const std::string backend =
+        params.get_one_of("comm_backend_name", "nccl", {"nccl", "mpi", "compressed"});
+    params.warn(str_cat("[config] ", params.key_path("comm_backend_name"), " \"", backend,
+                        "\" has no effect: Tessera compresses over the run's own data-parallel "
+                        "communicator (threads, MPI or NCCL)"));
+  }
 }
 
 int64_t read_step(JsonObjectReader& params, const char* key, int64_t fallback, int64_t min) {

@@ -16,7 +16,10 @@ enum class OneBitKind : uint8_t { adam, zero_one_adam, lamb };
 
 // The 1-bit family's own keys ($.optimizer.params of OneBitAdam, ZeroOneAdam, OneBitLamb).
 // Their betas, eps and weight_decay go to the config's `adam` (OneBitAdam, ZeroOneAdam) or
-// `lamb` (OneBitLamb, with max_coeff and min_coeff), without bias correction.
+// `lamb` (OneBitLamb, with max_coeff and min_coeff), without bias correction. DeepSpeed's
+// backend choice comm_backend_name ("nccl", "mpi" or "compressed") is checked and, when
+// given, a warning says it has no effect: Tessera compresses over the run's own
+// data-parallel communicator, whatever the name.
 struct OneBitOptions {
   int64_t freeze_step = 100000;       // OneBitAdam, OneBitLamb: last full-precision step
   int64_t var_freeze_step = 100000;   // ZeroOneAdam: last step that updates the variance
@@ -27,9 +30,6 @@ struct OneBitOptions {
   double factor_max = 4.0;            // OneBitLamb: bounds of the compressed-stage factor
   double factor_min = 0.5;
   double factor_threshold = 0.1;  // OneBitLamb: the factor's largest change per step
-  // DeepSpeed's backend choice ("nccl", "mpi" or "compressed"). Tessera compresses over
-  // the run's own data-parallel communicator whatever the name; it is validated and logged.
-  std::string comm_backend_name = "nccl";
 };
 
 // An optimizer config's 1-bit part (OptimizerConfig::external).

@@ -2,6 +2,9 @@
 // DeepSpeed's keys, defaults and errors.
 #include "parallel/compression/onebit_config.h"
 
+#include <string>
+#include <vector>
+
 #include "core/json.h"
 #include "tests/testing.h"
 
@@ -10,26 +13,36 @@ namespace {
 
 using testing::error_of;
 
-optim::OptimizerConfig optimizer_from(const std::string& text) {
+// The optimizer section of `text`; the reader's warnings go to `warnings` when given.
+optim::OptimizerConfig optimizer_from(const std::string& text,
+                                      std::vector<std::string>* warnings = nullptr) {
   const nlohmann::json doc = parse_json(text);
   JsonObjectReader r(doc, "config");
   optim::OptimizerConfig c =
       optim::parse_optimizer(r.required_object("optimizer"), onebit_optimizer_types());
   r.finish();
+  if (warnings) *warnings = r.warnings();
   return c;
 }
 
 TEST_CASE("the 1-bit optimizers read DeepSpeed's keys and defaults") {
+  std::vector<std::string> warnings;
   const optim::OptimizerConfig adam =
       optimizer_from(R"({"optimizer": {"type": "OneBitAdam", "params":
       {"lr": 2e-4, "freeze_step": 400, "betas": [0.8, 0.99], "cuda_aware": false,
-       "comm_backend_name": "mpi"}}})");
+       "comm_backend_name": "mpi"}}})",
+                     &warnings);
   REQUIRE(onebit_config(adam) != nullptr);
   CHECK(onebit_config(adam)->kind == OneBitKind::adam);
   CHECK(onebit_config(adam)->options.freeze_step == 400);
   CHECK(adam.adam.beta1 == 0.8);
   CHECK_FALSE(adam.adam.bias_correction);
-  CHECK(onebit_config(adam)->options.comm_backend_name == "mpi");
+  // Neither backend key takes effect, and each says so.
+  REQUIRE(warnings.size() == 2);
+  CHECK_THAT(warnings[0], Catch::Contains("$.optimizer.params.cuda_aware is ignored"));
+  CHECK(warnings[1] ==
+        "[config] $.optimizer.params.comm_backend_name \"mpi\" has no effect: Tessera "
+        "compresses over the run's own data-parallel communicator (threads, MPI or NCCL)");
   CHECK(onebit_config(optim::OptimizerConfig{}) == nullptr);
 
   const optim::OptimizerConfig zo = optimizer_from(R"({"optimizer": {"type": "zerooneadam"}})");
