@@ -71,10 +71,11 @@ cache_limit_mib=${TESSERA_DISK_CACHE_MIB:-20480}
 if [[ -d $disk_cache ]]; then
   used_mib=$(du -sm "$disk_cache" | cut -f1)
   if ((used_mib > cache_limit_mib)); then
-    # Oldest access first; delete until half the limit is left.
+    # Oldest access first; delete until half the limit is left. awk reads every line (no
+    # early exit), so that no stage of the pipeline dies of SIGPIPE under pipefail.
     find "$disk_cache" -type f -printf '%A@ %s %p\n' | sort -n |
       awk -v over=$(((used_mib - cache_limit_mib / 2) * 1048576)) \
-        '{ if (freed >= over) exit; freed += $2; sub(/^[^ ]+ [^ ]+ /, ""); print }' |
+        'freed < over { freed += $2; sub(/^[^ ]+ [^ ]+ /, ""); print }' |
       xargs -r -d '\n' rm -f
     echo "setup: Bazel disk cache was ${used_mib} MiB; pruned to $(du -sm "$disk_cache" | cut -f1) MiB"
   fi
