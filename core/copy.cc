@@ -1,25 +1,59 @@
 // Tensor::copy_ and Tensor::fill_: memory movement between any layouts, dtypes and
 // devices. The one place where elements are converted between dtypes.
 #include <cstring>
+#include <functional>
 
 #include "core/cuda_runtime.h"
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "core/half_convert.h"
 #include "core/strided_loop.h"
 #include "core/tensor.h"
 
 namespace tessera {
 namespace {
 
+// Converts contiguous `src` into contiguous `dst` between f32 and f16/bf16 in bulk
+// (core/half_convert.h); false for any other pair of dtypes.
+bool convert_contiguous_f32_half(const Tensor& dst, const Tensor& src) {
+  const DType to = dst.dtype(), from = src.dtype();
+  void* d = dst.raw_data();
+  const void* s = src.raw_data();
+  std::function<void(int64_t, int64_t)> span;
+  if (from == DType::f32 && to == DType::bf16) {
+    span = [&](int64_t b, int64_t e) {
+      f32_to_bf16(static_cast<const float*>(s) + b, static_cast<BFloat16*>(d) + b, e - b);
+    };
+  } else if (from == DType::f32 && to == DType::f16) {
+    span = [&](int64_t b, int64_t e) {
+      f32_to_f16(static_cast<const float*>(s) + b, static_cast<Half*>(d) + b, e - b);
+    };
+  } else if (from == DType::bf16 && to == DType::f32) {
+    span = [&](int64_t b, int64_t e) {
+      bf16_to_f32(static_cast<const BFloat16*>(s) + b, static_cast<float*>(d) + b, e - b);
+    };
+  } else if (from == DType::f16 && to == DType::f32) {
+    span = [&](int64_t b, int64_t e) {
+      f16_to_f32(static_cast<const Half*>(s) + b, static_cast<float*>(d) + b, e - b);
+    };
+  } else {
+    return false;
+  }
+  parallel_for(dst.numel(), 1 << 18, span);
+  return true;
+}
+
 void copy_cpu(const Tensor& dst, const Tensor& src) {
-  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+  const bool contiguous = dst.is_contiguous() && src.is_contiguous();
+  if (dst.dtype() == src.dtype() && contiguous) {
     char* d = static_cast<char*>(dst.raw_data());
     const char* s = static_cast<const char*>(src.raw_data());
     const int64_t bytes = static_cast<int64_t>(dst.nbytes());
     parallel_for(bytes, 1 << 20, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
     return;
   }
+  if (contiguous && convert_contiguous_f32_half(dst, src)) return;
   const LoopPlan<2> plan =
       plan_loop<2>(dst.shape(), {dst.strides(), src.strides()},
                    {static_cast<int64_t>(dst.itemsize()), static_cast<int64_t>(src.itemsize())});

@@ -8,14 +8,8 @@ void check_defined(const char* op, const char* name, const Tensor& t) {
 
 void check_floating(const char* op, const char* name, const Tensor& t) {
   const DType d = t.dtype();
-  if (t.device().is_cuda()) {
-    TS_CHECK(d == DType::f32 || d == DType::f64 || d == DType::f16 || d == DType::bf16, "[", op,
-             "] expected ", name, " of dtype f32, f64, f16 or bf16, found ", dtype_name(d));
-    return;
-  }
-  TS_CHECK(d == DType::f32 || d == DType::f64, "[", op, "] expected ", name,
-           " of dtype f32 or f64, found ", dtype_name(d),
-           d == DType::f16 || d == DType::bf16 ? " (16-bit math needs a CUDA tensor)" : "");
+  TS_CHECK(d == DType::f32 || d == DType::f64 || d == DType::f16 || d == DType::bf16, "[", op,
+           "] expected ", name, " of dtype f32, f64, f16 or bf16, found ", dtype_name(d));
 }
 
 void check_same_dtype(const char* op, const char* name_a, const Tensor& a, const char* name_b,

@@ -8,7 +8,8 @@
 namespace tessera::kernels {
 
 void check_defined(const char* op, const char* name, const Tensor& t);
-// A dtype math kernels compute in: f32 or f64 on the CPU; also f16 and bf16 on CUDA.
+// A dtype math kernels compute in: f32, f64, f16 or bf16 (16-bit math accumulates in f32 on
+// both backends: Note [16-bit math on the CPU] in kernels/cpu/widen.h).
 void check_floating(const char* op, const char* name, const Tensor& t);
 void check_same_dtype(const char* op, const char* name_a, const Tensor& a, const char* name_b,
                       const Tensor& b);

@@ -6,6 +6,7 @@
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -72,6 +73,20 @@ void update(const AdamWTensors& t, int64_t begin, int64_t end, const Coefficient
 
 void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p) {
   if (tensors.empty()) return;
+  if (is_half(tensors.front().param.dtype())) {
+    std::vector<AdamWTensors> wide;
+    for (const AdamWTensors& t : tensors) {
+      wide.push_back(
+          {widened(t.param), widened(t.grad), widened(t.exp_avg), widened(t.exp_avg_sq)});
+    }
+    cpu::adamw_step(wide, p);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      tensors[i].param.copy_(wide[i].param);
+      tensors[i].exp_avg.copy_(wide[i].exp_avg);
+      tensors[i].exp_avg_sq.copy_(wide[i].exp_avg_sq);
+    }
+    return;
+  }
   // first[i]: index of tensor i's first block in the end-to-end order; first.back(): total.
   std::vector<int64_t> first(tensors.size() + 1, 0);
   for (size_t i = 0; i < tensors.size(); ++i) {

@@ -11,6 +11,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
 #include "kernels/cpu/small_gemm.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -188,6 +189,11 @@ void block_product(bool small, const CausalBlock& block, Skip skip, const T* a,
 
 AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                  double scale) {
+  if (is_half(q_in.dtype())) {  // lse stays f32
+    AttentionOutput o = cpu::causal_attention(widened(q_in), widened(k_in), widened(v_in), scale);
+    o.out = narrowed(o.out, q_in.dtype());
+    return o;
+  }
   const Tensor q = rows_unit_strided(q_in);  // (B, H, T, D)
   const Tensor k = rows_unit_strided(k_in);  // (B, H, T, D)
   const Tensor v = rows_unit_strided(v_in);  // (B, H, T, D)
@@ -246,6 +252,13 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
 AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_in,
                                          const Tensor& k_in, const Tensor& v_in,
                                          const Tensor& out_in, const Tensor& lse_in, double scale) {
+  if (is_half(q_in.dtype())) {
+    const AttentionGrads g =
+        cpu::causal_attention_backward(widened(dout_in), widened(q_in), widened(k_in),
+                                       widened(v_in), widened(out_in), lse_in, scale);
+    const DType d = q_in.dtype();
+    return {narrowed(g.dq, d), narrowed(g.dk, d), narrowed(g.dv, d)};
+  }
   const Tensor dout = rows_unit_strided(dout_in);     // (B, H, T, D)
   const Tensor q = rows_unit_strided(q_in);           // (B, H, T, D)
   const Tensor k = rows_unit_strided(k_in);           // (B, H, T, D)

@@ -8,6 +8,7 @@
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -50,6 +51,9 @@ int64_t line_grain(const BlockLayout& l, int64_t flops_per_block) {
 }  // namespace
 
 Tensor block_sparse_sdd(const Tensor& a_in, const Tensor& b_in, const BlockLayout& layout) {
+  if (is_half(a_in.dtype())) {
+    return narrowed(cpu::block_sparse_sdd(widened(a_in), widened(b_in), layout), a_in.dtype());
+  }
   const Tensor a = a_in.detach().contiguous();  // (B, H, T, D)
   const Tensor b = b_in.detach().contiguous();  // (B, H, T, D)
   const int64_t batch = a.size(0), len = a.size(2), dim = a.size(3);
@@ -78,6 +82,10 @@ Tensor block_sparse_sdd(const Tensor& a_in, const Tensor& b_in, const BlockLayou
 
 Tensor block_sparse_dsd(const Tensor& s_in, const Tensor& x_in, const BlockLayout& layout,
                         bool transpose_s) {
+  if (is_half(x_in.dtype())) {
+    return narrowed(cpu::block_sparse_dsd(widened(s_in), widened(x_in), layout, transpose_s),
+                    x_in.dtype());
+  }
   const Tensor s = s_in.detach().contiguous();  // (B, nnz, block, block)
   const Tensor x = x_in.detach().contiguous();  // (B, H, T, D)
   const int64_t batch = x.size(0), len = x.size(2), dim = x.size(3);
@@ -118,6 +126,12 @@ Tensor block_sparse_dsd(const Tensor& s_in, const Tensor& x_in, const BlockLayou
 
 Tensor block_sparse_softmax(const Tensor& x_in, const BlockLayout& layout,
                             const BlockSoftmaxOptions& options) {
+  if (is_half(x_in.dtype())) {
+    BlockSoftmaxOptions wide = options;
+    wide.key_padding_mask = widened(options.key_padding_mask);
+    wide.attn_mask = widened(options.attn_mask);
+    return narrowed(cpu::block_sparse_softmax(widened(x_in), layout, wide), x_in.dtype());
+  }
   const Tensor x = x_in.detach().contiguous();  // (B, nnz, block, block)
   const Tensor kp =
       options.key_padding_mask.defined() ? options.key_padding_mask.contiguous() : Tensor();
@@ -191,6 +205,11 @@ Tensor block_sparse_softmax(const Tensor& x_in, const BlockLayout& layout,
 
 Tensor block_sparse_softmax_backward(const Tensor& y_in, const Tensor& dy_in,
                                      const BlockLayout& layout, double scale) {
+  if (is_half(y_in.dtype())) {
+    return narrowed(
+        cpu::block_sparse_softmax_backward(widened(y_in), widened(dy_in), layout, scale),
+        y_in.dtype());
+  }
   const Tensor y = y_in.detach().contiguous();    // (B, nnz, block, block)
   const Tensor dy = dy_in.detach().contiguous();  // (B, nnz, block, block)
   const int64_t batch = y.size(0);

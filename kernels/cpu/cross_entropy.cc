@@ -8,6 +8,7 @@
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -56,6 +57,9 @@ int64_t count_rows(const std::vector<int64_t>& targets, int64_t ignore_index) {
 
 CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_in,
                                  int64_t ignore_index) {
+  // Loss and lse are f32 for 16-bit logits (stat_dtype): nothing to round back.
+  if (is_half(logits_in.dtype()))
+    return cpu::cross_entropy(widened(logits_in), targets_in, ignore_index);
   const Tensor logits = row_readable(logits_in);  // (N, V), rows ld apart
   const int64_t rows = logits.size(0);
   const int64_t vocab = logits.size(1);
@@ -90,6 +94,11 @@ CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
                               const Tensor& targets_in, const Tensor& lse_in, int64_t ignore_index,
                               int64_t cols) {
+  if (is_half(logits_in.dtype())) {
+    return narrowed(cpu::cross_entropy_backward(dloss, widened(logits_in), targets_in, lse_in,
+                                                ignore_index, cols),
+                    logits_in.dtype());
+  }
   const Tensor logits = row_readable(logits_in);    // (N, V), rows ld apart
   const Tensor lse = lse_in.detach().contiguous();  // (N)
   const int64_t rows = logits.size(0);

@@ -7,6 +7,7 @@
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "core/philox.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -102,10 +103,14 @@ Tensor apply_mask(const char* op, const Tensor& x_in, double p, uint64_t seed,
 }  // namespace
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+  if (is_half(x.dtype())) return narrowed(cpu::dropout(widened(x), p, seed, offset), x.dtype());
   return apply_mask("dropout", x, p, seed, offset);
 }
 
 Tensor dropout_backward(const Tensor& dy, double p, uint64_t seed, uint64_t offset) {
+  if (is_half(dy.dtype())) {
+    return narrowed(cpu::dropout_backward(widened(dy), p, seed, offset), dy.dtype());
+  }
   return apply_mask("dropout_backward", dy, p, seed, offset);
 }
 

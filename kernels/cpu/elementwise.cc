@@ -15,6 +15,7 @@
 #include "core/factories.h"
 #include "core/strided_loop.h"
 #include "kernels/cpu/eigen_types.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -215,6 +216,7 @@ void where_span(const std::array<char*, 4>& p, int64_t n, const std::array<int64
 }  // namespace
 
 Tensor unary(UnaryOp op, const Tensor& x) {  // (*) -> (*)
+  if (is_half(x.dtype())) return narrowed(cpu::unary(op, widened(x)), x.dtype());
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
   dispatch_floating(x.dtype(), unary_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -244,6 +246,9 @@ Tensor unary(UnaryOp op, const Tensor& x) {  // (*) -> (*)
 
 Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x,
                       const Tensor& y) {  // (*), (*), (*) -> (*)
+  if (is_half(grad.dtype())) {
+    return narrowed(cpu::unary_backward(op, widened(grad), widened(x), widened(y)), grad.dtype());
+  }
   Tensor out = empty(grad.shape(), {grad.dtype(), grad.device()});
   // An operand op' does not read stands in as grad, so the loop has one shape.
   const Tensor& xs = x.defined() ? x : grad;
@@ -275,6 +280,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x,
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {  // (*a), (*b) -> broadcast
+  if (is_half(a.dtype())) return narrowed(cpu::binary(op, widened(a), widened(b)), a.dtype());
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), binary_name(op));
   Tensor out = empty(shape, {a.dtype(), a.device()});
   const Tensor av = expanded(a, shape);

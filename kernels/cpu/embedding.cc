@@ -10,6 +10,7 @@
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "kernels/cpu/index_range.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -98,6 +99,9 @@ void add_rows_by_id(const char* op, const Tensor& dweight, const Tensor& grad, c
 
 Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
                           int64_t num_embeddings) {  // (..., C), (...) -> (V, C)
+  if (is_half(grad.dtype())) {
+    return narrowed(cpu::embedding_backward(widened(grad), ids, num_embeddings), grad.dtype());
+  }
   // Zeros plus the rows' sums: bitwise the sums themselves (0 + x = x).
   Tensor dweight = zeros({num_embeddings, grad.size(-1)}, {grad.dtype(), grad.device()});
   add_rows_by_id("embedding_backward", dweight, grad, ids);
@@ -106,7 +110,9 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
 
 void embedding_backward_add_(const Tensor& dweight, const Tensor& grad,
                              const Tensor& ids) {  // (V, C) += (..., C) by (...)
-  add_rows_by_id("embedding_backward_add_", dweight, grad, ids);
+  update_widened(dweight, [&](const Tensor& dw) {
+    add_rows_by_id("embedding_backward_add_", dw, widened(grad), ids);
+  });
 }
 
 }  // namespace tessera::kernels::cpu

@@ -12,6 +12,7 @@
 #include "core/grad_mode.h"
 #include "core/parallel.h"
 #include "kernels/cpu/index_range.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -74,6 +75,10 @@ Tensor index_select(const Tensor& x, int64_t dim,
 
 void index_add_(const Tensor& out, int64_t dim, const Tensor& index,
                 const Tensor& src) {  // (..., n, ...), (L), (..., L, ...)
+  if (is_half(out.dtype())) {
+    update_widened(out, [&](const Tensor& wide) { index_add_(wide, dim, index, widened(src)); });
+    return;
+  }
   // Accumulate into out directly when it is contiguous, else into a copy written back.
   const bool in_place = out.is_contiguous();
   const Tensor target = in_place ? out.detach() : out.detach().contiguous();

@@ -7,6 +7,7 @@
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -22,6 +23,16 @@ constexpr int64_t kGrain = 1 << 16;
 
 double lamb_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                  const Tensor& exp_avg_sq, const LambParams& p) {
+  if (is_half(param.dtype())) {
+    double ratio = 0.0;
+    update_widened(param, [&](const Tensor& w) {
+      update_widened(exp_avg, [&](const Tensor& m) {
+        update_widened(exp_avg_sq,
+                       [&](const Tensor& v) { ratio = cpu::lamb_step(w, widened(grad), m, v, p); });
+      });
+    });
+    return ratio;
+  }
   const int64_t n = param.numel();
   const double bc1 = p.bias_correction ? 1 - std::pow(p.beta1, static_cast<double>(p.step)) : 1;
   const double bc2 = p.bias_correction ? 1 - std::pow(p.beta2, static_cast<double>(p.step)) : 1;

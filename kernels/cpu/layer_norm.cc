@@ -7,6 +7,7 @@
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -27,6 +28,11 @@ const T* data_or_null(const Tensor& t) {
 
 LayerNormOutput layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                            double eps) {
+  if (is_half(x_in.dtype())) {  // mean and rstd stay f32
+    LayerNormOutput out = cpu::layer_norm(widened(x_in), widened(weight_in), widened(bias_in), eps);
+    out.y = narrowed(out.y, x_in.dtype());
+    return out;
+  }
   const Tensor x = x_in.detach().contiguous();               // (..., C)
   const Tensor weight = contiguous_or_undefined(weight_in);  // (C)
   const Tensor bias = contiguous_or_undefined(bias_in);      // (C)
@@ -74,6 +80,12 @@ LayerNormOutput layer_norm(const Tensor& x_in, const Tensor& weight_in, const Te
 // write one location and the result does not depend on thread timing.
 LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in,
                                    const Tensor& mean_in, const Tensor& rstd_in) {
+  if (is_half(x_in.dtype())) {
+    LayerNormGrads g = cpu::layer_norm_backward(widened(dy_in), widened(x_in), widened(weight_in),
+                                                mean_in, rstd_in);
+    return {narrowed(g.dx, x_in.dtype()), narrowed(g.dweight, x_in.dtype()),
+            narrowed(g.dbias, x_in.dtype())};
+  }
   const Tensor dy = dy_in.detach().contiguous();             // (..., C)
   const Tensor x = x_in.detach().contiguous();               // (..., C)
   const Tensor weight = contiguous_or_undefined(weight_in);  // (C)

@@ -10,6 +10,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
 #include "kernels/cpu/sgemm.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -183,6 +184,10 @@ void gemm(const T* a, bool a_row_major, int64_t lda, const T* b, bool b_row_majo
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b,
               const Tensor& bias_in) {
+  if (is_half(a_in.dtype())) {
+    return narrowed(cpu::matmul(widened(a_in), widened(b_in), trans_a, trans_b, widened(bias_in)),
+                    a_in.dtype());
+  }
   const Tensor a = a_in.detach();  // (..., M, K) or (..., K, M)
   const Tensor b = b_in.detach();  // (K, N) or (N, K), or batched like a
   const int64_t m = trans_a ? a.size(-1) : a.size(-2);

@@ -13,6 +13,7 @@
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/cpu/widen.h"
 #include "kernels/reduce_dims.h"
 
 namespace tessera::kernels::cpu {
@@ -196,6 +197,7 @@ void reduce_max(const T* x, int64_t outer, int64_t reduced, int64_t inner, T* va
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {  // (*) -> (*r)
+  if (is_half(x.dtype())) return narrowed(cpu::sum(widened(x), dims, keepdim), x.dtype());
   const std::vector<bool> mask = reduced_dims_mask(dims, x.dim(), "sum");
   Tensor out = empty(reduced_shape(x.shape(), mask, keepdim), {x.dtype(), x.device()});
   dispatch_floating(x.dtype(), "sum", [&](auto tag) {
@@ -208,6 +210,8 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {  /
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction,
            bool keepdim) {  // (*) -> (*r)
+  if (is_half(x.dtype()))
+    return narrowed(cpu::var(widened(x), dims, correction, keepdim), x.dtype());
   const std::vector<bool> mask = reduced_dims_mask(dims, x.dim(), "var");
   Tensor out = empty(reduced_shape(x.shape(), mask, keepdim), {x.dtype(), x.device()});
   dispatch_floating(x.dtype(), "var", [&](auto tag) {
@@ -231,6 +235,11 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 }
 
 MaxResult max(const Tensor& x, int64_t dim, bool keepdim) {  // (*) -> (*r), (*r) i64
+  if (is_half(x.dtype())) {  // exact: the maximum is one of x's values
+    MaxResult r = cpu::max(widened(x), dim, keepdim);
+    r.values = narrowed(r.values, x.dtype());
+    return r;
+  }
   std::vector<bool> mask(static_cast<size_t>(x.dim()), false);
   if (x.dim() > 0) mask[normalize_dim(dim, x.dim(), "max")] = true;
   const Shape shape = reduced_shape(x.shape(), mask, keepdim);

@@ -5,6 +5,7 @@
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -16,6 +17,14 @@ constexpr int64_t kGrain = 1 << 16;
 
 void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
               const SgdParams& p) {
+  if (is_half(param.dtype())) {
+    update_widened(param, [&](const Tensor& w) {
+      if (p.momentum == 0.0) return cpu::sgd_step(w, widened(grad), momentum_buffer, p);
+      update_widened(momentum_buffer,
+                     [&](const Tensor& buf) { cpu::sgd_step(w, widened(grad), buf, p); });
+    });
+    return;
+  }
   const int64_t n = param.numel();
   dispatch_floating(param.dtype(), "sgd_step", [&](auto tag) {
     using T = typename decltype(tag)::type;

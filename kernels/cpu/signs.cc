@@ -3,6 +3,7 @@
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -12,6 +13,7 @@ constexpr int64_t kGrainBytes = 1 << 14;
 }  // namespace
 
 Tensor pack_signs(const Tensor& x) {
+  if (is_half(x.dtype())) return cpu::pack_signs(widened(x));  // widening keeps every sign
   const int64_t n = x.numel();
   const int64_t bytes = (n + 7) / 8;
   Tensor out = empty({bytes}, {DType::u8});
@@ -37,6 +39,7 @@ Tensor pack_signs(const Tensor& x) {
 }
 
 Tensor unpack_signs(const Tensor& bits, int64_t n, DType dtype) {
+  if (is_half(dtype)) return narrowed(cpu::unpack_signs(bits, n, DType::f32), dtype);
   Tensor out = empty({n}, {dtype});
   const uint8_t* pb = bits.data_ptr<uint8_t>();
   dispatch_floating(dtype, "unpack_signs", [&](auto tag) {

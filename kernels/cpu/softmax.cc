@@ -7,6 +7,7 @@
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
+#include "kernels/cpu/widen.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -44,6 +45,7 @@ Tensor map_rows(const char* op, const Tensor& a_in, const Tensor& b_in, Fn&& fn)
 }  // namespace
 
 Tensor softmax(const Tensor& x) {
+  if (is_half(x.dtype())) return narrowed(cpu::softmax(widened(x)), x.dtype());
   return map_rows("softmax", x, Tensor(), [](auto xr, auto, auto yr) {
     using T = typename decltype(yr)::Scalar;
     const T max = xr.maxCoeff();
@@ -61,6 +63,7 @@ Tensor softmax(const Tensor& x) {
 }
 
 Tensor log_softmax(const Tensor& x) {
+  if (is_half(x.dtype())) return narrowed(cpu::log_softmax(widened(x)), x.dtype());
   return map_rows("log_softmax", x, Tensor(), [](auto xr, auto, auto yr) {
     const auto max = xr.maxCoeff();
     yr = (xr - max).exp();
@@ -69,11 +72,17 @@ Tensor log_softmax(const Tensor& x) {
 }
 
 Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
+  if (is_half(y.dtype())) {
+    return narrowed(cpu::softmax_backward(widened(dy), widened(y)), y.dtype());
+  }
   return map_rows("softmax_backward", dy, y,
                   [](auto dyr, auto yr, auto dxr) { dxr = yr * (dyr - (dyr * yr).sum()); });
 }
 
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y) {
+  if (is_half(y.dtype())) {
+    return narrowed(cpu::log_softmax_backward(widened(dy), widened(y)), y.dtype());
+  }
   return map_rows("log_softmax_backward", dy, y,
                   [](auto dyr, auto yr, auto dxr) { dxr = dyr - yr.exp() * dyr.sum(); });
 }

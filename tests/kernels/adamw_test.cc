@@ -101,7 +101,7 @@ TEST_CASE("adamw_step rejects bad tensors and steps", "[adamw]") {
   REQUIRE_THROWS_WITH(
       adamw_step(zeros({2}, {DType::i64}), zeros({2}, {DType::i64}), zeros({2}, {DType::i64}),
                  zeros({2}, {DType::i64}), hp),
-      Catch::Contains("[adamw_step] expected param of dtype f32 or f64, found i64"));
+      Catch::Contains("[adamw_step] expected param of dtype f32, f64, f16 or bf16, found i64"));
   hp.step = 0;
   REQUIRE_THROWS_WITH(adamw_step(p, z, z, z, hp),
                       Catch::Contains("[adamw_step] expected step >= 1 with bias correction, "

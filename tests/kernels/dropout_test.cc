@@ -125,8 +125,9 @@ TEST_CASE("dropout rejects p outside [0, 1) and non-floating tensors", "[dropout
                       Catch::Contains("[dropout] expected p in [0, 1), found -0.1"));
   REQUIRE_THROWS_WITH(dropout_backward(x, NAN, 0, 0),
                       Catch::Contains("[dropout_backward] expected p in [0, 1), found nan"));
-  REQUIRE_THROWS_WITH(dropout(ones({4}, {DType::i32}), 0.5, 0, 0),
-                      Catch::Contains("[dropout] expected x of dtype f32 or f64, found i32"));
+  REQUIRE_THROWS_WITH(
+      dropout(ones({4}, {DType::i32}), 0.5, 0, 0),
+      Catch::Contains("[dropout] expected x of dtype f32, f64, f16 or bf16, found i32"));
 }
 
 }  // namespace tessera

@@ -185,8 +185,9 @@ TEST_CASE("layer_norm rejects bad inputs", "[layer_norm]") {
                       Catch::Contains("[layer_norm] dtypes differ: x f32 vs weight f64"));
   REQUIRE_THROWS_WITH(layer_norm(x, Tensor(), Tensor(), -1.0),
                       Catch::Contains("[layer_norm] expected eps >= 0, found -1"));
-  REQUIRE_THROWS_WITH(layer_norm(zeros({2, 13}, {DType::i32}), Tensor(), Tensor(), kEps),
-                      Catch::Contains("[layer_norm] expected x of dtype f32 or f64, found i32"));
+  REQUIRE_THROWS_WITH(
+      layer_norm(zeros({2, 13}, {DType::i32}), Tensor(), Tensor(), kEps),
+      Catch::Contains("[layer_norm] expected x of dtype f32, f64, f16 or bf16, found i32"));
   REQUIRE_THROWS_WITH(
       layer_norm_backward(x, x, Tensor(), zeros({3}), zeros({2})),
       Catch::Contains("[layer_norm_backward] expected mean of shape (2), found (3)"));
