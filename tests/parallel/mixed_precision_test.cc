@@ -1,10 +1,8 @@
 // ZeroOptimizer's mixed precision (Note [Mixed precision]) on the CPU: 16-bit parameters
 // with f32 masters, the fp16 loss scale applied to backward and removed before the step,
-// an overflow that skips the step and lowers the scale, and the masters in and out.
-//
-// CPU kernels do no 16-bit arithmetic, so the model here only casts its 16-bit weight to
-// f32, and the run is ZeRO stage 2, whose gradients go straight from backward into the f32
-// buffers. Stages 0-1 accumulate 16-bit gradients in place, which needs the CUDA kernels.
+// an overflow that skips the step and lowers the scale, and the masters in and out; and
+// the loss-scale trajectory of tests/parallel/fp16_trajectory.h at stages 0-2 (the GPU kit
+// runs the same on CUDA).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
@@ -16,6 +14,7 @@
 #include "core/half.h"
 #include "parallel/comm/thread_comm.h"
 #include "parallel/zero/zero_optimizer.h"
+#include "tests/parallel/fp16_trajectory.h"
 
 namespace tessera::parallel {
 namespace {
@@ -145,6 +144,11 @@ TEST_CASE("16-bit parameters must match the configured precision", "[zero][mixed
   CHECK_THROWS_WITH(ZeroOptimizer(*comms[0], m, {{m.named_parameters(), 0.1, 0.0}}, sgd(0.1), zero,
                                   MixedPrecision{DType::bf16, {}}),
                     Catch::Contains("[zero] stage 3 partitions f32 parameters on the CPU"));
+}
+
+TEST_CASE("fp16 on the CPU: the loss scale trajectory and the f32 masters against AdamW",
+          "[zero][mixed]") {
+  testing::check_fp16_trajectory(Device::cpu());
 }
 
 }  // namespace
