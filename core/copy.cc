@@ -1,7 +1,8 @@
 // Tensor::copy_ and Tensor::fill_: memory movement between any layouts, dtypes and
 // devices. The one place where elements are converted between dtypes.
+#include <algorithm>
 #include <cstring>
-#include <functional>
+#include <type_traits>
 
 #include "core/cuda_runtime.h"
 #include "core/dispatch.h"
@@ -14,46 +15,36 @@
 namespace tessera {
 namespace {
 
-// Converts contiguous `src` into contiguous `dst` between f32 and f16/bf16 in bulk
-// (core/half_convert.h); false for any other pair of dtypes.
-bool convert_contiguous_f32_half(const Tensor& dst, const Tensor& src) {
-  const DType to = dst.dtype(), from = src.dtype();
-  void* d = dst.raw_data();
-  const void* s = src.raw_data();
-  std::function<void(int64_t, int64_t)> span;
-  if (from == DType::f32 && to == DType::bf16) {
-    span = [&](int64_t b, int64_t e) {
-      f32_to_bf16(static_cast<const float*>(s) + b, static_cast<BFloat16*>(d) + b, e - b);
-    };
-  } else if (from == DType::f32 && to == DType::f16) {
-    span = [&](int64_t b, int64_t e) {
-      f32_to_f16(static_cast<const float*>(s) + b, static_cast<Half*>(d) + b, e - b);
-    };
-  } else if (from == DType::bf16 && to == DType::f32) {
-    span = [&](int64_t b, int64_t e) {
-      bf16_to_f32(static_cast<const BFloat16*>(s) + b, static_cast<float*>(d) + b, e - b);
-    };
-  } else if (from == DType::f16 && to == DType::f32) {
-    span = [&](int64_t b, int64_t e) {
-      f16_to_f32(static_cast<const Half*>(s) + b, static_cast<float*>(d) + b, e - b);
-    };
+template <class T>
+constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+// Whether S converts to D in bulk (core/half_convert.h): f32 to or from a 16-bit format.
+template <class D, class S>
+constexpr bool kBulkPair = (std::is_same_v<S, float> && kIsHalf<D>) ||
+                           (kIsHalf<S> && std::is_same_v<D, float>);
+
+// Converts n contiguous S values at s into D values at d; kBulkPair<D, S>.
+template <class D, class S>
+void convert_run(D* d, const S* s, int64_t n) {
+  if constexpr (std::is_same_v<D, BFloat16>) {
+    f32_to_bf16(s, d, n);
+  } else if constexpr (std::is_same_v<D, Half>) {
+    f32_to_f16(s, d, n);
+  } else if constexpr (std::is_same_v<S, BFloat16>) {
+    bf16_to_f32(s, d, n);
   } else {
-    return false;
+    static_assert(std::is_same_v<S, Half>);
+    f16_to_f32(s, d, n);
   }
-  parallel_for(dst.numel(), 1 << 18, span);
-  return true;
 }
 
 void copy_cpu(const Tensor& dst, const Tensor& src) {
-  const bool contiguous = dst.is_contiguous() && src.is_contiguous();
-  if (dst.dtype() == src.dtype() && contiguous) {
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
     char* d = static_cast<char*>(dst.raw_data());
     const char* s = static_cast<const char*>(src.raw_data());
     const int64_t bytes = static_cast<int64_t>(dst.nbytes());
     parallel_for(bytes, 1 << 20, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
     return;
   }
-  if (contiguous && convert_contiguous_f32_half(dst, src)) return;
   const LoopPlan<2> plan =
       plan_loop<2>(dst.shape(), {dst.strides(), src.strides()},
                    {static_cast<int64_t>(dst.itemsize()), static_cast<int64_t>(src.itemsize())});
@@ -66,6 +57,14 @@ void copy_cpu(const Tensor& dst, const Tensor& src) {
           [](const std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& st) {
             char* d = p[0];
             const char* s = p[1];
+            // A run contiguous on both sides (all of a contiguous tensor, a row of a
+            // transposed or narrowed view) converts in bulk between f32 and 16 bits.
+            if constexpr (kBulkPair<D, S>) {
+              if (st[0] == sizeof(D) && st[1] == sizeof(S)) {
+                convert_run(reinterpret_cast<D*>(d), reinterpret_cast<const S*>(s), n);
+                return;
+              }
+            }
             for (int64_t i = 0; i < n; ++i) {
               *reinterpret_cast<D*>(d + i * st[0]) =
                   convert<D>(*reinterpret_cast<const S*>(s + i * st[1]));
@@ -164,6 +163,18 @@ const Tensor& Tensor::fill_(double value) const {
       std::memcpy(&pattern, &converted, sizeof(T));
     });
     cuda::fill({raw_data(), dtype(), strides()}, shape(), pattern, device().index);
+    return *this;
+  }
+  if (is_contiguous()) {
+    // The value converted once, then stored in parallel runs (zeros(), zero_grad and the
+    // gradient buffers fill large tensors).
+    dispatch_all(dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* p = data_ptr<T>();
+      const T converted = convert<T>(value);
+      parallel_for(numel(), 1 << 18,
+                   [&](int64_t b, int64_t e) { std::fill(p + b, p + e, converted); });
+    });
     return *this;
   }
   // A one-element source broadcast over this view reuses copy_'s loops.

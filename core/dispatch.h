@@ -53,6 +53,24 @@ decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
   }
 }
 
+// The floating dtypes of CPU loops that convert f16 and bf16 to f32 as they go (Note
+// [16-bit math on the CPU] in kernels/cpu/widen.h): f32, f64, f16 and bf16.
+template <class F>
+decltype(auto) dispatch_floating_and_half(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::f32:
+      return f(TypeTag<float>{});
+    case DType::f64:
+      return f(TypeTag<double>{});
+    case DType::f16:
+      return f(TypeTag<Half>{});
+    case DType::bf16:
+      return f(TypeTag<BFloat16>{});
+    default:
+      TS_FAIL("[", op, "] expected dtype f32, f64, f16 or bf16, found ", dtype_name(dtype));
+  }
+}
+
 // Integer index dtypes: i32 and i64.
 template <class F>
 decltype(auto) dispatch_index(DType dtype, const char* op, F&& f) {

@@ -1,6 +1,7 @@
 #include "kernels/cpu/blas1.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -13,49 +14,36 @@ namespace {
 
 constexpr int64_t kGrain = 1 << 16;
 
-void scale_in_place(const Tensor& x, double factor) {
-  dispatch_floating(x.dtype(), "scale_", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* px = x.data_ptr<T>();
-    const T f = static_cast<T>(factor);
-    parallel_for(x.numel(), kGrain,
-                 [&](int64_t i0, int64_t i1) { ArrayMap<T>(px + i0, i1 - i0) *= f; });
-  });
-}
-
-void axpy_in_place(const Tensor& y, const Tensor& x, double alpha) {
-  dispatch_floating(y.dtype(), "axpy_", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* py = y.data_ptr<T>();
-    const T* px = x.data_ptr<T>();
-    const T a = static_cast<T>(alpha);
-    parallel_for(y.numel(), kGrain, [&](int64_t i0, int64_t i1) {
-      ArrayMap<T> out(py + i0, i1 - i0);
-      const ConstArrayMap<T> in(px + i0, i1 - i0);
-      if (a == T(1)) {
-        out += in;
-      } else {
-        out += a * in;
-      }
-    });
-  });
+// Calls f(c0, c1) on consecutive chunks [c0, c1) of [b, e), each at most kHalfChunk long.
+template <class F>
+void for_chunks(int64_t b, int64_t e, F&& f) {
+  for (int64_t i0 = b; i0 < e; i0 += kHalfChunk) f(i0, std::min(e, i0 + kHalfChunk));
 }
 
 }  // namespace
 
 double squared_norm(const Tensor& x_in) {
-  const Tensor x = widened(x_in).contiguous();
+  const Tensor x = x_in.contiguous();
   const int64_t n = x.numel();
   const int64_t chunks = (n + kGrain - 1) / kGrain;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-  dispatch_floating(x.dtype(), "squared_norm", [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), "squared_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = x.data_ptr<T>();
     parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
-        const int64_t b = c * kGrain;
-        const ConstArrayMap<T> a(px + b, std::min(kGrain, n - b));
-        partial[c] = a.template cast<double>().square().sum();
+        const int64_t b = c * kGrain, e = std::min(n, b + kGrain);
+        if constexpr (std::is_same_v<acc_t<T>, T>) {
+          partial[c] = ConstArrayMap<T>(px + b, e - b).template cast<double>().square().sum();
+        } else {
+          double sum = 0.0;
+          for_chunks(b, e, [&](int64_t i0, int64_t i1) {
+            float v[kHalfChunk];
+            load_floats<T>(reinterpret_cast<const char*>(px + i0), sizeof(T), i1 - i0, v);
+            sum += ConstArrayMap<float>(v, i1 - i0).template cast<double>().square().sum();
+          });
+          partial[c] = sum;
+        }
       }
     });
   });
@@ -64,12 +52,54 @@ double squared_norm(const Tensor& x_in) {
   return total;
 }
 
-void scale_(const Tensor& x_in, double factor) {
-  update_widened(x_in, [&](const Tensor& x) { scale_in_place(x, factor); });
+void scale_(const Tensor& x, double factor) {
+  dispatch_floating_and_half(x.dtype(), "scale_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    T* px = x.data_ptr<T>();
+    const A f = static_cast<A>(factor);
+    parallel_for(x.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+      if constexpr (std::is_same_v<A, T>) {
+        ArrayMap<T>(px + i0, i1 - i0) *= f;
+      } else {  // each value rounded once from its f32 product
+        for_chunks(i0, i1, [&](int64_t c0, int64_t c1) {
+          float v[kHalfChunk];
+          load_floats<T>(reinterpret_cast<const char*>(px + c0), sizeof(T), c1 - c0, v);
+          ArrayMap<float>(v, c1 - c0) *= f;
+          store_floats<T>(v, c1 - c0, px + c0);
+        });
+      }
+    });
+  });
 }
 
-void axpy_(const Tensor& y_in, const Tensor& x_in, double alpha) {
-  update_widened(y_in, [&](const Tensor& y) { axpy_in_place(y, widened(x_in), alpha); });
+void axpy_(const Tensor& y, const Tensor& x, double alpha) {
+  dispatch_floating_and_half(y.dtype(), "axpy_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    T* py = y.data_ptr<T>();
+    const T* px = x.data_ptr<T>();
+    const A a = static_cast<A>(alpha);
+    parallel_for(y.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+      if constexpr (std::is_same_v<A, T>) {
+        ArrayMap<T> out(py + i0, i1 - i0);
+        const ConstArrayMap<T> in(px + i0, i1 - i0);
+        if (a == T(1)) {
+          out += in;
+        } else {
+          out += a * in;
+        }
+      } else {  // y + a x in f32, rounded once
+        for_chunks(i0, i1, [&](int64_t c0, int64_t c1) {
+          float vy[kHalfChunk], vx[kHalfChunk];
+          load_floats<T>(reinterpret_cast<const char*>(py + c0), sizeof(T), c1 - c0, vy);
+          load_floats<T>(reinterpret_cast<const char*>(px + c0), sizeof(T), c1 - c0, vx);
+          ArrayMap<float>(vy, c1 - c0) += a * ConstArrayMap<float>(vx, c1 - c0);
+          store_floats<T>(vy, c1 - c0, py + c0);
+        });
+      }
+    });
+  });
 }
 
 }  // namespace tessera::kernels::cpu

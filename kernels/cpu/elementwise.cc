@@ -5,7 +5,9 @@
 // shape, then evaluates an Eigen expression per span (core/strided_loop.h). A span
 // whose operands are contiguous maps them as plain arrays, so exp, tanh, log, sqrt and
 // friends run on Eigen's SIMD packets; a broadcast operand (stride 0) of a binary op
-// becomes a constant; anything else is read through a strided map.
+// becomes a constant; anything else is read through a strided map. f16 and bf16 spans are
+// converted to f32 buffers a chunk at a time, computed by the same f32 expression and
+// rounded once into the output (half_span; Note [16-bit math on the CPU]).
 #include "kernels/cpu/elementwise.h"
 
 #include <cmath>
@@ -80,10 +82,33 @@ auto unary_expr(const X& x) {
   }
 }
 
+// A span of 16-bit operands: chunks of kHalfChunk values converted to f32 buffers, the f32
+// expression, each result rounded once (Note [16-bit math on the CPU]).
+template <class T, int K, class F>
+void half_span(const std::array<char*, K>& p, int64_t n, const std::array<int64_t, K>& st,
+               F&& compute) {
+  for (int64_t i0 = 0; i0 < n; i0 += kHalfChunk) {
+    const int64_t len = std::min(kHalfChunk, n - i0);
+    std::array<std::array<float, kHalfChunk>, K> v;  // v[0]: the result, v[i]: operand i
+    for (int i = 1; i < K; ++i) load_floats<T>(p[i] + i0 * st[i], st[i], len, v[i].data());
+    compute(v, len);
+    store_floats<T>(v[0].data(), len, reinterpret_cast<T*>(p[0]) + i0);
+  }
+}
+
+// The f32 buffer of operand i of a half_span chunk, as an Eigen array.
+template <size_t K>
+ArrayMap<float> chunk(std::array<std::array<float, kHalfChunk>, K>& v, int i, int64_t len) {
+  return ArrayMap<float>(v[i].data(), len);
+}
+
 template <class T, UnaryOp Op>
 void unary_span(const std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& st) {
-  // out is contiguous, so its inner stride is always one element.
-  if (st[1] == sizeof(T)) {
+  if constexpr (!std::is_same_v<acc_t<T>, T>) {
+    half_span<T, 2>(p, n, st, [](auto& v, int64_t len) {
+      chunk(v, 0, len) = unary_expr<Op>(chunk(v, 1, len));
+    });
+  } else if (st[1] == sizeof(T)) {  // out is contiguous: its stride is always one element
     out_map<T>(p[0], n) = unary_expr<Op>(in_map<T>(p[1], n));
   } else {
     out_map<T>(p[0], n) = unary_expr<Op>(strided_map<T>(p[1], n, st[1]));
@@ -124,7 +149,12 @@ void unary_backward_expr(O&& out, const G& g, const X& x, const Y& y) {
 template <class T, UnaryOp Op>
 void unary_backward_span(const std::array<char*, 4>& p, int64_t n,
                          const std::array<int64_t, 4>& st) {
-  if (st[1] == sizeof(T) && st[2] == sizeof(T) && st[3] == sizeof(T)) {
+  if constexpr (!std::is_same_v<acc_t<T>, T>) {
+    half_span<T, 4>(p, n, st, [](auto& v, int64_t len) {
+      unary_backward_expr<Op>(chunk(v, 0, len), chunk(v, 1, len), chunk(v, 2, len),
+                              chunk(v, 3, len));
+    });
+  } else if (st[1] == sizeof(T) && st[2] == sizeof(T) && st[3] == sizeof(T)) {
     unary_backward_expr<Op>(out_map<T>(p[0], n), in_map<T>(p[1], n), in_map<T>(p[2], n),
                             in_map<T>(p[3], n));
   } else {
@@ -157,8 +187,9 @@ auto binary_expr(const A& a, const B& b) {
   }
 }
 
+// binary_span for f32 and f64: Eigen expressions on the operands in place.
 template <class T, BinaryOp Op>
-void binary_span(const std::array<char*, 3>& p, int64_t n, const std::array<int64_t, 3>& st) {
+void binary_span_wide(const std::array<char*, 3>& p, int64_t n, const std::array<int64_t, 3>& st) {
   const bool dense_a = st[1] == sizeof(T);
   const bool dense_b = st[2] == sizeof(T);
   if (dense_a && dense_b) {
@@ -172,6 +203,17 @@ void binary_span(const std::array<char*, 3>& p, int64_t n, const std::array<int6
   } else {
     out_map<T>(p[0], n) =
         binary_expr<Op>(strided_map<T>(p[1], n, st[1]), strided_map<T>(p[2], n, st[2]));
+  }
+}
+
+template <class T, BinaryOp Op>
+void binary_span(const std::array<char*, 3>& p, int64_t n, const std::array<int64_t, 3>& st) {
+  if constexpr (!std::is_same_v<acc_t<T>, T>) {
+    half_span<T, 3>(p, n, st, [](auto& v, int64_t len) {
+      chunk(v, 0, len) = binary_expr<Op>(chunk(v, 1, len), chunk(v, 2, len));
+    });
+  } else {
+    binary_span_wide<T, Op>(p, n, st);
   }
 }
 
@@ -216,9 +258,8 @@ void where_span(const std::array<char*, 4>& p, int64_t n, const std::array<int64
 }  // namespace
 
 Tensor unary(UnaryOp op, const Tensor& x) {  // (*) -> (*)
-  if (is_half(x.dtype())) return narrowed(cpu::unary(op, widened(x)), x.dtype());
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
-  dispatch_floating(x.dtype(), unary_name(op), [&](auto tag) {
+  dispatch_floating_and_half(x.dtype(), unary_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
     switch (op) {
       case UnaryOp::neg:
@@ -246,14 +287,11 @@ Tensor unary(UnaryOp op, const Tensor& x) {  // (*) -> (*)
 
 Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x,
                       const Tensor& y) {  // (*), (*), (*) -> (*)
-  if (is_half(grad.dtype())) {
-    return narrowed(cpu::unary_backward(op, widened(grad), widened(x), widened(y)), grad.dtype());
-  }
   Tensor out = empty(grad.shape(), {grad.dtype(), grad.device()});
   // An operand op' does not read stands in as grad, so the loop has one shape.
   const Tensor& xs = x.defined() ? x : grad;
   const Tensor& ys = y.defined() ? y : grad;
-  dispatch_floating(grad.dtype(), unary_name(op), [&](auto tag) {
+  dispatch_floating_and_half(grad.dtype(), unary_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
     switch (op) {
       case UnaryOp::neg:
@@ -280,12 +318,11 @@ Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x,
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {  // (*a), (*b) -> broadcast
-  if (is_half(a.dtype())) return narrowed(cpu::binary(op, widened(a), widened(b)), a.dtype());
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), binary_name(op));
   Tensor out = empty(shape, {a.dtype(), a.device()});
   const Tensor av = expanded(a, shape);
   const Tensor bv = expanded(b, shape);
-  dispatch_floating(a.dtype(), binary_name(op), [&](auto tag) {
+  dispatch_floating_and_half(a.dtype(), binary_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
     switch (op) {
       case BinaryOp::add:

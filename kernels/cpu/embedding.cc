@@ -69,26 +69,29 @@ void add_rows_by_id(const char* op, const Tensor& dweight, const Tensor& grad, c
       if (i == 0 || ip[order[i]] != ip[order[i - 1]]) runs.push_back(i);
     }
     runs.push_back(count);
-    dispatch_floating(g.dtype(), op, [&](auto tag) {
+    dispatch_floating_and_half(g.dtype(), op, [&](auto tag) {
       using T = typename decltype(tag)::type;
+      using A = acc_t<T>;  // 16-bit rows are summed in f32 and added with one rounding
       const T* gp = g.data_ptr<T>();
       T* dw = dweight.data_ptr<T>();
       const auto num_runs = static_cast<int64_t>(runs.size()) - 1;
       parallel_for(num_runs, std::max<int64_t>(1, kGrain / std::max<int64_t>(channels, 1)),
                    [&](int64_t r0, int64_t r1) {
-                     std::vector<T> sum(channels);
+                     std::vector<A> sum(channels);
                      for (int64_t r = r0; r < r1; ++r) {
                        // The run's rows summed in position order, then added.
                        const T* first = gp + order[runs[r]] * channels;
-                       std::copy(first, first + channels, sum.begin());
+                       for (int64_t c = 0; c < channels; ++c) sum[c] = convert<A>(first[c]);
                        for (int64_t n = runs[r] + 1; n < runs[r + 1]; ++n) {
                          const T* s = gp + order[n] * channels;
 #pragma omp simd
-                         for (int64_t c = 0; c < channels; ++c) sum[c] += s[c];
+                         for (int64_t c = 0; c < channels; ++c) sum[c] += convert<A>(s[c]);
                        }
                        T* d = dw + static_cast<int64_t>(ip[order[runs[r]]]) * channels;
 #pragma omp simd
-                       for (int64_t c = 0; c < channels; ++c) d[c] += sum[c];
+                       for (int64_t c = 0; c < channels; ++c) {
+                         d[c] = convert<T>(convert<A>(d[c]) + sum[c]);
+                       }
                      }
                    });
     });
@@ -99,9 +102,6 @@ void add_rows_by_id(const char* op, const Tensor& dweight, const Tensor& grad, c
 
 Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
                           int64_t num_embeddings) {  // (..., C), (...) -> (V, C)
-  if (is_half(grad.dtype())) {
-    return narrowed(cpu::embedding_backward(widened(grad), ids, num_embeddings), grad.dtype());
-  }
   // Zeros plus the rows' sums: bitwise the sums themselves (0 + x = x).
   Tensor dweight = zeros({num_embeddings, grad.size(-1)}, {grad.dtype(), grad.device()});
   add_rows_by_id("embedding_backward", dweight, grad, ids);
@@ -110,9 +110,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids,
 
 void embedding_backward_add_(const Tensor& dweight, const Tensor& grad,
                              const Tensor& ids) {  // (V, C) += (..., C) by (...)
-  update_widened(dweight, [&](const Tensor& dw) {
-    add_rows_by_id("embedding_backward_add_", dw, widened(grad), ids);
-  });
+  add_rows_by_id("embedding_backward_add_", dweight, grad, ids);
 }
 
 }  // namespace tessera::kernels::cpu

@@ -1,13 +1,16 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
 #include "core/factories.h"
+#include "core/half_convert.h"
 #include "core/parallel.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/eigen_types.h"
 #include "kernels/cpu/sgemm.h"
 #include "kernels/cpu/widen.h"
@@ -103,12 +106,13 @@ constexpr int64_t kSplitAlign = 16;  // block edges at multiples of 16 elements 
 
 // One block on the calling thread: the packed kernel for f32 where the build has it (Note
 // [Packed SGEMM]), Eigen otherwise and for matrix-vector shapes, where packing a whole
-// operand would cost more than the product. A non-null bias (n) is added to every row of c.
+// operand would cost more than the product; bf16 on AVX512_BF16 (Note [BF16 GEMM]). A
+// non-null bias (n) is added to every row of c.
 constexpr int64_t kMinPackedExtent = 16;
 
 template <class T, int OrderA, int OrderB>
-void gemm_block(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc, int64_t m,
-                int64_t n, int64_t k, const T* bias) {
+void gemm_block_f32_f64(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc,
+                        int64_t m, int64_t n, int64_t k, const T* bias) {
   if constexpr (std::is_same_v<T, float> && kHavePackedSgemm) {
     if (m >= kMinPackedExtent && n >= kMinPackedExtent) {
       constexpr bool a_rows = OrderA == Eigen::RowMajor;
@@ -124,6 +128,38 @@ void gemm_block(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t 
   C.noalias() = A * B;
   if (bias != nullptr) {
     C.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, n);
+  }
+}
+
+// One block of a bf16 product (Note [BF16 GEMM]): the f32 sums in a buffer of the block,
+// rounded once into c; the bias joins the sums in f32.
+template <int OrderA, int OrderB>
+void bf16_block(const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, BFloat16* c,
+                int64_t ldc, int64_t m, int64_t n, int64_t k, const BFloat16* bias) {
+  if constexpr (kHaveBf16Gemm) {
+    std::unique_ptr<float[]> bias_f32;
+    if (bias != nullptr) {
+      bias_f32.reset(new float[n]);
+      bf16_to_f32(bias, bias_f32.get(), n);
+    }
+    std::unique_ptr<float[]> sums(new float[m * n]);  // (m, n), every element written
+    constexpr bool a_rows = OrderA == Eigen::RowMajor;
+    constexpr bool b_rows = OrderB == Eigen::RowMajor;
+    bf16_gemm({a, a_rows ? lda : 1, a_rows ? 1 : lda}, {b, b_rows ? ldb : 1, b_rows ? 1 : ldb},
+              sums.get(), n, m, n, k, bias_f32.get(), best_bf16_kernel());
+    for (int64_t i = 0; i < m; ++i) f32_to_bf16(sums.get() + i * n, c + i * ldc, n);
+  } else {
+    TS_INTERNAL_ASSERT(false, "bf16 GEMM without AVX512_BF16: its operands are widened");
+  }
+}
+
+template <class T, int OrderA, int OrderB>
+void gemm_block(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc, int64_t m,
+                int64_t n, int64_t k, const T* bias) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    bf16_block<OrderA, OrderB>(a, lda, b, ldb, c, ldc, m, n, k, bias);
+  } else {
+    gemm_block_f32_f64<T, OrderA, OrderB>(a, lda, b, ldb, c, ldc, m, n, k, bias);
   }
 }
 
@@ -184,7 +220,10 @@ void gemm(const T* a, bool a_row_major, int64_t lda, const T* b, bool b_row_majo
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b,
               const Tensor& bias_in) {
-  if (is_half(a_in.dtype())) {
+  // bf16 has a GEMM of its own where the build has AVX512_BF16 (Note [BF16 GEMM]); f16, and
+  // bf16 without it, widen to f32.
+  const bool bf16_kernel = a_in.dtype() == DType::bf16 && kHaveBf16Gemm;
+  if (is_half(a_in.dtype()) && !bf16_kernel) {
     return narrowed(cpu::matmul(widened(a_in), widened(b_in), trans_a, trans_b, widened(bias_in)),
                     a_in.dtype());
   }
@@ -207,7 +246,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
     }
     return out;
   }
-  dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
+  const auto multiply = [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* c = out.data_ptr<T>();
     const T* pbias = bias.defined() ? bias.template data_ptr<T>() : nullptr;
@@ -240,7 +279,12 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
     } else {
       run(0, batches);
     }
-  });
+  };
+  if (bf16_kernel) {
+    multiply(TypeTag<BFloat16>{});
+  } else {
+    dispatch_floating(a.dtype(), "matmul", multiply);
+  }
   return out;
 }
 

@@ -13,9 +13,48 @@
 // use the bulk conversions of core/half_convert.h.
 #pragma once
 
+#include <type_traits>
+
+#include "core/half_convert.h"
 #include "core/tensor.h"
 
 namespace tessera::kernels::cpu {
+
+// The type 16-bit math accumulates in: float for Half and BFloat16, T itself otherwise.
+template <class T>
+using acc_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+
+// Values per chunk of the loops that convert 16-bit operands through f32 buffers on the
+// stack (8 KiB for a chunk's three operands and result: all in L1).
+inline constexpr int64_t kHalfChunk = 512;
+
+// out[i] = float(p[i * stride]) for i < n, `stride` in bytes (0: one value broadcast); in
+// bulk when p is contiguous.
+template <class T>
+void load_floats(const char* p, int64_t stride, int64_t n, float* out) {
+  static_assert(std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>);
+  if (stride == static_cast<int64_t>(sizeof(T))) {
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      bf16_to_f32(reinterpret_cast<const BFloat16*>(p), out, n);
+    } else {
+      f16_to_f32(reinterpret_cast<const Half*>(p), out, n);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = static_cast<float>(*reinterpret_cast<const T*>(p + i * stride));
+}
+
+// Rounds in[0, n) into the contiguous T values at p.
+template <class T>
+void store_floats(const float* in, int64_t n, T* p) {
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    f32_to_bf16(in, p, n);
+  } else {
+    static_assert(std::is_same_v<T, Half>);
+    f32_to_f16(in, p, n);
+  }
+}
 
 // f16 or bf16.
 bool is_half(DType dtype);

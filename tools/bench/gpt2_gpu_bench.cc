@@ -40,6 +40,7 @@
 #include "parallel/comm/thread_comm.h"
 #include "parallel/zero/zero_optimizer.h"
 #include "tools/bench/python_reference.h"
+#include "tools/bench/stats.h"
 #include "tools/cli/flags.h"
 
 namespace tessera {
@@ -68,11 +69,7 @@ precision) and compares with PyTorch eager on the same device.
   --no-torch           skip the reference
 )";
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::median;
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 

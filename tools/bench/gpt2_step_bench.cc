@@ -48,7 +48,9 @@
 #include "core/philox.h"
 #include "models/gpt2/gpt.h"
 #include "optim/adam.h"
+#include "tools/bench/gpt2_bf16_step.h"
 #include "tools/bench/python_reference.h"
+#include "tools/bench/stats.h"
 #include "tools/bench/step_gemms.h"
 #include "tools/bench/torch_reference.h"
 #include "tools/cli/flags.h"
@@ -61,10 +63,14 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
-    R"(usage: gpt2_step_bench [--steps N] [--round N] [--warmup N] [--threads N] [--batch B]
-                       [--seq T] [--torch-script FILE] [--python EXE] [--no-torch]
+    R"(usage: gpt2_step_bench [--dtype f32|bf16] [--steps N] [--round N] [--warmup N]
+                       [--threads N] [--batch B] [--seq T] [--torch-script FILE]
+                       [--python EXE] [--no-torch]
 
 Times GPT-2 124M training steps (fp32, AdamW) and compares with PyTorch on this machine.
+
+  --dtype bf16         instead: the bf16 mixed-precision step (f32 masters) against our
+                       fp32 step and PyTorch's fp32 and CPU-autocast bf16 steps, in turns
 
   --steps N            timed steps of each framework (default 10)
   --round N            steps per round: the frameworks alternate rounds (default 2)
@@ -84,15 +90,8 @@ Times GPT-2 124M training steps (fp32, AdamW) and compares with PyTorch on this 
                        perf record --control fifo:FIFO -D -1 (a profile of the steps only)
 )";
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double mean(const std::vector<double>& v) {
-  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-}
+using bench::mean;
+using bench::median;
 
 // Resident set size now (/proc/self/statm) and its high-water mark (getrusage), in bytes.
 int64_t current_rss() {
@@ -145,7 +144,8 @@ bool optimized_blas(std::string blas) {
 int bench_main(int argc, char** argv) {
   using cli::Flag;
   const cli::Flags flags(argc, argv,
-                         {{"steps", Flag::kValue},
+                         {{"dtype", Flag::kValue},
+                          {"steps", Flag::kValue},
                           {"round", Flag::kValue},
                           {"warmup", Flag::kValue},
                           {"threads", Flag::kValue},
@@ -169,15 +169,18 @@ int bench_main(int argc, char** argv) {
         "expected --steps >= 1, --round >= 1, --warmup >= 0, --threads >= 1, --batch >= 1, "
         "--seq in [1, 1024]");
   }
+  const std::string dtype = flags.get("dtype", "f32");
+  if (dtype != "f32" && dtype != "bf16") {
+    throw cli::UsageError("expected --dtype f32 or bf16, found " + dtype);
+  }
   set_num_threads(static_cast<int>(threads));
 
-  // The reference builds its model and takes its warm-up steps first, while we wait.
-  std::optional<bench::TorchReference> torch;
+  std::optional<bench::TorchReferenceOptions> torch_options;
   if (!flags.has("no-torch")) {
     const std::string kOpenmpBlas = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
     std::string blas = flags.get("torch-blas", fs::exists(kOpenmpBlas) ? kOpenmpBlas : "system");
     if (blas == "system") blas.clear();
-    bench::TorchReferenceOptions options;
+    bench::TorchReferenceOptions& options = torch_options.emplace();
     options.python = flags.get("python", "/usr/bin/python3");
     options.script = bench::find_script(flags.get("torch-script"), argv[0], "gpt2_step_torch.py");
     options.blas_dir = blas;
@@ -185,9 +188,17 @@ int bench_main(int argc, char** argv) {
     options.seq = seq;
     options.warmup = warmup;
     options.threads = static_cast<int>(threads);
-    std::printf("starting the PyTorch reference: %s\n", options.script.c_str());
+  }
+  if (dtype == "bf16") {
+    return bench::run_bf16_step_comparison(
+        {steps, round, warmup, static_cast<int>(threads), batch, seq, torch_options});
+  }
+  // The reference builds its model and takes its warm-up steps first, while we wait.
+  std::optional<bench::TorchReference> torch;
+  if (torch_options) {
+    std::printf("starting the PyTorch reference: %s\n", torch_options->script.c_str());
     std::fflush(stdout);
-    torch.emplace(options);
+    torch.emplace(*torch_options);
   }
 
   const int64_t rss_start = current_rss();

@@ -3,8 +3,10 @@
 The same model as Tessera's Gpt(GptConfig::preset("gpt2")): token and position embeddings,
 12 pre-LayerNorm blocks (causal self-attention written out as masked softmax, since torch
 1.13 has no scaled_dot_product_attention; GELU with the tanh approximation), a final
-LayerNorm and a head tied to the token embedding, vocabulary padded to 50304. fp32, AdamW
-(lr 1e-4, weight decay 0.1 on the 2-D weights only), random tokens.
+LayerNorm and a head tied to the token embedding, vocabulary padded to 50304. fp32, or with
+--dtype bf16 the forward and loss under CPU bf16 autocast (fp32 parameters, gradients and
+optimizer: PyTorch's own mixed precision on the CPU); AdamW (lr 1e-4, weight decay 0.1 on
+the 2-D weights only), random tokens.
 
 Prints one machine-readable line for the C++ bench to parse:
   TORCH_RESULT {"median_s": ..., "mean_s": ..., "forward_s": ..., ...}
@@ -109,6 +111,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--serve", action="store_true", help="take steps when asked on stdin")
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
+                    help="bf16: the forward and loss under torch.autocast('cpu', bfloat16)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -136,7 +140,8 @@ def main():
         for _ in range(n):
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = model(idx, targets, vocab)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
+                loss = model(idx, targets, vocab)
             t1 = time.perf_counter()
             loss.backward()
             t2 = time.perf_counter()
@@ -159,6 +164,7 @@ def main():
         "threads": torch.get_num_threads(),
         "blas": blas_library(),
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
+        "dtype": args.dtype,
         "params": n_params,
     }
     run(args.warmup)

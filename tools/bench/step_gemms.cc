@@ -8,7 +8,7 @@
 
 namespace tessera::bench {
 
-StepGemms::StepGemms(const GptConfig& c, int64_t rows) {
+StepGemms::StepGemms(const GptConfig& c, int64_t rows, DType dtype) : dtype_(dtype) {
   const int64_t C = c.n_embd, L = c.n_layer, V = c.padded_vocab_size(), R = rows;
   for (const auto& [out, in] :
        std::vector<std::pair<int64_t, int64_t>>{{3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}}) {
@@ -24,7 +24,7 @@ StepGemms::StepGemms(const GptConfig& c, int64_t rows) {
 
 void StepGemms::add(int group, int64_t count, const Shape& a, const Shape& b, bool ta, bool tb) {
   const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1], n = tb ? b[0] : b[1];
-  gemms_.push_back({group, count, randn(a, gen_), randn(b, gen_), ta, tb});
+  gemms_.push_back({group, count, randn(a, gen_).to(dtype_), randn(b, gen_).to(dtype_), ta, tb});
   flops_[group] += 2.0 * static_cast<double>(m * n * k * count);
   calls_[group] += count;
 }

@@ -28,8 +28,9 @@ class StepGemms {
                                                   "backward linears dX", "backward linears dW",
                                                   "backward head dX, dW"};
 
-  // Operands for a step of `rows` = B x T tokens (random; several hundred MB for GPT-2).
-  StepGemms(const GptConfig& c, int64_t rows);
+  // Operands for a step of `rows` = B x T tokens (random, of `dtype`; several hundred MB
+  // for GPT-2).
+  StepGemms(const GptConfig& c, int64_t rows, DType dtype = DType::f32);
 
   // Seconds per group for one step's worth of calls.
   std::array<double, kGroups> run() const;
@@ -46,6 +47,7 @@ class StepGemms {
   };
   void add(int group, int64_t count, const Shape& a, const Shape& b, bool ta, bool tb);
 
+  DType dtype_;
   Generator gen_{7};
   std::vector<Gemm> gemms_;
   std::array<double, kGroups> flops_{};

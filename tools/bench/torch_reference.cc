@@ -46,7 +46,9 @@ TorchReference::TorchReference(const TorchReferenceOptions& o) {
                                          "--warmup",
                                          std::to_string(o.warmup),
                                          "--threads",
-                                         std::to_string(o.threads)};
+                                         std::to_string(o.threads),
+                                         "--dtype",
+                                         o.dtype};
   // Our environment with the reference's settings; built before fork, since the child of a
   // threaded process may only make async-signal-safe calls until it execs.
   std::vector<std::string> env = {"OPENBLAS_CORETYPE=SKYLAKEX",

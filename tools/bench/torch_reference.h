@@ -21,6 +21,7 @@ struct TorchReferenceOptions {
   int64_t seq = 64;
   int64_t warmup = 2;
   int threads = 2;
+  std::string dtype = "f32";  // or "bf16": the script's CPU autocast
 };
 
 class TorchReference {

@@ -65,15 +65,35 @@ double run(int64_t iters) {
 }
 #endif
 
-}  // namespace
+#if defined(__AVX512BF16__)
+// kChains accumulators through acc += a . b over pairs of bf16 (Note [BF16 GEMM] in
+// kernels/cpu/bf16_gemm.h): 64 FLOPs per instruction.
+double run_bf16(int64_t iters) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(1.0f + 0.01f * c);
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.999f), _mm512_set1_ps(0.998f));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(-1e-3f));
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+  }
+  __m512 s = acc[0];
+  for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
+  return _mm512_reduce_add_ps(s);
+}
+#endif
 
-double measure_fma_peak(int threads, double seconds) {
+// FLOP/s of `kernel` (flops_per_iter per call iteration on one thread) on `threads` threads
+// for about `seconds`: the iteration count is calibrated on one thread, then the best of
+// two timed runs of all threads together.
+template <class Kernel>
+double measure(Kernel kernel, double flops_per_iter, int threads, double seconds) {
   if (threads <= 0) threads = omp_get_max_threads();
   // Calibrate on one thread, then time all threads together.
   int64_t iters = 1 << 16;
   for (;;) {
     const auto t0 = std::chrono::steady_clock::now();
-    volatile double sink = run(iters);
+    volatile double sink = kernel(iters);
     (void)sink;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (dt > seconds / 4) {
@@ -87,12 +107,26 @@ double measure_fma_peak(int threads, double seconds) {
     const auto t0 = std::chrono::steady_clock::now();
     double sink = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
-    sink += run(iters);
+    sink += kernel(iters);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (sink == 42.0) return 0;  // keeps the work alive
-    best = std::max(best, 2.0 * kLanes * kChains * static_cast<double>(iters) * threads / dt);
+    best = std::max(best, flops_per_iter * static_cast<double>(iters) * threads / dt);
   }
   return best;
+}
+
+}  // namespace
+
+double measure_fma_peak(int threads, double seconds) {
+  return measure(run, 2.0 * kLanes * kChains, threads, seconds);
+}
+
+double measure_bf16_peak(int threads, double seconds) {
+#if defined(__AVX512BF16__)
+  return measure(run_bf16, 64.0 * kChains, threads, seconds);
+#else
+  return measure_fma_peak(threads, seconds);
+#endif
 }
 
 }  // namespace tessera::perf

@@ -1,4 +1,5 @@
-// The machine's measured fp32 FMA peak: the denominator of MFU on the CPU.
+// The machine's measured fp32 FMA peak and bf16 dot-product peak: the denominators of MFU
+// on the CPU (f32 runs, and bf16 runs whose products use Note [BF16 GEMM]).
 #pragma once
 
 namespace tessera::perf {
@@ -7,5 +8,10 @@ namespace tessera::perf {
 // width this binary was compiled for, on `threads` threads (0: all), measured for about
 // `seconds`.
 double measure_fma_peak(int threads = 0, double seconds = 0.2);
+
+// FLOP/s of AVX512_BF16's vdpbf16ps (32 multiply-adds, 64 FLOPs, per instruction) measured
+// the same way; the FMA peak when this binary has no AVX512_BF16 (its bf16 products are
+// f32 FMAs then).
+double measure_bf16_peak(int threads = 0, double seconds = 0.2);
 
 }  // namespace tessera::perf
