@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/checks.h"
 #include "kernels/cpu/eigen_types.h"
 #include "kernels/cpu/widen.h"
 
@@ -48,6 +50,31 @@ int64_t row_stride(const Tensor& logits) {
   return logits.size(0) <= 1 ? logits.size(1) : logits.stride(0);
 }
 
+// A row of n logits as acc_t<T> values: the row itself for f32 and f64, its values widened
+// into `buffer` for f16 and bf16 (Note [16-bit math on the CPU]).
+template <class T>
+const acc_t<T>* row_values(const T* row, int64_t n, std::vector<acc_t<T>>& buffer) {
+  if constexpr (std::is_same_v<acc_t<T>, T>) {
+    return row;
+  } else {
+    buffer.resize(static_cast<size_t>(n));
+    load_floats<T>(reinterpret_cast<const char*>(row), sizeof(T), n, buffer.data());
+    return buffer.data();
+  }
+}
+
+// Where a row of n results is computed: the output row itself for f32 and f64, `buffer`
+// for f16 and bf16 (stored rounded afterwards).
+template <class T>
+acc_t<T>* out_row(T* row, int64_t n, std::vector<acc_t<T>>& buffer) {
+  if constexpr (std::is_same_v<acc_t<T>, T>) {
+    return row;
+  } else {
+    buffer.resize(static_cast<size_t>(n));
+    return buffer.data();
+  }
+}
+
 int64_t count_rows(const std::vector<int64_t>& targets, int64_t ignore_index) {
   return std::count_if(targets.begin(), targets.end(),
                        [&](int64_t t) { return t != ignore_index; });
@@ -57,9 +84,6 @@ int64_t count_rows(const std::vector<int64_t>& targets, int64_t ignore_index) {
 
 CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_in,
                                  int64_t ignore_index) {
-  // Loss and lse are f32 for 16-bit logits (stat_dtype): nothing to round back.
-  if (is_half(logits_in.dtype()))
-    return cpu::cross_entropy(widened(logits_in), targets_in, ignore_index);
   const Tensor logits = row_readable(logits_in);  // (N, V), rows ld apart
   const int64_t rows = logits.size(0);
   const int64_t vocab = logits.size(1);
@@ -67,19 +91,23 @@ CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_
   const std::vector<int64_t> targets =
       read_targets("cross_entropy", targets_in, vocab, ignore_index);
   const int64_t count = count_rows(targets, ignore_index);
+  // Loss and lse in stat_dtype: f32 for 16-bit logits.
+  const DType stat = stat_dtype(logits.dtype());
   CrossEntropyOutput out;
-  out.lse = empty({rows}, {logits.dtype(), logits.device()});
+  out.lse = empty({rows}, {stat, logits.device()});
   // Per-row losses summed in order afterwards: the loss does not depend on thread timing.
   std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);
-  dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+  dispatch_floating_and_half(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
     const T* px = logits.data_ptr<T>();
-    T* plse = out.lse.data_ptr<T>();
+    A* plse = out.lse.data_ptr<A>();
     parallel_for(rows, row_grain(vocab), [&](int64_t r0, int64_t r1) {
+      std::vector<A> buffer;
       for (int64_t r = r0; r < r1; ++r) {
-        const ConstArrayMap<T> xr(px + r * ld, vocab);
-        const T max = xr.maxCoeff();
-        const T lse = max + std::log((xr - max).exp().sum());
+        const ConstArrayMap<A> xr(row_values(px + r * ld, vocab, buffer), vocab);
+        const A max = xr.maxCoeff();
+        const A lse = max + std::log((xr - max).exp().sum());
         plse[r] = lse;
         if (targets[r] != ignore_index) row_loss[r] = lse - xr[targets[r]];
       }
@@ -87,18 +115,13 @@ CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_
   });
   double total = 0.0;
   for (double l : row_loss) total += l;
-  out.loss = scalar_tensor(count > 0 ? total / count : 0.0, {logits.dtype(), logits.device()});
+  out.loss = scalar_tensor(count > 0 ? total / count : 0.0, {stat, logits.device()});
   return out;
 }
 
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
                               const Tensor& targets_in, const Tensor& lse_in, int64_t ignore_index,
                               int64_t cols) {
-  if (is_half(logits_in.dtype())) {
-    return narrowed(cpu::cross_entropy_backward(dloss, widened(logits_in), targets_in, lse_in,
-                                                ignore_index, cols),
-                    logits_in.dtype());
-  }
   const Tensor logits = row_readable(logits_in);    // (N, V), rows ld apart
   const Tensor lse = lse_in.detach().contiguous();  // (N)
   const int64_t rows = logits.size(0);
@@ -109,22 +132,27 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
   const int64_t count = count_rows(targets, ignore_index);
   const double scale = count > 0 ? dloss.item<double>() / count : 0.0;
   Tensor dlogits = empty({rows, cols}, {logits.dtype(), logits.device()});  // (N, cols)
-  dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
+  dispatch_floating_and_half(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
     const T* px = logits.data_ptr<T>();
-    const T* plse = lse.data_ptr<T>();
+    const A* plse = lse.data_ptr<A>();
     T* pdx = dlogits.data_ptr<T>();
-    const T s = static_cast<T>(scale);
+    const A s = static_cast<A>(scale);
     parallel_for(rows, row_grain(vocab), [&](int64_t r0, int64_t r1) {
+      std::vector<A> buffer, drow;  // 16-bit rows: the logits and dlogits in f32
       for (int64_t r = r0; r < r1; ++r) {
-        ArrayMap<T> dxr(pdx + r * cols, vocab);
-        std::fill(pdx + r * cols + vocab, pdx + (r + 1) * cols, T(0));
+        T* out = pdx + r * cols;
+        std::fill(out + vocab, out + cols, convert<T>(0.0));
         if (targets[r] == ignore_index) {
-          dxr.setZero();
+          std::fill(out, out + vocab, convert<T>(0.0));
           continue;
         }
-        dxr = (ConstArrayMap<T>(px + r * ld, vocab) - plse[r]).exp() * s;
+        A* d = out_row<T>(out, vocab, drow);
+        ArrayMap<A> dxr(d, vocab);
+        dxr = (ConstArrayMap<A>(row_values(px + r * ld, vocab, buffer), vocab) - plse[r]).exp() * s;
         dxr[targets[r]] -= s;
+        if constexpr (!std::is_same_v<A, T>) store_floats<T>(d, vocab, out);
       }
     });
   });

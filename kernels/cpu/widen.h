@@ -6,11 +6,17 @@
 // computed and accumulated in f32, and each 16-bit result is rounded once, to nearest even,
 // from its f32 value. Row statistics and losses (layer-norm mean and rstd, log-sum-exps,
 // the cross-entropy loss) stay f32 (kernels/checks.h stat_dtype); indices and masks are
-// unchanged. A kernel without a 16-bit loop of its own runs its f32 loop on widened copies
-// of its operands (`widened`), rounds its results back (`narrowed`), and an in-place
-// kernel updates a widened copy of its destination and writes it back rounded
-// (`update_widened`), so each of its 16-bit values is rounded once per call. The copies
-// use the bulk conversions of core/half_convert.h.
+// unchanged. The kernels that touch the most 16-bit data have 16-bit loops of their own,
+// which convert a chunk or a row at a time into f32 buffers (load_floats, store_floats):
+// elementwise ops, axpy_/scale_/squared_norm (gradient accumulation), the embedding's
+// backward and the cross-entropy; bf16 matrix products run on Note [BF16 GEMM]
+// (kernels/cpu/bf16_gemm.h). Any other kernel runs its f32 loop on widened copies of its
+// operands (`widened`) and rounds its results back (`narrowed`), and an in-place one
+// updates a widened copy of its destination and writes it back rounded (`update_widened`),
+// so each 16-bit value is rounded once per call either way. The copies use the bulk
+// conversions of core/half_convert.h. A 16-bit gradient accumulated over several backward
+// calls is rounded at each (ZeRO stages 0-1 keep the model's gradients in 16 bits across
+// micro-batches: Note [Mixed precision] in parallel/zero/zero_optimizer.h).
 #pragma once
 
 #include <type_traits>

@@ -12,6 +12,7 @@
 #include "autograd/engine.h"
 #include "core/factories.h"
 #include "core/philox.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "models/gpt2/gpt.h"
 #include "optim/adam.h"
 #include "optim/config.h"
@@ -190,9 +191,13 @@ int run_bf16_step_comparison(const Bf16StepOptions& o) {
     }
   }
   std::printf(
-      "measured peaks on %d threads: f32 FMA %.1f GFLOP/s, bf16 dot product %.1f GFLOP/s "
-      "(the higher of before and after the steps)\n",
-      o.threads, fma_peak / 1e9, bf16_peak / 1e9);
+      "measured peaks on %d threads: f32 FMA %.1f GFLOP/s, bf16 %s %.1f GFLOP/s (the higher "
+      "of before and after the steps)\n",
+      o.threads, fma_peak / 1e9,
+      !kernels::cpu::kHaveBf16Gemm                                        ? "(f32 FMA)"
+      : kernels::cpu::best_bf16_kernel() == kernels::cpu::Bf16Kernel::amx ? "AMX tdpbf16ps"
+                                                                          : "vdpbf16ps",
+      bf16_peak / 1e9);
 
   std::vector<const Column*> columns = {&ours_f32, &ours_bf16};
   for (const Column& c : theirs) {

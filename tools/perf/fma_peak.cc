@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/bf16_gemm.h"
+
 namespace tessera::perf {
 namespace {
 
@@ -81,6 +83,44 @@ double run_bf16(int64_t iters) {
   for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
   return _mm512_reduce_add_ps(s);
 }
+
+// AMX: tdpbf16ps on four accumulator tiles from operand tiles that stay loaded, 16 x 16
+// results of 32 products each: 16384 FLOPs per instruction. The tile state is set up and
+// released around each call (the bf16 GEMM's own configuration, kernels/cpu/amx_gemm.cc).
+__attribute__((target("amx-tile,amx-bf16"))) double run_amx(int64_t iters) {
+  struct alignas(64) {
+    uint8_t palette = 1;
+    uint8_t start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t bytes_per_row[16] = {};
+    uint8_t rows[16] = {};
+  } config;
+  for (int t = 0; t < 8; ++t) {
+    config.bytes_per_row[t] = 64;
+    config.rows[t] = 16;
+  }
+  alignas(64) static thread_local uint16_t operand[16 * 32];
+  for (auto& v : operand) v = 0x3f80;  // bf16 1.0
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  for (int64_t i = 0; i < iters; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float out[16 * 16];
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
 #endif
 
 // FLOP/s of `kernel` (flops_per_iter per call iteration on one thread) on `threads` threads
@@ -123,6 +163,9 @@ double measure_fma_peak(int threads, double seconds) {
 
 double measure_bf16_peak(int threads, double seconds) {
 #if defined(__AVX512BF16__)
+  if (kernels::cpu::best_bf16_kernel() == kernels::cpu::Bf16Kernel::amx) {
+    return measure(run_amx, 4 * 16384.0, threads, seconds);
+  }
   return measure(run_bf16, 64.0 * kChains, threads, seconds);
 #else
   return measure_fma_peak(threads, seconds);

@@ -9,9 +9,10 @@ namespace tessera::perf {
 // `seconds`.
 double measure_fma_peak(int threads = 0, double seconds = 0.2);
 
-// FLOP/s of AVX512_BF16's vdpbf16ps (32 multiply-adds, 64 FLOPs, per instruction) measured
-// the same way; the FMA peak when this binary has no AVX512_BF16 (its bf16 products are
-// f32 FMAs then).
+// FLOP/s of the instruction the bf16 GEMM runs on (Note [BF16 GEMM] in
+// kernels/cpu/bf16_gemm.h), measured the same way: AMX's tdpbf16ps (16 x 16 x 32
+// multiply-adds) where the CPU has AMX, else AVX512_BF16's vdpbf16ps (32 multiply-adds);
+// the FMA peak when this binary has no AVX512_BF16 (its bf16 products are f32 FMAs then).
 double measure_bf16_peak(int threads = 0, double seconds = 0.2);
 
 }  // namespace tessera::perf

@@ -205,8 +205,9 @@ void Trainer::log_run(double peak_flops) const {
       dp_.size(), cfg_.engine.pipeline.stages, cfg_.engine.tensor_parallel.tp_size,
       engine_->optimizer().stage(), dtype_name(engine_->optimizer().precision()),
       cfg_.trainer.device.str(),
-      !on_cuda ? fmt::format("FMA peak {:.0f} GFLOP/s on {} threads per rank",
-                             peak_flops / world_.size() / 1e9, num_threads())
+      !on_cuda ? fmt::format("{} peak {:.0f} GFLOP/s on {} threads per rank",
+                             cpu_bf16() ? "bf16 GEMM" : "FMA", peak_flops / world_.size() / 1e9,
+                             num_threads())
       : peak_flops > 0
           ? fmt::format("MFU against {:.0f} TFLOP/s per GPU (dense bf16 tensor cores)",
                         peak_flops / world_.size() / 1e12)
@@ -217,9 +218,11 @@ TrainResult Trainer::run() {
   const TrainerConfig& t = cfg_.trainer;
   const auto start = Clock::now();
   const int64_t gas = cfg_.engine.batch.gradient_accumulation_steps;
-  // Every rank measures its own peak; MFU compares against all ranks' together.
+  // Every rank measures its own peak, of the arithmetic its products run on; MFU compares
+  // against all ranks' together.
   const double peak =
       (t.device.is_cuda() ? cuda::dense_bf16_peak_flops(cuda::device_info(t.device.index))
+       : cpu_bf16()       ? perf::measure_bf16_peak(num_threads())
                           : perf::measure_fma_peak(num_threads())) *
       world_.size();
   if (leader()) log_run(peak);

@@ -89,6 +89,10 @@ class Trainer {
                                                             uint64_t first_counter) const;
   double evaluate();  // mean validation loss over eval_batches batches (of every rank)
   bool leader() const { return world_.rank() == 0; }
+  // A bf16 run on the CPU: its products run on the bf16 GEMM (Note [BF16 GEMM]).
+  bool cpu_bf16() const {
+    return !cfg_.trainer.device.is_cuda() && cfg_.engine.precision == DType::bf16;
+  }
   void save_checkpoint();
   // Loads checkpoint `c`, read from directory `dir`.
   void restore(const std::string& dir, const CheckpointContents& c);
