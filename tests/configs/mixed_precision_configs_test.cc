@@ -1,0 +1,74 @@
+// DeepSpeed configs in the shape real ones have (Hugging Face's ZeRO-2 fp16 example with
+// its "auto" values filled in, a Megatron-DeepSpeed bf16 ZeRO-1 file, DeepSpeedExamples'
+// CIFAR fp16 with a static loss scale, a bf16 ZeRO-3 file) run on the CPU, each with its
+// expected outcome from tests/configs/mixed_precision/expected.json: it trains 2 steps on
+// thread ranks, or it fails with exactly the message given. The files hold DeepSpeed's keys
+// only, as real ones do; the test adds Tessera's model, data and trainer sections.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <string>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "tests/test_files.h"
+#include "tests/tools/trainer/random_shard.h"
+#include "tests/tools/trainer/thread_trainer.h"
+#include "tools/trainer/checkpoint.h"
+
+namespace tessera::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+// The sections a DeepSpeed file leaves to its framework: a small GPT-2, the random shard in
+// `data`, 2 steps in `dir`.
+Json tessera_sections(const fs::path& data, const fs::path& dir) {
+  return {{"model",
+           {{"type", "gpt2"},
+            {"vocab_size", 29},
+            {"block_size", 6},
+            {"n_layer", 2},
+            {"n_head", 2},
+            {"n_embd", 16}}},
+          {"data", {{"train", (data / "train_*.bin").string()}, {"sampling", "random"}}},
+          {"trainer",
+           {{"steps", 2},
+            {"threads", 1},
+            {"log_dir", dir.string()},
+            {"checkpoint_dir", (dir / "ckpt").string()}}}};
+}
+
+TEST_CASE("real-world-shaped fp16 and bf16 configs run on the CPU or fail as expected",
+          "[config][mixed]") {
+  const fs::path root = testing::fresh_dir("mixed_precision_configs");
+  testing::write_random_shard(root / "data", 41);
+  const fs::path configs = "tests/configs/mixed_precision";
+  const Json expected = parse_json_file((configs / "expected.json").string());
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(configs)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "expected.json") continue;
+    ++files;
+    INFO(name);
+    REQUIRE(expected.contains(name));
+    const Json& want = expected[name];
+    Json doc = parse_json_file(entry.path().string());
+    const fs::path dir = root / entry.path().stem();
+    doc.merge_patch(tessera_sections(root / "data", dir));
+    const int world = want["world"].get<int>();
+    const std::string outcome = want["outcome"].get<std::string>();
+    if (outcome == "runs") {
+      testing::train_on_threads(doc, dir, world, ResumeMode::never);
+      const std::optional<std::string> last = CheckpointDir((dir / "ckpt").string(), 0).latest();
+      REQUIRE(last.has_value());
+      CHECK(fs::path(*last).filename() == "step_00000002");
+    } else {
+      REQUIRE_THROWS_WITH(parse_run_config(doc, name, dir.string(), world), outcome);
+    }
+  }
+  CHECK(files == static_cast<int>(expected.size()));
+}
+
+}  // namespace
+}  // namespace tessera::train
