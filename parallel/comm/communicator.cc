@@ -5,8 +5,11 @@
 #include <cstdio>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
+#include "core/factories.h"
+#include "core/half_convert.h"
 
 namespace tessera::parallel {
 
@@ -154,11 +157,88 @@ void Communicator::check_peer(CommOp op, const char* arg, int peer) {
   }
 }
 
-void Communicator::check_reducible(CommOp op, DType dtype) {
+void Communicator::check_reducible(CommOp op, const Tensor& t) {
+  const DType dtype = t.dtype();
+  if (dtype == DType::f16 || dtype == DType::bf16) {
+    if (!t.device().is_cpu()) {
+      fail(op, str_cat("16-bit reductions take CPU tensors for now (Note [16-bit reductions]); "
+                       "found ",
+                       t.str(), ": reduce it in f32"));
+    }
+    return;
+  }
   if (dtype != DType::f32 && dtype != DType::f64 && dtype != DType::i32 && dtype != DType::i64 &&
       dtype != DType::u8) {
-    fail(op, str_cat("reductions support f32, f64, i32, i64 and u8, found ", dtype_name(dtype)));
+    fail(op, str_cat("reductions support f32, f64, i32, i64, u8, f16 and bf16, found ",
+                     dtype_name(dtype)));
   }
+}
+
+namespace {
+
+// acc[i] = op(acc[i], float(block[i])) for i < n; 16-bit block.
+void reduce_half_into(float* acc, const Tensor& block, int64_t n, ReduceOp op) {
+  std::vector<float> values(static_cast<size_t>(n));
+  if (block.dtype() == DType::bf16) {
+    bf16_to_f32(block.data_ptr<BFloat16>(), values.data(), n);
+  } else {
+    f16_to_f32(block.data_ptr<Half>(), values.data(), n);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    switch (op) {
+      case ReduceOp::sum:
+        acc[i] += values[i];
+        break;
+      case ReduceOp::max:
+        acc[i] = std::max(acc[i], values[i]);
+        break;
+      case ReduceOp::min:
+        acc[i] = std::min(acc[i], values[i]);
+        break;
+    }
+  }
+}
+
+// out (n, 16-bit) = op over the `ranks` blocks of n values in `received` (rank order),
+// computed in f32 and rounded once.
+void reduce_blocks(const Tensor& received, int ranks, const Tensor& out, ReduceOp op) {
+  const int64_t n = out.numel();
+  std::vector<float> acc(static_cast<size_t>(n));
+  const Tensor first = received.narrow(0, 0, n);
+  if (first.dtype() == DType::bf16) {
+    bf16_to_f32(first.data_ptr<BFloat16>(), acc.data(), n);
+  } else {
+    f16_to_f32(first.data_ptr<Half>(), acc.data(), n);
+  }
+  for (int r = 1; r < ranks; ++r) reduce_half_into(acc.data(), received.narrow(0, r * n, n), n, op);
+  if (out.dtype() == DType::bf16) {
+    f32_to_bf16(acc.data(), out.data_ptr<BFloat16>(), n);
+  } else {
+    f32_to_f16(acc.data(), out.data_ptr<Half>(), n);
+  }
+}
+
+}  // namespace
+
+void Communicator::half_all_reduce(const Tensor& t, ReduceOp op) {  // t (any shape), 16-bit
+  const int64_t numel = t.numel();
+  const int64_t block = (numel + size_ - 1) / size_;
+  // (size * block): t's values, zero-padded so that the blocks are equal.
+  const Tensor padded = zeros({block * size_}, {t.dtype(), Device::cpu()});
+  padded.narrow(0, 0, numel).copy_(t.reshape({numel}));
+  const Tensor received = empty({block * size_}, {t.dtype(), Device::cpu()});
+  do_all_to_all(padded, received);  // block r of received: rank r's copy of my block
+  const Tensor mine = empty({block}, {t.dtype(), Device::cpu()});
+  reduce_blocks(received, size_, mine, op);
+  do_all_gather(mine, padded);
+  t.copy_(padded.narrow(0, 0, numel).reshape(t.shape()));
+}
+
+void Communicator::half_reduce_scatter(const Tensor& in, const Tensor& out,
+                                       ReduceOp op) {  // in (size * n), out (n), 16-bit
+  const Tensor received = empty({in.numel()}, {in.dtype(), Device::cpu()});
+  do_all_to_all(in.reshape({in.numel()}), received);  // block r: rank r's copy of my block
+  reduce_blocks(received, size_, out.reshape({out.numel()}), op);
 }
 
 void Communicator::check_pair(CommOp op, const Tensor& in, const Tensor& out,
@@ -240,8 +320,14 @@ Traffic ring_share(size_t bytes, int size, int factor = 1) {
 void Communicator::all_reduce(const Tensor& t, ReduceOp op) {
   run(CommOp::all_reduce, [&] {
     check_tensor(CommOp::all_reduce, "t", t);
-    check_reducible(CommOp::all_reduce, t.dtype());
-    if (size_ > 1) do_all_reduce(t, op);
+    check_reducible(CommOp::all_reduce, t);
+    if (size_ > 1) {
+      if (t.dtype() == DType::f16 || t.dtype() == DType::bf16) {
+        half_all_reduce(t, op);
+      } else {
+        do_all_reduce(t, op);
+      }
+    }
     return ring_share(t.nbytes(), size_, 2);
   });
 }
@@ -249,9 +335,13 @@ void Communicator::all_reduce(const Tensor& t, ReduceOp op) {
 void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
   run(CommOp::reduce_scatter, [&] {
     check_pair(CommOp::reduce_scatter, in, out, 1, size_);
-    check_reducible(CommOp::reduce_scatter, in.dtype());
+    check_reducible(CommOp::reduce_scatter, in);
     if (size_ > 1) {
-      do_reduce_scatter(in, out, op);
+      if (in.dtype() == DType::f16 || in.dtype() == DType::bf16) {
+        half_reduce_scatter(in, out, op);
+      } else {
+        do_reduce_scatter(in, out, op);
+      }
     } else {
       out.copy_(in);
     }

@@ -135,6 +135,15 @@ class Communicator {
   void set_simulated_link(const SimulatedLink& link);
   const SimulatedLink& simulated_link() const { return link_; }
 
+  // Note [16-bit reductions]
+  // f16 and bf16 tensors (gradients communicated in DeepSpeed's communication_data_type) are
+  // reduced with 16-bit values on the wire and f32 arithmetic: an all_to_all gives each
+  // rank every rank's copy of its block, the rank sums them in f32 in rank order and rounds
+  // once, and (for all_reduce) an all_gather returns the blocks. The bytes sent are those
+  // of a ring reduction ((N-1)/N of the tensor per phase), every element is rounded once
+  // (a ring rounds at each of its N-1 hops, MPI has no 16-bit arithmetic at all), and the
+  // result is the same bits on every backend and rank. CPU tensors only for now.
+  //
   // t (any shape) = op over the ranks of t, in place.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum);
   // out (n) = block `rank` of op over the ranks of in (size * n).
@@ -179,9 +188,12 @@ class Communicator {
  private:
   void check_tensor(CommOp op, const char* arg, const Tensor& t);
   void check_peer(CommOp op, const char* arg, int peer);
-  // Reductions take f32, f64, i32, i64 and u8 on every backend: MPI has no f16/bf16
-  // arithmetic, and a bool sum has no bool result.
-  void check_reducible(CommOp op, DType dtype);
+  // Reductions take f32, f64, i32, i64 and u8 on every backend, and f16 and bf16 on CPU
+  // tensors (Note [16-bit reductions]); a bool sum has no bool result.
+  void check_reducible(CommOp op, const Tensor& t);
+  // The 16-bit all_reduce and reduce_scatter of Note [16-bit reductions].
+  void half_all_reduce(const Tensor& t, ReduceOp op);
+  void half_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op);
   // in and out of one dtype and device, out.numel() = in.numel() * num / den.
   void check_pair(CommOp op, const Tensor& in, const Tensor& out, int64_t num, int64_t den);
   // Starts an operation (its sequence number) and runs f, which validates, calls the

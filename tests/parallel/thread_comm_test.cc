@@ -54,6 +54,21 @@ std::string message_of(F&& f) {
   return "no error";
 }
 
+// Note [16-bit reductions]: op over the ranks' 16-bit inputs (rank_input, rounded to
+// `dtype`), in f32 in rank order, rounded once to `dtype`.
+Tensor expected_half_reduce(int size, int64_t n, ReduceOp op, DType dtype) {
+  std::vector<float> acc = rank_input(0, n, dtype).to_vector<float>();
+  for (int r = 1; r < size; ++r) {
+    const std::vector<float> x = rank_input(r, n, dtype).to_vector<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      acc[i] = op == ReduceOp::sum   ? acc[i] + x[i]
+               : op == ReduceOp::max ? std::max(acc[i], x[i])
+                                     : std::min(acc[i], x[i]);
+    }
+  }
+  return from_vector(acc, {n}).to(dtype);
+}
+
 std::vector<char> raw_bytes(const Tensor& t) {
   std::vector<char> b(t.nbytes());
   std::memcpy(b.data(), t.raw_data(), b.size());
@@ -80,6 +95,36 @@ TEST_CASE("thread all_reduce: exact rank-order results, identical on every rank"
                        << dtype_name(dtype));
           REQUIRE(results[0].to_vector<double>() == want);
           for (int r = 1; r < size; ++r) REQUIRE(raw_bytes(results[r]) == raw_bytes(results[0]));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("thread f16 and bf16 reductions: f32 sums in rank order rounded once, on every rank",
+          "[comm]") {
+  for (int size : {1, 2, 3, 4}) {
+    for (int64_t n : {int64_t{7}, int64_t{1001}}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
+        for (DType dtype : {DType::f16, DType::bf16}) {
+          INFO("size " << size << " n " << n << " op " << reduce_op_name(op) << " dtype "
+                       << dtype_name(dtype));
+          const Tensor want = expected_half_reduce(size, n, op, dtype);
+          // n * size values, so that reduce_scatter's blocks are n each.
+          const Tensor want_blocks = expected_half_reduce(size, n * size, op, dtype);
+          std::vector<Tensor> reduced(size), scattered(size);
+          run_thread_ranks(size, [&](Communicator& comm) {
+            Tensor t = rank_input(comm.rank(), n, dtype);
+            comm.all_reduce(t, op);
+            reduced[comm.rank()] = t;
+            const Tensor out = empty({n}, {dtype});
+            comm.reduce_scatter(rank_input(comm.rank(), n * size, dtype), out, op);
+            scattered[comm.rank()] = out;
+          });
+          for (int r = 0; r < size; ++r) {
+            REQUIRE(raw_bytes(reduced[r]) == raw_bytes(want));
+            REQUIRE(raw_bytes(scattered[r]) == raw_bytes(want_blocks.narrow(0, r * n, n)));
+          }
         }
       }
     }
@@ -268,7 +313,7 @@ TEST_CASE("thread: a rank's failed call makes its waiting peers fail at once",
 TEST_CASE("thread: bad arguments name the op and what was expected", "[comm]") {
   std::vector<std::string> errors;
   run_thread_ranks(1, [&](Communicator& comm) {
-    errors.push_back(message_of([&] { comm.all_reduce(zeros({3}, {DType::f16})); }));
+    errors.push_back(message_of([&] { comm.all_reduce(zeros({3}, {DType::boolean})); }));
   });
   run_thread_ranks(1, [&](Communicator& comm) {
     errors.push_back(message_of([&] { comm.all_gather(zeros({3}), zeros({4})); }));
@@ -287,8 +332,8 @@ TEST_CASE("thread: bad arguments name the op and what was expected", "[comm]") {
         message_of([&] { comm.all_gather(buffer.narrow(0, 1, 3), buffer.narrow(0, 3, 3)); }));
   });
   REQUIRE(errors[0] ==
-          "[comm world, rank 0 of 1] all_reduce #0: reductions support f32, f64, i32, i64 and "
-          "u8, found f16");
+          "[comm world, rank 0 of 1] all_reduce #0: reductions support f32, f64, i32, i64, u8, "
+          "f16 and bf16, found bool");
   REQUIRE(errors[1] ==
           "[comm world, rank 0 of 1] all_gather #0: expected out to hold 3 elements for 3 in 1 "
           "ranks, found 4");
