@@ -42,7 +42,9 @@ struct alignas(64) TileConfig {
 // asm statements that do not tell it which memory they touch.
 inline void memory_barrier() { asm volatile("" ::: "memory"); }
 
-// Where a C block's tiles live: c itself, or a local 32 x 32 buffer for an edge block.
+// c (32 x 32 f32, leading dimension ldc) = (or +=, when `accumulate`) a @ b over `pairs`
+// pairs of k (a multiple of 16): a's 32 rows along k, lda elements apart; b0 and b1 the
+// packed B columns 0-15 and 16-31 (panel rows kPanelCols words apart).
 __attribute__((target("amx-tile,amx-bf16"))) void c_block(bool accumulate, int64_t pairs,
                                                           const BFloat16* a, int64_t lda,
                                                           const Word* b0, const Word* b1, float* c,
@@ -91,6 +93,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_gemm_tiles(Bf16Matrix a, B
     config.bytes_per_row[t] = 64;
     config.rows[t] = kTile;
   }
+  memory_barrier();  // ldtilecfg's asm declares only the first 8 bytes of `config` as read
   _tile_loadconfig(&config);
   const int64_t kc_max = std::min(kKc, round_up(k, kBlock));
   // A's rows are read in place where they run along k and each block of k is whole tiles
@@ -107,7 +110,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_gemm_tiles(Bf16Matrix a, B
     const int64_t mc = std::min(mc_block, m - ic);
     for (int64_t pc = 0; pc < k; pc += kKc) {
       const int64_t kc = std::min(kKc, k - pc);
-      const int64_t kc_pad = round_up(kc, kBlock), pairs = kc_pad / 2;
+      const int64_t kc_pad = round_up(kc, kBlock), padded_pairs = kc_pad / 2;
       const BFloat16* a_block = a.data + ic * a.row_stride + pc * a.col_stride;
       const int64_t rows_in_place = a_along_k && kc == kc_pad ? mc / kBlock * kBlock : 0;
       if (rows_in_place < mc) {
@@ -118,10 +121,10 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_gemm_tiles(Bf16Matrix a, B
         const int64_t nc = std::min(kNc, n - jc);
         const int64_t panels = round_up(round_up(nc, kBlock), kPanelCols) / kPanelCols;
         pack_b({b.data + pc * b.row_stride + jc * b.col_stride, b.row_stride, b.col_stride}, kc, nc,
-               pairs, b_packed.get());
+               padded_pairs, b_packed.get());
         const int64_t packed_panels = (nc + kPanelCols - 1) / kPanelCols;
-        std::fill(b_packed.get() + packed_panels * pairs * kPanelCols,
-                  b_packed.get() + panels * pairs * kPanelCols, Word{0});
+        std::fill(b_packed.get() + packed_panels * padded_pairs * kPanelCols,
+                  b_packed.get() + panels * padded_pairs * kPanelCols, Word{0});
         memory_barrier();
         for (int64_t ir = 0; ir < mc; ir += kBlock) {
           const bool in_place = ir < rows_in_place;
@@ -129,13 +132,13 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_gemm_tiles(Bf16Matrix a, B
               in_place ? a_block + ir * a.row_stride : a_rows.get() + (ir - rows_in_place) * kc_pad;
           const int64_t lda = in_place ? a.row_stride : kc_pad;
           for (int64_t jr = 0; jr < nc; jr += kBlock) {
-            const Word* b0 = b_columns(b_packed.get(), jr, pairs);
-            const Word* b1 = b_columns(b_packed.get(), jr + kTile, pairs);
+            const Word* b0 = b_columns(b_packed.get(), jr, padded_pairs);
+            const Word* b1 = b_columns(b_packed.get(), jr + kTile, padded_pairs);
             float* cb = c + (ic + ir) * ldc + jc + jr;
             const int64_t rows = std::min<int64_t>(kBlock, mc - ir);
             const int64_t cols = std::min<int64_t>(kBlock, nc - jr);
             if (rows == kBlock && cols == kBlock) {
-              c_block(pc > 0, pairs, a_tile, lda, b0, b1, cb, ldc);
+              c_block(pc > 0, padded_pairs, a_tile, lda, b0, b1, cb, ldc);
               continue;
             }
             if (pc > 0) {
@@ -144,7 +147,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_gemm_tiles(Bf16Matrix a, B
               }
             }
             memory_barrier();
-            c_block(pc > 0, pairs, a_tile, lda, b0, b1, edge, kBlock);
+            c_block(pc > 0, padded_pairs, a_tile, lda, b0, b1, edge, kBlock);
             memory_barrier();
             for (int64_t i = 0; i < rows; ++i) {
               std::memcpy(cb + i * ldc, edge + i * kBlock, cols * sizeof(float));

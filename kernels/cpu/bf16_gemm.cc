@@ -1,12 +1,13 @@
 #include "kernels/cpu/bf16_gemm.h"
 
+#include "core/error.h"
+
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 
 #include <immintrin.h>
 
 #include <algorithm>
 
-#include "core/error.h"
 #include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/bf16_pack.h"
 

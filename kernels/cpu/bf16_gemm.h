@@ -40,7 +40,10 @@ inline constexpr bool kHaveBf16Gemm = true;
 inline constexpr bool kHaveBf16Gemm = false;
 #endif
 
-enum class Bf16Kernel { amx, avx512 };
+enum class Bf16Kernel {
+  amx,     // Intel AMX tiles (tdpbf16ps)
+  avx512,  // AVX512_BF16's vdpbf16ps
+};
 
 // Whether `kernel` runs on this machine: avx512 wherever kHaveBf16Gemm; amx where the CPU
 // also has AMX-BF16 and the kernel grants the process the tile state (asked once).
@@ -55,7 +58,7 @@ struct Bf16Matrix {
   int64_t col_stride;
 };
 
-// c (m, n) f32, row-major with leading dimension ldc, = a (m, k) @ b (k, n) summed in f32,
+// c (m, n) f32, row-major with leading dimension ldc >= n, = a (m, k) @ b (k, n) summed in f32,
 // plus bias (n, f32) on every row when bias is not null, on `kernel` (which must be
 // available). Overwrites c; m, n, k >= 1.
 void bf16_gemm(Bf16Matrix a, Bf16Matrix b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,

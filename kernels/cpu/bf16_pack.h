@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -18,6 +19,7 @@ using Word = uint32_t;
 // Columns of a packed B micro-panel: three vectors of 16 words.
 inline constexpr int kPanelCols = 48;
 
+// Frees a buffer from std::aligned_alloc.
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
@@ -28,6 +30,7 @@ AlignedWords aligned_words(int64_t count);
 using AlignedBf16 = std::unique_ptr<BFloat16[], FreeDeleter>;
 AlignedBf16 aligned_bf16(int64_t count);
 
+// The least multiple of `to` that is at least x (x >= 0, to > 0).
 inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 // The pair starting at `first` as one word; `first` may sit at any 2-byte address.

@@ -131,8 +131,10 @@ void gemm_block_f32_f64(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, 
   }
 }
 
-// One block of a bf16 product (Note [BF16 GEMM]): the f32 sums in a buffer of the block,
-// rounded once into c; the bias joins the sums in f32.
+// One block of a bf16 product (Note [BF16 GEMM]): the f32 sums of up to kBf16Columns
+// columns at a time in a buffer, each rounded once into c; the bias joins the sums in f32.
+constexpr int64_t kBf16Columns = 1536;
+
 template <int OrderA, int OrderB>
 void bf16_block(const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, BFloat16* c,
                 int64_t ldc, int64_t m, int64_t n, int64_t k, const BFloat16* bias) {
@@ -142,12 +144,18 @@ void bf16_block(const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, 
       bias_f32.reset(new float[n]);
       bf16_to_f32(bias, bias_f32.get(), n);
     }
-    std::unique_ptr<float[]> sums(new float[m * n]);  // (m, n), every element written
-    constexpr bool a_rows = OrderA == Eigen::RowMajor;
-    constexpr bool b_rows = OrderB == Eigen::RowMajor;
-    bf16_gemm({a, a_rows ? lda : 1, a_rows ? 1 : lda}, {b, b_rows ? ldb : 1, b_rows ? 1 : ldb},
-              sums.get(), n, m, n, k, bias_f32.get(), best_bf16_kernel());
-    for (int64_t i = 0; i < m; ++i) f32_to_bf16(sums.get() + i * n, c + i * ldc, n);
+    const int64_t width = std::min(n, kBf16Columns);
+    std::unique_ptr<float[]> sums(new float[m * width]);  // (m, width), every element written
+    constexpr bool a_row_major = OrderA == Eigen::RowMajor;
+    constexpr bool b_row_major = OrderB == Eigen::RowMajor;
+    const Bf16Matrix op_a{a, a_row_major ? lda : 1, a_row_major ? 1 : lda};
+    for (int64_t j0 = 0; j0 < n; j0 += width) {
+      const int64_t cols = std::min(width, n - j0);
+      const BFloat16* b_cols = b_row_major ? b + j0 : b + j0 * ldb;
+      bf16_gemm(op_a, {b_cols, b_row_major ? ldb : 1, b_row_major ? 1 : ldb}, sums.get(), cols, m,
+                cols, k, bias_f32 ? bias_f32.get() + j0 : nullptr, best_bf16_kernel());
+      for (int64_t i = 0; i < m; ++i) f32_to_bf16(sums.get() + i * cols, c + i * ldc + j0, cols);
+    }
   } else {
     TS_INTERNAL_ASSERT(false, "bf16 GEMM without AVX512_BF16: its operands are widened");
   }

@@ -1,5 +1,5 @@
 // An in-register 16 x 16 transpose of 32-bit lanes, shared by the packing loops of the f32
-// and bf16 GEMMs (kernels/cpu/sgemm.cc, kernels/cpu/bf16_gemm.cc).
+// and bf16 GEMMs (kernels/cpu/sgemm.cc, kernels/cpu/bf16_pack.cc).
 #pragma once
 
 #if defined(__AVX512F__)

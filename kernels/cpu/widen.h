@@ -6,10 +6,11 @@
 // computed and accumulated in f32, and each 16-bit result is rounded once, to nearest even,
 // from its f32 value. Row statistics and losses (layer-norm mean and rstd, log-sum-exps,
 // the cross-entropy loss) stay f32 (kernels/checks.h stat_dtype); indices and masks are
-// unchanged. The kernels that touch the most 16-bit data have 16-bit loops of their own,
-// which convert a chunk or a row at a time into f32 buffers (load_floats, store_floats):
-// elementwise ops, axpy_/scale_/squared_norm (gradient accumulation), the embedding's
-// backward and the cross-entropy; bf16 matrix products run on Note [BF16 GEMM]
+// unchanged. The kernels that touch the most 16-bit data have 16-bit loops of their own:
+// elementwise ops, axpy_/scale_/squared_norm (gradient accumulation) and the cross-entropy
+// convert a chunk or a row at a time into f32 buffers (load_floats, store_floats), the
+// embedding's backward sums each id's rows in f32 (acc_t) and rounds once into its row;
+// bf16 matrix products run on Note [BF16 GEMM]
 // (kernels/cpu/bf16_gemm.h). Any other kernel runs its f32 loop on widened copies of its
 // operands (`widened`) and rounds its results back (`narrowed`), and an in-place one
 // updates a widened copy of its destination and writes it back rounded (`update_widened`),

@@ -15,10 +15,10 @@ namespace {
 
 using testing::Side;
 
-// Relative to |want| + rms(want): bf16 has 8 significant bits (one ulp 2^-8 = 3.9e-3 at
-// most), f16 11 (2^-11 = 4.9e-4). A result rounded once is within half an ulp; a gradient
-// built from rounded intermediates (an op's output feeding its own backward, a sum of two
-// rounded partial gradients) within a few.
+// Relative to |want| + rms(want): bf16 has 8 significant bits (an ulp is at most 2^-7 =
+// 7.8e-3 of the value, a rounding at most half of it), f16 11 (2^-10 = 9.8e-4). A result
+// rounded once is within half an ulp; a gradient built from rounded intermediates (an op's
+// output feeding its own backward, a sum of two rounded partial gradients) within a few.
 double tolerance(DType dtype) { return dtype == DType::bf16 ? 2e-2 : 3e-3; }
 
 TEST_CASE("every listed differentiable op has a 16-bit CPU case", "[half]") {

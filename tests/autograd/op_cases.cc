@@ -43,7 +43,7 @@ Tensor Side::ids(const std::vector<int64_t>& values, const Shape& shape) const {
 }
 
 Tensor Side::place(const Tensor& host_f32) const {
-  return host_f32.to(values_).to(dtype_).to(device_);
+  return host_f32.to(value_dtype_).to(dtype_).to(device_);
 }
 
 OpResult run_op_case(const OpCase& c, const Side& side) {

@@ -23,13 +23,13 @@ inline constexpr double kTol = 1e-5;
 // ... or, for matmul, linear and attention, TF32 tensor cores on CUDA (10-bit mantissa).
 inline constexpr double kTf32Tol = 5e-3;
 
-// Makes the inputs of one side. Every floating value is an f32 draw rounded to `values`
-// (the tested side's dtype, so the f64 reference holds the same numbers), then stored as
-// `dtype` on `device`.
+// Makes the inputs of one side. Every floating value is an f32 draw rounded to
+// `value_dtype` (the tested side's dtype, so the f64 reference holds the same numbers), then
+// stored as `dtype` on `device`.
 class Side {
  public:
-  Side(DType dtype, Device device, DType values = DType::f32)
-      : dtype_(dtype), device_(device), values_(values) {}
+  Side(DType dtype, Device device, DType value_dtype = DType::f32)
+      : dtype_(dtype), device_(device), value_dtype_(value_dtype) {}
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
 
@@ -49,15 +49,15 @@ class Side {
  private:
   DType dtype_;
   Device device_;
-  DType values_;
+  DType value_dtype_;
 };
 
 struct OpCase {
-  std::string op;
-  std::string variant;
-  std::function<Tensor(const TensorList&)> fn;
-  std::function<TensorList(const Side&)> inputs;
-  double tol = kTol;  // for f32 results
+  std::string op;                                 // its name in kDifferentiableOps
+  std::string variant;                            // what this case exercises
+  std::function<Tensor(const TensorList&)> fn;    // the graph from the inputs to one output
+  std::function<TensorList(const Side&)> inputs;  // the inputs, made on a side
+  double tol = kTol;                              // for f32 results
 };
 
 // Every case; each op of kDifferentiableOps has at least one.

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -33,6 +34,7 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 
 // The per-step phase times of one contender, seconds, and its losses.
 struct Column {
+  explicit Column(std::string column_name = "") : name(std::move(column_name)) {}
   std::string name;
   std::vector<double> step, forward, backward, optimizer;
   double first_loss = 0, last_loss = 0;

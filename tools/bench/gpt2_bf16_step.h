@@ -11,7 +11,8 @@
 // step (bf16 at least 1.6x faster), not against PyTorch, whose CPU speed swings several-fold
 // between runs on these hosts. Each step's share of peak is against the peak of its own
 // arithmetic, measured before and after the steps by tools/perf/fma_peak (the higher of the
-// two): the f32 FMA peak for f32, vdpbf16ps's for bf16.
+// two): the f32 FMA peak for f32, that of the bf16 GEMM's instruction for bf16 (AMX's
+// tdpbf16ps or vdpbf16ps: tools/perf/fma_peak.h).
 #pragma once
 
 #include <cstdint>
@@ -22,11 +23,11 @@
 namespace tessera::bench {
 
 struct Bf16StepOptions {
-  int64_t steps = 10;
-  int64_t round = 2;
-  int64_t warmup = 2;
+  int64_t steps = 10;  // timed steps of each contender
+  int64_t round = 2;   // steps per turn
+  int64_t warmup = 2;  // untimed steps first
   int threads = 2;
-  int64_t batch = 4;
+  int64_t batch = 4;  // tokens per step: batch x seq
   int64_t seq = 64;
   // The PyTorch references' settings (batch, seq, warm-up and threads as above); none
   // without --no-torch.

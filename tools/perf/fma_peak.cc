@@ -99,8 +99,10 @@ __attribute__((target("amx-tile,amx-bf16"))) double run_amx(int64_t iters) {
     config.bytes_per_row[t] = 64;
     config.rows[t] = 16;
   }
-  alignas(64) static thread_local uint16_t operand[16 * 32];
+  alignas(64) uint16_t operand[16 * 32];
   for (auto& v : operand) v = 0x3f80;  // bf16 1.0
+  // The tile asm does not declare the memory it reads: the stores above come first.
+  asm volatile("" ::: "memory");
   _tile_loadconfig(&config);
   _tile_zero(0);
   _tile_zero(1);

@@ -10,6 +10,7 @@
 #include "core/factories.h"
 #include "core/logging.h"
 #include "core/parallel.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "optim/config.h"
 #include "tools/perf/fma_peak.h"
 #include "tools/trainer/progress.h"
@@ -194,6 +195,11 @@ void Trainer::sample_text() {
   std::fprintf(stdout, "---- sample (%lld tokens) ----\n%s%s\n----\n",
                static_cast<long long>(s.tokens), s.prompt.c_str(), tokenizer_->decode(ids).c_str());
   std::fflush(stdout);
+}
+
+bool Trainer::cpu_bf16() const {
+  return !cfg_.trainer.device.is_cuda() && cfg_.engine.precision == DType::bf16 &&
+         kernels::cpu::kHaveBf16Gemm;
 }
 
 void Trainer::log_run(double peak_flops) const {

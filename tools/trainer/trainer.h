@@ -89,10 +89,9 @@ class Trainer {
                                                             uint64_t first_counter) const;
   double evaluate();  // mean validation loss over eval_batches batches (of every rank)
   bool leader() const { return world_.rank() == 0; }
-  // A bf16 run on the CPU: its products run on the bf16 GEMM (Note [BF16 GEMM]).
-  bool cpu_bf16() const {
-    return !cfg_.trainer.device.is_cuda() && cfg_.engine.precision == DType::bf16;
-  }
+  // A bf16 run on the CPU with a bf16 GEMM (Note [BF16 GEMM]): its MFU is against that
+  // GEMM's peak; otherwise (f32, fp16, or no AVX512_BF16) against the FMA peak.
+  bool cpu_bf16() const;
   void save_checkpoint();
   // Loads checkpoint `c`, read from directory `dir`.
   void restore(const std::string& dir, const CheckpointContents& c);

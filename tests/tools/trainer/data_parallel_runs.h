@@ -22,6 +22,7 @@
 
 namespace tessera::testing {
 
+// Sequences per step over all ranks.
 inline constexpr int64_t kGlobalBatch = 12;
 
 // Stage 3 partitions every parameter above 30 elements (the LayerNorm weights, 25, stay

@@ -37,25 +37,24 @@ TEST_CASE("bf16 and fp16 data-parallel runs at ZeRO stages 0-2 follow the one-ra
           "[trainer][mixed]") {
   const fs::path root = testing::fresh_dir("trainer_mixed_equivalence");
   testing::write_random_shard(root / "data", 41);
+  // The f32 run: the mixed-precision runs must differ from it (training happened in 16 bits).
+  const Outcome f32 = train(run_config(root / "data", root / "f32", 0, 6, 500'000'000),
+                            root / "f32", 1, ResumeMode::never);
   for (const std::string dtype : {"bf16", "fp16"}) {
     const fs::path single = root / (dtype + "_single");
     const Outcome want =
         train(run_config(root / "data", single, 0, 6, 500'000'000, precision(dtype)), single, 1,
               ResumeMode::never);
     REQUIRE(want.losses.size() == 6);
-    // The masters in the checkpoint are f32 and moved: training happened in 16 bits.
-    const Outcome f32 = train(run_config(root / "data", root / (dtype + "_f32"), 0, 6, 500'000'000),
-                              root / (dtype + "_f32"), 1, ResumeMode::never);
     CHECK(want.losses.at(6) != f32.losses.at(6));
     for (int stage = 0; stage <= 2; ++stage) {
       for (int world : {2, 3}) {
-        DYNAMIC_SECTION(dtype << ", stage " << stage << ", world " << world) {
-          const fs::path dir =
-              root / (dtype + "_s" + std::to_string(stage) + "w" + std::to_string(world));
-          check_close(train(run_config(root / "data", dir, stage, 6, 1000, precision(dtype)), dir,
-                            world, ResumeMode::never),
-                      want, tolerance(dtype));
-        }
+        INFO(dtype << ", stage " << stage << ", world " << world);
+        const fs::path dir =
+            root / (dtype + "_s" + std::to_string(stage) + "w" + std::to_string(world));
+        check_close(train(run_config(root / "data", dir, stage, 6, 1000, precision(dtype)), dir,
+                          world, ResumeMode::never),
+                    want, tolerance(dtype));
       }
     }
   }
@@ -74,18 +73,17 @@ TEST_CASE("a mixed-precision checkpoint resumes bitwise; a bf16 one at another w
         dtype == "bf16" ? std::vector<std::pair<int, int>>{{2, 2}, {1, 0}, {3, 1}}
                         : std::vector<std::pair<int, int>>{{2, 2}};
     for (const auto& [world, stage] : layouts) {
-      DYNAMIC_SECTION(dtype << " resumed at " << world << " ranks, stage " << stage) {
-        const fs::path dir =
-            root / (dtype + "_resume" + std::to_string(world) + std::to_string(stage));
-        testing::copy_run_at(full, 3, dir);
-        const Outcome got = train(run_config(root / "data", dir, stage, 6, 1000, precision(dtype)),
-                                  dir, world, ResumeMode::required);
-        if (world == 2) {  // the same layout: the fp16 loss scale and every bit carry over
-          CHECK(got.losses == want.losses);
-          CHECK(got.weights == want.weights);
-        } else {
-          check_close(got, want, tolerance(dtype));
-        }
+      INFO(dtype << " resumed at " << world << " ranks, stage " << stage);
+      const fs::path dir =
+          root / (dtype + "_resume" + std::to_string(world) + std::to_string(stage));
+      testing::copy_run_at(full, 3, dir);
+      const Outcome got = train(run_config(root / "data", dir, stage, 6, 1000, precision(dtype)),
+                                dir, world, ResumeMode::required);
+      if (world == 2) {  // the same layout: the fp16 loss scale and every bit carry over
+        CHECK(got.losses == want.losses);
+        CHECK(got.weights == want.weights);
+      } else {
+        check_close(got, want, tolerance(dtype));
       }
     }
   }
