@@ -136,13 +136,15 @@ class Communicator {
   const SimulatedLink& simulated_link() const { return link_; }
 
   // Note [16-bit reductions]
-  // f16 and bf16 tensors (gradients communicated in DeepSpeed's communication_data_type) are
-  // reduced with 16-bit values on the wire and f32 arithmetic: an all_to_all gives each
-  // rank every rank's copy of its block, the rank sums them in f32 in rank order and rounds
-  // once, and (for all_reduce) an all_gather returns the blocks. The bytes sent are those
-  // of a ring reduction ((N-1)/N of the tensor per phase), every element is rounded once
-  // (a ring rounds at each of its N-1 hops, MPI has no 16-bit arithmetic at all), and the
-  // result is the same bits on every backend and rank. CPU tensors only for now.
+  // f16 and bf16 tensors are reduced with 16-bit values on the wire and f32 arithmetic: an
+  // all_to_all gives each rank every rank's copy of its block, the rank sums them in f32 in
+  // rank order and rounds once, and (for all_reduce) an all_gather returns the blocks. The
+  // bytes sent are those of a ring reduction ((N-1)/N of the tensor per phase), every
+  // element is rounded once (a ring rounds at each of its N-1 hops, and MPI has no 16-bit
+  // arithmetic at all), and the result is the same bits on every backend and rank. A
+  // failure inside one names the all_to_all or all_gather it is made of. CPU tensors only
+  // for now. Gradients in DeepSpeed's communication_data_type need this; ZeRO does not use
+  // it yet.
   //
   // t (any shape) = op over the ranks of t, in place.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum);
