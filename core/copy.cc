@@ -15,8 +15,6 @@
 namespace tessera {
 namespace {
 
-template <class T>
-constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 // Whether S converts to D in bulk (core/half_convert.h): f32 to or from a 16-bit format.
 template <class D, class S>
 constexpr bool kBulkPair = (std::is_same_v<S, float> && kIsHalf<D>) ||

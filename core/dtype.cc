@@ -56,6 +56,8 @@ DType parse_dtype(std::string_view name) {
   TS_FAIL("[dtype] expected one of f32, f16, bf16, f64, i32, i64, u8, bool; found \"", name, "\"");
 }
 
+bool is_half(DType dtype) { return dtype == DType::f16 || dtype == DType::bf16; }
+
 bool is_floating(DType dtype) {
   return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16 || dtype == DType::f64;
 }

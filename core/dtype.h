@@ -20,6 +20,8 @@ std::string_view dtype_name(DType dtype);
 // Parses a short name; throws naming the accepted names.
 DType parse_dtype(std::string_view name);
 bool is_floating(DType dtype);
+// f16 or bf16: the 16-bit floating formats (storage formats; arithmetic widens to float).
+bool is_half(DType dtype);
 
 // C++ type of each DType (bool is stored as one byte).
 template <DType D>
@@ -56,6 +58,10 @@ template <>
 struct CppTypeOf<DType::boolean> {
   using type = bool;
 };
+
+// Whether T is one of the 16-bit floating types (is_half's C++ side).
+template <class T>
+inline constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 // DType of a C++ type; compile error for unsupported types.
 template <class T>

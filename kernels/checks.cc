@@ -18,7 +18,7 @@ void check_same_dtype(const char* op, const char* name_a, const Tensor& a, const
            " vs ", name_b, " ", dtype_name(b.dtype()));
 }
 
-DType stat_dtype(DType x) { return x == DType::f16 || x == DType::bf16 ? DType::f32 : x; }
+DType stat_dtype(DType x) { return is_half(x) ? DType::f32 : x; }
 
 void check_stat_dtype(const char* op, const char* name_x, const Tensor& x, const char* name,
                       const Tensor& t) {

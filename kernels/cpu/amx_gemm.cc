@@ -88,13 +88,7 @@ const Word* b_columns(const Word* packed, int64_t j, int64_t pairs) {
 __attribute__((target("amx-tile,amx-bf16"))) void amx_gemm_tiles(Bf16Matrix a, Bf16Matrix b,
                                                                  float* c, int64_t ldc, int64_t m,
                                                                  int64_t n, int64_t k) {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = kTile;
-  }
-  memory_barrier();  // ldtilecfg's asm declares only the first 8 bytes of `config` as read
-  _tile_loadconfig(&config);
+  configure_tiles();
   const int64_t kc_max = std::min(kKc, round_up(k, kBlock));
   // A's rows are read in place where they run along k and each block of k is whole tiles
   // (and a C block's 32 rows are all there); the rest is copied, zero-padded, to `a_rows`.
@@ -163,6 +157,16 @@ __attribute__((target("amx-tile,amx-bf16"))) void amx_gemm_tiles(Bf16Matrix a, B
 
 }  // namespace
 
+__attribute__((target("amx-tile,amx-bf16"))) void configure_tiles() {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.bytes_per_row[t] = 64;
+    config.rows[t] = kTile;
+  }
+  memory_barrier();  // ldtilecfg's asm declares only the first 8 bytes of `config` as read
+  _tile_loadconfig(&config);
+}
+
 bool amx_usable() {
   static const bool usable = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -194,6 +198,7 @@ void amx_gemm(Bf16Matrix a, Bf16Matrix b, float* c, int64_t ldc, int64_t m, int6
 namespace tessera::kernels::cpu::bf16 {
 
 bool amx_usable() { return false; }
+void configure_tiles() {}
 void amx_gemm(Bf16Matrix, Bf16Matrix, float*, int64_t, int64_t, int64_t, int64_t, const float*) {}
 
 }  // namespace tessera::kernels::cpu::bf16

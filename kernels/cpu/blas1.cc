@@ -33,7 +33,7 @@ double squared_norm(const Tensor& x_in) {
     parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t b = c * kGrain, e = std::min(n, b + kGrain);
-        if constexpr (std::is_same_v<acc_t<T>, T>) {
+        if constexpr (!kIsHalf<T>) {
           partial[c] = ConstArrayMap<T>(px + b, e - b).template cast<double>().square().sum();
         } else {
           double sum = 0.0;
@@ -59,7 +59,7 @@ void scale_(const Tensor& x, double factor) {
     T* px = x.data_ptr<T>();
     const A f = static_cast<A>(factor);
     parallel_for(x.numel(), kGrain, [&](int64_t i0, int64_t i1) {
-      if constexpr (std::is_same_v<A, T>) {
+      if constexpr (!kIsHalf<T>) {
         ArrayMap<T>(px + i0, i1 - i0) *= f;
       } else {  // each value rounded once from its f32 product
         for_chunks(i0, i1, [&](int64_t c0, int64_t c1) {
@@ -81,7 +81,7 @@ void axpy_(const Tensor& y, const Tensor& x, double alpha) {
     const T* px = x.data_ptr<T>();
     const A a = static_cast<A>(alpha);
     parallel_for(y.numel(), kGrain, [&](int64_t i0, int64_t i1) {
-      if constexpr (std::is_same_v<A, T>) {
+      if constexpr (!kIsHalf<T>) {
         ArrayMap<T> out(py + i0, i1 - i0);
         const ConstArrayMap<T> in(px + i0, i1 - i0);
         if (a == T(1)) {

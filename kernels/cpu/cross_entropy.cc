@@ -54,7 +54,7 @@ int64_t row_stride(const Tensor& logits) {
 // into `buffer` for f16 and bf16 (Note [16-bit math on the CPU]).
 template <class T>
 const acc_t<T>* row_values(const T* row, int64_t n, std::vector<acc_t<T>>& buffer) {
-  if constexpr (std::is_same_v<acc_t<T>, T>) {
+  if constexpr (!kIsHalf<T>) {
     return row;
   } else {
     buffer.resize(static_cast<size_t>(n));
@@ -67,7 +67,7 @@ const acc_t<T>* row_values(const T* row, int64_t n, std::vector<acc_t<T>>& buffe
 // for f16 and bf16 (stored rounded afterwards).
 template <class T>
 acc_t<T>* out_row(T* row, int64_t n, std::vector<acc_t<T>>& buffer) {
-  if constexpr (std::is_same_v<acc_t<T>, T>) {
+  if constexpr (!kIsHalf<T>) {
     return row;
   } else {
     buffer.resize(static_cast<size_t>(n));
@@ -152,7 +152,7 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
         ArrayMap<A> dxr(d, vocab);
         dxr = (ConstArrayMap<A>(row_values(px + r * ld, vocab, buffer), vocab) - plse[r]).exp() * s;
         dxr[targets[r]] -= s;
-        if constexpr (!std::is_same_v<A, T>) store_floats<T>(d, vocab, out);
+        if constexpr (kIsHalf<T>) store_floats<T>(d, vocab, out);
       }
     });
   });

@@ -104,7 +104,7 @@ ArrayMap<float> chunk(std::array<std::array<float, kHalfChunk>, K>& v, int i, in
 
 template <class T, UnaryOp Op>
 void unary_span(const std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& st) {
-  if constexpr (!std::is_same_v<acc_t<T>, T>) {
+  if constexpr (kIsHalf<T>) {
     half_span<T, 2>(p, n, st, [](auto& v, int64_t len) {
       chunk(v, 0, len) = unary_expr<Op>(chunk(v, 1, len));
     });
@@ -149,7 +149,7 @@ void unary_backward_expr(O&& out, const G& g, const X& x, const Y& y) {
 template <class T, UnaryOp Op>
 void unary_backward_span(const std::array<char*, 4>& p, int64_t n,
                          const std::array<int64_t, 4>& st) {
-  if constexpr (!std::is_same_v<acc_t<T>, T>) {
+  if constexpr (kIsHalf<T>) {
     half_span<T, 4>(p, n, st, [](auto& v, int64_t len) {
       unary_backward_expr<Op>(chunk(v, 0, len), chunk(v, 1, len), chunk(v, 2, len),
                               chunk(v, 3, len));
@@ -208,7 +208,7 @@ void binary_span_wide(const std::array<char*, 3>& p, int64_t n, const std::array
 
 template <class T, BinaryOp Op>
 void binary_span(const std::array<char*, 3>& p, int64_t n, const std::array<int64_t, 3>& st) {
-  if constexpr (!std::is_same_v<acc_t<T>, T>) {
+  if constexpr (kIsHalf<T>) {
     half_span<T, 3>(p, n, st, [](auto& v, int64_t len) {
       chunk(v, 0, len) = binary_expr<Op>(chunk(v, 1, len), chunk(v, 2, len));
     });
@@ -221,7 +221,7 @@ void binary_span(const std::array<char*, 3>& p, int64_t n, const std::array<int6
 
 template <CompareOp Op, class T>
 bool compare_values(T a, T b) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+  if constexpr (kIsHalf<T>) {
     return compare_values<Op>(static_cast<float>(a), static_cast<float>(b));
   } else if constexpr (Op == CompareOp::eq) {
     return a == b;

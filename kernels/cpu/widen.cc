@@ -2,8 +2,6 @@
 
 namespace tessera::kernels::cpu {
 
-bool is_half(DType dtype) { return dtype == DType::f16 || dtype == DType::bf16; }
-
 Tensor widened(const Tensor& t) {
   if (!t.defined() || !is_half(t.dtype())) return t;
   return t.detach().to(DType::f32);

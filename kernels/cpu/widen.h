@@ -29,7 +29,7 @@ namespace tessera::kernels::cpu {
 
 // The type 16-bit math accumulates in: float for Half and BFloat16, T itself otherwise.
 template <class T>
-using acc_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+using acc_t = std::conditional_t<kIsHalf<T>, float, T>;
 
 // Values per chunk of the loops that convert 16-bit operands through f32 buffers on the
 // stack (8 KiB for a chunk's three operands and result: all in L1).
@@ -39,7 +39,7 @@ inline constexpr int64_t kHalfChunk = 512;
 // bulk when p is contiguous.
 template <class T>
 void load_floats(const char* p, int64_t stride, int64_t n, float* out) {
-  static_assert(std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>);
+  static_assert(kIsHalf<T>);
   if (stride == static_cast<int64_t>(sizeof(T))) {
     if constexpr (std::is_same_v<T, BFloat16>) {
       bf16_to_f32(reinterpret_cast<const BFloat16*>(p), out, n);
@@ -62,9 +62,6 @@ void store_floats(const float* in, int64_t n, T* p) {
     f32_to_f16(in, p, n);
   }
 }
-
-// f16 or bf16.
-bool is_half(DType dtype);
 
 // `t` as f32 when it is f16 or bf16 (a contiguous copy, exact), `t` itself otherwise
 // (undefined stays undefined).

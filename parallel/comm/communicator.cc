@@ -159,7 +159,7 @@ void Communicator::check_peer(CommOp op, const char* arg, int peer) {
 
 void Communicator::check_reducible(CommOp op, const Tensor& t) {
   const DType dtype = t.dtype();
-  if (dtype == DType::f16 || dtype == DType::bf16) {
+  if (is_half(dtype)) {
     if (!t.device().is_cpu()) {
       fail(op, str_cat("16-bit reductions take CPU tensors for now (Note [16-bit reductions]); "
                        "found ",
@@ -322,7 +322,7 @@ void Communicator::all_reduce(const Tensor& t, ReduceOp op) {
     check_tensor(CommOp::all_reduce, "t", t);
     check_reducible(CommOp::all_reduce, t);
     if (size_ > 1) {
-      if (t.dtype() == DType::f16 || t.dtype() == DType::bf16) {
+      if (is_half(t.dtype())) {
         half_all_reduce(t, op);
       } else {
         do_all_reduce(t, op);
@@ -337,7 +337,7 @@ void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp 
     check_pair(CommOp::reduce_scatter, in, out, 1, size_);
     check_reducible(CommOp::reduce_scatter, in);
     if (size_ > 1) {
-      if (in.dtype() == DType::f16 || in.dtype() == DType::bf16) {
+      if (is_half(in.dtype())) {
         half_reduce_scatter(in, out, op);
       } else {
         do_reduce_scatter(in, out, op);

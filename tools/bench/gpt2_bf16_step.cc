@@ -12,13 +12,13 @@
 
 #include "autograd/engine.h"
 #include "core/factories.h"
-#include "core/philox.h"
 #include "kernels/cpu/bf16_gemm.h"
 #include "models/gpt2/gpt.h"
 #include "optim/adam.h"
 #include "optim/config.h"
 #include "parallel/comm/thread_comm.h"
 #include "parallel/zero/zero_optimizer.h"
+#include "tools/bench/gpt2_step_inputs.h"
 #include "tools/bench/stats.h"
 #include "tools/bench/step_gemms.h"
 #include "tools/perf/fma_peak.h"
@@ -84,16 +84,8 @@ int run_bf16_step_comparison(const Bf16StepOptions& o) {
   }
 
   const GptConfig cfg = GptConfig::preset("gpt2");
-  std::vector<int32_t> ids(static_cast<size_t>(2 * o.batch * o.seq));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] =
-        static_cast<int32_t>(philox4x32(i, 0, 1234)[0] % static_cast<uint32_t>(cfg.vocab_size));
-  }
   const int64_t bt = o.batch * o.seq;
-  const Tensor idx =
-      from_vector(std::vector<int32_t>(ids.begin(), ids.begin() + bt), {o.batch, o.seq});
-  const Tensor targets =
-      from_vector(std::vector<int32_t>(ids.begin() + bt, ids.end()), {o.batch, o.seq});
+  const auto [idx, targets] = random_step_tokens(cfg, o.batch, o.seq);
 
   // fp32: the model and AdamW as gpt2_step_bench's.
   Gpt f32_model(cfg, /*seed=*/1337);
@@ -134,10 +126,8 @@ int run_bf16_step_comparison(const Bf16StepOptions& o) {
     return Phases{seconds(t0, t1), seconds(t1, t2), seconds(t2, t3), loss.item<double>()};
   };
 
-  const double n_params = static_cast<double>(cfg.num_parameters());
   const double tokens = static_cast<double>(bt);
-  const double attn = 12.0 * static_cast<double>(cfg.n_layer * cfg.n_head * cfg.head_dim() * o.seq);
-  const double flops_step = tokens * (6 * n_params + attn);
+  const double flops_step = step_flops(cfg, o.batch, o.seq);
   std::printf(
       "GPT-2 124M training step, B=%lld T=%lld, %d threads: bf16 mixed precision against fp32; "
       "%lld warm-up + %lld timed steps each, in rounds of %lld\n",

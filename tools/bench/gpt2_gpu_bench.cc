@@ -33,12 +33,12 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factories.h"
-#include "core/philox.h"
 #include "models/gpt2/gpt.h"
 #include "optim/config.h"
 #include "optim/optimizer.h"
 #include "parallel/comm/thread_comm.h"
 #include "parallel/zero/zero_optimizer.h"
+#include "tools/bench/gpt2_step_inputs.h"
 #include "tools/bench/python_reference.h"
 #include "tools/bench/stats.h"
 #include "tools/cli/flags.h"
@@ -163,17 +163,7 @@ int bench_main(int argc, char** argv) {
       *comm, model, optim::decay_groups(model.named_parameters(), oc.lr, oc.weight_decay, true, {}),
       oc, parallel::ZeroConfig{}, parallel::MixedPrecision{dtype, {}});
   // Random tokens and targets in [0, vocab_size), fixed seed (gpt2_step_bench's).
-  std::vector<int32_t> ids(static_cast<size_t>(2 * batch * seq));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] =
-        static_cast<int32_t>(philox4x32(i, 0, 1234)[0] % static_cast<uint32_t>(cfg.vocab_size));
-  }
-  const Tensor idx =
-      from_vector(std::vector<int32_t>(ids.begin(), ids.begin() + batch * seq), {batch, seq})
-          .to(device);
-  const Tensor targets =
-      from_vector(std::vector<int32_t>(ids.begin() + batch * seq, ids.end()), {batch, seq})
-          .to(device);
+  const auto [idx, targets] = bench::random_step_tokens(cfg, batch, seq, device);
 
   const double n_params = static_cast<double>(cfg.num_parameters());
   const double tokens = static_cast<double>(batch * seq);

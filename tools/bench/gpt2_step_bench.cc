@@ -45,10 +45,10 @@
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/parallel.h"
-#include "core/philox.h"
 #include "models/gpt2/gpt.h"
 #include "optim/adam.h"
 #include "tools/bench/gpt2_bf16_step.h"
+#include "tools/bench/gpt2_step_inputs.h"
 #include "tools/bench/python_reference.h"
 #include "tools/bench/stats.h"
 #include "tools/bench/step_gemms.h"
@@ -208,21 +208,11 @@ int bench_main(int argc, char** argv) {
   const AllocatorStats after_model = cpu_stats();
   optim::Adam opt(optim::decay_groups(model.named_parameters(), 1e-4, 0.1, true, {}),
                   optim::AdamOptions{});
-  // Random tokens and targets in [0, vocab_size), fixed seed.
-  std::vector<int32_t> ids(static_cast<size_t>(2 * batch * seq));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] =
-        static_cast<int32_t>(philox4x32(i, 0, 1234)[0] % static_cast<uint32_t>(cfg.vocab_size));
-  }
-  const Tensor idx =
-      from_vector(std::vector<int32_t>(ids.begin(), ids.begin() + batch * seq), {batch, seq});
-  const Tensor targets =
-      from_vector(std::vector<int32_t>(ids.begin() + batch * seq, ids.end()), {batch, seq});
+  const auto [idx, targets] = bench::random_step_tokens(cfg, batch, seq);
 
   const double n_params = static_cast<double>(cfg.num_parameters());
   const double tokens = static_cast<double>(batch * seq);
-  const double attn = 12.0 * static_cast<double>(cfg.n_layer * cfg.n_head * cfg.head_dim() * seq);
-  const double flops_step = tokens * (6 * n_params + attn);
+  const double flops_step = bench::step_flops(cfg, batch, seq);
 
   std::printf(
       "GPT-2 124M training step: %.0f parameters, B=%lld T=%lld (%.0f tokens), fp32, "

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/bf16_gemm.h"
 
 namespace tessera::perf {
@@ -88,22 +89,11 @@ double run_bf16(int64_t iters) {
 // results of 32 products each: 16384 FLOPs per instruction. The tile state is set up and
 // released around each call (the bf16 GEMM's own configuration, kernels/cpu/amx_gemm.cc).
 __attribute__((target("amx-tile,amx-bf16"))) double run_amx(int64_t iters) {
-  struct alignas(64) {
-    uint8_t palette = 1;
-    uint8_t start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t bytes_per_row[16] = {};
-    uint8_t rows[16] = {};
-  } config;
-  for (int t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = 16;
-  }
   alignas(64) uint16_t operand[16 * 32];
   for (auto& v : operand) v = 0x3f80;  // bf16 1.0
   // The tile asm does not declare the memory it reads: the stores above come first.
   asm volatile("" ::: "memory");
-  _tile_loadconfig(&config);
+  kernels::cpu::bf16::configure_tiles();
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
