@@ -4,7 +4,7 @@
 // identity, plain f64 loops of DeepSpeed's update rules through every stage (frozen
 // variance, 0/1 Adam's local steps with its momentum accumulator, 1-bit LAMB's scaling
 // coefficients and factor); at several ranks, bitwise agreement where the method
-// promises it; and per-rank state that resumes bit for bit.
+// promises it. Per-rank state: onebit_state_test.cc.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -20,162 +20,12 @@
 #include "parallel/compression/onebit_adam.h"
 #include "parallel/compression/onebit_lamb.h"
 #include "parallel/compression/zero_one_adam.h"
+#include "tests/parallel/compression/onebit_setup.h"
 
 namespace tessera::parallel {
 namespace {
 
-using Vec = std::vector<double>;
-
-// Three parameters in two groups; 45 elements, a multiple of 8 W for no W.
-const std::vector<Shape> kShapes = {{5, 7}, {7}, {3}};
-constexpr double kLr[2] = {0.01, 0.02};
-constexpr double kWd[2] = {0.1, 0.0};
-int group_of(size_t param) { return param < 2 ? 0 : 1; }
-
-double initial_value(size_t param, int64_t k) { return 0.3 * std::cos(0.3 * k + param); }
-
-// Rank r's gradient of parameter i at step t.
-double local_grad(int rank, int64_t step, size_t param, int64_t k) {
-  return std::sin(0.7 * k + 1.3 * step + 0.5 * param + 2.1 * rank) * (1.0 + 0.2 * param) +
-         0.05 * rank;
-}
-
-Vec grad_vec(int rank, int world, bool averaged, int64_t step, size_t param) {
-  const int64_t n = numel_of(kShapes[param]);
-  Vec g(n, 0.0);
-  for (int64_t k = 0; k < n; ++k) {
-    if (!averaged) {
-      g[k] = local_grad(rank, step, param, k);
-      continue;
-    }
-    for (int r = 0; r < world; ++r) g[k] += local_grad(r, step, param, k);
-    g[k] /= world;
-  }
-  return g;
-}
-
-Tensor tensor_of(const Vec& v, const Shape& shape) {
-  std::vector<float> f(v.begin(), v.end());
-  return from_vector(f).view(shape).clone();
-}
-
-Vec values(const Tensor& t) {
-  const std::vector<float> f = t.contiguous().to_vector<float>();
-  return Vec(f.begin(), f.end());
-}
-
-// Fresh parameters in the two groups.
-std::vector<optim::ParamGroup> make_groups() {
-  std::vector<optim::ParamGroup> groups(2);
-  for (size_t i = 0; i < kShapes.size(); ++i) {
-    const int64_t n = numel_of(kShapes[i]);
-    Vec v(n);
-    for (int64_t k = 0; k < n; ++k) v[k] = initial_value(i, k);
-    Tensor t = tensor_of(v, kShapes[i]);
-    t.set_requires_grad(true);
-    optim::ParamGroup& g = groups[group_of(i)];
-    g.lr = kLr[group_of(i)];
-    g.weight_decay = kWd[group_of(i)];
-    g.params.push_back({"p" + std::to_string(i), t, {}});
-  }
-  return groups;
-}
-
-std::vector<Tensor> params_of(const std::vector<optim::ParamGroup>& groups) {
-  std::vector<Tensor> out;
-  for (const optim::ParamGroup& g : groups) {
-    for (const NamedParameter& p : g.params) out.push_back(p.tensor);
-  }
-  return out;
-}
-
-// Sets rank r's gradients for step t: averaged over the world when the optimizer asks
-// for a full-precision reduction (what ZeroOptimizer does), its own otherwise.
-void set_grads(const std::vector<Tensor>& params, int rank, int world, bool averaged,
-               int64_t step) {
-  for (size_t i = 0; i < params.size(); ++i) {
-    params[i].set_grad(tensor_of(grad_vec(rank, world, averaged, step, i), kShapes[i]));
-  }
-}
-
-OneBitOptions onebit_options() {
-  OneBitOptions o;
-  o.freeze_step = 1 << 30;
-  o.var_freeze_step = 1 << 30;
-  o.var_update_scaler = 1 << 30;
-  return o;
-}
-
-optim::AdamOptions adam_options() {
-  optim::AdamOptions a;
-  a.beta1 = 0.9;
-  a.beta2 = 0.99;
-  a.eps = 1e-6;
-  a.bias_correction = false;
-  return a;
-}
-
-optim::LambOptions lamb_options() {
-  optim::LambOptions l;
-  l.beta1 = 0.9;
-  l.beta2 = 0.99;
-  l.eps = 1e-6;
-  l.bias_correction = false;
-  l.max_coeff = 3.0;
-  l.min_coeff = 0.01;
-  return l;
-}
-
-enum class Kind { adam, zero_one, lamb };
-
-std::unique_ptr<OneBitOptimizer> make(Kind kind, std::vector<optim::ParamGroup> groups,
-                                      Communicator& comm, const OneBitOptions& o) {
-  switch (kind) {
-    case Kind::adam:
-      return std::make_unique<OneBitAdam>(std::move(groups), comm, adam_options(), o);
-    case Kind::zero_one:
-      return std::make_unique<ZeroOneAdam>(std::move(groups), comm, adam_options(), o);
-    case Kind::lamb:
-      return std::make_unique<OneBitLamb>(std::move(groups), comm, lamb_options(), o);
-  }
-  return nullptr;
-}
-
-// Runs `steps` steps on `world` thread ranks; returns every rank's parameters after each
-// step ([rank][step][param]).
-using Trace = std::vector<std::vector<std::vector<Vec>>>;
-Trace run_ranks(Kind kind, int world, const OneBitOptions& o, int64_t steps,
-                std::vector<int64_t>* all_to_all_calls = nullptr) {
-  Trace trace(world);
-  std::mutex mu;
-  run_thread_ranks(world, [&](Communicator& comm) {
-    std::vector<optim::ParamGroup> groups = make_groups();
-    const std::vector<Tensor> params = params_of(groups);
-    std::unique_ptr<OneBitOptimizer> opt = make(kind, std::move(groups), comm, o);
-    std::vector<std::vector<Vec>> mine;
-    for (int64_t t = 1; t <= steps; ++t) {
-      set_grads(params, comm.rank(), world, opt->reduce_gradients_next(), t);
-      opt->step();
-      std::vector<Vec> now;
-      for (const Tensor& p : params) now.push_back(values(p));
-      mine.push_back(now);
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    trace[comm.rank()] = mine;
-    if (all_to_all_calls && comm.rank() == 0) {
-      all_to_all_calls->push_back(comm.stats()[CommOp::all_to_all].calls);
-    }
-  });
-  return trace;
-}
-
-double max_diff(const std::vector<Vec>& a, const std::vector<Vec>& b) {
-  double d = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    for (size_t k = 0; k < a[i].size(); ++k) d = std::max(d, std::abs(a[i][k] - b[i][k]));
-  }
-  return d;
-}
+using namespace onebit_testing;
 
 TEST_CASE(
     "with compression never reached, each 1-bit optimizer is its uncompressed "
@@ -430,87 +280,5 @@ TEST_CASE("at several ranks the 1-bit steps leave the ranks where the method pro
 }
 
 // Rank state at step `stop`, then the parameters after `steps`; resumed from the state.
-TEST_CASE("the per-rank state resumes every 1-bit optimizer bit for bit", "[onebit]") {
-  constexpr int kWorld = 2;
-  constexpr int64_t kSteps = 26;
-  OneBitOptions o;
-  o.freeze_step = 4;
-  o.var_freeze_step = 6;
-  o.var_update_scaler = 1;
-  o.local_step_scaler = 2;
-  o.local_step_clipper = 4;
-  for (const Kind kind : {Kind::adam, Kind::zero_one, Kind::lamb}) {
-    for (const int64_t stop : {3, 10, 17}) {  // warm-up; compressed or 0/1 Adam between syncs
-      INFO("optimizer " << static_cast<int>(kind) << ", stopped after step " << stop);
-      std::vector<std::vector<Vec>> uninterrupted(kWorld), resumed(kWorld);
-      std::vector<StateDict> shared(kWorld), per_rank(kWorld);
-      std::vector<std::vector<Vec>> saved_params(kWorld);
-      std::mutex mu;
-      run_thread_ranks(kWorld, [&](Communicator& comm) {
-        std::vector<optim::ParamGroup> groups = make_groups();
-        const std::vector<Tensor> params = params_of(groups);
-        std::unique_ptr<OneBitOptimizer> opt = make(kind, std::move(groups), comm, o);
-        for (int64_t t = 1; t <= kSteps; ++t) {
-          set_grads(params, comm.rank(), kWorld, opt->reduce_gradients_next(), t);
-          opt->step();
-          if (t == stop) {
-            std::lock_guard<std::mutex> lock(mu);
-            for (const auto& [k, v] : opt->state_dict())
-              shared[comm.rank()].emplace_back(k, v.clone());
-            for (const auto& [k, v] : opt->rank_state())
-              per_rank[comm.rank()].emplace_back(k, v.clone());
-            for (const Tensor& p : params) saved_params[comm.rank()].push_back(values(p));
-          }
-        }
-        std::lock_guard<std::mutex> lock(mu);
-        for (const Tensor& p : params) uninterrupted[comm.rank()].push_back(values(p));
-      });
-      run_thread_ranks(kWorld, [&](Communicator& comm) {
-        std::vector<optim::ParamGroup> groups = make_groups();
-        const std::vector<Tensor> params = params_of(groups);
-        std::unique_ptr<OneBitOptimizer> opt = make(kind, std::move(groups), comm, o);
-        {
-          // What a checkpoint holds: rank 0's weights and shared state, each rank's own state.
-          NoGradGuard no_grad;
-          for (size_t i = 0; i < params.size(); ++i) {
-            params[i].copy_(tensor_of(saved_params[0][i], kShapes[i]));
-          }
-        }
-        opt->load_state_dict(shared[0]);
-        opt->load_rank_state(per_rank[comm.rank()]);
-        for (int64_t t = stop + 1; t <= kSteps; ++t) {
-          set_grads(params, comm.rank(), kWorld, opt->reduce_gradients_next(), t);
-          opt->step();
-        }
-        std::lock_guard<std::mutex> lock(mu);
-        for (const Tensor& p : params) resumed[comm.rank()].push_back(values(p));
-      });
-      for (int r = 0; r < kWorld; ++r) CHECK(max_diff(resumed[r], uninterrupted[r]) == 0.0);
-    }
-  }
-}
-
-TEST_CASE("per-rank state from another run is refused before anything changes", "[onebit]") {
-  run_thread_ranks(1, [](Communicator& comm) {
-    std::vector<optim::ParamGroup> groups = make_groups();
-    OneBitAdam opt(std::move(groups), comm, adam_options(), onebit_options());
-    StateDict state = opt.rank_state();
-    REQUIRE(state.size() == 4);  // worker and server errors of the two groups
-    CHECK(state[0].first == "worker_error.0");
-    StateDict wrong = {{state[0].first, zeros({5})}};
-    for (size_t i = 1; i < state.size(); ++i) wrong.push_back(state[i]);
-    CHECK_THROWS_WITH(opt.load_rank_state(wrong),
-                      Catch::Contains("per-rank state \"worker_error.0\": expected f32 (48)"));
-    StateDict missing(state.begin() + 1, state.end());
-    CHECK_THROWS_WITH(opt.load_rank_state(missing),
-                      Catch::Contains("expected \"worker_error.0\" (saved at the same world "
-                                      "size), found none"));
-    StateDict extra = state;
-    extra.emplace_back("momentum_accumulator", zeros({3}));
-    CHECK_THROWS_WITH(opt.load_rank_state(extra),
-                      Catch::Contains("unexpected per-rank state \"momentum_accumulator\""));
-  });
-}
-
 }  // namespace
 }  // namespace tessera::parallel

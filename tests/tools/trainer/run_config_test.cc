@@ -8,68 +8,22 @@
 #include <functional>
 
 #include "core/json.h"
-#include "models/bert/spec.h"
 #include "models/gpt2/spec.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
+#include "tests/tools/trainer/run_config_edits.h"
 
 namespace tessera::train {
 namespace {
 
 using Catch::Contains;
 using Json = nlohmann::json;
+using testing::base_config;
+using testing::error_after;
 using testing::error_of;
-
-// The shape of configs/shakespeare_char.json.
-Json base_config() {
-  return parse_json(R"({
-    "train_batch_size": 12,
-    "train_micro_batch_size_per_gpu": 12,
-    "gradient_accumulation_steps": 1,
-    "steps_per_print": 100,
-    "optimizer": {
-      "type": "AdamW",
-      "params": {"lr": 1e-3, "betas": [0.9, 0.99], "eps": 1e-8, "weight_decay": 0.1}
-    },
-    "scheduler": {
-      "type": "WarmupCosineLR",
-      "params": {"total_num_steps": 2000, "warmup_num_steps": 100, "warmup_type": "linear",
-                 "warmup_min_ratio": 0.0, "cos_min_ratio": 0.1}
-    },
-    "gradient_clipping": 1.0,
-    "model": {"type": "gpt2", "vocab_size": 65, "block_size": 64, "n_layer": 4, "n_head": 4,
-              "n_embd": 128, "dropout": 0.0, "bias": true},
-    "data": {"train": ".data/shakespeare_char/train_*.bin",
-             "val": ".data/shakespeare_char/val_*.bin", "sampling": "random"},
-    "trainer": {"steps": 2000, "eval_interval": 250, "eval_batches": 20, "seed": 1337,
-                "log_dir": ".runs/shakespeare_char",
-                "checkpoint_dir": ".runs/shakespeare_char/checkpoints",
-                "checkpoint_interval": 500, "keep_last": 2,
-                "sample": {"tokens": 500, "prompt": "\n", "temperature": 0.8, "top_k": 200}}
-  })",
-                    "base_config");
-}
-
-RunConfig parse(const Json& doc, int64_t world = 1) {
-  return parse_run_config(doc, "run.json", ".runs/run", world);
-}
-
-// The config after `edit`, parsed.
-RunConfig parse_edited(const std::function<void(Json&)>& edit) {
-  Json doc = base_config();
-  edit(doc);
-  return parse(doc);
-}
-
-// The GPT config of a gpt2 run.
-const GptConfig& gpt(const RunConfig& c) { return dynamic_cast<const GptSpec&>(*c.model).config(); }
-
-// The error message of parsing the config after `edit` for `world` ranks.
-std::string error_after(const std::function<void(Json&)>& edit, int64_t world = 1) {
-  Json doc = base_config();
-  edit(doc);
-  return error_of([&] { parse(doc, world); });
-}
+using testing::gpt;
+using testing::parse;
+using testing::parse_edited;
 
 TEST_CASE("a valid config parses into every section", "[run_config]") {
   const RunConfig c = parse(base_config());
@@ -311,103 +265,6 @@ TEST_CASE("the batch triple is derived and checked with DeepSpeed's messages", "
         "[config] $.gradient_accumulation_steps: expected integer, found number 1.5");
 }
 
-TEST_CASE("mixed precision is read for CPU and CUDA runs, with fp16's loss-scaler keys",
-          "[run_config]") {
-  Json d = base_config();
-  d["trainer"]["device"] = "cuda:1";
-  d["fp16"] = {{"enabled", true}, {"initial_scale_power", 12}, {"hysteresis", 3}};
-  const RunConfig c = parse(d);
-  CHECK(c.trainer.device == Device::cuda(1));
-  CHECK(c.engine.precision == DType::f16);
-  CHECK(c.engine.loss_scaler.initial_scale_power == 12);
-  CHECK(c.engine.loss_scaler.hysteresis == 3);
-  CHECK(c.engine.loss_scaler.window == 1000);
-  d.erase("fp16");
-  d["bf16"] = {{"enabled", true}};
-  CHECK(parse(d).engine.precision == DType::bf16);
-  d["trainer"]["device"] = "cpu";  // the CPU kernels take 16-bit tensors too
-  CHECK(parse(d).engine.precision == DType::bf16);
-  CHECK(parse(base_config()).engine.precision == DType::f32);
-  CHECK(parse(base_config()).trainer.device == Device::cpu());
-  CHECK(error_after([](Json& j) { j["trainer"]["device"] = "gpu"; }) ==
-        "[config] $.trainer.device: expected \"cpu\", \"cuda\" or \"cuda:N\", found \"gpu\"");
-  CHECK(error_after([](Json& j) {
-          j["trainer"]["device"] = "cuda";
-          j["fp16"] = {{"enabled", true}};
-          j["bf16"] = {{"enabled", true}};
-        }) == "[config] $.bf16.enabled: fp16 and bf16 are both enabled; expected at most one");
-  CHECK(error_after([](Json& j) {
-          j["trainer"]["device"] = "cuda";
-          j["bf16"] = {{"enabled", true}};
-          j["zero_optimization"] = {{"stage", 3}};
-        }) ==
-        "[config] $.zero_optimization.stage: bf16 training shards fp32 master weights at stages "
-        "0-2; expected at most 2, found 3");
-}
-
-TEST_CASE("features this build does not have are refused, saying why", "[run_config]") {
-  CHECK(error_after([](Json& d) {
-          d["zero_optimization"] = {{"stage", 3},
-                                    {"stage3_gather_16bit_weights_on_model_save", true}};
-        }) ==
-        "[config] $.zero_optimization.stage3_gather_16bit_weights_on_model_save: stage 3 "
-        "checkpoints keep the weights in the ranks' shards (tools/zero_to_fp32 writes them "
-        "whole); expected false");
-  CHECK(error_after([](Json& d) {
-          d["zero_optimization"] = {{"stage", 1}};
-          d["optimizer"]["type"] = "Lamb";
-        }) ==
-        "[config] $.zero_optimization.stage: LAMB's trust ratio needs each parameter whole, "
-        "and ZeRO stage 1 shards them; expected stage 0 with LAMB");
-  CHECK(error_after([](Json& d) {
-          d["zero_optimization"] = {{"stage", 2}, {"reduce_bucket_size", 2.5}};
-        }) ==
-        "[config] $.zero_optimization.reduce_bucket_size: expected a whole number of elements, "
-        "found 2.5");
-  CHECK(error_after([](Json& d) {
-          d["zero_optimization"] = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}};
-        }) ==
-        "[config] $.zero_optimization.offload_optimizer is not supported: ZeRO-Offload is not "
-        "implemented yet");
-  CHECK(error_after([](Json& d) { d["gradient_predivide_factor"] = 2.0; }) ==
-        "[config] $.gradient_predivide_factor: gradients are averaged after the reduction; "
-        "expected 1.0, found 2");
-  CHECK(error_after([](Json& d) {
-          d["optimizer"]["type"] = "OneBitAdam";
-          d["zero_optimization"] = {{"stage", 1}};
-        }) ==
-        "[config] $.zero_optimization.stage: 1bit-Adam is not compatible with ZeRO; "
-        "expected stage 0, found stage 1");
-  CHECK(error_after([](Json& d) { d["optimizer"]["params"]["amsgrad"] = true; }) ==
-        "[config] $.optimizer.params.amsgrad is not supported: expected false; AMSGrad is not "
-        "implemented");
-  CHECK(error_after([](Json& d) { d["optimizer"]["params"]["max_grad_norm"] = 1.0; }) ==
-        "[config] $.optimizer.params.max_grad_norm: 'max_grad_norm' is not supported as an "
-        "optimizer parameter, please switch to using the deepspeed parameter "
-        "'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping "
-        "for more details");
-  // Disabled sections and stage 0 are accepted; bfloat16 is bf16's deprecated spelling.
-  const RunConfig c = parse_edited([](Json& d) {
-    d["fp16"] = {{"enabled", false}, {"loss_scale", 0}, {"initial_scale_power", 12}};
-    d["bfloat16"] = {{"enabled", false}};
-    d["zero_optimization"] = {{"stage", 0}};
-  });
-  CHECK(c.engine.zero.stage == 0);
-  CHECK(c.engine.zero.overlap_comm == false);
-  CHECK(c.engine.zero.reduce_bucket_size == 500'000'000);
-  const RunConfig z = parse_edited([](Json& d) {
-    d["zero_optimization"] = {{"stage", 2},
-                              {"reduce_bucket_size", 5e7},
-                              {"allgather_bucket_size", 2e7},
-                              {"reduce_scatter", false}};
-  });
-  CHECK(z.engine.zero.stage == 2);
-  CHECK(z.engine.zero.block_numel() == 20'000'000);
-  CHECK(!z.engine.zero.reduce_scatter);
-  REQUIRE(c.warnings.size() == 1);
-  CHECK(c.warnings[0] == "[config] $.bfloat16 is deprecated; use $.bf16 instead");
-}
-
 TEST_CASE("missing and inconsistent sections", "[run_config]") {
   CHECK(error_after([](Json& d) { d["trainer"].erase("steps"); }) ==
         "[config] $.trainer: expected exactly one of \"steps\" and \"epochs\", found neither");
@@ -500,89 +357,6 @@ TEST_CASE("load_run_config reads a file and defaults the run directory to its st
   const std::string bad = temp_file("syntax.json", "{\"train_batch_size\": 12,\n}").string();
   CHECK_THAT(error_of([&] { load_run_config(bad); }),
              Contains("[json] " + bad + ": parse error at byte 25 (line 2, column 1)"));
-}
-
-TEST_CASE("sparse_attention and the bert model", "[run_config]") {
-  // GPT takes the top-level section into its model config; it must be causal.
-  const RunConfig gpt = parse_edited([](Json& d) {
-    d["sparse_attention"] = {{"mode", "fixed"}, {"block", 16}, {"attention", "unidirectional"}};
-  });
-  REQUIRE(tessera::train::gpt(gpt).sparse_attention.has_value());
-  CHECK(tessera::train::gpt(gpt).sparse_attention->mode == SparsityMode::fixed);
-  CHECK(gpt.model->to_json()["sparse_attention"]["mode"] == "fixed");
-  CHECK(error_after([](Json& d) {
-          d["sparse_attention"] = {{"mode", "bigbird"}};
-        }) ==
-        "[config] $.sparse_attention.attention: GPT is causal; expected \"unidirectional\" for "
-        "mode \"bigbird\", found \"bidirectional\"");
-  CHECK_THAT(error_after([](Json& d) {
-               d["sparse_attention"] = {{"mode", "sparse"}};
-             }),
-             Catch::Contains("$.sparse_attention.mode"));
-  CHECK_THAT(error_after([](Json& d) {
-               d["sparse_attention"] = {{"mode", "fixed"},
-                                        {"num_local_blocks", 4},
-                                        {"num_global_blocks", 3},
-                                        {"attention", "unidirectional"}};
-             }),
-             Catch::Contains("must be dividable by number of global blocks"));
-  CHECK_THAT(
-      error_after([](Json& d) {
-        d["sparse_attention"] = {{"mode", "bigbird"}, {"num_local_blocks", 4}};
-      }),
-      Catch::Contains("$.sparse_attention.num_local_blocks is not used by mode \"bigbird\""));
-  CHECK(error_after([](Json& d) {
-          d["sparse_attention"] = {{"mode", "dense"}};
-          d["model"]["sparse_attention"] = {{"mode", "dense"}};
-        }) ==
-        "[config] $.model.sparse_attention: the run has a top-level sparse_attention "
-        "section; expected the layout once, found it twice");
-  CHECK_THAT(error_after(
-                 [](Json& d) {
-                   d["sparse_attention"] = {{"mode", "fixed"},
-                                            {"attention", "unidirectional"},
-                                            {"different_layout_per_head", true}};
-                   d["tensor_parallel"] = {{"tp_size", 2}};
-                 },
-                 2),
-             Catch::Contains("per-head layouts under tensor slicing are not implemented"));
-
-  // BERT: bidirectional, data parallel only, no init_from, no sampling.
-  auto bert = [](Json& d) {
-    d["model"] = {{"type", "bert"}, {"vocab_size", 65}, {"block_size", 64},
-                  {"n_layer", 2},   {"n_head", 4},      {"n_embd", 64}};
-    d["trainer"].erase("sample");
-  };
-  const RunConfig b = parse_edited([&](Json& d) {
-    bert(d);
-    d["sparse_attention"] = {{"mode", "bigbird"}, {"block", 16}};
-  });
-  REQUIRE(b.model->type() == "bert");
-  const BertSpec& bert_spec = dynamic_cast<const BertSpec&>(*b.model);
-  CHECK(bert_spec.config().n_layer == 2);
-  CHECK(b.data.seq_len == 64);
-  CHECK(bert_spec.sparse_attention()->mode == SparsityMode::bigbird);
-  CHECK(b.model->to_json()["sparse_attention"]["mode"] == "bigbird");
-  CHECK(error_after([&](Json& d) {
-          bert(d);
-          d["sparse_attention"] = {{"mode", "fixed"}, {"attention", "unidirectional"}};
-        }) ==
-        "[config] $.sparse_attention.attention: BERT is bidirectional; expected "
-        "\"bidirectional\", found \"unidirectional\"");
-  CHECK_THAT(error_after(
-                 [&](Json& d) {
-                   bert(d);
-                   d["pipeline"] = {{"stages", 2}};
-                 },
-                 2),
-             Catch::Contains("the bert model trains data-parallel (with ZeRO)"));
-  CHECK_THAT(error_after([&](Json& d) {
-               bert(d);
-               d["trainer"]["sample"] = {{"tokens", 10}};
-             }),
-             Catch::Contains("the bert model does not generate text; expected 0, found 10"));
-  CHECK(error_after([](Json& d) { d["model"]["type"] = "bret"; }) ==
-        "[config] $.model.type: expected one of \"gpt2\", \"bert\"; found \"bret\"");
 }
 
 }  // namespace

@@ -1,0 +1,205 @@
+// The run config's mixed-precision keys, the features this build refuses (each with its
+// reason and key), and the sparse_attention section and the bert model.
+#include <catch2/catch.hpp>
+
+#include "core/json.h"
+#include "models/bert/spec.h"
+#include "models/gpt2/spec.h"
+#include "tests/testing.h"
+#include "tests/tools/trainer/run_config_edits.h"
+#include "tools/trainer/run_config.h"
+
+namespace tessera::train {
+namespace {
+
+using Catch::Contains;
+using Json = nlohmann::json;
+using testing::base_config;
+using testing::error_after;
+using testing::error_of;
+using testing::gpt;
+using testing::parse;
+using testing::parse_edited;
+
+TEST_CASE("mixed precision is read for CPU and CUDA runs, with fp16's loss-scaler keys",
+          "[run_config]") {
+  Json d = base_config();
+  d["trainer"]["device"] = "cuda:1";
+  d["fp16"] = {{"enabled", true}, {"initial_scale_power", 12}, {"hysteresis", 3}};
+  const RunConfig c = parse(d);
+  CHECK(c.trainer.device == Device::cuda(1));
+  CHECK(c.engine.precision == DType::f16);
+  CHECK(c.engine.loss_scaler.initial_scale_power == 12);
+  CHECK(c.engine.loss_scaler.hysteresis == 3);
+  CHECK(c.engine.loss_scaler.window == 1000);
+  d.erase("fp16");
+  d["bf16"] = {{"enabled", true}};
+  CHECK(parse(d).engine.precision == DType::bf16);
+  d["trainer"]["device"] = "cpu";  // the CPU kernels take 16-bit tensors too
+  CHECK(parse(d).engine.precision == DType::bf16);
+  CHECK(parse(base_config()).engine.precision == DType::f32);
+  CHECK(parse(base_config()).trainer.device == Device::cpu());
+  CHECK(error_after([](Json& j) { j["trainer"]["device"] = "gpu"; }) ==
+        "[config] $.trainer.device: expected \"cpu\", \"cuda\" or \"cuda:N\", found \"gpu\"");
+  CHECK(error_after([](Json& j) {
+          j["trainer"]["device"] = "cuda";
+          j["fp16"] = {{"enabled", true}};
+          j["bf16"] = {{"enabled", true}};
+        }) == "[config] $.bf16.enabled: fp16 and bf16 are both enabled; expected at most one");
+  CHECK(error_after([](Json& j) {
+          j["trainer"]["device"] = "cuda";
+          j["bf16"] = {{"enabled", true}};
+          j["zero_optimization"] = {{"stage", 3}};
+        }) ==
+        "[config] $.zero_optimization.stage: bf16 training shards fp32 master weights at stages "
+        "0-2; expected at most 2, found 3");
+}
+
+TEST_CASE("features this build does not have are refused, saying why", "[run_config]") {
+  CHECK(error_after([](Json& d) {
+          d["zero_optimization"] = {{"stage", 3},
+                                    {"stage3_gather_16bit_weights_on_model_save", true}};
+        }) ==
+        "[config] $.zero_optimization.stage3_gather_16bit_weights_on_model_save: stage 3 "
+        "checkpoints keep the weights in the ranks' shards (tools/zero_to_fp32 writes them "
+        "whole); expected false");
+  CHECK(error_after([](Json& d) {
+          d["zero_optimization"] = {{"stage", 1}};
+          d["optimizer"]["type"] = "Lamb";
+        }) ==
+        "[config] $.zero_optimization.stage: LAMB's trust ratio needs each parameter whole, "
+        "and ZeRO stage 1 shards them; expected stage 0 with LAMB");
+  CHECK(error_after([](Json& d) {
+          d["zero_optimization"] = {{"stage", 2}, {"reduce_bucket_size", 2.5}};
+        }) ==
+        "[config] $.zero_optimization.reduce_bucket_size: expected a whole number of elements, "
+        "found 2.5");
+  CHECK(error_after([](Json& d) {
+          d["zero_optimization"] = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}};
+        }) ==
+        "[config] $.zero_optimization.offload_optimizer is not supported: ZeRO-Offload is not "
+        "implemented yet");
+  CHECK(error_after([](Json& d) { d["gradient_predivide_factor"] = 2.0; }) ==
+        "[config] $.gradient_predivide_factor: gradients are averaged after the reduction; "
+        "expected 1.0, found 2");
+  CHECK(error_after([](Json& d) {
+          d["optimizer"]["type"] = "OneBitAdam";
+          d["zero_optimization"] = {{"stage", 1}};
+        }) ==
+        "[config] $.zero_optimization.stage: 1bit-Adam is not compatible with ZeRO; "
+        "expected stage 0, found stage 1");
+  CHECK(error_after([](Json& d) { d["optimizer"]["params"]["amsgrad"] = true; }) ==
+        "[config] $.optimizer.params.amsgrad is not supported: expected false; AMSGrad is not "
+        "implemented");
+  CHECK(error_after([](Json& d) { d["optimizer"]["params"]["max_grad_norm"] = 1.0; }) ==
+        "[config] $.optimizer.params.max_grad_norm: 'max_grad_norm' is not supported as an "
+        "optimizer parameter, please switch to using the deepspeed parameter "
+        "'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping "
+        "for more details");
+  // Disabled sections and stage 0 are accepted; bfloat16 is bf16's deprecated spelling.
+  const RunConfig c = parse_edited([](Json& d) {
+    d["fp16"] = {{"enabled", false}, {"loss_scale", 0}, {"initial_scale_power", 12}};
+    d["bfloat16"] = {{"enabled", false}};
+    d["zero_optimization"] = {{"stage", 0}};
+  });
+  CHECK(c.engine.zero.stage == 0);
+  CHECK(c.engine.zero.overlap_comm == false);
+  CHECK(c.engine.zero.reduce_bucket_size == 500'000'000);
+  const RunConfig z = parse_edited([](Json& d) {
+    d["zero_optimization"] = {{"stage", 2},
+                              {"reduce_bucket_size", 5e7},
+                              {"allgather_bucket_size", 2e7},
+                              {"reduce_scatter", false}};
+  });
+  CHECK(z.engine.zero.stage == 2);
+  CHECK(z.engine.zero.block_numel() == 20'000'000);
+  CHECK(!z.engine.zero.reduce_scatter);
+  REQUIRE(c.warnings.size() == 1);
+  CHECK(c.warnings[0] == "[config] $.bfloat16 is deprecated; use $.bf16 instead");
+}
+
+TEST_CASE("sparse_attention and the bert model", "[run_config]") {
+  // GPT takes the top-level section into its model config; it must be causal.
+  const RunConfig gpt = parse_edited([](Json& d) {
+    d["sparse_attention"] = {{"mode", "fixed"}, {"block", 16}, {"attention", "unidirectional"}};
+  });
+  REQUIRE(tessera::train::gpt(gpt).sparse_attention.has_value());
+  CHECK(tessera::train::gpt(gpt).sparse_attention->mode == SparsityMode::fixed);
+  CHECK(gpt.model->to_json()["sparse_attention"]["mode"] == "fixed");
+  CHECK(error_after([](Json& d) {
+          d["sparse_attention"] = {{"mode", "bigbird"}};
+        }) ==
+        "[config] $.sparse_attention.attention: GPT is causal; expected \"unidirectional\" for "
+        "mode \"bigbird\", found \"bidirectional\"");
+  CHECK_THAT(error_after([](Json& d) {
+               d["sparse_attention"] = {{"mode", "sparse"}};
+             }),
+             Catch::Contains("$.sparse_attention.mode"));
+  CHECK_THAT(error_after([](Json& d) {
+               d["sparse_attention"] = {{"mode", "fixed"},
+                                        {"num_local_blocks", 4},
+                                        {"num_global_blocks", 3},
+                                        {"attention", "unidirectional"}};
+             }),
+             Catch::Contains("must be dividable by number of global blocks"));
+  CHECK_THAT(
+      error_after([](Json& d) {
+        d["sparse_attention"] = {{"mode", "bigbird"}, {"num_local_blocks", 4}};
+      }),
+      Catch::Contains("$.sparse_attention.num_local_blocks is not used by mode \"bigbird\""));
+  CHECK(error_after([](Json& d) {
+          d["sparse_attention"] = {{"mode", "dense"}};
+          d["model"]["sparse_attention"] = {{"mode", "dense"}};
+        }) ==
+        "[config] $.model.sparse_attention: the run has a top-level sparse_attention "
+        "section; expected the layout once, found it twice");
+  CHECK_THAT(error_after(
+                 [](Json& d) {
+                   d["sparse_attention"] = {{"mode", "fixed"},
+                                            {"attention", "unidirectional"},
+                                            {"different_layout_per_head", true}};
+                   d["tensor_parallel"] = {{"tp_size", 2}};
+                 },
+                 2),
+             Catch::Contains("per-head layouts under tensor slicing are not implemented"));
+
+  // BERT: bidirectional, data parallel only, no init_from, no sampling.
+  auto bert = [](Json& d) {
+    d["model"] = {{"type", "bert"}, {"vocab_size", 65}, {"block_size", 64},
+                  {"n_layer", 2},   {"n_head", 4},      {"n_embd", 64}};
+    d["trainer"].erase("sample");
+  };
+  const RunConfig b = parse_edited([&](Json& d) {
+    bert(d);
+    d["sparse_attention"] = {{"mode", "bigbird"}, {"block", 16}};
+  });
+  REQUIRE(b.model->type() == "bert");
+  const BertSpec& bert_spec = dynamic_cast<const BertSpec&>(*b.model);
+  CHECK(bert_spec.config().n_layer == 2);
+  CHECK(b.data.seq_len == 64);
+  CHECK(bert_spec.sparse_attention()->mode == SparsityMode::bigbird);
+  CHECK(b.model->to_json()["sparse_attention"]["mode"] == "bigbird");
+  CHECK(error_after([&](Json& d) {
+          bert(d);
+          d["sparse_attention"] = {{"mode", "fixed"}, {"attention", "unidirectional"}};
+        }) ==
+        "[config] $.sparse_attention.attention: BERT is bidirectional; expected "
+        "\"bidirectional\", found \"unidirectional\"");
+  CHECK_THAT(error_after(
+                 [&](Json& d) {
+                   bert(d);
+                   d["pipeline"] = {{"stages", 2}};
+                 },
+                 2),
+             Catch::Contains("the bert model trains data-parallel (with ZeRO)"));
+  CHECK_THAT(error_after([&](Json& d) {
+               bert(d);
+               d["trainer"]["sample"] = {{"tokens", 10}};
+             }),
+             Catch::Contains("the bert model does not generate text; expected 0, found 10"));
+  CHECK(error_after([](Json& d) { d["model"]["type"] = "bret"; }) ==
+        "[config] $.model.type: expected one of \"gpt2\", \"bert\"; found \"bret\"");
+}
+
+}  // namespace
+}  // namespace tessera::train
