@@ -1,5 +1,6 @@
 #include "parallel/engine_config.h"
 
+#include <iterator>
 #include <limits>
 
 #include "core/error.h"
@@ -33,6 +34,27 @@ const std::pair<const char*, const char*> kNotYet[] = {
 // `section` {enabled, ...}: whether it is enabled. The other keys are validated by name and
 // type so that a typo is still caught when the section is off; fp16's scaler keys go to
 // `scaler`.
+// A DeepSpeed dtype name at `key`, or nothing: "fp32", "fp16" or "bf16"; with `aliases`
+// also the other names of DeepSpeed's DtypeEnum (deepspeed/runtime/config_utils.py), which
+// data_types takes.
+std::optional<DType> read_dtype(JsonObjectReader& section, const char* key, bool aliases) {
+  const std::optional<std::string> name = section.optional<std::string>(key);
+  if (!name) return std::nullopt;
+  const std::pair<const char*, DType> names[] = {
+      {"fp32", DType::f32},          {"fp16", DType::f16},
+      {"bf16", DType::bf16},         {"float32", DType::f32},
+      {"float", DType::f32},         {"torch.float32", DType::f32},
+      {"float16", DType::f16},       {"half", DType::f16},
+      {"torch.float16", DType::f16}, {"bfloat16", DType::bf16},
+      {"bfloat", DType::bf16},       {"torch.bfloat16", DType::bf16}};
+  const size_t count = aliases ? std::size(names) : 3;
+  for (size_t i = 0; i < count; ++i) {
+    if (*name == names[i].first) return names[i].second;
+  }
+  TS_FAIL("[config] ", section.key_path(key), ": expected \"fp32\", \"fp16\" or \"bf16\"",
+          aliases ? " (or another name of DeepSpeed's DtypeEnum)" : "", ", found \"", *name, "\"");
+}
+
 bool read_precision(JsonObjectReader& root, const char* key, optim::LossScalerConfig& scaler) {
   JsonObjectReader s = root.object(key);
   const bool enabled = s.get<bool>("enabled", false);
@@ -53,8 +75,8 @@ bool read_precision(JsonObjectReader& root, const char* key, optim::LossScalerCo
   } else {
     TS_CHECK(!s.get<bool>("immediate_grad_update", false), "[config] ",
              s.key_path("immediate_grad_update"),
-             ": bf16 gradients are accumulated in a bf16 buffer and converted at the step; "
-             "expected false");
+             ": each micro-batch's bf16 gradients are added into their f32 sum after its "
+             "backward, not from backward's hooks; expected false");
   }
   return enabled;
 }
@@ -134,17 +156,20 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   c.train_micro_batch_size_per_gpu = root.optional<int64_t>("train_micro_batch_size_per_gpu");
   c.gradient_accumulation_steps = root.optional<int64_t>("gradient_accumulation_steps");
   for (const auto& [key, why] : kNotYet) root.unsupported(key, why);
-  // Gradients are averaged after an f32 reduction (the defaults of these keys).
+  // Gradients are averaged as Note [Mixed precision] in parallel/zero/zero_optimizer.h says
+  // (the defaults of these keys).
   TS_CHECK(!root.get<bool>("prescale_gradients", false), "[config] ",
            root.key_path("prescale_gradients"),
-           ": gradients are averaged after the reduction; expected false");
+           ": gradients are averaged by the reduction's dtype (f32 after it, 16-bit before "
+           "it); expected false");
   const double predivide = root.get<double>("gradient_predivide_factor", 1.0);
   TS_CHECK(predivide == 1.0, "[config] ", root.key_path("gradient_predivide_factor"),
-           ": gradients are averaged after the reduction; expected 1.0, found ", predivide);
-  const std::string comm_dtype = root.get<std::string>("communication_data_type", "fp32");
-  TS_CHECK(comm_dtype == "fp32", "[config] ", root.key_path("communication_data_type"),
-           ": training is fp32, and so is its communication; expected \"fp32\", found \"",
-           comm_dtype, "\"");
+           ": gradients are averaged by the reduction's dtype (f32 after it, 16-bit before "
+           "it); expected 1.0, found ",
+           predivide);
+  c.mixed_precision.communication = read_dtype(root, "communication_data_type", false);
+  JsonObjectReader data_types = root.object("data_types");
+  c.mixed_precision.accumulation = read_dtype(data_types, "grad_accum_dtype", true);
   TS_CHECK(root.has("optimizer"),
            "[config] $.optimizer: required section missing; expected "
            "{\"type\": \"AdamW\", \"params\": {...}}");
@@ -154,15 +179,27 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   c.gradient_clipping = root.get_in_range<double>("gradient_clipping", 0.0, 0.0, 1e30);
   c.steps_per_print = root.get_in_range<int64_t>("steps_per_print", c.steps_per_print, 1, kMax);
   c.wall_clock_breakdown = root.get<bool>("wall_clock_breakdown", false);
-  const bool fp16 = read_precision(root, "fp16", c.loss_scaler);
+  const bool fp16 = read_precision(root, "fp16", c.mixed_precision.scaler);
   root.deprecated_alias("bfloat16", "bf16");
   optim::LossScalerConfig unused;
   const bool bf16 = read_precision(root, "bf16", unused);
   TS_CHECK(!(fp16 && bf16), "[config] ", root.key_path("bf16"),
            ".enabled: fp16 and bf16 are both enabled; expected at most one");
-  c.precision = fp16 ? DType::f16 : bf16 ? DType::bf16 : DType::f32;
+  c.mixed_precision.dtype = fp16 ? DType::f16 : bf16 ? DType::bf16 : DType::f32;
 
   c.zero = parse_zero_config(root.object("zero_optimization"));
+  if (const std::optional<DType> accumulation = c.mixed_precision.accumulation) {
+    const DType dtype = c.mixed_precision.dtype;
+    TS_CHECK(*accumulation == DType::f32 || *accumulation == dtype, "[config] ",
+             data_types.key_path("grad_accum_dtype"),
+             ": gradients accumulate in fp32 or in the model's ", dtype_name(dtype),
+             "; expected one of them, found ", dtype_name(*accumulation));
+    TS_CHECK(c.zero.stage < 2 || *accumulation == DType::f32, "[config] ",
+             data_types.key_path("grad_accum_dtype"), ": ZeRO stage ", c.zero.stage,
+             " adds each micro-batch's reduced gradient into an fp32 shard; expected fp32, "
+             "found ",
+             dtype_name(*accumulation));
+  }
   TS_CHECK(c.zero.stage == 0 || c.optimizer.type != optim::OptimizerType::lamb, "[config] ",
            "$.zero_optimization.stage: LAMB's trust ratio needs each parameter whole, and ZeRO "
            "stage ",

@@ -15,6 +15,7 @@
 #include "optim/config.h"
 #include "optim/loss_scaler.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/zero/mixed_precision.h"
 #include "parallel/zero/zero_config.h"
 
 namespace tessera::parallel {
@@ -69,9 +70,10 @@ struct EngineConfig {
   int64_t steps_per_print = 10;    // DeepSpeed's documented default
   ZeroConfig zero;                 // $.zero_optimization
   // Parameter, gradient and activation dtype: f32, or f16/bf16 with fp32 master weights
-  // and optimizer state ($.fp16.enabled / $.bf16.enabled).
-  DType precision = DType::f32;
-  optim::LossScalerConfig loss_scaler;  // $.fp16's scaler keys (used with f16 only)
+  // and optimizer state ($.fp16.enabled / $.bf16.enabled); $.fp16's scaler keys;
+  // $.communication_data_type and $.data_types.grad_accum_dtype (Note [Mixed precision] in
+  // parallel/zero/zero_optimizer.h).
+  MixedPrecision mixed_precision;
   bool wall_clock_breakdown = false;
   ActivationCheckpointingConfig activation_checkpointing;
   PipelineConfig pipeline;

@@ -160,9 +160,9 @@ void Communicator::check_peer(CommOp op, const char* arg, int peer) {
 void Communicator::check_reducible(CommOp op, const Tensor& t) {
   const DType dtype = t.dtype();
   if (is_half(dtype)) {
-    if (!t.device().is_cpu()) {
-      fail(op, str_cat("16-bit reductions take CPU tensors for now (Note [16-bit reductions]); "
-                       "found ",
+    if (!t.device().is_cpu() && !reduces_16_bit()) {
+      fail(op, str_cat("this backend reduces 16-bit tensors on the CPU only (Note [16-bit "
+                       "reductions]); found ",
                        t.str(), ": reduce it in f32"));
     }
     return;
@@ -322,7 +322,7 @@ void Communicator::all_reduce(const Tensor& t, ReduceOp op) {
     check_tensor(CommOp::all_reduce, "t", t);
     check_reducible(CommOp::all_reduce, t);
     if (size_ > 1) {
-      if (is_half(t.dtype())) {
+      if (is_half(t.dtype()) && !reduces_16_bit()) {
         half_all_reduce(t, op);
       } else {
         do_all_reduce(t, op);
@@ -337,7 +337,7 @@ void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp 
     check_pair(CommOp::reduce_scatter, in, out, 1, size_);
     check_reducible(CommOp::reduce_scatter, in);
     if (size_ > 1) {
-      if (is_half(in.dtype())) {
+      if (is_half(in.dtype()) && !reduces_16_bit()) {
         half_reduce_scatter(in, out, op);
       } else {
         do_reduce_scatter(in, out, op);

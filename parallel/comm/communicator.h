@@ -142,9 +142,11 @@ class Communicator {
   // bytes sent are those of a ring reduction ((N-1)/N of the tensor per phase), every
   // element is rounded once (a ring rounds at each of its N-1 hops, and MPI has no 16-bit
   // arithmetic at all), and the result is the same bits on every backend and rank. A
-  // failure inside one names the all_to_all or all_gather it is made of. CPU tensors only
-  // for now. Gradients in DeepSpeed's communication_data_type need this; ZeRO does not use
-  // it yet.
+  // failure inside one names the all_to_all or all_gather it is made of. This is the path
+  // for CPU tensors; a backend with 16-bit reductions of its own (NCCL, which sums in the
+  // 16-bit format along its ring; host staging, whose inner backend takes this path on the
+  // host copies) gets them as any other dtype. ZeRO reduces gradients in DeepSpeed's
+  // communication_data_type with them (Note [Mixed precision] in zero_optimizer.h).
   //
   // t (any shape) = op over the ranks of t, in place.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum);
@@ -184,6 +186,9 @@ class Communicator {
   virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
   // Whether tensors on `device` can be communicated by this backend.
   virtual bool supports(Device device) const = 0;
+  // Whether do_all_reduce and do_reduce_scatter take f16 and bf16 tensors themselves;
+  // otherwise they take Note [16-bit reductions]' path, on CPU tensors only.
+  virtual bool reduces_16_bit() const { return false; }
   // Called once when an operation of this rank fails and the group breaks, with the error.
   virtual void on_broken(const std::string& reason) {}
 
@@ -191,7 +196,8 @@ class Communicator {
   void check_tensor(CommOp op, const char* arg, const Tensor& t);
   void check_peer(CommOp op, const char* arg, int peer);
   // Reductions take f32, f64, i32, i64 and u8 on every backend, and f16 and bf16 on CPU
-  // tensors (Note [16-bit reductions]); a bool sum has no bool result.
+  // tensors or where the backend reduces them itself (Note [16-bit reductions]); a bool
+  // sum has no bool result.
   void check_reducible(CommOp op, const Tensor& t);
   // The 16-bit all_reduce and reduce_scatter of Note [16-bit reductions].
   void half_all_reduce(const Tensor& t, ReduceOp op);

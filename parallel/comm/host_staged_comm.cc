@@ -55,6 +55,7 @@ class HostStagedCommunicator final : public Communicator {
     return std::make_unique<HostStagedCommunicator>(ref, std::move(child));
   }
   bool supports(Device) const override { return true; }
+  bool reduces_16_bit() const override { return true; }  // the inner backend, on the host
 
  private:
   // t itself on the host, else a contiguous host copy.

@@ -161,6 +161,7 @@ class NcclCommunicator final : public Communicator {
   bool supports(Device device) const override {
     return device.is_cuda() && device.index == device_;
   }
+  bool reduces_16_bit() const override { return true; }  // ncclFloat16, ncclBfloat16
 
   void on_broken(const std::string&) override { abort(); }
 

@@ -65,10 +65,10 @@ Engine::Engine(const EngineConfig& config, TrainableModel& model,
            " ranks: expected a model that can be sliced, found one that cannot");
   dropout_key_ = model.dropout_generator().seed();
   // Initialized in f32 on the CPU (the same weights everywhere), then placed.
-  model.to(device, config.precision);
+  model.to(device, config.mixed_precision.dtype);
   optimizer_ = std::make_unique<ZeroOptimizer>(
       gradient_group_, model, std::move(param_groups), config.optimizer, config.zero,
-      MixedPrecision{config.precision, config.loss_scaler});
+      config.mixed_precision);
   if (groups) {
     if (pipelined) tied_ = tied_stage_group(model, *groups->pipe);
     optimizer_->set_model_parallel_norm(*groups->pipe_model,
@@ -209,8 +209,9 @@ EngineCheckpoint Engine::save_state() {
   const bool own_shards = optimizer_->sharded() && !groups_;
   if (own_shards) {
     c.optimizer_shards.push_back(on_cpu(optimizer_->state_dict()));
-    if (optimizer_->stage() == 3) {
-      c.optimizer_shards.back().emplace_back(kParameterShard, optimizer_->parameter_shard());
+    if (optimizer_->shards_parameters()) {
+      c.optimizer_shards.back().emplace_back(kParameterShard,
+                                             optimizer_->parameter_shard().to(Device::cpu()));
     }
   }
   const bool writer = data_.rank() == 0 && (!groups_ || groups_->coord.model == 0);  // of its stage
@@ -220,8 +221,11 @@ EngineCheckpoint Engine::save_state() {
     auto whole = [&](const StateDict& mine) {
       return on_cpu(groups_ ? gather_full(mine, params, *groups_->model) : mine);
     };
-    // Stage 3's weights are in its shards; 16-bit runs save their f32 masters.
-    if (!(own_shards && optimizer_->stage() == 3)) c.model = whole(optimizer_->whole_parameters());
+    // Sharded weights (stage 3's, 16-bit runs' f32 masters at stages 1-2) are in the shards;
+    // 16-bit runs save their f32 masters.
+    if (!(own_shards && optimizer_->shards_parameters())) {
+      c.model = whole(optimizer_->whole_parameters());
+    }
     if (!own_shards) c.optimizer = whole(optimizer_->whole_state_dict());
   }
   if (!writer) c.model.clear(), c.optimizer.clear();

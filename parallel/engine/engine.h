@@ -120,7 +120,7 @@ struct EngineCounters {
 
 class Engine {
  public:
-  // Moves `model` to `device` in config.precision and builds the optimizer over
+  // Moves `model` to `device` in config.mixed_precision.dtype and builds the optimizer over
   // `param_groups` (optim::decay_groups of the model's parameters). `data` is the
   // data-parallel group (CPU values: mean losses); `groups`, for a pipeline or tensor
   // slicing, the 3D groups (`data` must be groups->data); `device_data`, the same ranks

@@ -37,93 +37,175 @@ void GradientReducer::scale_chunks(double factor) {
   }
 }
 
-Tensor GradientReducer::reduce_to_chunk(const Tensor& buffer, int64_t chunk,
-                                        bool reduce_scatter) const {
-  if (reduce_scatter) {
-    const Tensor reduced = empty({chunk}, {DType::f32, device_});
-    dp_.reduce_scatter(buffer, reduced);
-    return reduced;
+namespace {
+
+// Whether two contiguous tensors share any byte.
+bool overlap(const Tensor& a, const Tensor& b) {
+  const auto* a0 = static_cast<const char*>(a.raw_data());
+  const auto* b0 = static_cast<const char*>(b.raw_data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+}  // namespace
+
+void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t chunk,
+                                   bool scatter, bool reduce_scatter, bool add) const {
+  const int world = dp_.size();
+  // The reduction's buffer, in the communication dtype: `sum` itself, or `out` when it is
+  // the whole f32 block, or a converted copy.
+  Tensor buffer = sum;
+  if (sum.dtype() != communication_) {
+    if (!scatter && !add && communication_ == DType::f32) {
+      out.copy_(sum);
+      buffer = out;
+    } else {
+      buffer = sum.to(communication_);
+    }
   }
-  dp_.all_reduce(buffer);
-  return buffer.narrow(0, dp_.rank() * chunk, chunk);
+  const bool half = is_half(communication_);
+  if (half && world > 1) kernels::scale_(buffer, 1.0 / world);
+  Tensor reduced;
+  if (scatter && reduce_scatter) {
+    const bool direct = communication_ == DType::f32 && !add && !overlap(out, buffer);
+    reduced = direct ? out : empty({chunk}, {communication_, device_});
+    dp_.reduce_scatter(buffer, reduced);
+  } else {
+    dp_.all_reduce(buffer);
+    reduced = scatter ? buffer.narrow(0, dp_.rank() * chunk, chunk) : buffer;
+  }
+  const double factor = half || world == 1 ? 1.0 : 1.0 / world;
+  if (add) {
+    kernels::axpy_(out, reduced.to(DType::f32), factor);
+    return;
+  }
+  if (reduced.raw_data() != out.raw_data()) out.copy_(reduced);
+  if (factor != 1.0) kernels::scale_(out, factor);
 }
 
 FlatGradients::FlatGradients(Communicator& dp, const FlatLayout& layout,
-                             std::vector<Tensor>& params, DType dtype, Device device)
-    : GradientReducer(dp, layout, params, device) {
-  flat_grads_ = zeros({layout.numel}, {DType::f32, device});
-  if (dtype != DType::f32) flat_model_grads_ = zeros({layout.numel}, {dtype, device});
+                             std::vector<Tensor>& params, DType dtype, DType accumulation,
+                             DType communication, Device device)
+    : GradientReducer(dp, layout, params, device, communication),
+      f32_accumulation_(is_half(dtype) && accumulation == DType::f32) {
+  model_grads_ = zeros({layout.numel}, {dtype, device});
 }
 
 void FlatGradients::zero_grad() {
   NoGradGuard no_grad;
-  flat_grads_.fill_(0.0);
-  if (flat_model_grads_.defined()) flat_model_grads_.fill_(0.0);
-  const Tensor& model_grads = flat_model_grads_.defined() ? flat_model_grads_ : flat_grads_;
+  model_grads_.fill_(0.0);
+  summed_ = false;
   // Backward accumulates into these views in place (AccumulateGrad).
   for (size_t i = 0; i < params_.size(); ++i) {
     const FlatLayout::Param& p = layout_.params[i];
-    params_[i].set_grad(model_grads.narrow(0, p.offset, p.numel).view(p.shape));
+    params_[i].set_grad(model_grads_.narrow(0, p.offset, p.numel).view(p.shape));
   }
 }
 
-Tensor FlatGradients::own_chunk(int64_t block) const {
-  return flat_grads_.narrow(0, layout_.chunk_offset(block, dp_.rank()),
-                            layout_.blocks[block].chunk);
+void FlatGradients::end_micro_batch() {
+  if (!f32_accumulation_) return;
+  NoGradGuard no_grad;
+  if (!f32_sum_.defined()) f32_sum_ = empty({layout_.numel}, {DType::f32, device_});
+  // Block by block, so the widened copy is one block at a time.
+  for (const FlatLayout::Block& b : layout_.blocks) {
+    const Tensor sum = f32_sum_.narrow(0, b.offset, b.numel);
+    const Tensor grads = model_grads_.narrow(0, b.offset, b.numel);
+    if (summed_) {
+      kernels::axpy_(sum, grads.to(DType::f32));
+    } else {
+      sum.copy_(grads);
+    }
+  }
+  model_grads_.fill_(0.0);
+  summed_ = true;
+}
+
+Tensor FlatGradients::block_sum(int64_t block) {
+  const FlatLayout::Block& b = layout_.blocks[block];
+  const Tensor grads = model_grads_.narrow(0, b.offset, b.numel);
+  if (!summed_) return grads;
+  const Tensor sum = f32_sum_.narrow(0, b.offset, b.numel);
+  kernels::axpy_(sum, grads.to(DType::f32));
+  return sum;
 }
 
 int64_t FlatGradients::bytes() const {
-  int64_t n = static_cast<int64_t>(flat_grads_.nbytes());
-  if (flat_model_grads_.defined()) n += static_cast<int64_t>(flat_model_grads_.nbytes());
+  int64_t n = static_cast<int64_t>(model_grads_.nbytes());
+  if (f32_sum_.defined()) n += static_cast<int64_t>(f32_sum_.nbytes());
   return n;
 }
 
-Tensor FlatGradients::param_grad(int64_t i) const {
-  const FlatLayout::Param& p = layout_.params[i];
-  return flat_grads_.narrow(0, p.offset, p.numel).view(p.shape);
-}
-
-Tensor FlatGradients::block_grad(int64_t block) {
-  const FlatLayout::Block& b = layout_.blocks[block];
-  const Tensor view = flat_grads_.narrow(0, b.offset, b.numel);
-  // The 16-bit gradients become f32 before they are reduced (Note [Mixed precision]).
-  if (flat_model_grads_.defined()) view.copy_(flat_model_grads_.narrow(0, b.offset, b.numel));
-  return view;
+AllReduceGradients::AllReduceGradients(Communicator& dp, const FlatLayout& layout,
+                                       std::vector<Tensor>& params, DType dtype,
+                                       DType accumulation, DType communication, Device device)
+    : FlatGradients(dp, layout, params, dtype, accumulation, communication, device) {
+  if (is_half(dtype)) f32_sum_ = zeros({layout.numel}, {DType::f32, device});
+  averaged_ = is_half(dtype) ? f32_sum_ : model_grads_;
 }
 
 void AllReduceGradients::reduce_block(int64_t block, bool communicate) {
   NoGradGuard no_grad;
-  const Tensor view = block_grad(block);
-  if (!communicate) return;  // the 1-bit optimizer takes local gradients
-  dp_.all_reduce(view);
-  if (dp_.size() > 1) kernels::scale_(view, 1.0 / dp_.size());  // x 1 would be a pass for nothing
+  const FlatLayout::Block& b = layout_.blocks[block];
+  const Tensor sum = block_sum(block);
+  const Tensor out = averaged_.narrow(0, b.offset, b.numel);
+  if (communicate) {
+    average_into(sum, out, b.chunk, false, false, false);
+  } else if (sum.raw_data() != out.raw_data()) {
+    out.copy_(sum);  // the 1-bit optimizer takes local gradients
+  }
+}
+
+Tensor AllReduceGradients::own_chunk(int64_t block) const {
+  return averaged_.narrow(0, layout_.chunk_offset(block, dp_.rank()), layout_.blocks[block].chunk);
+}
+
+Tensor AllReduceGradients::param_grad(int64_t i) const {
+  const FlatLayout::Param& p = layout_.params[i];
+  return averaged_.narrow(0, p.offset, p.numel).view(p.shape);
 }
 
 double AllReduceGradients::squared_norm(const std::vector<bool>& counted) const {
-  if (counted.empty()) return kernels::squared_norm(flat_grads_);
+  if (counted.empty()) return kernels::squared_norm(averaged_);
   double sq = 0.0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const FlatLayout::Param& p = layout_.params[i];
-    if (counted[i]) sq += kernels::squared_norm(flat_grads_.narrow(0, p.offset, p.numel));
+    if (counted[i]) sq += kernels::squared_norm(averaged_.narrow(0, p.offset, p.numel));
   }
   return sq;
 }
 
-void AllReduceGradients::scale(double factor) { kernels::scale_(flat_grads_, factor); }
+void AllReduceGradients::scale(double factor) { kernels::scale_(averaged_, factor); }
+
+ReduceScatterGradients::ReduceScatterGradients(Communicator& dp, const FlatLayout& layout,
+                                               std::vector<Tensor>& params, DType dtype,
+                                               DType accumulation, DType communication,
+                                               Device device, bool reduce_scatter)
+    : FlatGradients(dp, layout, params, dtype, accumulation, communication, device),
+      reduce_scatter_(reduce_scatter) {
+  if (is_half(dtype)) grad_shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
+}
+
+Tensor ReduceScatterGradients::own_chunk(int64_t block) const {
+  const FlatLayout::Block& b = layout_.blocks[block];
+  if (grad_shard_.defined()) return grad_shard_.narrow(0, b.shard_offset, b.chunk);
+  return model_grads_.narrow(0, layout_.chunk_offset(block, dp_.rank()), b.chunk);
+}
 
 void ReduceScatterGradients::reduce_block(int64_t block, bool) {
   NoGradGuard no_grad;
-  const Tensor reduced =
-      reduce_to_chunk(block_grad(block), layout_.blocks[block].chunk, reduce_scatter_);
-  const Tensor own = own_chunk(block);
-  if (reduced.raw_data() != own.raw_data()) own.copy_(reduced);
-  if (dp_.size() > 1) kernels::scale_(own, 1.0 / dp_.size());
+  average_into(block_sum(block), own_chunk(block), layout_.blocks[block].chunk, true,
+               reduce_scatter_, false);
+}
+
+int64_t ReduceScatterGradients::bytes() const {
+  int64_t n = FlatGradients::bytes();
+  if (grad_shard_.defined()) n += static_cast<int64_t>(grad_shard_.nbytes());
+  return n;
 }
 
 BucketedGradients::BucketedGradients(Communicator& dp, const FlatLayout& layout,
-                                     std::vector<Tensor>& params, Device device,
-                                     bool reduce_scatter)
-    : GradientReducer(dp, layout, params, device), reduce_scatter_(reduce_scatter) {
+                                     std::vector<Tensor>& params, DType communication,
+                                     Device device, bool reduce_scatter)
+    : GradientReducer(dp, layout, params, device, communication), reduce_scatter_(reduce_scatter) {
   grad_shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
 }
 
@@ -143,7 +225,7 @@ void BucketedGradients::reduce_block(int64_t block, bool) {
   const FlatLayout::Block& b = layout_.blocks[block];
   // Gather the block's gradients into one buffer and drop them. Every element is written
   // once: a gradient, or zero (padding, a parameter backward did not reach).
-  const Tensor buffer = empty({b.numel}, {DType::f32, device_});
+  const Tensor buffer = empty({b.numel}, {communication_, device_});
   for (int64_t i = b.first_param; i < b.end_param; ++i) {
     const FlatLayout::Param& p = layout_.params[i];
     const Tensor slot = buffer.narrow(0, p.offset - b.offset, p.numel);
@@ -158,8 +240,8 @@ void BucketedGradients::reduce_block(int64_t block, bool) {
   const FlatLayout::Param& last = layout_.params[b.end_param - 1];
   const int64_t used = last.offset + last.numel - b.offset;
   buffer.narrow(0, used, b.numel - used).fill_(0.0);
-  const Tensor reduced = reduce_to_chunk(buffer, b.chunk, reduce_scatter_);
-  kernels::axpy_(own_chunk(block), reduced, 1.0 / dp_.size());  // accumulates over micro-batches
+  // Added: the shard accumulates over micro-batches, in f32.
+  average_into(buffer, own_chunk(block), b.chunk, true, reduce_scatter_, true);
 }
 
 }  // namespace tessera::parallel

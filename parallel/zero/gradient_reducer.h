@@ -2,6 +2,7 @@
 // group (Note [ZeRO stages] in parallel/zero/zero_optimizer.h), one class per strategy:
 //   AllReduceGradients      stage 0: a flat buffer, each block all-reduced
 //   ReduceScatterGradients  stage 1: a flat buffer, each block reduce-scattered to its owner
+//                           (with 16-bit parameters, into an f32 shard)
 //   BucketedGradients       stages 2-3: no full buffer; a block's gradients are gathered into
 //                           a bucket as backward completes them, reduce-scattered, added to
 //                           this rank's shard and dropped
@@ -21,9 +22,10 @@ namespace tessera::parallel {
 class GradientReducer {
  public:
   // `params` (flat order of `layout`, all on `device`) and `layout` must outlive the reducer.
+  // Gradients are reduced in `communication` (f32, f16 or bf16).
   GradientReducer(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
-                  Device device)
-      : dp_(dp), layout_(layout), params_(params), device_(device) {}
+                  Device device, DType communication)
+      : dp_(dp), layout_(layout), params_(params), device_(device), communication_(communication) {}
   virtual ~GradientReducer() = default;
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -33,6 +35,8 @@ class GradientReducer {
   virtual void zero_grad() = 0;
   // Whether every micro-batch's backward reduces (its gradients are not kept whole).
   virtual bool reduces_every_micro_batch() const = 0;
+  // After the backward of a micro-batch that does not reduce (not the step's last).
+  virtual void end_micro_batch() {}
   // Averages block `block`'s gradient over the group into this rank's part of it;
   // `communicate` false (a 1-bit optimizer's local step, stage 0 only) keeps the local one.
   virtual void reduce_block(int64_t block, bool communicate) = 0;
@@ -53,67 +57,94 @@ class GradientReducer {
   // The squared norm over this rank's chunks (the sharded strategies).
   double chunks_squared_norm(const std::vector<bool>& counted) const;
   void scale_chunks(double factor);
-  // Averages `buffer` (a block's summed gradient, `chunk` x world elements) to this rank's
-  // chunk: reduce-scattered, or all-reduced and narrowed (the sum, not yet divided).
-  Tensor reduce_to_chunk(const Tensor& buffer, int64_t chunk, bool reduce_scatter) const;
+  // Averages `sum` (a block's gradient summed over this rank's micro-batches, `chunk` x
+  // world elements, any floating dtype) over the group into `out` (f32): this rank's chunk
+  // (`scatter`: reduce-scattered, or all-reduced and narrowed when `reduce_scatter` is
+  // false) or the whole block; `add` adds instead of writing. The reduction runs in the
+  // communication dtype: `sum` itself when of that dtype (it is then overwritten), else a
+  // converted copy. 16-bit values are divided by the world size before the reduction
+  // (DeepSpeed's average_tensor, which keeps an fp16 sum from overflowing), f32 ones after.
+  void average_into(const Tensor& sum, const Tensor& out, int64_t chunk, bool scatter,
+                    bool reduce_scatter, bool add) const;
 
   Communicator& dp_;
   const FlatLayout& layout_;
   std::vector<Tensor>& params_;
   Device device_;
+  DType communication_;
 };
 
-// Stages 0-1: gradients accumulate in one flat f32 buffer of the layout (with f16/bf16
-// parameters, in a flat 16-bit buffer, converted to f32 block by block at the reduction:
-// Note [Mixed precision] in parallel/zero/zero_optimizer.h).
+// Stages 0-1: backward accumulates into one flat buffer of the layout in the parameters'
+// dtype. With 16-bit parameters and f32 accumulation, each micro-batch that does not reduce
+// adds that buffer into an f32 one and clears it (DeepSpeed's BF16_Optimizer), so the
+// step's sum is taken in f32 (Note [Mixed precision] in parallel/zero/zero_optimizer.h).
 class FlatGradients : public GradientReducer {
  public:
+  // `accumulation`: the dtype the micro-batches' gradients are summed in (f32 or `dtype`).
   FlatGradients(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
-                DType dtype, Device device);
+                DType dtype, DType accumulation, DType communication, Device device);
   void zero_grad() override;
   bool reduces_every_micro_batch() const override { return false; }
-  Tensor own_chunk(int64_t block) const override;
+  void end_micro_batch() override;
   int64_t bytes() const override;
-  // Parameter i's f32 gradient in the flat buffer (what a stage 0 optimizer steps).
-  Tensor param_grad(int64_t i) const;
 
  protected:
-  // Block `block`'s f32 gradient, converted from the 16-bit one when mixed.
-  Tensor block_grad(int64_t block);
+  // Block `block`'s gradient summed over the step's micro-batches: a view of f32_sum_
+  // (after adding the last micro-batch into it) or of the model's gradients.
+  Tensor block_sum(int64_t block);
 
-  Tensor flat_grads_;        // (layout.numel) f32
-  Tensor flat_model_grads_;  // (layout.numel) 16-bit, with f16/bf16 parameters only
+  Tensor model_grads_;      // (layout.numel) in the parameters' dtype: the .grad views
+  bool f32_accumulation_;   // of 16-bit gradients
+  // (layout.numel) f32: the sum of this step's earlier micro-batches with f32 accumulation
+  // (made at the first one), and stage 0's averaged gradient with 16-bit parameters (made
+  // at construction); else undefined.
+  Tensor f32_sum_;
+  bool summed_ = false;  // f32_sum_ holds earlier micro-batches of this step
 };
 
+// Stage 0: every rank averages every block, into a flat f32 buffer (the model's gradients
+// themselves with f32 parameters), which the optimizer steps.
 class AllReduceGradients final : public FlatGradients {
  public:
-  using FlatGradients::FlatGradients;
+  AllReduceGradients(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
+                     DType dtype, DType accumulation, DType communication, Device device);
   void reduce_block(int64_t block, bool communicate) override;
+  Tensor own_chunk(int64_t block) const override;
   double squared_norm(const std::vector<bool>& counted) const override;
   void scale(double factor) override;
   bool sharded() const override { return false; }
+  // Parameter i's averaged f32 gradient (what a stage 0 optimizer steps).
+  Tensor param_grad(int64_t i) const;
+
+ private:
+  Tensor averaged_;  // (layout.numel) f32: f32_sum() with 16-bit parameters, else model_grads_
 };
 
+// Stage 1: each block is reduce-scattered to its owner. With f32 parameters a rank's chunks
+// are views of the model's gradient buffer; with 16-bit ones they are an f32 shard.
 class ReduceScatterGradients final : public FlatGradients {
  public:
   ReduceScatterGradients(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
-                         DType dtype, Device device, bool reduce_scatter)
-      : FlatGradients(dp, layout, params, dtype, device), reduce_scatter_(reduce_scatter) {}
+                         DType dtype, DType accumulation, DType communication, Device device,
+                         bool reduce_scatter);
   void reduce_block(int64_t block, bool communicate) override;
+  Tensor own_chunk(int64_t block) const override;
   double squared_norm(const std::vector<bool>& counted) const override {
     return chunks_squared_norm(counted);
   }
   void scale(double factor) override { scale_chunks(factor); }
   bool sharded() const override { return true; }
+  int64_t bytes() const override;
 
  private:
   bool reduce_scatter_;  // else all-reduce (ZeroConfig::reduce_scatter)
+  Tensor grad_shard_;    // (layout.shard_numel()) f32, with 16-bit parameters
 };
 
 class BucketedGradients final : public GradientReducer {
  public:
   BucketedGradients(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
-                    Device device, bool reduce_scatter);
+                    DType communication, Device device, bool reduce_scatter);
   void zero_grad() override;
   bool reduces_every_micro_batch() const override { return true; }
   void reduce_block(int64_t block, bool communicate) override;

@@ -1,6 +1,7 @@
 #include "parallel/zero/parameter_store.h"
 
 #include "core/factories.h"
+#include "core/error.h"
 #include "core/grad_mode.h"
 
 namespace tessera::parallel {
@@ -12,32 +13,59 @@ MasterWeights::MasterWeights(Communicator& dp, const FlatLayout& layout,
   NoGradGuard no_grad;
   const bool mixed = dtype != DType::f32;
   if (dtype == DType::f16) scaler_ = std::make_unique<optim::LossScaler>(scaler);
-  // Parameters become views of the flat buffer (of the 16-bit model buffer when mixed, with
-  // the f32 masters in flat_params_); rank 0's values win.
-  flat_params_ = zeros({layout.numel}, {DType::f32, device});
+  // Parameters become views of the flat buffer: of the 16-bit model buffer when mixed, with
+  // the f32 masters whole in flat_params_ (stage 0) or sharded in master_shard_.
   if (mixed) flat_model_ = zeros({layout.numel}, {dtype, device});
+  if (mixed && sharded) {
+    master_shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
+  } else {
+    flat_params_ = zeros({layout.numel}, {DType::f32, device});
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     const FlatLayout::Param& p = layout.params[i];
-    const Tensor master = flat_params_.narrow(0, p.offset, p.numel).view(p.shape);
-    master.copy_(params_[i]);
-    if (mixed) {
-      masters_.push_back(master);
-      params_[i].set_data(flat_model_.narrow(0, p.offset, p.numel).view(p.shape));
-    } else {
-      params_[i].set_data(master);
+    if (!mixed) {
+      const Tensor view = flat_params_.narrow(0, p.offset, p.numel).view(p.shape);
+      view.copy_(params_[i]);
+      params_[i].set_data(view);
+      continue;
+    }
+    const Tensor view = flat_model_.narrow(0, p.offset, p.numel).view(p.shape);
+    view.copy_(params_[i]);
+    params_[i].set_data(view);
+    if (flat_params_.defined()) {
+      masters_.push_back(flat_params_.narrow(0, p.offset, p.numel).view(p.shape));
     }
   }
-  dp_.broadcast(flat_params_, 0);
-  round_into_model();
+  // Rank 0's values win; the masters start as the model's values, exactly.
+  if (!mixed) {
+    dp_.broadcast(flat_params_, 0);
+    return;
+  }
+  dp_.broadcast(flat_model_, 0);
+  if (flat_params_.defined()) {
+    flat_params_.copy_(flat_model_);
+    return;
+  }
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+    const int64_t block = static_cast<int64_t>(b);
+    own_chunk(block).copy_(flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()),
+                                              layout_.blocks[b].chunk));
+  }
 }
 
 Tensor MasterWeights::own_chunk(int64_t block) const {
-  return flat_params_.narrow(0, layout_.chunk_offset(block, dp_.rank()),
-                             layout_.blocks[block].chunk);
+  const FlatLayout::Block& b = layout_.blocks[block];
+  if (master_shard_.defined()) return master_shard_.narrow(0, b.shard_offset, b.chunk);
+  return flat_params_.narrow(0, layout_.chunk_offset(block, dp_.rank()), b.chunk);
+}
+
+const std::vector<Tensor>& MasterWeights::masters() const {
+  TS_INTERNAL_ASSERT(!master_shard_.defined(), "sharded masters have no whole views");
+  return masters_.empty() ? params_ : masters_;
 }
 
 void MasterWeights::after_step() {
-  if (sharded_) {
+  if (sharded_ && !master_shard_.defined()) {
     for (size_t b = 0; b < layout_.blocks.size(); ++b) {
       const FlatLayout::Block& blk = layout_.blocks[b];
       // The input must not overlap the output.
@@ -48,20 +76,59 @@ void MasterWeights::after_step() {
   round_into_model();
 }
 
+std::vector<Tensor> MasterWeights::whole() {
+  if (!master_shard_.defined()) return masters();
+  NoGradGuard no_grad;
+  const Tensor all = empty({layout_.numel}, {DType::f32, master_shard_.device()});
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+    const FlatLayout::Block& blk = layout_.blocks[b];
+    dp_.all_gather(own_chunk(static_cast<int64_t>(b)), all.narrow(0, blk.offset, blk.numel));
+  }
+  std::vector<Tensor> out;
+  for (const FlatLayout::Param& p : layout_.params) {
+    out.push_back(all.narrow(0, p.offset, p.numel).view(p.shape));
+  }
+  return out;
+}
+
 void MasterWeights::load(const std::vector<Tensor>& whole) {
   NoGradGuard no_grad;
-  const std::vector<Tensor>& targets = masters();
-  for (size_t i = 0; i < whole.size(); ++i) targets[i].copy_(whole[i]);
-  round_into_model();
+  if (!master_shard_.defined()) {
+    const std::vector<Tensor>& targets = masters();
+    for (size_t i = 0; i < whole.size(); ++i) targets[i].copy_(whole[i]);
+    round_into_model();
+    return;
+  }
+  // Every rank has the whole values: its master chunks take them in f32, the model rounded.
+  std::vector<std::pair<std::string, Tensor>> named;
+  for (size_t i = 0; i < whole.size(); ++i) {
+    named.emplace_back(layout_.params[i].name, whole[i]);
+    params_[i].copy_(whole[i]);
+  }
+  master_shard_.copy_(parallel::shard(layout_, dp_.rank(), named));
 }
 
 void MasterWeights::round_into_model() {
-  if (flat_model_.defined()) flat_model_.copy_(flat_params_);
+  if (!flat_model_.defined()) return;
+  if (!master_shard_.defined()) {
+    flat_model_.copy_(flat_params_);
+    return;
+  }
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+    const int64_t block = static_cast<int64_t>(b);
+    const FlatLayout::Block& blk = layout_.blocks[b];
+    const Tensor mine = flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), blk.chunk);
+    mine.copy_(own_chunk(block));
+    // 16 bits on the wire; the input must not overlap the output.
+    dp_.all_gather(mine.clone(), flat_model_.narrow(0, blk.offset, blk.numel));
+  }
 }
 
 int64_t MasterWeights::bytes() const {
-  int64_t n = static_cast<int64_t>(flat_params_.nbytes());
-  if (flat_model_.defined()) n += static_cast<int64_t>(flat_model_.nbytes());
+  int64_t n = 0;
+  for (const Tensor* t : {&flat_params_, &master_shard_, &flat_model_}) {
+    if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+  }
   return n;
 }
 

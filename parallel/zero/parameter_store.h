@@ -1,9 +1,10 @@
 // Where a ZeRO stage keeps the parameters the optimizer steps (Note [ZeRO stages] and Note
 // [Mixed precision] in parallel/zero/zero_optimizer.h):
 //   MasterWeights      stages 0-2: one flat f32 buffer on every rank, the parameters its
-//                      views; with f16/bf16 the parameters are views of a 16-bit copy,
-//                      rounded from the f32 masters after each step, and f16 has the loss
-//                      scaler
+//                      views; with f16/bf16 the parameters are views of a flat 16-bit
+//                      buffer, rounded from the f32 masters after each step (whole masters
+//                      at stage 0, this rank's shard of them at stages 1-2), and f16 has
+//                      the loss scaler
 //   PartitionedWeights stage 3: each rank keeps its shard; whole parameters are gathered
 //                      around the module calls that read them (partitioned_params.h)
 #pragma once
@@ -35,6 +36,10 @@ class ParameterStore {
   virtual void load(const std::vector<Tensor>& whole) = 0;
   // Bytes of the parameter buffers this rank holds.
   virtual int64_t bytes() const = 0;
+  // This rank's f32 shard of the parameters (layout.shard_numel() elements, the live buffer)
+  // where the store keeps them sharded (stage 3; 16-bit parameters at stages 1-2), else
+  // undefined: what a checkpoint saves per rank.
+  virtual Tensor shard() const { return {}; }
   // Backward's progress, for stores that gather parameters (stage 3).
   virtual void begin_backward() {}
   virtual void grad_ready(int64_t param) {}
@@ -45,21 +50,24 @@ class MasterWeights final : public ParameterStore {
  public:
   // Makes `params` (flat order of `layout`; `dtype` f32, f16 or bf16, on `device`) views of
   // the flat buffers, with rank 0's values on every rank. `sharded` (stages 1-2): a rank
-  // steps its own chunks, which after_step() all-gathers. `params` and `layout` must outlive
-  // this.
+  // steps its own chunks, which after_step() all-gathers (in 16 bits with f16/bf16, whose
+  // f32 masters are then only this rank's chunks). `params` and `layout` must outlive this.
   MasterWeights(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
                 DType dtype, Device device, bool sharded, const optim::LossScalerConfig& scaler);
 
   Tensor own_chunk(int64_t block) const override;
   void after_step() override;
-  std::vector<Tensor> whole() override { return masters(); }
+  // Collective with sharded masters: they are all-gathered into new tensors.
+  std::vector<Tensor> whole() override;
   void load(const std::vector<Tensor>& whole) override;
   int64_t bytes() const override;
+  Tensor shard() const override { return master_shard_; }
 
   // Per parameter, the f32 tensor the optimizer steps: the f32 master's view (f16/bf16), or
-  // the parameter itself (f32).
-  const std::vector<Tensor>& masters() const { return masters_.empty() ? params_ : masters_; }
-  // Rounds the f32 masters into the 16-bit model buffer (nothing at f32).
+  // the parameter itself (f32). Not with sharded masters.
+  const std::vector<Tensor>& masters() const;
+  // Rounds the f32 masters into the 16-bit model buffer (nothing at f32); with sharded
+  // masters, this rank's chunks, then all-gathers them (collective).
   void round_into_model();
   // The f16 loss scaler (null for f32 and bf16).
   optim::LossScaler* scaler() const { return scaler_.get(); }
@@ -69,9 +77,11 @@ class MasterWeights final : public ParameterStore {
   const FlatLayout& layout_;
   std::vector<Tensor>& params_;
   bool sharded_;
-  Tensor flat_params_;                         // (layout.numel) f32
-  Tensor flat_model_;                          // (layout.numel) f16/bf16 model weights; mixed only
-  std::vector<Tensor> masters_;                // f32 views of flat_params_; mixed only
+  Tensor flat_params_;   // (layout.numel) f32: the parameters, or their masters at stage 0
+  Tensor master_shard_;  // (layout.shard_numel()) f32 masters of this rank's chunks; 16-bit
+                         // parameters at stages 1-2 only
+  Tensor flat_model_;    // (layout.numel) f16/bf16 model weights; mixed only
+  std::vector<Tensor> masters_;                // f32 views of flat_params_; mixed stage 0 only
   std::unique_ptr<optim::LossScaler> scaler_;  // f16 only
 };
 
@@ -94,7 +104,7 @@ class PartitionedWeights final : public ParameterStore {
   void end_backward() override { partitioned_->end_backward(); }
 
   // This rank's shard of the parameters (layout.shard_numel() elements, the live buffer).
-  const Tensor& shard() const { return shard_; }
+  Tensor shard() const override { return shard_; }
   const PartitionedParams& partitioned() const { return *partitioned_; }
 
  private:

@@ -29,9 +29,10 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
            "[zero] the 1-bit optimizers are not compatible with ZeRO (as in DeepSpeed); expected "
            "stage 0, found stage ",
            config_.stage);
+  check_mixed_precision(precision_, config_.stage);
   const DType dtype = precision_.dtype;
-  TS_CHECK(dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16,
-           "[zero] expected a parameter precision of f32, f16 or bf16, found ", dtype_name(dtype));
+  const DType communication = precision_.communication_dtype();
+  const DType accumulation = precision_.accumulation_dtype(config_.stage);
   NoGradGuard no_grad;
   std::vector<FlatParamInfo> infos;
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -67,7 +68,8 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
   }
   // ... and the gradients, with the optimizer over what this rank steps.
   if (config_.stage == 0) {
-    auto flat = std::make_unique<AllReduceGradients>(dp_, layout_, params_, dtype, device_);
+    auto flat = std::make_unique<AllReduceGradients>(dp_, layout_, params_, dtype, accumulation,
+                                                     communication, device_);
     // Every parameter whole: the masters under the parameters' names, with the flat
     // buffer's f32 gradients (the parameters themselves at f32).
     std::vector<optim::ParamGroup> master_groups = groups_;
@@ -84,11 +86,12 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     gradients_ = std::move(flat);
   } else {
     if (config_.stage == 1) {
-      gradients_ = std::make_unique<ReduceScatterGradients>(dp_, layout_, params_, dtype, device_,
-                                                            config_.reduce_scatter);
+      gradients_ = std::make_unique<ReduceScatterGradients>(
+          dp_, layout_, params_, dtype, accumulation, communication, device_,
+          config_.reduce_scatter);
     } else {
-      gradients_ = std::make_unique<BucketedGradients>(dp_, layout_, params_, device_,
-                                                       config_.reduce_scatter);
+      gradients_ = std::make_unique<BucketedGradients>(dp_, layout_, params_, communication,
+                                                       device_, config_.reduce_scatter);
     }
     // One optimizer parameter per owned chunk, in its block's group.
     std::vector<optim::ParamGroup> chunks;
@@ -152,7 +155,10 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
   }
   in_backward_ = false;
   weights_->end_backward();
-  if (!reducing_) return;
+  if (!reducing_) {
+    gradients_->end_micro_batch();
+    return;
+  }
   // Blocks the hooks did not reduce: all of them without overlap, and any block with a
   // parameter that got no gradient. Every rank takes them in the same order.
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
@@ -325,10 +331,15 @@ StateDict ZeroOptimizer::whole_parameters() {
 }
 
 Tensor ZeroOptimizer::parameter_shard() const {
-  TS_CHECK(partitioned_ != nullptr, "[zero] parameter_shard() is for stage 3; this is stage ",
-           config_.stage);
-  return partitioned_->shard();
+  const Tensor shard = weights_->shard();
+  TS_CHECK(shard.defined(),
+           "[zero] parameter_shard() is for stage 3 and for 16-bit parameters at stages 1-2; this "
+           "is stage ",
+           config_.stage, " with ", dtype_name(precision_.dtype), " parameters");
+  return shard;
 }
+
+bool ZeroOptimizer::shards_parameters() const { return weights_->shard().defined(); }
 
 void ZeroOptimizer::load_parameters(const StateDict& whole) {
   std::map<std::string, Tensor> given(whole.begin(), whole.end());

@@ -32,15 +32,34 @@
 //
 // Note [Mixed precision]
 // With MixedPrecision::dtype f16 or bf16 (DeepSpeed's fp16 / bf16 sections) the model's
-// parameters are views of a flat 16-bit buffer and its gradients accumulate in a flat
-// 16-bit buffer (stages 0-1) or go straight into the f32 block buffers (stage 2). The
-// optimizer steps f32 master weights (MasterWeights' flat buffer, the one f32 training uses), whose
-// gradients are the 16-bit ones converted at the reduction, so state, reductions, norms
-// and the step are f32 as in DeepSpeed. After the step the masters are rounded into the
-// model's buffer. With f16 the loss is multiplied by the loss scale before backward;
+// parameters are views of a flat 16-bit buffer, and the optimizer steps f32 master weights
+// with f32 gradients, so its state, norms and step are f32 as in DeepSpeed. Per stage, with
+// W ranks, the bytes per parameter a rank holds (Adam; configs/README.md has the table):
+//   0  whole f32 masters; backward accumulates into a flat 16-bit gradient buffer, averaged
+//      block by block into a flat f32 one: 2 + 2 + 4 + 12 = 20
+//   1  the f32 masters of this rank's chunks only; the 16-bit buffer's blocks are
+//      reduce-scattered into an f32 gradient shard: 2 + 2 + (4 + 12) / W
+//   2  as 1, with no 16-bit buffer: each block's gradients are reduced as backward
+//      completes them and added into the f32 shard: 2 + (4 + 12) / W
+// After the step each rank rounds its masters' chunks into the model's buffer and the
+// chunks are all-gathered in 16 bits. DeepSpeed's stage 1-2 optimizer
+// (deepspeed/runtime/zero/stage_1_and_2.py) holds the same buffers, plus a 16-bit gradient
+// partition at stage 2 (its estimator's 2 + 18 / W).
+// Gradients are reduced in MixedPrecision::communication_dtype() (DeepSpeed's
+// communication_data_type, default the parameters' dtype): 16-bit values are divided by W
+// before the reduction and summed with f32 arithmetic (Note [16-bit reductions] in
+// parallel/comm/communicator.h; NCCL sums in 16 bits), f32 ones averaged after it.
+// Over a step's micro-batches, stages 0-1 accumulate in accumulation_dtype(): bf16 in f32
+// by default (DeepSpeed's BF16_Optimizer): each micro-batch that does not reduce adds the
+// 16-bit buffer into a flat f32 sum, made at the first such micro-batch, and clears it;
+// f16 in f16, as DeepSpeed does. Pipeline stages keep the 16-bit sum, as DeepSpeed's
+// pipeline engine does, because the tied embedding's copies are summed in the model's
+// gradients. Stages 2-3 add every micro-batch into the f32 shard.
+// With f16 the loss is multiplied by the loss scale before backward;
 // clip_grad_norm() detects inf/nan in the scaled gradients (overflow) and otherwise unscales
 // and clips in one multiply (DeepSpeed's unscale_and_clip_grads); step() updates the scaler
-// and skips the step on overflow. Checkpoints hold the f32 masters.
+// and skips the step on overflow. Checkpoints hold the f32 masters: whole at stage 0, each
+// rank's shard at stages 1-2 (parameter_shard(), as stage 3's parameters).
 //
 // Reductions are sums in rank order and averaging is one multiply, so all ranks hold
 // bitwise identical gradients, norms and parameters. Against one process with the same
@@ -81,6 +100,7 @@
 #include "parallel/compression/onebit_optimizer.h"
 #include "parallel/zero/flat_layout.h"
 #include "parallel/zero/gradient_reducer.h"
+#include "parallel/zero/mixed_precision.h"
 #include "parallel/zero/parameter_store.h"
 #include "parallel/zero/partitioned_params.h"
 #include "parallel/zero/zero_config.h"
@@ -94,12 +114,6 @@ struct ModelStateBytes {
   int64_t grads = 0;
   int64_t optimizer = 0;
   int64_t total() const { return params + grads + optimizer; }
-};
-
-// The dtype of the model's parameters and gradients (Note [Mixed precision]).
-struct MixedPrecision {
-  DType dtype = DType::f32;        // f32, or f16/bf16 with f32 master weights
-  optim::LossScalerConfig scaler;  // used with f16 only
 };
 
 class ZeroOptimizer {
@@ -175,8 +189,11 @@ class ZeroOptimizer {
   // stage 3, where the parameters are gathered one at a time into new tensors; the f32
   // master weights with f16/bf16; the model's own tensors otherwise.
   StateDict whole_parameters();
-  // Stage 3: this rank's shard of the parameters (layout().shard_numel() elements, the
-  // live buffer). Other stages hold whole parameters in the model.
+  // Whether the f32 parameters are sharded over dp: stage 3, and the f32 masters of 16-bit
+  // parameters at stages 1-2.
+  bool shards_parameters() const;
+  // Then this rank's shard of them (layout().shard_numel() elements, the live buffer), which
+  // a checkpoint saves per rank.
   Tensor parameter_shard() const;
   // Sets every parameter (and f32 master) from whole f32 tensors (name -> tensor, like
   // Module::state_dict(); exactly the trainable parameters), all checked before any

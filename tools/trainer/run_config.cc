@@ -114,8 +114,8 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   // Cross-key checks come after finish(): a misspelt key is the error to report, not the
   // inconsistency its default causes.
   parallel::finish_engine_config(c.engine, world_size);
-  if (c.engine.precision != DType::f32) {
-    const char* key = c.engine.precision == DType::f16 ? "fp16" : "bf16";
+  if (c.engine.mixed_precision.dtype != DType::f32) {
+    const char* key = c.engine.mixed_precision.dtype == DType::f16 ? "fp16" : "bf16";
     TS_CHECK(c.engine.zero.stage <= 2, "[config] $.zero_optimization.stage: ", key,
              " training shards fp32 master weights at stages 0-2; expected at most 2, found ",
              c.engine.zero.stage);

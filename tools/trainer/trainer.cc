@@ -198,7 +198,7 @@ void Trainer::sample_text() {
 }
 
 bool Trainer::cpu_bf16() const {
-  return !cfg_.trainer.device.is_cuda() && cfg_.engine.precision == DType::bf16 &&
+  return !cfg_.trainer.device.is_cuda() && cfg_.engine.mixed_precision.dtype == DType::bf16 &&
          kernels::cpu::kHaveBf16Gemm;
 }
 

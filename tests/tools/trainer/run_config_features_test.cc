@@ -28,16 +28,16 @@ TEST_CASE("mixed precision is read for CPU and CUDA runs, with fp16's loss-scale
   d["fp16"] = {{"enabled", true}, {"initial_scale_power", 12}, {"hysteresis", 3}};
   const RunConfig c = parse(d);
   CHECK(c.trainer.device == Device::cuda(1));
-  CHECK(c.engine.precision == DType::f16);
-  CHECK(c.engine.loss_scaler.initial_scale_power == 12);
-  CHECK(c.engine.loss_scaler.hysteresis == 3);
-  CHECK(c.engine.loss_scaler.window == 1000);
+  CHECK(c.engine.mixed_precision.dtype == DType::f16);
+  CHECK(c.engine.mixed_precision.scaler.initial_scale_power == 12);
+  CHECK(c.engine.mixed_precision.scaler.hysteresis == 3);
+  CHECK(c.engine.mixed_precision.scaler.window == 1000);
   d.erase("fp16");
   d["bf16"] = {{"enabled", true}};
-  CHECK(parse(d).engine.precision == DType::bf16);
+  CHECK(parse(d).engine.mixed_precision.dtype == DType::bf16);
   d["trainer"]["device"] = "cpu";  // the CPU kernels take 16-bit tensors too
-  CHECK(parse(d).engine.precision == DType::bf16);
-  CHECK(parse(base_config()).engine.precision == DType::f32);
+  CHECK(parse(d).engine.mixed_precision.dtype == DType::bf16);
+  CHECK(parse(base_config()).engine.mixed_precision.dtype == DType::f32);
   CHECK(parse(base_config()).trainer.device == Device::cpu());
   CHECK(error_after([](Json& j) { j["trainer"]["device"] = "gpu"; }) ==
         "[config] $.trainer.device: expected \"cpu\", \"cuda\" or \"cuda:N\", found \"gpu\"");
