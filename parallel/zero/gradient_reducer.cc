@@ -51,6 +51,14 @@ bool overlap(const Tensor& a, const Tensor& b) {
 void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t chunk,
                                    bool scatter, bool reduce_scatter, bool add) const {
   const int world = dp_.size();
+  if (world == 1) {  // nothing crosses a wire, so nothing is rounded to its dtype
+    if (add) {
+      kernels::axpy_(out, sum.to(DType::f32));
+    } else if (sum.raw_data() != out.raw_data()) {
+      out.copy_(sum);
+    }
+    return;
+  }
   // The reduction's buffer, in the communication dtype: `sum` itself, or `out` when it is
   // the whole f32 block, or a converted copy.
   Tensor buffer = sum;
@@ -63,7 +71,7 @@ void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t
     }
   }
   const bool half = is_half(communication_);
-  if (half && world > 1) kernels::scale_(buffer, 1.0 / world);
+  if (half) kernels::scale_(buffer, 1.0 / world);
   Tensor reduced;
   if (scatter && reduce_scatter) {
     const bool direct = communication_ == DType::f32 && !add && !overlap(out, buffer);
@@ -73,7 +81,7 @@ void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t
     dp_.all_reduce(buffer);
     reduced = scatter ? buffer.narrow(0, dp_.rank() * chunk, chunk) : buffer;
   }
-  const double factor = half || world == 1 ? 1.0 : 1.0 / world;
+  const double factor = half ? 1.0 : 1.0 / world;
   if (add) {
     kernels::axpy_(out, reduced.to(DType::f32), factor);
     return;

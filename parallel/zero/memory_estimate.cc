@@ -24,6 +24,24 @@ int64_t fp32_model_state_bytes(int stage, int64_t params, int world) {
   }
 }
 
+int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_accumulation) {
+  TS_CHECK(stage >= 0 && stage <= 2,
+           "[estimate_memory] 16-bit parameters train at ZeRO stages 0-2; expected one of them, "
+           "found ",
+           stage);
+  TS_CHECK(params >= 0, "[estimate_memory] expected a parameter count >= 0, found ", params);
+  TS_CHECK(world >= 1, "[estimate_memory] expected a world size >= 1, found ", world);
+  const int64_t shard = (params + world - 1) / world;
+  switch (stage) {
+    case 0:
+      return 20 * params;
+    case 1:
+      return 4 * params + 16 * shard + (f32_accumulation ? 4 * params : 0);
+    default:
+      return 2 * params + 16 * shard;
+  }
+}
+
 namespace {
 
 void check_cluster(int64_t params, int gpus_per_node, int nodes) {

@@ -16,6 +16,17 @@ namespace tessera::parallel {
 // with S = ceil(P / world). Bucket and gathered-parameter buffers come on top.
 int64_t fp32_model_state_bytes(int stage, int64_t params, int world);
 
+// Note [16-bit model states]
+// With fp16/bf16 parameters (Note [Mixed precision] in parallel/zero/zero_optimizer.h) a
+// rank holds the 16-bit parameters (2 bytes), a 16-bit gradient buffer (2, stages 0-1), the
+// f32 averaged gradient (4), f32 masters (4) and Adam moments (8), sharded as
+//   stage 0: 20 P    stage 1: 4 P + 16 S    stage 2: 2 P + 16 S
+// with S = ceil(P / world); bf16 accumulation in f32 over several micro-batches adds a
+// flat f32 sum at stage 1 (4 P; stage 0 sums in its averaged gradient). DeepSpeed's
+// stage_1_and_2.py holds the same at stage 1 and a 16-bit gradient partition more at
+// stage 2 (its estimator: 2 P + 18 P / world). Stage 3 keeps 16-bit parameters refused.
+int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_accumulation);
+
 // Device and host bytes, as DeepSpeed's estimators report them.
 struct DeviceHostBytes {
   double device = 0;

@@ -39,6 +39,33 @@ TEST_CASE("mixed precision is read for CPU and CUDA runs, with fp16's loss-scale
   CHECK(parse(d).engine.mixed_precision.dtype == DType::bf16);
   CHECK(parse(base_config()).engine.mixed_precision.dtype == DType::f32);
   CHECK(parse(base_config()).trainer.device == Device::cpu());
+  // communication_data_type and data_types.grad_accum_dtype (DtypeEnum's names there).
+  CHECK(!parse(d).engine.mixed_precision.communication.has_value());
+  CHECK(parse(d).engine.mixed_precision.communication_dtype() == DType::bf16);
+  CHECK(parse(d).engine.mixed_precision.accumulation_dtype(0) == DType::f32);
+  d["communication_data_type"] = "fp32";
+  d["data_types"] = {{"grad_accum_dtype", "bfloat16"}};
+  CHECK(parse(d).engine.mixed_precision.communication_dtype() == DType::f32);
+  CHECK(parse(d).engine.mixed_precision.accumulation_dtype(1) == DType::bf16);
+  CHECK(error_after([](Json& j) { j["communication_data_type"] = "float16"; }) ==
+        "[config] $.communication_data_type: expected \"fp32\", \"fp16\" or \"bf16\", found "
+        "\"float16\"");
+  CHECK(error_after([](Json& j) { j["data_types"] = {{"grad_accum_dtype", "int8"}}; }) ==
+        "[config] $.data_types.grad_accum_dtype: expected \"fp32\", \"fp16\" or \"bf16\" (or "
+        "another name of DeepSpeed's DtypeEnum), found \"int8\"");
+  CHECK(error_after([](Json& j) {
+          j["bf16"] = {{"enabled", true}};
+          j["data_types"] = {{"grad_accum_dtype", "fp16"}};
+        }) ==
+        "[config] $.data_types.grad_accum_dtype: gradients accumulate in fp32 or in the model's "
+        "bf16; expected one of them, found f16");
+  CHECK(error_after([](Json& j) {
+          j["bf16"] = {{"enabled", true}};
+          j["zero_optimization"] = {{"stage", 2}};
+          j["data_types"] = {{"grad_accum_dtype", "bf16"}};
+        }) ==
+        "[config] $.data_types.grad_accum_dtype: ZeRO stage 2 adds each micro-batch's reduced "
+        "gradient into an fp32 shard; expected fp32, found bf16");
   CHECK(error_after([](Json& j) { j["trainer"]["device"] = "gpu"; }) ==
         "[config] $.trainer.device: expected \"cpu\", \"cuda\" or \"cuda:N\", found \"gpu\"");
   CHECK(error_after([](Json& j) {
@@ -80,8 +107,8 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
         "[config] $.zero_optimization.offload_optimizer is not supported: ZeRO-Offload is not "
         "implemented yet");
   CHECK(error_after([](Json& d) { d["gradient_predivide_factor"] = 2.0; }) ==
-        "[config] $.gradient_predivide_factor: gradients are averaged after the reduction; "
-        "expected 1.0, found 2");
+        "[config] $.gradient_predivide_factor: gradients are averaged by the reduction's dtype "
+        "(f32 after it, 16-bit before it); expected 1.0, found 2");
   CHECK(error_after([](Json& d) {
           d["optimizer"]["type"] = "OneBitAdam";
           d["zero_optimization"] = {{"stage", 1}};
