@@ -1,6 +1,6 @@
 // estimate_memory: model-state memory per rank under ZeRO stages 0-3 for a GPT, before a
-// run: Tessera's fp32 training (parallel/zero/memory_estimate.h) and DeepSpeed's own
-// estimators for mixed-precision GPU training.
+// run: Tessera's fp32 and fp16/bf16 training (parallel/zero/memory_estimate.h) and
+// DeepSpeed's own estimators for mixed-precision GPU training.
 //
 //   bazel run //tools:estimate_memory -- --model gpt2-xl --world 1,2,4,8
 //   bazel run //tools:estimate_memory -- --config configs/gpt2_124m.json
@@ -93,6 +93,19 @@ int body(int argc, char** argv) {
     std::printf("%8d", world);
     for (int stage = 0; stage <= 3; ++stage) {
       std::printf(" %10.3f", gib(parallel::fp32_model_state_bytes(stage, params, world)));
+    }
+    std::printf("\n");
+  }
+
+  std::printf(
+      "\nTessera fp16/bf16 training, model states per rank in GiB (16-bit parameters 2 and\n"
+      "gradients 2 (stages 0-1), f32 gradients 4, masters 4, Adam moments 8 bytes per\n"
+      "parameter; stage 3 takes fp32 parameters only):\n");
+  std::printf("%8s %10s %10s %10s\n", "world", "stage 0", "stage 1", "stage 2");
+  for (const int world : worlds) {
+    std::printf("%8d", world);
+    for (int stage = 0; stage <= 2; ++stage) {
+      std::printf(" %10.3f", gib(parallel::mixed_model_state_bytes(stage, params, world, false)));
     }
     std::printf("\n");
   }

@@ -26,6 +26,21 @@ TEST_CASE("fp32 model states per rank follow Note [fp32 model states]", "[zero]"
           "[estimate_memory] expected a ZeRO stage in 0..3, found 4");
 }
 
+TEST_CASE("16-bit model states per rank follow Note [16-bit model states]", "[zero]") {
+  const int64_t p = 1001;
+  for (int world : {1, 2, 3, 4}) {
+    const int64_t shard = (p + world - 1) / world;
+    REQUIRE(mixed_model_state_bytes(0, p, world, false) == 20 * p);
+    REQUIRE(mixed_model_state_bytes(0, p, world, true) == 20 * p);
+    REQUIRE(mixed_model_state_bytes(1, p, world, false) == 4 * p + 16 * shard);
+    REQUIRE(mixed_model_state_bytes(1, p, world, true) == 8 * p + 16 * shard);
+    REQUIRE(mixed_model_state_bytes(2, p, world, true) == 2 * p + 16 * shard);
+  }
+  REQUIRE(testing::error_of([] { mixed_model_state_bytes(3, 10, 1, false); }) ==
+          "[estimate_memory] 16-bit parameters train at ZeRO stages 0-2; expected one of them, "
+          "found 3");
+}
+
 // DeepSpeed's reference vectors (deepspeed.md 5.5): 2851e6 parameters, largest layer
 // 32e6, one node of 8 GPUs, GiB rounded to two decimals.
 TEST_CASE("DeepSpeed's ZeRO-2 and ZeRO-3 estimates match its reference values", "[zero]") {
