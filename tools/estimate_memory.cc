@@ -100,11 +100,11 @@ int body(int argc, char** argv) {
   std::printf(
       "\nTessera fp16/bf16 training, model states per rank in GiB (16-bit parameters 2 and\n"
       "gradients 2 (stages 0-1), f32 gradients 4, masters 4, Adam moments 8 bytes per\n"
-      "parameter; stage 3 takes fp32 parameters only):\n");
-  std::printf("%8s %10s %10s %10s\n", "world", "stage 0", "stage 1", "stage 2");
+      "parameter; stage 3 adds no 16-bit gradient buffer and shards the parameters too):\n");
+  std::printf("%8s %10s %10s %10s %10s\n", "world", "stage 0", "stage 1", "stage 2", "stage 3");
   for (const int world : worlds) {
     std::printf("%8d", world);
-    for (int stage = 0; stage <= 2; ++stage) {
+    for (int stage = 0; stage <= 3; ++stage) {
       std::printf(" %10.3f", gib(parallel::mixed_model_state_bytes(stage, params, world, false)));
     }
     std::printf("\n");

@@ -25,9 +25,7 @@ int64_t fp32_model_state_bytes(int stage, int64_t params, int world) {
 }
 
 int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_accumulation) {
-  TS_CHECK(stage >= 0 && stage <= 2,
-           "[estimate_memory] 16-bit parameters train at ZeRO stages 0-2; expected one of them, "
-           "found ",
+  TS_CHECK(stage >= 0 && stage <= 3, "[estimate_memory] expected a ZeRO stage in 0..3, found ",
            stage);
   TS_CHECK(params >= 0, "[estimate_memory] expected a parameter count >= 0, found ", params);
   TS_CHECK(world >= 1, "[estimate_memory] expected a world size >= 1, found ", world);
@@ -37,8 +35,10 @@ int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_a
       return 20 * params;
     case 1:
       return 4 * params + 16 * shard + (f32_accumulation ? 4 * params : 0);
-    default:
+    case 2:
       return 2 * params + 16 * shard;
+    default:
+      return 18 * shard;
   }
 }
 

@@ -20,11 +20,12 @@ int64_t fp32_model_state_bytes(int stage, int64_t params, int world);
 // With fp16/bf16 parameters (Note [Mixed precision] in parallel/zero/zero_optimizer.h) a
 // rank holds the 16-bit parameters (2 bytes), a 16-bit gradient buffer (2, stages 0-1), the
 // f32 averaged gradient (4), f32 masters (4) and Adam moments (8), sharded as
-//   stage 0: 20 P    stage 1: 4 P + 16 S    stage 2: 2 P + 16 S
+//   stage 0: 20 P    stage 1: 4 P + 16 S    stage 2: 2 P + 16 S    stage 3: 18 S
 // with S = ceil(P / world); bf16 accumulation in f32 over several micro-batches adds a
 // flat f32 sum at stage 1 (4 P; stage 0 sums in its averaged gradient). DeepSpeed's
 // stage_1_and_2.py holds the same at stage 1 and a 16-bit gradient partition more at
-// stage 2 (its estimator: 2 P + 18 P / world). Stage 3 keeps 16-bit parameters refused.
+// stage 2 (its estimator: 2 P + 18 P / world); its stage 3 estimate is 18 P / world.
+// Stage 3's persistent parameters and gathered ones come on top.
 int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_accumulation);
 
 // Device and host bytes, as DeepSpeed's estimators report them.

@@ -149,7 +149,7 @@ Tensor PartitionedWeights::own_chunk(int64_t block) const {
 }
 
 int64_t PartitionedWeights::bytes() const {
-  return static_cast<int64_t>(shard_.nbytes()) + partitioned_->persistent_bytes();
+  return static_cast<int64_t>(shard_.nbytes()) + partitioned_->bytes();
 }
 
 }  // namespace tessera::parallel

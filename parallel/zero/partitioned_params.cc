@@ -20,18 +20,22 @@ PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
   live_.assign(n, false);
   forward_pins_.assign(n, 0);
   backward_pinned_.assign(n, false);
+  const DType dtype = n > 0 ? params_[0].dtype() : DType::f32;
+  if (is_half(dtype)) model_shard_ = zeros({layout_.shard_numel()}, {dtype});
   for (size_t i = 0; i < n; ++i) {
     const FlatLayout::Param& p = layout_.params[i];
     const FlatLayout::Block& b = layout_.blocks[i];
     TS_INTERNAL_ASSERT(b.first_param == static_cast<int64_t>(i), "parameter ", p.name,
                        " shares its block");
     index_[params_[i].impl()] = static_cast<int64_t>(i);
-    // The padded parameter, rank 0's values, then this rank's chunk of it.
-    Tensor padded = zeros({b.numel});
+    // The padded parameter, rank 0's values, then this rank's chunk of it (in f32, and as
+    // the 16-bit source of the gathers).
+    Tensor padded = zeros({b.numel}, {dtype});
     padded.narrow(0, 0, p.numel).copy_(params_[i].reshape({p.numel}));
     dp_.broadcast(padded, 0);
-    shard_.narrow(0, b.shard_offset, b.chunk)
-        .copy_(padded.narrow(0, dp_.rank() * b.chunk, b.chunk));
+    const Tensor mine = padded.narrow(0, dp_.rank() * b.chunk, b.chunk);
+    shard_.narrow(0, b.shard_offset, b.chunk).copy_(mine);
+    if (model_shard_.defined()) model_shard_.narrow(0, b.shard_offset, b.chunk).copy_(mine);
     params_[i].set_data(padded.narrow(0, 0, p.numel).view(p.shape));
     gather_.push_back(padded);
     persistent_[i] = p.numel <= config_.stage3_param_persistence_threshold;
@@ -61,7 +65,7 @@ void PartitionedParams::fetch(int64_t i) {
   const FlatLayout::Block& b = layout_.blocks[i];
   const Tensor& whole = gather_[i];
   whole.storage().reallocate(static_cast<size_t>(b.numel) * whole.itemsize());
-  dp_.all_gather(shard_.narrow(0, b.shard_offset, b.chunk), whole);
+  dp_.all_gather(source_chunk(i), whole);
   live_[i] = true;
   live_numel_ += layout_.params[i].numel;
   peak_live_numel_ = std::max(peak_live_numel_, live_numel_);
@@ -207,12 +211,17 @@ void PartitionedParams::end_backward() {
   }
 }
 
+Tensor PartitionedParams::source_chunk(int64_t i) const {
+  const FlatLayout::Block& b = layout_.blocks[i];
+  return (model_shard_.defined() ? model_shard_ : shard_).narrow(0, b.shard_offset, b.chunk);
+}
+
 void PartitionedParams::after_step() {
   NoGradGuard no_grad;
+  if (model_shard_.defined()) model_shard_.copy_(shard_);  // rounds the f32 masters
   for (size_t i = 0; i < params_.size(); ++i) {
-    const FlatLayout::Block& b = layout_.blocks[i];
     if (persistent_[i]) {
-      dp_.all_gather(shard_.narrow(0, b.shard_offset, b.chunk), gather_[i]);
+      dp_.all_gather(source_chunk(static_cast<int64_t>(i)), gather_[i]);
     } else {
       TS_CHECK(forward_pins_[i] == 0 && !backward_pinned_[i], "[zero] stage 3: parameter \"",
                layout_.params[i].name, "\" is in use by a module call during the step");
@@ -242,6 +251,7 @@ void PartitionedParams::load(const std::vector<Tensor>& whole) {
       release(static_cast<int64_t>(i));
     }
   }
+  if (model_shard_.defined()) model_shard_.copy_(shard_);
 }
 
 std::vector<Tensor> PartitionedParams::gather_all() {
@@ -257,10 +267,10 @@ std::vector<Tensor> PartitionedParams::gather_all() {
   return out;
 }
 
-int64_t PartitionedParams::persistent_bytes() const {
-  int64_t bytes = 0;
+int64_t PartitionedParams::bytes() const {
+  int64_t bytes = model_shard_.defined() ? static_cast<int64_t>(model_shard_.nbytes()) : 0;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (persistent_[i]) bytes += layout_.blocks[i].numel * static_cast<int64_t>(sizeof(float));
+    if (persistent_[i]) bytes += static_cast<int64_t>(gather_[i].nbytes());
   }
   return bytes;
 }

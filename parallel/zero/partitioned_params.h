@@ -4,7 +4,8 @@
 // Note [ZeRO-3 parameters]
 // The layout has one block per parameter (make_flat_layout with block_numel 1): every
 // parameter is padded to a multiple of W and rank r owns chunk r of it, in this rank's
-// flat fp32 shard. Each parameter tensor views its own gather storage (core/storage.h),
+// flat fp32 shard. With 16-bit parameters that shard holds their f32 masters, and a 16-bit
+// copy of it, rounded after each step, is what the gathers send (DeepSpeed's ds_tensor). Each parameter tensor views its own gather storage (core/storage.h),
 // the padded parameter, which is allocated and all-gathered from the shards when the
 // parameter is needed and released after; autograd nodes that saved the parameter keep a
 // handle of the same storage, so they see it gathered again before their backward runs.
@@ -41,10 +42,11 @@ namespace tessera::parallel {
 
 class PartitionedParams final : public ModuleHooks {
  public:
-  // `params` in the flat order of `layout` (one block per parameter), holding the same
-  // values on every rank. Copies this rank's chunks into `shard` (layout.shard_numel()
-  // elements) and points each parameter at its gather storage: persistent ones gathered,
-  // the others released.
+  // `params` in the flat order of `layout` (one block per parameter), of one dtype (f32,
+  // f16 or bf16), holding the same values on every rank. Copies this rank's chunks into
+  // `shard` (f32, layout.shard_numel() elements; with 16-bit parameters their f32 masters,
+  // rounded into a 16-bit shard that the gathers send) and points each parameter at its
+  // gather storage: persistent ones gathered, the others released.
   PartitionedParams(Communicator& dp, const FlatLayout& layout, std::vector<Tensor> params,
                     Tensor shard, const ZeroConfig& config);
 
@@ -70,8 +72,9 @@ class PartitionedParams final : public ModuleHooks {
   // Elements of non-persistent parameters gathered now, and the most at any time.
   int64_t live_numel() const { return live_numel_; }
   int64_t peak_live_numel() const { return peak_live_numel_; }
-  // Bytes of the persistent parameters' whole copies.
-  int64_t persistent_bytes() const;
+  // Bytes held besides the f32 shard: the 16-bit shard and the persistent parameters'
+  // whole copies.
+  int64_t bytes() const;
 
  private:
   // The non-persistent parameters among m's own (looked up once per module).
@@ -81,6 +84,8 @@ class PartitionedParams final : public ModuleHooks {
   // Makes room for `numel` more live elements by releasing unpinned parameters; false
   // when the bound cannot be met.
   bool make_room(int64_t numel);
+  // Parameter i's chunk the gathers send: of the 16-bit shard, or of the f32 one.
+  Tensor source_chunk(int64_t i) const;
   // Gathers `ids` and pins them (forward or backward pin).
   void fetch_pinned(const Module& m, const std::vector<int64_t>& ids, bool backward);
   // Prefetches along the trace from position `from`, stepping by `dir` (+1 or -1).
@@ -92,7 +97,8 @@ class PartitionedParams final : public ModuleHooks {
   const FlatLayout& layout_;
   ZeroConfig config_;
   std::vector<Tensor> params_;
-  Tensor shard_;
+  Tensor shard_;        // (layout.shard_numel()) f32: the parameters, or their masters
+  Tensor model_shard_;  // (layout.shard_numel()) f16/bf16, with 16-bit parameters only
   std::vector<Tensor> gather_;  // per parameter: (block numel), sharing the parameter's storage
   std::vector<bool> persistent_;
   std::vector<bool> live_;

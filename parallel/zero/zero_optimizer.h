@@ -41,10 +41,13 @@
 //      reduce-scattered into an f32 gradient shard: 2 + 2 + (4 + 12) / W
 //   2  as 1, with no 16-bit buffer: each block's gradients are reduced as backward
 //      completes them and added into the f32 shard: 2 + (4 + 12) / W
+//   3  as 2, and the parameters are a 16-bit shard too (Note [ZeRO-3 parameters]):
+//      (2 + 4 + 12) / W
 // After the step each rank rounds its masters' chunks into the model's buffer and the
-// chunks are all-gathered in 16 bits. DeepSpeed's stage 1-2 optimizer
-// (deepspeed/runtime/zero/stage_1_and_2.py) holds the same buffers, plus a 16-bit gradient
-// partition at stage 2 (its estimator's 2 + 18 / W).
+// chunks are all-gathered in 16 bits (stage 3: into its 16-bit shard, gathered when
+// used). DeepSpeed's stage 1-2 optimizer (deepspeed/runtime/zero/stage_1_and_2.py) holds
+// the same buffers, plus a 16-bit gradient partition at stage 2 (its estimator's
+// 2 + 18 / W); its stage 3 estimate is 18 / W.
 // Gradients are reduced in MixedPrecision::communication_dtype() (DeepSpeed's
 // communication_data_type, default the parameters' dtype): 16-bit values are divided by W
 // before the reduction and summed with f32 arithmetic (Note [16-bit reductions] in
@@ -59,7 +62,7 @@
 // clip_grad_norm() detects inf/nan in the scaled gradients (overflow) and otherwise unscales
 // and clips in one multiply (DeepSpeed's unscale_and_clip_grads); step() updates the scaler
 // and skips the step on overflow. Checkpoints hold the f32 masters: whole at stage 0, each
-// rank's shard at stages 1-2 (parameter_shard(), as stage 3's parameters).
+// rank's shard at stages 1-3 (parameter_shard()).
 //
 // Reductions are sums in rank order and averaging is one multiply, so all ranks hold
 // bitwise identical gradients, norms and parameters. Against one process with the same
@@ -120,7 +123,7 @@ class ZeroOptimizer {
  public:
   // `groups` as optim::decay_groups(model) makes them; every parameter must be a
   // contiguous tensor of precision.dtype that requires grad, all on one device (any device
-  // at stages 0-2; f32 on the CPU at stage 3). LAMB with stage >= 1 is refused. Stage 3
+  // at stages 0-2; the CPU at stage 3). LAMB with stage >= 1 is refused. Stage 3
   // installs its hooks on `model`; parameters must be read inside a ModuleCall of their
   // module: a Layer's call operator opens one (autograd/module.h). The destructor removes the
   // hooks; a stage 3 model's partitioned parameters then hold no values (take whole_parameters()

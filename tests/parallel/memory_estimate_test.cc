@@ -35,10 +35,10 @@ TEST_CASE("16-bit model states per rank follow Note [16-bit model states]", "[ze
     REQUIRE(mixed_model_state_bytes(1, p, world, false) == 4 * p + 16 * shard);
     REQUIRE(mixed_model_state_bytes(1, p, world, true) == 8 * p + 16 * shard);
     REQUIRE(mixed_model_state_bytes(2, p, world, true) == 2 * p + 16 * shard);
+    REQUIRE(mixed_model_state_bytes(3, p, world, true) == 18 * shard);
   }
-  REQUIRE(testing::error_of([] { mixed_model_state_bytes(3, 10, 1, false); }) ==
-          "[estimate_memory] 16-bit parameters train at ZeRO stages 0-2; expected one of them, "
-          "found 3");
+  REQUIRE(testing::error_of([] { mixed_model_state_bytes(4, 10, 1, false); }) ==
+          "[estimate_memory] expected a ZeRO stage in 0..3, found 4");
 }
 
 // DeepSpeed's reference vectors (deepspeed.md 5.5): 2851e6 parameters, largest layer

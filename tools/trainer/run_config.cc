@@ -114,18 +114,16 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   // Cross-key checks come after finish(): a misspelt key is the error to report, not the
   // inconsistency its default causes.
   parallel::finish_engine_config(c.engine, world_size);
-  if (c.engine.mixed_precision.dtype != DType::f32) {
-    const char* key = c.engine.mixed_precision.dtype == DType::f16 ? "fp16" : "bf16";
-    TS_CHECK(c.engine.zero.stage <= 2, "[config] $.zero_optimization.stage: ", key,
-             " training shards fp32 master weights at stages 0-2; expected at most 2, found ",
-             c.engine.zero.stage);
-  }
   check_model_run(c);
   const int64_t tp = c.engine.tensor_parallel.tp_size, stages = c.engine.pipeline.stages;
   TS_CHECK(!c.trainer.device.is_cuda() || tp * stages == 1, "[config] $.trainer.device: ",
            "pipeline and tensor parallelism run on CPU ranks (MPI or threads) for now; expected "
            "\"cpu\" with pipeline.stages ",
            stages, " and tensor_parallel.tp_size ", tp);
+  TS_CHECK(!c.trainer.device.is_cuda() || c.engine.zero.stage <= 2,
+           "[config] $.zero_optimization.stage: stage 3 partitions parameters on CPU ranks for "
+           "now; expected at most 2 with trainer.device \"",
+           c.trainer.device.str(), "\", found 3");
   TS_CHECK(!c.checkpoint_activations || c.engine.pipeline.activation_checkpoint_interval == 0,
            "[config] $.pipeline.activation_checkpoint_interval: model.checkpoint_activations ",
            "already checkpoints every block; expected one of the two");

@@ -78,8 +78,8 @@ TEST_CASE("mixed precision is read for CPU and CUDA runs, with fp16's loss-scale
           j["bf16"] = {{"enabled", true}};
           j["zero_optimization"] = {{"stage", 3}};
         }) ==
-        "[config] $.zero_optimization.stage: bf16 training shards fp32 master weights at stages "
-        "0-2; expected at most 2, found 3");
+        "[config] $.zero_optimization.stage: stage 3 partitions parameters on CPU ranks for now; "
+        "expected at most 2 with trainer.device \"cuda:0\", found 3");
 }
 
 TEST_CASE("features this build does not have are refused, saying why", "[run_config]") {

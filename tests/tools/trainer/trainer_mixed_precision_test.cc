@@ -1,5 +1,5 @@
 // bf16 and fp16 training on the CPU, end to end on data-parallel thread ranks: ZeRO stages
-// 0-2 at 2 and 3 ranks against the one-rank mixed-precision run, and resume from a
+// 0-3 at 2 and 3 ranks against the one-rank mixed-precision run, and resume from a
 // mixed-precision checkpoint (bitwise at the same layout; a bf16 one at another world size
 // and stage).
 #include <catch2/catch.hpp>
@@ -33,7 +33,7 @@ Json precision(const std::string& dtype) {
 // every case here: 1.3e-3).
 double tolerance(const std::string& dtype) { return dtype == "bf16" ? 5e-3 : 3e-3; }
 
-TEST_CASE("bf16 and fp16 data-parallel runs at ZeRO stages 0-2 follow the one-rank run",
+TEST_CASE("bf16 and fp16 data-parallel runs at ZeRO stages 0-3 follow the one-rank run",
           "[trainer][mixed]") {
   const fs::path root = testing::fresh_dir("trainer_mixed_equivalence");
   testing::write_random_shard(root / "data", 41);
@@ -47,7 +47,7 @@ TEST_CASE("bf16 and fp16 data-parallel runs at ZeRO stages 0-2 follow the one-ra
               ResumeMode::never);
     REQUIRE(want.losses.size() == 6);
     CHECK(want.losses.at(6) != f32.losses.at(6));
-    for (int stage = 0; stage <= 2; ++stage) {
+    for (int stage = 0; stage <= 3; ++stage) {
       for (int world : {2, 3}) {
         INFO(dtype << ", stage " << stage << ", world " << world);
         const fs::path dir =
@@ -70,7 +70,7 @@ TEST_CASE("a mixed-precision checkpoint resumes bitwise; a bf16 one at another w
     const Outcome want = train(run_config(root / "data", full, 2, 6, 1000, precision(dtype)), full,
                                2, ResumeMode::never);
     const std::vector<std::pair<int, int>> layouts =
-        dtype == "bf16" ? std::vector<std::pair<int, int>>{{2, 2}, {1, 0}, {3, 1}}
+        dtype == "bf16" ? std::vector<std::pair<int, int>>{{2, 2}, {1, 0}, {3, 1}, {2, 3}}
                         : std::vector<std::pair<int, int>>{{2, 2}};
     for (const auto& [world, stage] : layouts) {
       INFO(dtype << " resumed at " << world << " ranks, stage " << stage);
