@@ -3,12 +3,24 @@
 #include <map>
 
 #include "autograd/record.h"
+#include "core/factories.h"
 #include "core/grad_mode.h"
 
 namespace tessera {
 
+namespace {
+
+thread_local bool deferred_init = false;
+
+}  // namespace
+
+DeferredInitGuard::DeferredInitGuard() : prev_(deferred_init) { deferred_init = true; }
+DeferredInitGuard::~DeferredInitGuard() { deferred_init = prev_; }
+bool DeferredInitGuard::active() { return deferred_init; }
+
 void Module::register_parameter(std::string name, Tensor& param, Placement placement) {
   TS_CHECK(param.defined(), "[Module] parameter \"", name, "\" is undefined");
+  if (deferred_init) param.storage().release();
   if (!param.requires_grad()) param.set_requires_grad(true);
   params_.push_back({std::move(name), &param, placement});
 }
@@ -102,9 +114,10 @@ void Module::to(Device device, DType dtype) {
   StateDict buffers;
   collect("", &params, &buffers);
   for (NamedParameter& p : params) {
-    if (p.tensor.dtype() != dtype || p.tensor.device() != device) {
-      p.tensor.replace_data(p.tensor.detach().to(device).to(dtype));
-    }
+    if (p.tensor.dtype() == dtype && p.tensor.device() == device) continue;
+    p.tensor.replace_data(p.tensor.materialized()
+                              ? p.tensor.detach().to(device).to(dtype)
+                              : unmaterialized(p.tensor.shape(), {dtype, device}));
   }
   for (auto& [name, b] : buffers) {
     if (b.device() != device) b.replace_data(b.detach().to(device));

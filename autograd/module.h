@@ -8,6 +8,17 @@
 // A module's forward opens a ModuleCall so that hooks installed on the tree
 // (Module::set_hooks) run around it; ZeRO stage 3 gathers a module's partitioned
 // parameters there (parallel/zero/zero_optimizer.h).
+//
+// Note [Partitioned construction]
+// A model built under a DeferredInitGuard has parameters with names, shapes and dtypes but
+// no memory: register_parameter() releases each one's storage as its module registers it,
+// so construction holds at most one parameter at a time, and a model's initialization
+// (its constructor's init pass) skips the parameters that are not materialized(). ZeRO
+// stage 3 then materializes each parameter once, whole, fills it with the model's
+// init_parameter(name) (a function of the seed and the name, so the values equal those of
+// an unpartitioned build), keeps this rank's chunk and frees it again: the rank never holds
+// more than its shard and the largest parameter. DeepSpeed's deepspeed.zero.Init does the
+// same for PyTorch modules (deepspeed/runtime/zero/partition_parameters.py).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +63,22 @@ class ModuleHooks {
   virtual void pre_backward(const Module& m) = 0;
 };
 
+// Builds modules unmaterialized for its lifetime, on this thread (Note [Partitioned
+// construction]); thread-local like GradMode (core/grad_mode.h), since thread ranks build
+// their models concurrently.
+class DeferredInitGuard {
+ public:
+  DeferredInitGuard();
+  ~DeferredInitGuard();
+  DeferredInitGuard(const DeferredInitGuard&) = delete;
+  DeferredInitGuard& operator=(const DeferredInitGuard&) = delete;
+  // Whether one is alive on this thread.
+  static bool active();
+
+ private:
+  bool prev_;
+};
+
 class Module {
  public:
   Module() = default;
@@ -77,6 +104,7 @@ class Module {
   // Moves every parameter and buffer to `device` and converts the floating parameters to
   // `dtype`, in place (PyTorch's module.to(device, dtype)): tensors keep their identity and
   // autograd state, so references held elsewhere see the new data. Gradients are dropped.
+  // Parameters that are not materialized stay so, with the new dtype and device.
   void to(Device device, DType dtype);
   // The parameters this module registered itself (not its descendants'), in order.
   std::vector<Tensor> own_parameters() const;
@@ -85,7 +113,8 @@ class Module {
   const std::shared_ptr<ModuleHooks>& hooks() const { return hooks_; }
 
  protected:
-  // Registers a member tensor as a parameter (it becomes a leaf that requires grad).
+  // Registers a member tensor as a parameter (it becomes a leaf that requires grad); under
+  // a DeferredInitGuard its memory is released.
   void register_parameter(std::string name, Tensor& param, Placement placement = {});
   // Registers a member tensor that is saved in the state dict but not trained.
   void register_buffer(std::string name, Tensor& buffer);

@@ -66,6 +66,15 @@ Tensor empty(const Shape& shape, TensorOptions options) {
   return make_tensor(shape, options.dtype, options.device);
 }
 
+Tensor unmaterialized(const Shape& shape, TensorOptions options) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::allocate(0, options.device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = options.dtype;
+  return Tensor(std::move(impl));
+}
+
 Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
 
 Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }

@@ -18,6 +18,10 @@ struct TensorOptions {
 
 // Uninitialized memory.
 Tensor empty(const Shape& shape, TensorOptions options = {});
+// A contiguous tensor of `shape` with no memory yet: materialized() is false and reading it
+// is an error until its storage is reallocated (Note [Partitioned construction] in
+// autograd/module.h).
+Tensor unmaterialized(const Shape& shape, TensorOptions options = {});
 Tensor zeros(const Shape& shape, TensorOptions options = {});
 Tensor ones(const Shape& shape, TensorOptions options = {});
 Tensor full(const Shape& shape, double value, TensorOptions options = {});

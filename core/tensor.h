@@ -74,6 +74,9 @@ class Tensor {
   size_t itemsize() const { return tessera::itemsize(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(); }
   const Storage& storage() const { return checked().storage; }
+  // Whether the elements have memory: false once the storage is released (a ZeRO-3
+  // parameter between gathers, one built under DeferredInitGuard) until it is reallocated.
+  bool materialized() const { return numel() == 0 || storage().nbytes() > 0; }
   bool is_contiguous() const;
   // "Tensor(f32, cpu, (2, 3))", or "Tensor(undefined)".
   std::string str() const;

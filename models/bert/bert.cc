@@ -57,35 +57,34 @@ Bert::Cls::Cls(const BertConfig& cfg) : predictions(cfg) {
 
 Bert::Bert(const BertConfig& cfg, uint64_t seed, const SparsityConfig* sparse)
     : cfg_(validated(cfg)),
+      seed_(seed),
       dropout_gen_(Generator::for_name(seed, "dropout")),
       body_(cfg_, dropout_gen_, sparse, seed),
       cls_(cfg_) {
   register_module("bert", body_);
   register_module("cls", cls_);
-  init_weights(seed);
+  for (const NamedParameter& p : named_parameters()) {
+    if (p.tensor.materialized()) init_parameter(p.name, p.tensor);
+  }
 }
 
-void Bert::init_weights(uint64_t seed) {
+void Bert::init_parameter(const std::string& name, const Tensor& out) const {
   NoGradGuard no_grad;
-  const double std = 0.02;  // BERT's initializer_range
-  // Rows past [MASK] are padding: zero, and never predicted.
-  const int64_t real_rows = cfg_.vocab_size + 1;
-  const int64_t pad = cfg_.padded_vocab_size() - real_rows;
-  for (const NamedParameter& p : named_parameters()) {
-    const Tensor& t = p.tensor;
-    const std::string& name = p.name;
-    if (ends_with(name, ".bias")) {  // Linear and LayerNorm biases, cls.predictions.bias
-      t.fill_(0.0);
-    } else if (ends_with(name, "LayerNorm.weight")) {
-      t.fill_(1.0);
-    } else {
-      Generator gen = Generator::for_name(seed, name);
-      const Tensor full = randn(t.shape(), gen, {t.dtype()}, 0.0, std);
-      if (name == "bert.embeddings.word_embeddings.weight" && pad > 0) {
-        full.narrow(0, real_rows, pad).fill_(0.0);
-      }
-      t.copy_(full);
+  if (ends_with(name, ".bias")) {  // Linear and LayerNorm biases, cls.predictions.bias
+    out.fill_(0.0);
+  } else if (ends_with(name, "LayerNorm.weight")) {
+    out.fill_(1.0);
+  } else {
+    const double std = 0.02;  // BERT's initializer_range
+    // Rows past [MASK] are padding: zero, and never predicted.
+    const int64_t real_rows = cfg_.vocab_size + 1;
+    const int64_t pad = cfg_.padded_vocab_size() - real_rows;
+    Generator gen = Generator::for_name(seed_, name);
+    const Tensor full = randn(out.shape(), gen, {out.dtype()}, 0.0, std);
+    if (name == "bert.embeddings.word_embeddings.weight" && pad > 0) {
+      full.narrow(0, real_rows, pad).fill_(0.0);
     }
+    out.copy_(full);
   }
 }
 

@@ -35,7 +35,8 @@ namespace tessera {
 
 class Bert : public LanguageModel {
  public:
-  // Builds the model and initializes it with init_weights(seed); dropout masks come from a
+  // Builds the model and initializes its materialized parameters (all of them, unless
+  // built under a DeferredInitGuard) with init_parameter(); dropout masks come from a
   // Philox stream keyed by `seed` as well. With `sparse` (which must be bidirectional;
   // copied, need not outlive the model) every layer attends through a block-sparse layer
   // over that config's layout. All layers share one layout whose random blocks come from a
@@ -45,7 +46,7 @@ class Bert : public LanguageModel {
   // BERT initialization, a function of (seed, parameter name) only: N(0, 0.02) for
   // weights and embeddings, LayerNorm weight 1, biases 0, and zero rows for the vocabulary
   // padding (the [MASK] row is a trained row and drawn like the others).
-  void init_weights(uint64_t seed);
+  void init_parameter(const std::string& name, const Tensor& out) const override;
 
   // Token ids in [0, vocab_size] (vocab_size is [MASK]), T <= block_size, on the model's
   // device.
@@ -100,6 +101,7 @@ class Bert : public LanguageModel {
   Tensor layers(Tensor x) const;          // (B, T, C) -> (B, T, C)
 
   BertConfig cfg_;
+  uint64_t seed_;  // of the initialization
   // Mutable: a forward pass in training draws dropout masks (the layers hold pointers).
   mutable Generator dropout_gen_;
   Body body_;

@@ -75,6 +75,7 @@ std::unique_ptr<parallel::Communicator> own_group(const GptConfig& cfg,
 Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group,
          const GptPart& part)
     : cfg_(cfg),
+      seed_(seed),
       part_(part),
       own_group_(own_group(cfg, model_group)),
       model_group_(model_group ? *model_group : *own_group_),
@@ -91,37 +92,41 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_grou
     lm_head_ = zeros({rows, cfg.n_embd});
     register_parameter("lm_head.weight", lm_head_, {Placement::Kind::sharded, 0, 1});
   }
-  init_weights(seed);
+  for (const NamedParameter& p : named_parameters()) {
+    if (p.tensor.materialized()) init_parameter(p.name, p.tensor);
+  }
 }
 
-void Gpt::init_weights(uint64_t seed) {
+void Gpt::init_parameter(const std::string& name, const Tensor& out) const {
   NoGradGuard no_grad;
+  if (ends_with(name, ".bias")) {
+    out.fill_(0.0);
+    return;
+  }
+  if (name.find(".ln_") != std::string::npos) {
+    out.fill_(1.0);  // LayerNorm weights: ln_1, ln_2, ln_f
+    return;
+  }
+  Placement placement;
+  for (const NamedParameter& p : named_parameters()) {
+    if (p.name == name) placement = p.placement;
+  }
   const double std = 0.02;
   const double residual_std = std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
   const int size = model_group_.size(), rank = model_group_.rank();
   const int64_t pad = cfg_.padded_vocab_size() - cfg_.vocab_size;
-  for (const NamedParameter& p : named_parameters()) {
-    Tensor t = p.tensor;
-    const std::string& name = p.name;
-    if (ends_with(name, ".bias")) {
-      t.fill_(0.0);
-    } else if (name.find(".ln_") != std::string::npos) {
-      t.fill_(1.0);  // LayerNorm weights: ln_1, ln_2, ln_f
-    } else {
-      // Drawn on the full logical shape; a tensor-parallel rank keeps its slice.
-      const bool sharded = p.placement.kind == Placement::Kind::sharded;
-      Shape full_shape = t.shape();
-      if (sharded) full_shape[p.placement.dim] *= size;
-      const bool residual = ends_with(name, "c_proj.weight");
-      Generator gen = Generator::for_name(seed, name);
-      const Tensor full = randn(full_shape, gen, {t.dtype()}, 0.0, residual ? residual_std : std);
-      const bool vocab_rows = name == "transformer.wte.weight" || name == "lm_head.weight";
-      if (vocab_rows && pad > 0) full.narrow(0, cfg_.vocab_size, pad).fill_(0.0);
-      t.copy_(sharded ? parallel::model_parallel_slice(full, p.placement.dim, p.placement.parts,
-                                                       rank, size)
-                      : full);
-    }
-  }
+  // Drawn on the full logical shape; a tensor-parallel rank keeps its slice.
+  const bool sharded = placement.kind == Placement::Kind::sharded;
+  Shape full_shape = out.shape();
+  if (sharded) full_shape[placement.dim] *= size;
+  const bool residual = ends_with(name, "c_proj.weight");
+  Generator gen = Generator::for_name(seed_, name);
+  const Tensor full = randn(full_shape, gen, {out.dtype()}, 0.0, residual ? residual_std : std);
+  const bool vocab_rows = name == "transformer.wte.weight" || name == "lm_head.weight";
+  if (vocab_rows && pad > 0) full.narrow(0, cfg_.vocab_size, pad).fill_(0.0);
+  out.copy_(sharded ? parallel::model_parallel_slice(full, placement.dim, placement.parts, rank,
+                                                     size)
+                    : full);
 }
 
 void Gpt::require(bool has, const char* what) const {

@@ -51,7 +51,8 @@ namespace tessera {
 
 class Gpt : public LanguageModel {
  public:
-  // Builds the model and initializes it with init_weights(seed); dropout masks come from
+  // Builds the model and initializes its materialized parameters (all of them, unless
+  // built under a DeferredInitGuard) with init_parameter(); dropout masks come from
   // a Philox stream keyed by `seed` and the first block `part` holds. With `model_group` the
   // weights are split over it (Note [Tensor-parallel GPT]); the group must outlive the model.
   // Throws when n_head or the padded vocabulary does not split over the group. `part` builds one
@@ -64,7 +65,7 @@ class Gpt : public LanguageModel {
   // (attn.c_proj.weight, mlp.c_proj.weight), LayerNorm weight 1, biases 0, and zero
   // rows for the vocabulary padding. Drawn on each parameter's full logical shape; a
   // tensor-parallel rank keeps its slice.
-  void init_weights(uint64_t seed);
+  void init_parameter(const std::string& name, const Tensor& out) const override;
 
   // (B, T) i32|i64 -> logits (B, T, Vp / P): this rank's vocabulary slice (all of it when
   // P = 1). Needs the whole model.
@@ -122,6 +123,7 @@ class Gpt : public LanguageModel {
   const Block& block(size_t i) const { return static_cast<const Block&>(transformer_.h[i]); }
 
   GptConfig cfg_;
+  uint64_t seed_;  // of the initialization
   GptPart part_;
   std::unique_ptr<parallel::Communicator> own_group_;  // the group of one, when none is given
   parallel::Communicator& model_group_;

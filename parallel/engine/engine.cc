@@ -68,7 +68,8 @@ Engine::Engine(const EngineConfig& config, TrainableModel& model,
   model.to(device, config.mixed_precision.dtype);
   optimizer_ = std::make_unique<ZeroOptimizer>(
       gradient_group_, model, std::move(param_groups), config.optimizer, config.zero,
-      config.mixed_precision);
+      config.mixed_precision,
+      [&model](const std::string& name, const Tensor& out) { model.init_parameter(name, out); });
   if (groups) {
     if (pipelined) tied_ = tied_stage_group(model, *groups->pipe);
     optimizer_->set_model_parallel_norm(*groups->pipe_model,

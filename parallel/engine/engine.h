@@ -125,7 +125,9 @@ class Engine {
   // data-parallel group (CPU values: mean losses); `groups`, for a pipeline or tensor
   // slicing, the 3D groups (`data` must be groups->data); `device_data`, the same ranks
   // over the device (an NCCL group), moves gradients and parameters instead of `data`.
-  // Every argument must outlive the engine. Collective.
+  // At ZeRO stage 3 the model may be unmaterialized (built under a DeferredInitGuard): its
+  // init_parameter() then initializes each parameter as it is partitioned. Every argument
+  // must outlive the engine. Collective.
   Engine(const EngineConfig& config, TrainableModel& model,
          std::vector<optim::ParamGroup> param_groups, Device device, Communicator& data,
          ParallelGroups* groups = nullptr, Communicator* device_data = nullptr);

@@ -10,4 +10,10 @@ Tensor TrainableModel::forward_stage(const Tensor&) const {
       "found one that cannot (its capabilities() have no pipeline)");
 }
 
+void TrainableModel::init_parameter(const std::string& name, const Tensor&) const {
+  TS_FAIL("[engine] init_parameter(\"", name,
+          "\"): expected a model that initializes its parameters one by one (GPT, BERT), found "
+          "one that does not");
+}
+
 }  // namespace tessera::parallel

@@ -44,6 +44,11 @@ class TrainableModel : public Module {
   // stage). Every stage holding any lists the same names in the same order; their
   // gradients are summed over those stages before the optimizer steps.
   virtual std::vector<std::string> tied_parameter_names() const { return {}; }
+  // Writes parameter `name`'s initial value into `out` (f32, the parameter's shape on this
+  // rank): what construction gives it, a function of the model's seed and the name, so a
+  // model built unmaterialized can be initialized one parameter at a time (Note
+  // [Partitioned construction] in autograd/module.h). Throws for models that cannot.
+  virtual void init_parameter(const std::string& name, const Tensor& out) const;
 };
 
 }  // namespace tessera::parallel

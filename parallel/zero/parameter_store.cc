@@ -134,10 +134,10 @@ int64_t MasterWeights::bytes() const {
 
 PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layout,
                                        const std::vector<Tensor>& params, Module& model,
-                                       const ZeroConfig& config)
+                                       const ZeroConfig& config, const ParameterInit& init)
     : layout_(layout), model_(model) {
   shard_ = zeros({layout.shard_numel()});
-  partitioned_ = std::make_shared<PartitionedParams>(dp, layout, params, shard_, config);
+  partitioned_ = std::make_shared<PartitionedParams>(dp, layout, params, shard_, config, init);
   model_.set_hooks(partitioned_);
 }
 

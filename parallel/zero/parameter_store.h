@@ -89,9 +89,9 @@ class PartitionedWeights final : public ParameterStore {
  public:
   // Partitions `params` (on the CPU, flat order of `layout`, one block per parameter)
   // and installs the gathering hooks on `model`; the destructor removes them. `layout` and
-  // `model` must outlive this.
+  // `model` must outlive this. `init` fills the parameters that are not materialized.
   PartitionedWeights(Communicator& dp, const FlatLayout& layout, const std::vector<Tensor>& params,
-                     Module& model, const ZeroConfig& config);
+                     Module& model, const ZeroConfig& config, const ParameterInit& init);
   ~PartitionedWeights() override;
 
   Tensor own_chunk(int64_t block) const override;

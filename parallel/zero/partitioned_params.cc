@@ -10,7 +10,7 @@ namespace tessera::parallel {
 
 PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
                                      std::vector<Tensor> params, Tensor shard,
-                                     const ZeroConfig& config)
+                                     const ZeroConfig& config, const ParameterInit& init)
     : dp_(dp), layout_(layout), config_(config), params_(std::move(params)), shard_(shard) {
   NoGradGuard no_grad;
   const size_t n = params_.size();
@@ -28,11 +28,19 @@ PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
     TS_INTERNAL_ASSERT(b.first_param == static_cast<int64_t>(i), "parameter ", p.name,
                        " shares its block");
     index_[params_[i].impl()] = static_cast<int64_t>(i);
-    // The padded parameter, rank 0's values, then this rank's chunk of it (in f32, and as
-    // the 16-bit source of the gathers).
+    // The padded parameter, rank 0's values or the initializer's, then this rank's chunk
+    // of it (in f32, and as the 16-bit source of the gathers).
     Tensor padded = zeros({b.numel}, {dtype});
-    padded.narrow(0, 0, p.numel).copy_(params_[i].reshape({p.numel}));
-    dp_.broadcast(padded, 0);
+    if (params_[i].materialized()) {
+      padded.narrow(0, 0, p.numel).copy_(params_[i].reshape({p.numel}));
+      dp_.broadcast(padded, 0);
+    } else {
+      TS_CHECK(init != nullptr, "[zero] parameter \"", p.name,
+               "\" has no values (built under a DeferredInitGuard); expected an initializer");
+      const Tensor whole = empty(p.shape);  // f32, as an unpartitioned build draws it
+      init(p.name, whole);
+      padded.narrow(0, 0, p.numel).copy_(whole.reshape({p.numel}));
+    }
     const Tensor mine = padded.narrow(0, dp_.rank() * b.chunk, b.chunk);
     shard_.narrow(0, b.shard_offset, b.chunk).copy_(mine);
     if (model_shard_.defined()) model_shard_.narrow(0, b.shard_offset, b.chunk).copy_(mine);

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -40,15 +41,21 @@
 
 namespace tessera::parallel {
 
+// Writes parameter `name`'s initial value into `out` (f32, the parameter's shape): a model's
+// init_parameter (Note [Partitioned construction] in autograd/module.h).
+using ParameterInit = std::function<void(const std::string& name, const Tensor& out)>;
+
 class PartitionedParams final : public ModuleHooks {
  public:
   // `params` in the flat order of `layout` (one block per parameter), of one dtype (f32,
   // f16 or bf16), holding the same values on every rank. Copies this rank's chunks into
   // `shard` (f32, layout.shard_numel() elements; with 16-bit parameters their f32 masters,
   // rounded into a 16-bit shard that the gathers send) and points each parameter at its
-  // gather storage: persistent ones gathered, the others released.
+  // gather storage: persistent ones gathered, the others released. Parameters that are not
+  // materialized (built under a DeferredInitGuard) take their values from `init`, one at a
+  // time, on every rank alike; the others are rank 0's.
   PartitionedParams(Communicator& dp, const FlatLayout& layout, std::vector<Tensor> params,
-                    Tensor shard, const ZeroConfig& config);
+                    Tensor shard, const ZeroConfig& config, const ParameterInit& init);
 
   void pre_forward(const Module& m) override;
   void post_forward(const Module& m) noexcept override;

@@ -17,7 +17,7 @@ namespace tessera::parallel {
 
 ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
                              const optim::OptimizerConfig& optimizer, const ZeroConfig& zero,
-                             const MixedPrecision& precision)
+                             const MixedPrecision& precision, const ParameterInit& init)
     : dp_(dp), model_(model), config_(zero), precision_(precision), groups_(std::move(groups)) {
   TS_CHECK(config_.stage >= 0 && config_.stage <= 3, "[zero] expected stage 0 to 3, found ",
            config_.stage);
@@ -43,6 +43,11 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
           t.dtype() == dtype && t.device() == device_ && t.is_contiguous() && t.requires_grad(),
           "[zero] parameter \"", p.name, "\": expected a contiguous ", dtype_name(dtype),
           " tensor on ", device_.str(), " that requires grad, found ", t.str());
+      TS_CHECK(t.materialized() || (config_.stage == 3 && init != nullptr), "[zero] parameter \"",
+               p.name,
+               "\" has no values (built under a DeferredInitGuard); expected ZeRO stage 3 with the "
+               "model's init_parameter, found stage ",
+               config_.stage);
       infos.push_back({p.name, t.shape(), static_cast<int>(g)});
       params_.push_back(t);
     }
@@ -56,7 +61,8 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
 
   // The parts, chosen once (Note [ZeRO stages]): where the parameters live ...
   if (config_.stage == 3) {
-    auto partitioned = std::make_unique<PartitionedWeights>(dp_, layout_, params_, model_, config_);
+    auto partitioned =
+        std::make_unique<PartitionedWeights>(dp_, layout_, params_, model_, config_, init);
     partitioned_ = partitioned.get();
     weights_ = std::move(partitioned);
   } else {

@@ -128,9 +128,11 @@ class ZeroOptimizer {
   // module: a Layer's call operator opens one (autograd/module.h). The destructor removes the
   // hooks; a stage 3 model's partitioned parameters then hold no values (take whole_parameters()
   // before).
+  // At stage 3 parameters may be unmaterialized (Note [Partitioned construction] in
+  // autograd/module.h): `init` then gives each its values.
   ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
                 const optim::OptimizerConfig& optimizer, const ZeroConfig& zero,
-                const MixedPrecision& precision = {});
+                const MixedPrecision& precision = {}, const ParameterInit& init = {});
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
+#include "autograd/module.h"
 #include "core/cuda_runtime.h"
 #include "core/factories.h"
 #include "core/logging.h"
@@ -73,7 +75,14 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
   }
   const TrainerConfig& t = cfg_.trainer;
   if (t.device.is_cuda()) cuda::check_device(t.device.index);
-  model_ = cfg_.model->build(t.seed, placement(cfg_, groups_.get()));
+  {
+    // ZeRO-3 builds the model partitioned (Note [Partitioned construction] in
+    // autograd/module.h): each rank only ever holds its shard and one whole parameter.
+    // Pretrained weights load into a whole model.
+    std::optional<DeferredInitGuard> partitioned;
+    if (cfg_.engine.zero.stage == 3 && cfg_.init_from.empty()) partitioned.emplace();
+    model_ = cfg_.model->build(t.seed, placement(cfg_, groups_.get()));
+  }
   model_->set_activation_checkpointing(
       cfg_.checkpoint_activations ? 1 : cfg_.engine.pipeline.activation_checkpoint_interval);
   if (!cfg_.init_from.empty()) cfg_.model->load_pretrained(*model_, cfg_.init_from);
