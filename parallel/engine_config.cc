@@ -41,12 +41,10 @@ std::optional<DType> read_dtype(JsonObjectReader& section, const char* key, bool
   const std::optional<std::string> name = section.optional<std::string>(key);
   if (!name) return std::nullopt;
   const std::pair<const char*, DType> names[] = {
-      {"fp32", DType::f32},          {"fp16", DType::f16},
-      {"bf16", DType::bf16},         {"float32", DType::f32},
-      {"float", DType::f32},         {"torch.float32", DType::f32},
-      {"float16", DType::f16},       {"half", DType::f16},
-      {"torch.float16", DType::f16}, {"bfloat16", DType::bf16},
-      {"bfloat", DType::bf16},       {"torch.bfloat16", DType::bf16}};
+      {"fp32", DType::f32},      {"fp16", DType::f16},    {"bf16", DType::bf16},
+      {"float32", DType::f32},   {"float", DType::f32},   {"torch.float32", DType::f32},
+      {"float16", DType::f16},   {"half", DType::f16},    {"torch.float16", DType::f16},
+      {"bfloat16", DType::bf16}, {"bfloat", DType::bf16}, {"torch.bfloat16", DType::bf16}};
   const size_t count = aliases ? std::size(names) : 3;
   for (size_t i = 0; i < count; ++i) {
     if (*name == names[i].first) return names[i].second;

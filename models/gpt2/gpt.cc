@@ -124,9 +124,9 @@ void Gpt::init_parameter(const std::string& name, const Tensor& out) const {
   const Tensor full = randn(full_shape, gen, {out.dtype()}, 0.0, residual ? residual_std : std);
   const bool vocab_rows = name == "transformer.wte.weight" || name == "lm_head.weight";
   if (vocab_rows && pad > 0) full.narrow(0, cfg_.vocab_size, pad).fill_(0.0);
-  out.copy_(sharded ? parallel::model_parallel_slice(full, placement.dim, placement.parts, rank,
-                                                     size)
-                    : full);
+  out.copy_(sharded
+                ? parallel::model_parallel_slice(full, placement.dim, placement.parts, rank, size)
+                : full);
 }
 
 void Gpt::require(bool has, const char* what) const {

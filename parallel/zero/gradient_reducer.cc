@@ -143,8 +143,8 @@ int64_t FlatGradients::bytes() const {
 }
 
 AllReduceGradients::AllReduceGradients(Communicator& dp, const FlatLayout& layout,
-                                       std::vector<Tensor>& params, DType dtype,
-                                       DType accumulation, DType communication, Device device)
+                                       std::vector<Tensor>& params, DType dtype, DType accumulation,
+                                       DType communication, Device device)
     : FlatGradients(dp, layout, params, dtype, accumulation, communication, device) {
   if (is_half(dtype)) f32_sum_ = zeros({layout.numel}, {DType::f32, device});
   averaged_ = is_half(dtype) ? f32_sum_ : model_grads_;

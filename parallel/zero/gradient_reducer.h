@@ -93,8 +93,8 @@ class FlatGradients : public GradientReducer {
   // (after adding the last micro-batch into it) or of the model's gradients.
   Tensor block_sum(int64_t block);
 
-  Tensor model_grads_;      // (layout.numel) in the parameters' dtype: the .grad views
-  bool f32_accumulation_;   // of 16-bit gradients
+  Tensor model_grads_;     // (layout.numel) in the parameters' dtype: the .grad views
+  bool f32_accumulation_;  // of 16-bit gradients
   // (layout.numel) f32: the sum of this step's earlier micro-batches with f32 accumulation
   // (made at the first one), and stage 0's averaged gradient with 16-bit parameters (made
   // at construction); else undefined.

@@ -11,6 +11,11 @@
 namespace tessera::parallel {
 
 struct MixedPrecision {
+  MixedPrecision() = default;
+  // `dtype` with DeepSpeed's defaults for the communication and the accumulation.
+  explicit MixedPrecision(DType dtype, optim::LossScalerConfig scaler = {})
+      : dtype(dtype), scaler(scaler) {}
+
   DType dtype = DType::f32;        // of the parameters: f32, or f16/bf16 with f32 masters
   optim::LossScalerConfig scaler;  // used with f16 only
   // The dtype gradients are reduced in (f32, f16 or bf16); unset: the parameters' dtype,

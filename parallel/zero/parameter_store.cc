@@ -1,7 +1,7 @@
 #include "parallel/zero/parameter_store.h"
 
-#include "core/factories.h"
 #include "core/error.h"
+#include "core/factories.h"
 #include "core/grad_mode.h"
 
 namespace tessera::parallel {
@@ -48,8 +48,8 @@ MasterWeights::MasterWeights(Communicator& dp, const FlatLayout& layout,
   }
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     const int64_t block = static_cast<int64_t>(b);
-    own_chunk(block).copy_(flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()),
-                                              layout_.blocks[b].chunk));
+    own_chunk(block).copy_(
+        flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), layout_.blocks[b].chunk));
   }
 }
 

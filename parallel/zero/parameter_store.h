@@ -77,11 +77,11 @@ class MasterWeights final : public ParameterStore {
   const FlatLayout& layout_;
   std::vector<Tensor>& params_;
   bool sharded_;
-  Tensor flat_params_;   // (layout.numel) f32: the parameters, or their masters at stage 0
-  Tensor master_shard_;  // (layout.shard_numel()) f32 masters of this rank's chunks; 16-bit
-                         // parameters at stages 1-2 only
-  Tensor flat_model_;    // (layout.numel) f16/bf16 model weights; mixed only
-  std::vector<Tensor> masters_;                // f32 views of flat_params_; mixed stage 0 only
+  Tensor flat_params_;           // (layout.numel) f32: the parameters, or their masters at stage 0
+  Tensor master_shard_;          // (layout.shard_numel()) f32 masters of this rank's chunks; 16-bit
+                                 // parameters at stages 1-2 only
+  Tensor flat_model_;            // (layout.numel) f16/bf16 model weights; mixed only
+  std::vector<Tensor> masters_;  // f32 views of flat_params_; mixed stage 0 only
   std::unique_ptr<optim::LossScaler> scaler_;  // f16 only
 };
 

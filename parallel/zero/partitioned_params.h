@@ -5,10 +5,11 @@
 // The layout has one block per parameter (make_flat_layout with block_numel 1): every
 // parameter is padded to a multiple of W and rank r owns chunk r of it, in this rank's
 // flat fp32 shard. With 16-bit parameters that shard holds their f32 masters, and a 16-bit
-// copy of it, rounded after each step, is what the gathers send (DeepSpeed's ds_tensor). Each parameter tensor views its own gather storage (core/storage.h),
-// the padded parameter, which is allocated and all-gathered from the shards when the
-// parameter is needed and released after; autograd nodes that saved the parameter keep a
-// handle of the same storage, so they see it gathered again before their backward runs.
+// copy of it, rounded after each step, is what the gathers send (DeepSpeed's ds_tensor). Each
+// parameter tensor views its own gather storage (core/storage.h), the padded parameter, which is
+// allocated and all-gathered from the shards when the parameter is needed and released after;
+// autograd nodes that saved the parameter keep a handle of the same storage, so they see it
+// gathered again before their backward runs.
 //
 // Installed as the model's ModuleHooks:
 //   pre_forward(m)   gathers m's own parameters and pins them for the call, then
@@ -104,8 +105,8 @@ class PartitionedParams final : public ModuleHooks {
   const FlatLayout& layout_;
   ZeroConfig config_;
   std::vector<Tensor> params_;
-  Tensor shard_;        // (layout.shard_numel()) f32: the parameters, or their masters
-  Tensor model_shard_;  // (layout.shard_numel()) f16/bf16, with 16-bit parameters only
+  Tensor shard_;                // (layout.shard_numel()) f32: the parameters, or their masters
+  Tensor model_shard_;          // (layout.shard_numel()) f16/bf16, with 16-bit parameters only
   std::vector<Tensor> gather_;  // per parameter: (block numel), sharing the parameter's storage
   std::vector<bool> persistent_;
   std::vector<bool> live_;

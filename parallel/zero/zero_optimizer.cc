@@ -92,9 +92,9 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     gradients_ = std::move(flat);
   } else {
     if (config_.stage == 1) {
-      gradients_ = std::make_unique<ReduceScatterGradients>(
-          dp_, layout_, params_, dtype, accumulation, communication, device_,
-          config_.reduce_scatter);
+      gradients_ =
+          std::make_unique<ReduceScatterGradients>(dp_, layout_, params_, dtype, accumulation,
+                                                   communication, device_, config_.reduce_scatter);
     } else {
       gradients_ = std::make_unique<BucketedGradients>(dp_, layout_, params_, communication,
                                                        device_, config_.reduce_scatter);

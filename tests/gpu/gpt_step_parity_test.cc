@@ -99,7 +99,7 @@ Run train(Device device, DType dtype) {
   parallel::ZeroOptimizer zero(
       *comms[0], model,
       optim::decay_groups(model.named_parameters(), oc.lr, oc.weight_decay, true, {}), oc,
-      parallel::ZeroConfig{}, parallel::MixedPrecision{dtype, {}});
+      parallel::ZeroConfig{}, parallel::MixedPrecision(dtype));
   const auto [idx, targets] = batch(device);
   Run run;
   for (int s = 0; s < kSteps; ++s) {

@@ -166,7 +166,7 @@ void check_fp16_trajectory(Device device) {
       const optim::LossScalerConfig scaler{
           .initial_scale_power = 10, .window = 3, .hysteresis = 2, .min_scale = 1.0};
       ZeroOptimizer opt(*comms[0], model, groups_of(model), adamw(), zero,
-                        MixedPrecision{DType::f16, scaler});
+                        MixedPrecision(DType::f16, scaler));
       REQUIRE(opt.loss_scaler() != nullptr);
       CHECK(opt.loss_scaler()->scale() == 1024.0);
 

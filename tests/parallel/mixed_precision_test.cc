@@ -58,7 +58,7 @@ struct Fixture {
     zero.stage = 2;
     opt = std::make_unique<ZeroOptimizer>(
         *comms[0], model, std::vector<optim::ParamGroup>{{model.named_parameters(), 0.25, 0.0}},
-        sgd(0.25), zero, MixedPrecision{dtype, scaler});
+        sgd(0.25), zero, MixedPrecision(dtype, scaler));
   }
   // One step on `x`; returns whether the optimizer stepped.
   bool step(const std::vector<float>& x, double* norm = nullptr) {
@@ -137,7 +137,7 @@ TEST_CASE("16-bit parameters must match the configured precision", "[zero][mixed
   ZeroConfig zero;
   CHECK_THROWS_WITH(
       ZeroOptimizer(*comms[0], m, {{m.named_parameters(), 0.1, 0.0}}, sgd(0.1), zero,
-                    MixedPrecision{DType::bf16, {}}),
+                    MixedPrecision(DType::bf16)),
       Catch::Contains("[zero] parameter \"w\": expected a contiguous bf16 tensor on cpu"));
 }
 

@@ -101,8 +101,8 @@ TEST_CASE("16-bit ZeRO model states per rank, counted by the allocator, follow t
             const bool f32_sum = dtype == DType::bf16 && micro_batches > 1;
             const double formula =
                 static_cast<double>(mixed_model_state_bytes(stage, c.params, world, f32_sum));
-            INFO("allocator " << c.per_rank << " B, optimizer says " << c.reported
-                              << " B, formula " << formula << " B");
+            INFO("allocator " << c.per_rank << " B, optimizer says " << c.reported << " B, formula "
+                              << formula << " B");
             CHECK(std::abs(c.per_rank - formula) <= 0.05 * formula);
             CHECK(std::abs(c.reported - formula) <= 0.05 * formula);
             if (stage == 2) {

@@ -65,10 +65,10 @@ std::vector<Run> train(int world, const ZeroConfig& zero, const MixedPrecision& 
   run_thread_ranks(world, [&](Communicator& comm) {
     Gpt model(model_config(), 1234);
     model.to(Device::cpu(), precision.dtype);
-    ZeroOptimizer opt(comm, model,
-                      optim::decay_groups(model.named_parameters(), adamw().lr,
-                                          adamw().weight_decay, true, {}),
-                      adamw(), zero, precision);
+    ZeroOptimizer opt(
+        comm, model,
+        optim::decay_groups(model.named_parameters(), adamw().lr, adamw().weight_decay, true, {}),
+        adamw(), zero, precision);
     Run& run = runs[static_cast<size_t>(comm.rank())];
     const int64_t micro = kGlobalRows / kGas / world;
     for (int s = 0; s < kSteps; ++s) {
@@ -121,8 +121,8 @@ TEST_CASE("bf16 and fp16 ZeRO at stages 0-3 and 1-4 ranks follow the one-rank ru
     for (int stage = 0; stage <= 3; ++stage) {
       for (int world = 1; world <= 4; ++world) {
         for (int64_t bucket : {int64_t{500'000'000}, int64_t{997}}) {
-          DYNAMIC_SECTION(dtype_name(dtype) << ", stage " << stage << ", world " << world
-                                            << ", bucket " << bucket) {
+          DYNAMIC_SECTION(dtype_name(dtype)
+                          << ", stage " << stage << ", world " << world << ", bucket " << bucket) {
             ZeroConfig zero;
             zero.stage = stage;
             zero.reduce_bucket_size = bucket;
@@ -191,8 +191,7 @@ float after_small_gradients(int stage, std::optional<DType> accumulation) {
   sgd.type = optim::OptimizerType::sgd;
   sgd.lr = 1.0;
   std::vector<std::unique_ptr<Communicator>> comms = make_thread_group(1);
-  ZeroOptimizer opt(*comms[0], model, {{model.named_parameters(), 1.0, 0.0}}, sgd, zero,
-                    precision);
+  ZeroOptimizer opt(*comms[0], model, {{model.named_parameters(), 1.0, 0.0}}, sgd, zero, precision);
   opt.zero_grad();
   for (int m = 0; m < 8; ++m) {
     const float x = m == 0 ? 1.0f : std::ldexp(1.0f, -9);

@@ -73,11 +73,9 @@ Built build(int world, bool partitioned, DType dtype) {
     model.to(Device::cpu(), dtype);
     MixedPrecision precision;
     precision.dtype = dtype;
-    ZeroOptimizer opt(comm, model, {{model.named_parameters(), 1e-3, 0.0}}, {}, stage3(),
-                      precision,
-                      [&model](const std::string& name, const Tensor& out) {
-                        model.init_parameter(name, out);
-                      });
+    ZeroOptimizer opt(
+        comm, model, {{model.named_parameters(), 1e-3, 0.0}}, {}, stage3(), precision,
+        [&model](const std::string& name, const Tensor& out) { model.init_parameter(name, out); });
     comm.barrier();
     if (comm.rank() == 0) b.peak = cpu.stats().peak_allocated - before;
     const StateDict whole = opt.whole_parameters();  // collective
@@ -98,14 +96,15 @@ TEST_CASE("a GPT built partitioned holds no parameter memory until stage 3 initi
   model.to(Device::cpu(), DType::bf16);
   CHECK(!model.named_parameters().front().tensor.materialized());
   CHECK(model.named_parameters().front().tensor.dtype() == DType::bf16);
-  CHECK(testing::error_of([&] { model.named_parameters().front().tensor.to_vector<float>(); })
-            .find("reads memory that has been released") != std::string::npos);
+  CHECK(testing::error_of([&] {
+          model.named_parameters().front().tensor.to_vector<float>();
+        }).find("reads memory that has been released") != std::string::npos);
   auto comms = make_thread_group(1);
   ZeroConfig stage2;
   stage2.stage = 2;
   CHECK(testing::error_of([&] {
           ZeroOptimizer(*comms[0], model, {{model.named_parameters(), 1e-3, 0.0}}, {}, stage2,
-                        MixedPrecision{DType::bf16, {}});
+                        MixedPrecision(DType::bf16));
         }) ==
         "[zero] parameter \"transformer.wte.weight\" has no values (built under a "
         "DeferredInitGuard); expected ZeRO stage 3 with the model's init_parameter, found stage 2");

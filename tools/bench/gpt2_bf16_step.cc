@@ -101,7 +101,7 @@ int run_bf16_step_comparison(const Bf16StepOptions& o) {
   parallel::ZeroOptimizer bf16_opt(
       *comms[0], bf16_model,
       optim::decay_groups(bf16_model.named_parameters(), adamw.lr, adamw.weight_decay, true, {}),
-      adamw, parallel::ZeroConfig{}, parallel::MixedPrecision{DType::bf16, {}});
+      adamw, parallel::ZeroConfig{}, parallel::MixedPrecision(DType::bf16));
 
   const auto f32_step = [&] {
     f32_opt.zero_grad();

@@ -161,7 +161,7 @@ int bench_main(int argc, char** argv) {
   oc.weight_decay = 0.1;
   parallel::ZeroOptimizer zero(
       *comm, model, optim::decay_groups(model.named_parameters(), oc.lr, oc.weight_decay, true, {}),
-      oc, parallel::ZeroConfig{}, parallel::MixedPrecision{dtype, {}});
+      oc, parallel::ZeroConfig{}, parallel::MixedPrecision(dtype));
   // Random tokens and targets in [0, vocab_size), fixed seed (gpt2_step_bench's).
   const auto [idx, targets] = bench::random_step_tokens(cfg, batch, seq, device);
 

@@ -50,7 +50,9 @@ TEST_CASE("mixed precision is read for CPU and CUDA runs, with fp16's loss-scale
   CHECK(error_after([](Json& j) { j["communication_data_type"] = "float16"; }) ==
         "[config] $.communication_data_type: expected \"fp32\", \"fp16\" or \"bf16\", found "
         "\"float16\"");
-  CHECK(error_after([](Json& j) { j["data_types"] = {{"grad_accum_dtype", "int8"}}; }) ==
+  CHECK(error_after([](Json& j) {
+          j["data_types"] = {{"grad_accum_dtype", "int8"}};
+        }) ==
         "[config] $.data_types.grad_accum_dtype: expected \"fp32\", \"fp16\" or \"bf16\" (or "
         "another name of DeepSpeed's DtypeEnum), found \"int8\"");
   CHECK(error_after([](Json& j) {
