@@ -31,9 +31,11 @@ const std::pair<const char*, const char*> kNotYet[] = {
     {"compression_training", "compression training is outside Tessera's scope"},
 };
 
-// `section` {enabled, ...}: whether it is enabled. The other keys are validated by name and
-// type so that a typo is still caught when the section is off; fp16's scaler keys go to
-// `scaler`.
+// DeepSpeed's name of a dtype: "fp32", "fp16", "bf16".
+std::string deepspeed_dtype_name(DType dtype) {
+  return dtype == DType::f16 ? "fp16" : dtype == DType::bf16 ? "bf16" : "fp32";
+}
+
 // A DeepSpeed dtype name at `key`, or nothing: "fp32", "fp16" or "bf16"; with `aliases`
 // also the other names of DeepSpeed's DtypeEnum (deepspeed/runtime/config_utils.py), which
 // data_types takes.
@@ -53,6 +55,9 @@ std::optional<DType> read_dtype(JsonObjectReader& section, const char* key, bool
           aliases ? " (or another name of DeepSpeed's DtypeEnum)" : "", ", found \"", *name, "\"");
 }
 
+// `section` {enabled, ...}: whether it is enabled. The other keys are validated by name and
+// type so that a typo is still caught when the section is off; fp16's scaler keys go to
+// `scaler`.
 bool read_precision(JsonObjectReader& root, const char* key, optim::LossScalerConfig& scaler) {
   JsonObjectReader s = root.object(key);
   const bool enabled = s.get<bool>("enabled", false);
@@ -186,17 +191,23 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   c.mixed_precision.dtype = fp16 ? DType::f16 : bf16 ? DType::bf16 : DType::f32;
 
   c.zero = parse_zero_config(root.object("zero_optimization"));
+  const DType dtype = c.mixed_precision.dtype;
+  // fp16 has 5 exponent bits: unscaled gradients underflow in it and large ones overflow,
+  // and only fp16 training has the loss scale and the overflow check that make it safe.
+  TS_CHECK(c.mixed_precision.communication != DType::f16 || dtype == DType::f16, "[config] ",
+           root.key_path("communication_data_type"),
+           ": fp16 reductions need fp16 training's loss scaling and overflow check; expected "
+           "\"fp32\" or \"bf16\" with ",
+           deepspeed_dtype_name(dtype), " training, found \"fp16\"");
   if (const std::optional<DType> accumulation = c.mixed_precision.accumulation) {
-    const DType dtype = c.mixed_precision.dtype;
-    TS_CHECK(*accumulation == DType::f32 || *accumulation == dtype, "[config] ",
-             data_types.key_path("grad_accum_dtype"),
-             ": gradients accumulate in fp32 or in the model's ", dtype_name(dtype),
-             "; expected one of them, found ", dtype_name(*accumulation));
-    TS_CHECK(c.zero.stage < 2 || *accumulation == DType::f32, "[config] ",
-             data_types.key_path("grad_accum_dtype"), ": ZeRO stage ", c.zero.stage,
-             " adds each micro-batch's reduced gradient into an fp32 shard; expected fp32, "
-             "found ",
-             dtype_name(*accumulation));
+    const std::string key = data_types.key_path("grad_accum_dtype");
+    TS_CHECK(*accumulation == DType::f32 || *accumulation == dtype, "[config] ", key,
+             ": gradients accumulate in fp32 or in the model's ", deepspeed_dtype_name(dtype),
+             "; expected one of them, found ", deepspeed_dtype_name(*accumulation));
+    TS_CHECK(c.zero.stage < 2 || *accumulation == DType::f32, "[config] ", key, ": ZeRO stage ",
+             c.zero.stage,
+             " adds each micro-batch's reduced gradient into an fp32 shard; expected fp32, found ",
+             deepspeed_dtype_name(*accumulation));
   }
   TS_CHECK(c.zero.stage == 0 || c.optimizer.type != optim::OptimizerType::lamb, "[config] ",
            "$.zero_optimization.stage: LAMB's trust ratio needs each parameter whole, and ZeRO "
@@ -237,6 +248,13 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
            " reduces gradients during backward, before a pipeline sums its tied embedding's "
            "gradients; expected stage 0 or 1 with pipeline.stages ",
            c.pipeline.stages, " (as DeepSpeed's PipelineEngine)");
+  TS_CHECK(c.pipeline.stages == 1 || !is_half(c.mixed_precision.dtype) ||
+               c.mixed_precision.accumulation != DType::f32,
+           "[config] $.data_types.grad_accum_dtype: pipeline stages sum their micro-batches' "
+           "gradients in the model's ",
+           deepspeed_dtype_name(c.mixed_precision.dtype),
+           " (the tied embedding's copies are summed in them before the reduction); expected ",
+           deepspeed_dtype_name(c.mixed_precision.dtype), " or no grad_accum_dtype, found fp32");
   TS_CHECK(c.tensor_parallel.tp_size == 1 || c.zero.stage <= 2, "[config] ",
            "$.zero_optimization.stage: stage 3 with tensor_parallel.tp_size ",
            c.tensor_parallel.tp_size, " is not supported; expected stage 0, 1 or 2");

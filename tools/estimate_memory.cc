@@ -109,6 +109,8 @@ int body(int argc, char** argv) {
     }
     std::printf("\n");
   }
+  std::printf("(bf16 at stage 1 with gradient_accumulation_steps > 1 sums in fp32: + %.3f GiB)\n",
+              gib(4.0 * static_cast<double>(params)));
 
   std::printf(
       "\nDeepSpeed's estimators (fp16 training, buffer factor 1.5), device / host GiB per "

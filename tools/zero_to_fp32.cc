@@ -1,7 +1,8 @@
 // zero_to_fp32: one safetensors file of a checkpoint's whole fp32 weights, whichever ZeRO
-// stage and world size saved it (DeepSpeed's zero_to_fp32.py). Stage 3 checkpoints hold
-// the weights only as the ranks' parameter shards; this reassembles them with the layout
-// recorded in state.json. Tensor names are the model's parameter names
+// stage and world size saved it (DeepSpeed's zero_to_fp32.py). Stage 3 checkpoints, and
+// fp16/bf16 ones at stages 1-2 (their f32 masters are sharded), hold the weights only as
+// the ranks' parameter shards; this reassembles them with the layout recorded in
+// state.json. Tensor names are the model's parameter names
 // ("transformer.h.0.attn.c_attn.weight", ...), so Module::load_state_dict takes the file.
 //
 //   bazel-bin/tools/zero_to_fp32 --checkpoint .runs/x/checkpoints --out weights.safetensors

@@ -1,5 +1,6 @@
 #include "models/bert/bert.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 

@@ -19,9 +19,9 @@
 namespace tessera::parallel {
 
 enum class OneBitStep : uint8_t {
-  init,             // DeepSpeed's dummy first step: nothing changes but the step count
-  full_precision,   // gradients all-reduced in f32 (1-bit Adam's warm-up; 0/1 Adam's variance)
-  compressed,       // 1-bit Adam: the momentum all-reduced in 1 bit, the variance frozen
+  init,            // DeepSpeed's dummy first step: nothing changes but the step count
+  full_precision,  // gradients all-reduced uncompressed (1-bit Adam's warm-up; 0/1 Adam's variance)
+  compressed,      // 1-bit Adam: the momentum all-reduced in 1 bit, the variance frozen
   onebit_gradient,  // 0/1 Adam: the gradient all-reduced in 1 bit, the momentum updated
   local,            // 0/1 Adam: a local update, no communication
   local_sync,       // 0/1 Adam: a local update, then the accumulated update in 1 bit

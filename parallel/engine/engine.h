@@ -84,15 +84,15 @@ struct StepStats {
   std::string comm;                 // 1-bit optimizers: what the step communicated; empty otherwise
 };
 
-// The key of a rank's parameter shard in its optimizer shard (ZeRO stage 3 checkpoints
-// hold no whole weights).
+// The key of a rank's parameter shard in its optimizer shard (checkpoints of ZeRO stage 3
+// and of 16-bit stages 1-2 hold no whole weights).
 inline constexpr const char* kParameterShard = "param";
 
 // The tensors of a checkpoint: what one rank saves (save_state()), or a loaded checkpoint
 // (load_state()).
 struct EngineCheckpoint {
-  // Whole weights: saving, on the rank that writes them (empty elsewhere, and at stage 3,
-  // whose weights are in the shards).
+  // Whole weights: saving, on the rank that writes them (empty elsewhere, and where the
+  // optimizer shards the parameters: their weights are in the shards).
   StateDict model;
   // The whole optimizer state (stage 0, or a 3D run's part); empty when it is sharded.
   StateDict optimizer;

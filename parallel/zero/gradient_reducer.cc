@@ -233,7 +233,8 @@ void BucketedGradients::reduce_block(int64_t block, bool) {
   const FlatLayout::Block& b = layout_.blocks[block];
   // Gather the block's gradients into one buffer and drop them. Every element is written
   // once: a gradient, or zero (padding, a parameter backward did not reach).
-  const Tensor buffer = empty({b.numel}, {communication_, device_});
+  // One rank communicates nothing: its gradients are not rounded to the wire's dtype.
+  const Tensor buffer = empty({b.numel}, {dp_.size() == 1 ? DType::f32 : communication_, device_});
   for (int64_t i = b.first_param; i < b.end_param; ++i) {
     const FlatLayout::Param& p = layout_.params[i];
     const Tensor slot = buffer.narrow(0, p.offset - b.offset, p.numel);

@@ -16,6 +16,10 @@ void check_mixed_precision(const MixedPrecision& precision, int stage) {
   const DType comm = precision.communication_dtype();
   TS_CHECK(comm == DType::f32 || is_half(comm),
            "[zero] expected a communication dtype of f32, f16 or bf16, found ", dtype_name(comm));
+  TS_CHECK(comm != DType::f16 || dtype == DType::f16,
+           "[zero] f16 reductions need f16 training's loss scaling and overflow check; expected "
+           "f32 or bf16 communication with ",
+           dtype_name(dtype), " parameters, found f16");
   if (!precision.accumulation) return;
   const DType accumulation = *precision.accumulation;
   TS_CHECK(accumulation == DType::f32 || accumulation == dtype,

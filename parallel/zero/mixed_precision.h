@@ -33,7 +33,8 @@ struct MixedPrecision {
 };
 
 // Checks `precision` for a ZeRO stage: the parameters f32, f16 or bf16; the communication
-// f32, f16 or bf16; the accumulation f32 or the parameters' dtype, and f32 at stages 2-3.
+// f32, bf16, or f16 with f16 parameters; the accumulation f32 or the parameters' dtype, and
+// f32 at stages 2-3.
 // The error names what was expected and what was found.
 void check_mixed_precision(const MixedPrecision& precision, int stage);
 

@@ -79,10 +79,14 @@ void MasterWeights::after_step() {
 std::vector<Tensor> MasterWeights::whole() {
   if (!master_shard_.defined()) return masters();
   NoGradGuard no_grad;
-  const Tensor all = empty({layout_.numel}, {DType::f32, master_shard_.device()});
+  // On the host, one block at a time on the device: the device never holds the whole
+  // masters that sharding saves it.
+  const Tensor all = empty({layout_.numel}, {DType::f32, Device::cpu()});
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     const FlatLayout::Block& blk = layout_.blocks[b];
-    dp_.all_gather(own_chunk(static_cast<int64_t>(b)), all.narrow(0, blk.offset, blk.numel));
+    const Tensor gathered = empty({blk.numel}, {DType::f32, master_shard_.device()});
+    dp_.all_gather(own_chunk(static_cast<int64_t>(b)), gathered);
+    all.narrow(0, blk.offset, blk.numel).copy_(gathered);
   }
   std::vector<Tensor> out;
   for (const FlatLayout::Param& p : layout_.params) {

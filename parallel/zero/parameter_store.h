@@ -30,7 +30,8 @@ class ParameterStore {
   virtual Tensor own_chunk(int64_t block) const = 0;
   // After the optimizer stepped: every rank's parameters take the new values.
   virtual void after_step() = 0;
-  // Every parameter whole in f32, flat order (collective at stage 3).
+  // Every parameter whole in f32, flat order (collective where the store is sharded: stage
+  // 3, and 16-bit parameters at stages 1-2, whose gathered masters are host tensors).
   virtual std::vector<Tensor> whole() = 0;
   // Sets every parameter from whole f32 tensors (flat order), on every rank alike.
   virtual void load(const std::vector<Tensor>& whole) = 0;
@@ -57,7 +58,7 @@ class MasterWeights final : public ParameterStore {
 
   Tensor own_chunk(int64_t block) const override;
   void after_step() override;
-  // Collective with sharded masters: they are all-gathered into new tensors.
+  // Collective with sharded masters: they are all-gathered into new host tensors.
   std::vector<Tensor> whole() override;
   void load(const std::vector<Tensor>& whole) override;
   int64_t bytes() const override;

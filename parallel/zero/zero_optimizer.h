@@ -55,9 +55,10 @@
 // Over a step's micro-batches, stages 0-1 accumulate in accumulation_dtype(): bf16 in f32
 // by default (DeepSpeed's BF16_Optimizer): each micro-batch that does not reduce adds the
 // 16-bit buffer into a flat f32 sum, made at the first such micro-batch, and clears it;
-// f16 in f16, as DeepSpeed does. Pipeline stages keep the 16-bit sum, as DeepSpeed's
-// pipeline engine does, because the tied embedding's copies are summed in the model's
-// gradients. Stages 2-3 add every micro-batch into the f32 shard.
+// f16 in f16, as DeepSpeed does. Pipeline stages sum in the parameters' dtype: the tied
+// embedding's copies are summed in the model's gradients before the reduction (an explicit
+// f32 accumulation is a config error there). Stages 2-3 add every micro-batch into the f32
+// shard.
 // With f16 the loss is multiplied by the loss scale before backward;
 // clip_grad_norm() detects inf/nan in the scaled gradients (overflow) and otherwise unscales
 // and clips in one multiply (DeepSpeed's unscale_and_clip_grads); step() updates the scaler
@@ -190,9 +191,10 @@ class ZeroOptimizer {
   // stage 0's state_dict(), or the shards all-gathered over the data-parallel group and
   // unsharded (collective at stages 1-3).
   StateDict whole_state_dict() const;
-  // Every trainable parameter whole in f32 (name -> tensor, flat order). Collective at
-  // stage 3, where the parameters are gathered one at a time into new tensors; the f32
-  // master weights with f16/bf16; the model's own tensors otherwise.
+  // Every trainable parameter whole in f32 (name -> tensor, flat order). Collective where
+  // shards_parameters(): stage 3, where the parameters are gathered one at a time into new
+  // tensors, and f16/bf16 at stages 1-2, whose f32 masters are gathered into host tensors;
+  // the f32 master weights with f16/bf16 at stage 0; the model's own tensors otherwise.
   StateDict whole_parameters();
   // Whether the f32 parameters are sharded over dp: stage 3, and the f32 masters of 16-bit
   // parameters at stages 1-2.

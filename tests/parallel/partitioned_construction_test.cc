@@ -99,6 +99,8 @@ TEST_CASE("a GPT built partitioned holds no parameter memory until stage 3 initi
   CHECK(testing::error_of([&] {
           model.named_parameters().front().tensor.to_vector<float>();
         }).find("reads memory that has been released") != std::string::npos);
+  CHECK(testing::error_of([&] { model.init_parameter("h.0.nope", zeros({2})); }) ==
+        "[gpt2] init_parameter: expected a parameter of this model, found \"h.0.nope\"");
   auto comms = make_thread_group(1);
   ZeroConfig stage2;
   stage2.stage = 2;

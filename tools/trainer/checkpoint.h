@@ -3,11 +3,12 @@
 //
 //   <root>/latest                      "step_00000500\n", replaced atomically after a commit
 //   <root>/step_00000500/model.safetensors    the whole weights (written by rank 0; not
-//                                              with ZeRO stage 3)
+//                                              with ZeRO stage 3 or 16-bit stages 1-2)
 //                       /optimizer.safetensors the whole optimizer state (ZeRO stage 0), or
 //                       /zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors
 //                                              rank r's optimizer shard (stages 1-3); at
-//                                              stage 3 also its parameter shard ("param")
+//                                              stage 3 and 16-bit stages 1-2 also its
+//                                              (f32) parameter shard ("param")
 //                       /model_part_<s>.safetensors, optimizer_part_<s>.safetensors
 //                                      pipeline stage s's whole tensors (pipeline and
 //                                      tensor-parallel runs; instead of the files above)
@@ -42,8 +43,9 @@
 
 namespace tessera::train {
 
-// The key of a rank's parameter shard in its optimizer shard file (ZeRO stage 3, whose
-// checkpoints have no model.safetensors; load_checkpoint() reassembles the weights).
+// The key of a rank's parameter shard in its optimizer shard file (ZeRO stage 3, and
+// 16-bit stages 1-2, whose checkpoints have no model.safetensors; load_checkpoint()
+// reassembles the weights).
 using parallel::kParameterShard;
 
 // The engine's tensors (parallel::EngineCheckpoint: whole weights, whole or sharded
@@ -112,10 +114,10 @@ class CheckpointDir {
 // tensor is read; errors name the file and what was expected and found (a missing
 // manifest means an incomplete save). Without `with_optimizer` (generation, evaluation),
 // the contents hold no optimizer state, and the optimizer files are neither checked nor
-// read unless they hold the weights. Weights saved as parameter shards (ZeRO stage 3) are
-// reassembled into whole tensors with the layout in state.json ($.zero.layout), and the
-// parameter shards are dropped from optimizer_shards: the contents look the same
-// whichever stage saved them.
+// read unless they hold the weights. Weights saved as parameter shards (ZeRO stage 3,
+// 16-bit stages 1-2) are reassembled into whole tensors with the layout in state.json
+// ($.zero.layout), and the parameter shards are dropped from optimizer_shards: the
+// contents look the same whichever stage saved them.
 // With `rank_state_of` >= 0 (and with_optimizer), that rank's per-rank state is read too
 // when the checkpoint has one (checked against the manifest like every file read).
 CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer = true,

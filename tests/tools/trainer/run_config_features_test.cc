@@ -60,7 +60,21 @@ TEST_CASE("mixed precision is read for CPU and CUDA runs, with fp16's loss-scale
           j["data_types"] = {{"grad_accum_dtype", "fp16"}};
         }) ==
         "[config] $.data_types.grad_accum_dtype: gradients accumulate in fp32 or in the model's "
-        "bf16; expected one of them, found f16");
+        "bf16; expected one of them, found fp16");
+  CHECK(error_after([](Json& j) {
+          j["bf16"] = {{"enabled", true}};
+          j["communication_data_type"] = "fp16";
+        }) ==
+        "[config] $.communication_data_type: fp16 reductions need fp16 training's loss scaling "
+        "and overflow check; expected \"fp32\" or \"bf16\" with bf16 training, found \"fp16\"");
+  CHECK(error_after([](Json& j) {
+          j["bf16"] = {{"enabled", true}};
+          j["pipeline"] = {{"stages", 2}};
+          j["data_types"] = {{"grad_accum_dtype", "fp32"}};
+        }) ==
+        "[config] $.data_types.grad_accum_dtype: pipeline stages sum their micro-batches' "
+        "gradients in the model's bf16 (the tied embedding's copies are summed in them before "
+        "the reduction); expected bf16 or no grad_accum_dtype, found fp32");
   CHECK(error_after([](Json& j) {
           j["bf16"] = {{"enabled", true}};
           j["zero_optimization"] = {{"stage", 2}};
