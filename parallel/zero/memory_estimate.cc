@@ -6,12 +6,21 @@
 
 namespace tessera::parallel {
 
-int64_t fp32_model_state_bytes(int stage, int64_t params, int world) {
+namespace {
+
+// ceil(params / world), after checking the arguments of the model-state formulas.
+int64_t checked_shard(int stage, int64_t params, int world) {
   TS_CHECK(stage >= 0 && stage <= 3, "[estimate_memory] expected a ZeRO stage in 0..3, found ",
            stage);
   TS_CHECK(params >= 0, "[estimate_memory] expected a parameter count >= 0, found ", params);
   TS_CHECK(world >= 1, "[estimate_memory] expected a world size >= 1, found ", world);
-  const int64_t shard = (params + world - 1) / world;
+  return (params + world - 1) / world;
+}
+
+}  // namespace
+
+int64_t fp32_model_state_bytes(int stage, int64_t params, int world) {
+  const int64_t shard = checked_shard(stage, params, world);
   switch (stage) {
     case 0:
       return 16 * params;
@@ -25,11 +34,7 @@ int64_t fp32_model_state_bytes(int stage, int64_t params, int world) {
 }
 
 int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_accumulation) {
-  TS_CHECK(stage >= 0 && stage <= 3, "[estimate_memory] expected a ZeRO stage in 0..3, found ",
-           stage);
-  TS_CHECK(params >= 0, "[estimate_memory] expected a parameter count >= 0, found ", params);
-  TS_CHECK(world >= 1, "[estimate_memory] expected a world size >= 1, found ", world);
-  const int64_t shard = (params + world - 1) / world;
+  const int64_t shard = checked_shard(stage, params, world);
   switch (stage) {
     case 0:
       return 20 * params;

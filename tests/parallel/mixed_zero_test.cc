@@ -12,6 +12,7 @@
 #include "models/gpt2/gpt.h"
 #include "parallel/comm/thread_comm.h"
 #include "parallel/zero/zero_optimizer.h"
+#include "tests/parallel/zero_test_gpt.h"
 #include "tests/testing.h"
 
 namespace tessera::parallel {
@@ -22,32 +23,8 @@ constexpr int64_t kGlobalRows = 24;  // per step, over all ranks and micro-batch
 constexpr int64_t kGas = 2;
 constexpr int64_t kT = 6;
 
-// 18475 parameters, which none of 2, 3 and 4 divides (tests/parallel/zero_optimizer_test.cc).
-GptConfig model_config() {
-  GptConfig c;
-  c.vocab_size = 37;
-  c.block_size = kT;
-  c.n_layer = 2;
-  c.n_head = 5;
-  c.n_embd = 25;
-  c.bias = false;
-  return c;
-}
-
-optim::OptimizerConfig adamw() {
-  optim::OptimizerConfig o;
-  o.lr = 1e-3;
-  o.weight_decay = 0.1;
-  return o;
-}
-
-Tensor all_rows() {
-  Generator gen(7);
-  const Tensor u = rand({kSteps * kGlobalRows, kT + 1}, gen, {DType::f64});
-  std::vector<int32_t> ids;
-  for (double v : u.to_vector<double>()) ids.push_back(static_cast<int32_t>(v * 37));
-  return from_vector(ids, {kSteps * kGlobalRows, kT + 1});
-}
+GptConfig model_config() { return testing::zero_test_gpt(kT); }
+optim::OptimizerConfig adamw() { return testing::zero_test_adamw(); }
 
 struct Run {
   std::vector<double> losses;
@@ -60,7 +37,7 @@ struct Run {
 // `world` thread ranks training the GPT in `precision` at `zero`; rank r's micro-batch m is
 // rows [(m * world + r) * micro, + micro) of the step.
 std::vector<Run> train(int world, const ZeroConfig& zero, const MixedPrecision& precision) {
-  const Tensor rows = all_rows();
+  const Tensor rows = testing::zero_test_rows(kSteps * kGlobalRows, kT);
   std::vector<Run> runs(static_cast<size_t>(world));
   run_thread_ranks(world, [&](Communicator& comm) {
     Gpt model(model_config(), 1234);
@@ -76,9 +53,9 @@ std::vector<Run> train(int world, const ZeroConfig& zero, const MixedPrecision& 
       double loss = 0;
       const int64_t before = comm.stats().total_bytes_sent();
       for (int64_t m = 0; m < kGas; ++m) {
-        const Tensor r = rows.narrow(0, s * kGlobalRows + (m * world + comm.rank()) * micro, micro);
-        const Tensor l = model.loss(model.forward(r.narrow(1, 0, kT).contiguous()),
-                                    r.narrow(1, 1, kT).contiguous());
+        const auto [x, y] = testing::zero_test_batch(
+            rows, s * kGlobalRows + (m * world + comm.rank()) * micro, micro);
+        const Tensor l = model.loss(model.forward(x), y);
         loss += l.item<double>() / kGas;
         opt.backward(l, 1.0 / kGas, m == kGas - 1);
       }

@@ -14,6 +14,7 @@
 #include "models/gpt2/gpt.h"
 #include "optim/clip.h"
 #include "parallel/comm/thread_comm.h"
+#include "tests/parallel/zero_test_gpt.h"
 #include "tests/testing.h"
 
 namespace tessera::parallel {
@@ -25,42 +26,12 @@ constexpr int64_t kGas = 2;
 constexpr int64_t kT = 6;
 constexpr double kClip = 0.3;
 
-// 18475 parameters (25 x 739). Without biases: the loss does not depend on the key bias
-// (it shifts every score of a query equally), so its exact gradient is 0 and the computed
-// one is rounding noise, which Adam normalizes into full-size steps. Any change of
-// summation order (which data parallelism must make) changes that noise, so the key bias
-// of two correct runs differs at the scale of the learning rate.
-GptConfig model_config() {
-  GptConfig c;
-  c.vocab_size = 37;
-  c.block_size = kT;
-  c.n_layer = 2;
-  c.n_head = 5;
-  c.n_embd = 25;
-  c.bias = false;
-  return c;
-}
-
-optim::OptimizerConfig adamw() {
-  optim::OptimizerConfig o;
-  o.lr = 1e-3;
-  o.weight_decay = 0.1;
-  return o;
-}
-
+GptConfig model_config() { return testing::zero_test_gpt(kT); }
+optim::OptimizerConfig adamw() { return testing::zero_test_adamw(); }
 // Token rows of every step: (kSteps * kGlobalRows, kT + 1), the same for every run.
-Tensor all_rows() {
-  Generator gen(7);
-  const Tensor u = rand({kSteps * kGlobalRows, kT + 1}, gen, {DType::f64});
-  std::vector<int32_t> ids;
-  for (double v : u.to_vector<double>()) ids.push_back(static_cast<int32_t>(v * 37));
-  return from_vector(ids, {kSteps * kGlobalRows, kT + 1});
-}
-
-// Rows [first, first + n) as (inputs, targets).
+Tensor all_rows() { return testing::zero_test_rows(kSteps * kGlobalRows, kT); }
 std::pair<Tensor, Tensor> batch(const Tensor& rows, int64_t first, int64_t n) {
-  const Tensor r = rows.narrow(0, first, n);
-  return {r.narrow(1, 0, kT).contiguous(), r.narrow(1, 1, kT).contiguous()};
+  return testing::zero_test_batch(rows, first, n);
 }
 
 struct Run {

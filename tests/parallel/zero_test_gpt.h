@@ -1,0 +1,55 @@
+// The GPT, optimizer and token rows the ZeRO equivalence tests train on
+// (tests/parallel/zero_optimizer_test.cc in f32, mixed_zero_test.cc in 16 bits).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/factories.h"
+#include "models/gpt2/gpt.h"
+#include "optim/config.h"
+
+namespace tessera::testing {
+
+// 18475 parameters (25 x 739), which none of 2, 3 and 4 divides, at block size `t`.
+// Without biases: the loss does not depend on the key bias (it shifts every score of a
+// query equally), so its exact gradient is 0 and the computed one is rounding noise, which
+// Adam normalizes into full-size steps. Any change of summation order (which data
+// parallelism must make) changes that noise, so the key bias of two correct runs differs
+// at the scale of the learning rate.
+inline GptConfig zero_test_gpt(int64_t t) {
+  GptConfig c;
+  c.vocab_size = 37;
+  c.block_size = t;
+  c.n_layer = 2;
+  c.n_head = 5;
+  c.n_embd = 25;
+  c.bias = false;
+  return c;
+}
+
+inline optim::OptimizerConfig zero_test_adamw() {
+  optim::OptimizerConfig o;
+  o.lr = 1e-3;
+  o.weight_decay = 0.1;
+  return o;
+}
+
+// `rows` token rows of t + 1 ids below 37, the same for every run: (rows, t + 1).
+inline Tensor zero_test_rows(int64_t rows, int64_t t) {
+  Generator gen(7);
+  const Tensor u = rand({rows, t + 1}, gen, {DType::f64});
+  std::vector<int32_t> ids;
+  for (double v : u.to_vector<double>()) ids.push_back(static_cast<int32_t>(v * 37));
+  return from_vector(ids, {rows, t + 1});
+}
+
+// Rows [first, first + n) of zero_test_rows() as (inputs, targets), each (n, t).
+inline std::pair<Tensor, Tensor> zero_test_batch(const Tensor& rows, int64_t first, int64_t n) {
+  const Tensor r = rows.narrow(0, first, n);
+  const int64_t t = r.size(1) - 1;
+  return {r.narrow(1, 0, t).contiguous(), r.narrow(1, 1, t).contiguous()};
+}
+
+}  // namespace tessera::testing
