@@ -2,8 +2,9 @@
 # tools/train under mpirun, end to end (Note [Data-parallel engine] in
 # parallel/engine/engine.h):
 #   - ZeRO stages 0, 1, 2, 3 at 2 and 4 ranks give the per-step losses and final weights of
-#     the single-process run with the same global batch, within 1e-6 relative; bf16 at 3
-#     ranks, stages 1 and 3, those of the single-process bf16 run within 1.5e-2;
+#     the single-process run with the same global batch, within 1e-6 relative; bf16 and
+#     fp16 at 3 ranks, stages 0-3, those of the single-process run in the same precision
+#     within 1.5e-2;
 #   - log lines carry the rank and only rank 0 reports progress, with the communication
 #     summary at the end;
 #   - 2-rank stage-2 and stage-3 runs resumed at 2 ranks from their checkpoints end bit for
@@ -73,24 +74,28 @@ for stage in 0 1 2 3; do
   done
 done
 
-# bf16 at 3 ranks (Note [Mixed precision] in parallel/zero/zero_optimizer.h): stages 1 and
-# 3 against the single-process bf16 run. The runs round in bf16 at other places (micro-
-# batches of 2 rows instead of 6, sums in another order), and Adam's steps of about lr are
-# large against attn.c_proj's small weights: its relative difference is 8.3e-3 at stages 0
-# and 1 alike, and with fp32 communication too; the losses differ by 1.4e-5.
+# bf16 and fp16 at 3 ranks (Note [Mixed precision] in parallel/zero/zero_optimizer.h),
+# stages 0-3, against the single-process run in the same precision. The runs round in 16
+# bits at other places (micro-batches of 2 rows instead of 6, sums in another order), and
+# Adam's steps of about lr are large against attn.c_proj's small weights: with bf16 its
+# relative difference is 8.3e-3 at every stage, and with fp32 communication too; the
+# losses differ by less than 3e-5.
 batch12='"train_batch_size": 12, "gradient_accumulation_steps": 2'
-bf16='"bf16": {"enabled": true}'
-config single_bf16 0 6 "$batch12" "$bf16"
-"$TRAIN" --config single_bf16.json >single_bf16.log 2>&1 ||
-  fail "the single-process bf16 run failed: $(tail -n 5 single_bf16.log)"
-for stage in 1 3; do
-  name="bf16_s${stage}_np3"
-  config "$name" "$stage" 6 "$batch12" "$bf16"
-  mpi 240 3 --config "$name.json" --comm-timeout 60 >"$name.log" 2>&1 ||
-    fail "$name failed: $(tail -n 5 "$name.log")"
-  "$COMPARE" single_bf16 "$name" 1.5e-2 || fail "$name differs from the single-process bf16 run"
+for dtype in bf16 fp16; do
+  precision="\"$dtype\": {\"enabled\": true, \"initial_scale_power\": 12}"
+  [ "$dtype" = fp16 ] || precision='"bf16": {"enabled": true}'
+  config "single_$dtype" 0 6 "$batch12" "$precision"
+  "$TRAIN" --config "single_$dtype.json" >"single_$dtype.log" 2>&1 ||
+    fail "the single-process $dtype run failed: $(tail -n 5 "single_$dtype.log")"
+  for stage in 0 1 2 3; do
+    name="${dtype}_s${stage}_np3"
+    config "$name" "$stage" 6 "$batch12" "$precision"
+    mpi 240 3 --config "$name.json" --comm-timeout 60 >"$name.log" 2>&1 ||
+      fail "$name failed: $(tail -n 5 "$name.log")"
+    "$COMPARE" "single_$dtype" "$name" 1.5e-2 || fail "$name differs from the single-process $dtype run"
+  done
 done
-echo "ok: bf16 at 3 ranks, stages 1 and 3, follows the single-process bf16 run"
+echo "ok: bf16 and fp16 at 3 ranks, stages 0-3, follow the single-process runs"
 
 # Rank tags: every log line of a rank names it; progress comes from rank 0 only.
 grep -Eq '^\[1,0\]<std(out|err)>:.*\[rank 0\] \[info\] step 2/6' s2_np2.log ||
