@@ -159,17 +159,9 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   c.train_micro_batch_size_per_gpu = root.optional<int64_t>("train_micro_batch_size_per_gpu");
   c.gradient_accumulation_steps = root.optional<int64_t>("gradient_accumulation_steps");
   for (const auto& [key, why] : kNotYet) root.unsupported(key, why);
-  // Gradients are averaged as Note [Mixed precision] in parallel/zero/zero_optimizer.h says
-  // (the defaults of these keys).
-  TS_CHECK(!root.get<bool>("prescale_gradients", false), "[config] ",
-           root.key_path("prescale_gradients"),
-           ": gradients are averaged by the reduction's dtype (f32 after it, 16-bit before "
-           "it); expected false");
-  const double predivide = root.get<double>("gradient_predivide_factor", 1.0);
-  TS_CHECK(predivide == 1.0, "[config] ", root.key_path("gradient_predivide_factor"),
-           ": gradients are averaged by the reduction's dtype (f32 after it, 16-bit before "
-           "it); expected 1.0, found ",
-           predivide);
+  // Where the average divides (Note [Gradient averaging] in parallel/zero/gradient_reducer.h).
+  const bool prescale = root.get<bool>("prescale_gradients", false);
+  const double predivide = root.get_in_range<double>("gradient_predivide_factor", 1.0, 1e-30, 1e30);
   c.mixed_precision.communication = read_dtype(root, "communication_data_type", false);
   JsonObjectReader data_types = root.object("data_types");
   c.mixed_precision.accumulation = read_dtype(data_types, "grad_accum_dtype", true);
@@ -191,6 +183,8 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   c.mixed_precision.dtype = fp16 ? DType::f16 : bf16 ? DType::bf16 : DType::f32;
 
   c.zero = parse_zero_config(root.object("zero_optimization"));
+  c.zero.prescale_gradients = prescale;
+  c.zero.gradient_predivide_factor = predivide;
   const DType dtype = c.mixed_precision.dtype;
   // fp16 has 5 exponent bits: unscaled gradients underflow in it and large ones overflow,
   // and only fp16 training has the loss scale and the overflow check that make it safe.

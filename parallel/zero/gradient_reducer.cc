@@ -62,38 +62,40 @@ void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t
   // The reduction's buffer, in the communication dtype: `sum` itself, or `out` when it is
   // the whole f32 block, or a converted copy.
   Tensor buffer = sum;
-  if (sum.dtype() != communication_) {
-    if (!scatter && !add && communication_ == DType::f32) {
+  if (sum.dtype() != averaging_.communication) {
+    if (!scatter && !add && averaging_.communication == DType::f32) {
       out.copy_(sum);
       buffer = out;
     } else {
-      buffer = sum.to(communication_);
+      buffer = sum.to(averaging_.communication);
     }
   }
-  const bool half = is_half(communication_);
-  if (half) kernels::scale_(buffer, 1.0 / world);
+  // Note [Gradient averaging].
+  const bool divide_first = is_half(averaging_.communication) || averaging_.prescale;
+  const double pre = divide_first ? 1.0 / world : 1.0 / averaging_.predivide_factor;
+  const double post = divide_first ? 1.0 : averaging_.predivide_factor / world;
+  if (pre != 1.0) kernels::scale_(buffer, pre);
   Tensor reduced;
   if (scatter && reduce_scatter) {
-    const bool direct = communication_ == DType::f32 && !add && !overlap(out, buffer);
-    reduced = direct ? out : empty({chunk}, {communication_, device_});
+    const bool direct = averaging_.communication == DType::f32 && !add && !overlap(out, buffer);
+    reduced = direct ? out : empty({chunk}, {averaging_.communication, device_});
     dp_.reduce_scatter(buffer, reduced);
   } else {
     dp_.all_reduce(buffer);
     reduced = scatter ? buffer.narrow(0, dp_.rank() * chunk, chunk) : buffer;
   }
-  const double factor = half ? 1.0 : 1.0 / world;
   if (add) {
-    kernels::axpy_(out, reduced.to(DType::f32), factor);
+    kernels::axpy_(out, reduced.to(DType::f32), post);
     return;
   }
   if (reduced.raw_data() != out.raw_data()) out.copy_(reduced);
-  if (factor != 1.0) kernels::scale_(out, factor);
+  if (post != 1.0) kernels::scale_(out, post);
 }
 
 FlatGradients::FlatGradients(Communicator& dp, const FlatLayout& layout,
                              std::vector<Tensor>& params, DType dtype, DType accumulation,
-                             DType communication, Device device)
-    : GradientReducer(dp, layout, params, device, communication),
+                             const Averaging& averaging, Device device)
+    : GradientReducer(dp, layout, params, device, averaging),
       f32_accumulation_(is_half(dtype) && accumulation == DType::f32) {
   model_grads_ = zeros({layout.numel}, {dtype, device});
 }
@@ -144,8 +146,8 @@ int64_t FlatGradients::bytes() const {
 
 AllReduceGradients::AllReduceGradients(Communicator& dp, const FlatLayout& layout,
                                        std::vector<Tensor>& params, DType dtype, DType accumulation,
-                                       DType communication, Device device)
-    : FlatGradients(dp, layout, params, dtype, accumulation, communication, device) {
+                                       const Averaging& averaging, Device device)
+    : FlatGradients(dp, layout, params, dtype, accumulation, averaging, device) {
   if (is_half(dtype)) f32_sum_ = zeros({layout.numel}, {DType::f32, device});
   averaged_ = is_half(dtype) ? f32_sum_ : model_grads_;
 }
@@ -185,9 +187,9 @@ void AllReduceGradients::scale(double factor) { kernels::scale_(averaged_, facto
 
 ReduceScatterGradients::ReduceScatterGradients(Communicator& dp, const FlatLayout& layout,
                                                std::vector<Tensor>& params, DType dtype,
-                                               DType accumulation, DType communication,
+                                               DType accumulation, const Averaging& averaging,
                                                Device device, bool reduce_scatter)
-    : FlatGradients(dp, layout, params, dtype, accumulation, communication, device),
+    : FlatGradients(dp, layout, params, dtype, accumulation, averaging, device),
       reduce_scatter_(reduce_scatter) {
   if (is_half(dtype)) grad_shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
 }
@@ -211,9 +213,9 @@ int64_t ReduceScatterGradients::bytes() const {
 }
 
 BucketedGradients::BucketedGradients(Communicator& dp, const FlatLayout& layout,
-                                     std::vector<Tensor>& params, DType communication,
+                                     std::vector<Tensor>& params, const Averaging& averaging,
                                      Device device, bool reduce_scatter)
-    : GradientReducer(dp, layout, params, device, communication), reduce_scatter_(reduce_scatter) {
+    : GradientReducer(dp, layout, params, device, averaging), reduce_scatter_(reduce_scatter) {
   grad_shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
 }
 
@@ -234,7 +236,8 @@ void BucketedGradients::reduce_block(int64_t block, bool) {
   // Gather the block's gradients into one buffer and drop them. Every element is written
   // once: a gradient, or zero (padding, a parameter backward did not reach).
   // One rank communicates nothing: its gradients are not rounded to the wire's dtype.
-  const Tensor buffer = empty({b.numel}, {dp_.size() == 1 ? DType::f32 : communication_, device_});
+  const Tensor buffer =
+      empty({b.numel}, {dp_.size() == 1 ? DType::f32 : averaging_.communication, device_});
   for (int64_t i = b.first_param; i < b.end_param; ++i) {
     const FlatLayout::Param& p = layout_.params[i];
     const Tensor slot = buffer.narrow(0, p.offset - b.offset, p.numel);

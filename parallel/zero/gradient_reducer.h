@@ -19,13 +19,26 @@
 
 namespace tessera::parallel {
 
+// Note [Gradient averaging]
+// A reduction averages the ranks' gradients by multiplying before it (pre) and after it
+// (post), as DeepSpeed's engine does (deepspeed/runtime/engine.py, allreduce_bucket, and
+// zero/stage_1_and_2.py, average_tensor):
+//   16-bit communication, or prescale_gradients:  pre = 1 / W, post = 1
+//   otherwise, with gradient_predivide_factor f:  pre = 1 / f, post = f / W  (f = 1: post only)
+// Dividing first keeps an fp16 sum of W ranks from overflowing; the choice changes rounding
+// only.
+struct Averaging {
+  DType communication = DType::f32;  // the dtype gradients are reduced in: f32, f16 or bf16
+  bool prescale = false;             // prescale_gradients
+  double predivide_factor = 1.0;     // gradient_predivide_factor (> 0)
+};
+
 class GradientReducer {
  public:
   // `params` (flat order of `layout`, all on `device`) and `layout` must outlive the reducer.
-  // Gradients are reduced in `communication` (f32, f16 or bf16).
   GradientReducer(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
-                  Device device, DType communication)
-      : dp_(dp), layout_(layout), params_(params), device_(device), communication_(communication) {}
+                  Device device, const Averaging& averaging)
+      : dp_(dp), layout_(layout), params_(params), device_(device), averaging_(averaging) {}
   virtual ~GradientReducer() = default;
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -62,8 +75,7 @@ class GradientReducer {
   // (`scatter`: reduce-scattered, or all-reduced and narrowed when `reduce_scatter` is
   // false) or the whole block; `add` adds instead of writing. The reduction runs in the
   // communication dtype: `sum` itself when of that dtype (it is then overwritten), else a
-  // converted copy. 16-bit values are divided by the world size before the reduction
-  // (DeepSpeed's average_tensor, which keeps an fp16 sum from overflowing), f32 ones after.
+  // converted copy, scaled as Note [Gradient averaging] says.
   void average_into(const Tensor& sum, const Tensor& out, int64_t chunk, bool scatter,
                     bool reduce_scatter, bool add) const;
 
@@ -71,7 +83,7 @@ class GradientReducer {
   const FlatLayout& layout_;
   std::vector<Tensor>& params_;
   Device device_;
-  DType communication_;
+  Averaging averaging_;
 };
 
 // Stages 0-1: backward accumulates into one flat buffer of the layout in the parameters'
@@ -82,7 +94,7 @@ class FlatGradients : public GradientReducer {
  public:
   // `accumulation`: the dtype the micro-batches' gradients are summed in (f32 or `dtype`).
   FlatGradients(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
-                DType dtype, DType accumulation, DType communication, Device device);
+                DType dtype, DType accumulation, const Averaging& averaging, Device device);
   void zero_grad() override;
   bool reduces_every_micro_batch() const override { return false; }
   void end_micro_batch() override;
@@ -107,7 +119,7 @@ class FlatGradients : public GradientReducer {
 class AllReduceGradients final : public FlatGradients {
  public:
   AllReduceGradients(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
-                     DType dtype, DType accumulation, DType communication, Device device);
+                     DType dtype, DType accumulation, const Averaging& averaging, Device device);
   void reduce_block(int64_t block, bool communicate) override;
   Tensor own_chunk(int64_t block) const override;
   double squared_norm(const std::vector<bool>& counted) const override;
@@ -125,7 +137,7 @@ class AllReduceGradients final : public FlatGradients {
 class ReduceScatterGradients final : public FlatGradients {
  public:
   ReduceScatterGradients(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
-                         DType dtype, DType accumulation, DType communication, Device device,
+                         DType dtype, DType accumulation, const Averaging& averaging, Device device,
                          bool reduce_scatter);
   void reduce_block(int64_t block, bool communicate) override;
   Tensor own_chunk(int64_t block) const override;
@@ -144,7 +156,7 @@ class ReduceScatterGradients final : public FlatGradients {
 class BucketedGradients final : public GradientReducer {
  public:
   BucketedGradients(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
-                    DType communication, Device device, bool reduce_scatter);
+                    const Averaging& averaging, Device device, bool reduce_scatter);
   void zero_grad() override;
   bool reduces_every_micro_batch() const override { return true; }
   void reduce_block(int64_t block, bool communicate) override;

@@ -31,6 +31,11 @@ struct ZeroConfig {
   int64_t stage3_max_live_parameters = 1'000'000'000;
   int64_t stage3_max_reuse_distance = 1'000'000'000;
 
+  // DeepSpeed's top-level prescale_gradients and gradient_predivide_factor, here because
+  // ZeRO's reductions apply them (Note [Gradient averaging] in gradient_reducer.h).
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+
   // The elements of a stage 0-2 block: min(reduce_bucket_size, allgather_bucket_size).
   int64_t block_numel() const;
 };

@@ -31,7 +31,10 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
            config_.stage);
   check_mixed_precision(precision_, config_.stage);
   const DType dtype = precision_.dtype;
-  const DType communication = precision_.communication_dtype();
+  const Averaging averaging{precision_.communication_dtype(), config_.prescale_gradients,
+                            config_.gradient_predivide_factor};
+  TS_CHECK(averaging.predivide_factor > 0 && std::isfinite(averaging.predivide_factor),
+           "[zero] expected a gradient_predivide_factor > 0, found ", averaging.predivide_factor);
   const DType accumulation = precision_.accumulation_dtype(config_.stage);
   NoGradGuard no_grad;
   std::vector<FlatParamInfo> infos;
@@ -75,7 +78,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
   // ... and the gradients, with the optimizer over what this rank steps.
   if (config_.stage == 0) {
     auto flat = std::make_unique<AllReduceGradients>(dp_, layout_, params_, dtype, accumulation,
-                                                     communication, device_);
+                                                     averaging, device_);
     // Every parameter whole: the masters under the parameters' names, with the flat
     // buffer's f32 gradients (the parameters themselves at f32).
     std::vector<optim::ParamGroup> master_groups = groups_;
@@ -92,12 +95,11 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     gradients_ = std::move(flat);
   } else {
     if (config_.stage == 1) {
-      gradients_ =
-          std::make_unique<ReduceScatterGradients>(dp_, layout_, params_, dtype, accumulation,
-                                                   communication, device_, config_.reduce_scatter);
+      gradients_ = std::make_unique<ReduceScatterGradients>(
+          dp_, layout_, params_, dtype, accumulation, averaging, device_, config_.reduce_scatter);
     } else {
-      gradients_ = std::make_unique<BucketedGradients>(dp_, layout_, params_, communication,
-                                                       device_, config_.reduce_scatter);
+      gradients_ = std::make_unique<BucketedGradients>(dp_, layout_, params_, averaging, device_,
+                                                       config_.reduce_scatter);
     }
     // One optimizer parameter per owned chunk, in its block's group.
     std::vector<optim::ParamGroup> chunks;

@@ -122,9 +122,14 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
         }) ==
         "[config] $.zero_optimization.offload_optimizer is not supported: ZeRO-Offload is not "
         "implemented yet");
-  CHECK(error_after([](Json& d) { d["gradient_predivide_factor"] = 2.0; }) ==
-        "[config] $.gradient_predivide_factor: gradients are averaged by the reduction's dtype "
-        "(f32 after it, 16-bit before it); expected 1.0, found 2");
+  const RunConfig averaged = parse_edited([](Json& d) {
+    d["prescale_gradients"] = true;
+    d["gradient_predivide_factor"] = 4.0;
+  });
+  CHECK(averaged.engine.zero.prescale_gradients);
+  CHECK(averaged.engine.zero.gradient_predivide_factor == 4.0);
+  CHECK_THAT(error_after([](Json& d) { d["gradient_predivide_factor"] = 0.0; }),
+             Catch::StartsWith("[config] $.gradient_predivide_factor: "));
   CHECK(error_after([](Json& d) {
           d["optimizer"]["type"] = "OneBitAdam";
           d["zero_optimization"] = {{"stage", 1}};
