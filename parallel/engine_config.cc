@@ -159,6 +159,8 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   c.train_micro_batch_size_per_gpu = root.optional<int64_t>("train_micro_batch_size_per_gpu");
   c.gradient_accumulation_steps = root.optional<int64_t>("gradient_accumulation_steps");
   for (const auto& [key, why] : kNotYet) root.unsupported(key, why);
+  // Without effect (configs/README.md, "Accepted but without effect").
+  root.get<bool>("zero_allow_untested_optimizer", false);
   // Where the average divides (Note [Gradient averaging] in parallel/zero/gradient_reducer.h).
   const bool prescale = root.get<bool>("prescale_gradients", false);
   const double predivide = root.get_in_range<double>("gradient_predivide_factor", 1.0, 1e-30, 1e30);
@@ -223,7 +225,10 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   }
   c.activation_checkpointing.contiguous_memory_optimization =
       ac.get<bool>("contiguous_memory_optimization", false);
-  c.activation_checkpointing.number_checkpoints = ac.optional<int64_t>("number_checkpoints");
+  const nlohmann::json* checkpoints = ac.raw("number_checkpoints");  // null: DeepSpeed's default
+  if (checkpoints != nullptr && !checkpoints->is_null()) {
+    c.activation_checkpointing.number_checkpoints = ac.optional<int64_t>("number_checkpoints");
+  }
   c.activation_checkpointing.synchronize_checkpoint_boundary =
       ac.get<bool>("synchronize_checkpoint_boundary", false);
   c.activation_checkpointing.profile = ac.get<bool>("profile", false);

@@ -12,14 +12,39 @@ namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
+// ZeRO-Offload's keys (deepspeed/runtime/zero/offload_config.py), which real configs often
+// carry switched off: accepted, with their keys checked, when they keep everything on the
+// device ("device": "none", the deprecated booleans false); an error otherwise.
+void read_offload_switched_off(JsonObjectReader& s) {
+  const char* why = "ZeRO-Offload is not implemented yet; expected \"device\": \"none\"";
+  for (const char* key : {"offload_optimizer", "offload_param"}) {
+    if (!s.has(key)) continue;
+    JsonObjectReader o = s.object(key);
+    const std::string device = o.get<std::string>("device", "none");
+    TS_CHECK(device == "none", "[config] ", o.key_path("device"), ": ", why, ", found \"", device,
+             "\"");
+    o.get<std::string>("nvme_path", "");
+    o.get_in_range<int64_t>("buffer_count", 5, 0, kMax);
+    o.get<bool>("pin_memory", false);
+    if (std::string(key) == "offload_optimizer") {
+      o.get<bool>("pipeline_read", false);
+      o.get<bool>("pipeline_write", false);
+      o.get<bool>("fast_init", false);
+      o.get_in_range<double>("ratio", 1.0, 0.0, 1.0);
+    } else {
+      o.get_in_range<double>("buffer_size", 1e8, 0, 9e18);
+      o.get_in_range<double>("max_in_cpu", 1e9, 0, 9e18);
+    }
+  }
+  for (const char* key : {"cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory"}) {
+    TS_CHECK(!s.get<bool>(key, false), "[config] ", s.key_path(key),
+             ": ZeRO-Offload is not implemented yet; expected false");
+  }
+}
+
 // DeepSpeed keys of features Tessera does not have: present, they are errors.
 const std::pair<const char*, const char*> kUnsupported[] = {
     {"elastic_checkpoint", "DeepSpeed no longer supports it either"},
-    {"offload_optimizer", "ZeRO-Offload is not implemented yet"},
-    {"offload_param", "ZeRO-Offload is not implemented yet"},
-    {"cpu_offload", "ZeRO-Offload is not implemented yet"},
-    {"cpu_offload_param", "ZeRO-Offload is not implemented yet"},
-    {"cpu_offload_use_pin_memory", "ZeRO-Offload is not implemented yet"},
     {"zero_hpz_partition_size", "ZeRO++ is not implemented"},
     {"zero_quantized_weights", "ZeRO++ is not implemented"},
     {"zero_quantized_nontrainable_weights", "ZeRO++ is not implemented"},
@@ -78,6 +103,7 @@ ZeroConfig parse_zero_config(JsonObjectReader s) {
   TS_CHECK(!s.get<bool>("legacy_stage1", false), "[config] ", s.key_path("legacy_stage1"),
            ": legacy_stage1 was removed from DeepSpeed; expected false");
   for (const auto& [key, why] : kUnsupported) s.unsupported(key, why);
+  read_offload_switched_off(s);
   s.get_in_range<double>("stage3_model_persistence_threshold", 9e18, 0, 9e18);
   s.deprecated_alias("stage3_gather_fp16_weights_on_model_save",
                      "stage3_gather_16bit_weights_on_model_save");

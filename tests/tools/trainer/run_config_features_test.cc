@@ -120,8 +120,13 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
   CHECK(error_after([](Json& d) {
           d["zero_optimization"] = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}};
         }) ==
-        "[config] $.zero_optimization.offload_optimizer is not supported: ZeRO-Offload is not "
-        "implemented yet");
+        "[config] $.zero_optimization.offload_optimizer.device: ZeRO-Offload is not "
+        "implemented yet; expected \"device\": \"none\", found \"cpu\"");
+  CHECK(error_after([](Json& d) {
+          d["zero_optimization"] = {{"cpu_offload", true}};
+        }) ==
+        "[config] $.zero_optimization.cpu_offload: ZeRO-Offload is not implemented yet; "
+        "expected false");
   const RunConfig averaged = parse_edited([](Json& d) {
     d["prescale_gradients"] = true;
     d["gradient_predivide_factor"] = 4.0;
