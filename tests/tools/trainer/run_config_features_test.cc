@@ -127,6 +127,25 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
         }) ==
         "[config] $.zero_optimization.cpu_offload: ZeRO-Offload is not implemented yet; "
         "expected false");
+  // DeepSpeed sections Tessera lacks: refused by name with the reason, accepted disabled.
+  CHECK(error_after([](Json& d) {
+          d["eigenvalue"] = {{"enabled", true}};
+        }) ==
+        "[config] $.eigenvalue is not supported by Tessera: eigenvalue-based quantization "
+        "schedules are outside Tessera's scope; expected it absent or with \"enabled\": false");
+  CHECK(error_after([](Json& d) {
+          d["tensorboard"] = {{"output_path", "runs/"}};
+        }) ==
+        "[config] $.tensorboard is not supported by Tessera: the trainer writes metrics.jsonl "
+        "and metrics.csv instead; expected it absent or with \"enabled\": false");
+  CHECK_NOTHROW(parse_edited([](Json& d) {
+    d["tensorboard"] = {{"enabled", false}, {"output_path", "runs/"}, {"job_name", "x"}};
+    d["flops_profiler"] = {{"enabled", false}, {"profile_step", 1}};
+    d["aio"] = {{"block_size", 1048576}, {"queue_depth", 8}, {"single_submit", false}};
+  }));
+  CHECK(error_after([](Json& d) {
+          d["aio"] = {{"block_size", "1M"}};
+        }) == "[config] $.aio.block_size: expected integer, found string \"1M\"");
   const RunConfig averaged = parse_edited([](Json& d) {
     d["prescale_gradients"] = true;
     d["gradient_predivide_factor"] = 4.0;
