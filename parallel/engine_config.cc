@@ -74,6 +74,16 @@ std::optional<DType> read_dtype(JsonObjectReader& section, const char* key, bool
 // `section` {enabled, ...}: whether it is enabled. The other keys are validated by name and
 // type so that a typo is still caught when the section is off; fp16's scaler keys go to
 // `scaler`.
+// fp16's loss-scaling keys of `s`, checked, into `scaler`.
+void read_loss_scaler(JsonObjectReader& s, optim::LossScalerConfig& scaler) {
+  scaler.static_scale = s.get_in_range<double>("loss_scale", 0.0, 0.0, 1e30);
+  scaler.initial_scale_power = s.get_in_range<int64_t>("initial_scale_power", 16, 0, 64);
+  scaler.window = s.get_in_range<int64_t>("loss_scale_window", 1000, 1, kMax);
+  scaler.hysteresis = s.get_in_range<int64_t>("hysteresis", 2, 1, kMax);
+  scaler.consecutive_hysteresis = s.get<bool>("consecutive_hysteresis", false);
+  scaler.min_scale = s.get_in_range<double>("min_loss_scale", 1.0, 1e-30, 1e30);
+}
+
 bool read_precision(JsonObjectReader& root, const char* key, optim::LossScalerConfig& scaler) {
   JsonObjectReader s = root.object(key);
   const bool enabled = s.get<bool>("enabled", false);
@@ -81,21 +91,30 @@ bool read_precision(JsonObjectReader& root, const char* key, optim::LossScalerCo
     TS_CHECK(!s.get<bool>("auto_cast", false), "[config] ", s.key_path("auto_cast"),
              ": fp16 here is DeepSpeed's half-precision model with fp32 master weights; autocast "
              "of fp32 parameters is not implemented; expected false");
-    scaler.static_scale = s.get_in_range<double>("loss_scale", 0.0, 0.0, 1e30);
-    scaler.initial_scale_power = s.get_in_range<int64_t>("initial_scale_power", 16, 0, 64);
-    scaler.window = s.get_in_range<int64_t>("loss_scale_window", 1000, 1, kMax);
-    scaler.hysteresis = s.get_in_range<int64_t>("hysteresis", 2, 1, kMax);
-    scaler.consecutive_hysteresis = s.get<bool>("consecutive_hysteresis", false);
-    scaler.min_scale = s.get_in_range<double>("min_loss_scale", 1.0, 1e-30, 1e30);
+    read_loss_scaler(s, scaler);
     TS_CHECK(!s.get<bool>("fp16_master_weights_and_grads", false), "[config] ",
              s.key_path("fp16_master_weights_and_grads"),
              ": master weights and gradients are fp32 (the optimizer-offload variant that keeps "
              "them in fp16 is not implemented); expected false");
-  } else {
-    TS_CHECK(!s.get<bool>("immediate_grad_update", false), "[config] ",
-             s.key_path("immediate_grad_update"),
-             ": each micro-batch's bf16 gradients are added into their f32 sum after its "
-             "backward, not from backward's hooks; expected false");
+    return enabled;
+  }
+  TS_CHECK(!s.get<bool>("immediate_grad_update", false), "[config] ",
+           s.key_path("immediate_grad_update"),
+           ": each micro-batch's bf16 gradients are added into their f32 sum after its "
+           "backward, not from backward's hooks; expected false");
+  // fp16's scaler keys copied under bf16 (DeepSpeed's older releases ignore them, newer
+  // ones refuse them): checked, and one warning that they do nothing.
+  std::string copied;
+  for (const char* k : {"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                        "consecutive_hysteresis", "min_loss_scale"}) {
+    if (s.has(k)) copied += (copied.empty() ? "" : ", ") + std::string(k);
+  }
+  if (!copied.empty()) {
+    optim::LossScalerConfig unused;
+    read_loss_scaler(s, unused);
+    root.warn(str_cat("[config] ", s.path(), ": ", copied,
+                      " are fp16's loss-scaling keys; bf16 needs no loss scale, so they do "
+                      "nothing here"));
   }
   return enabled;
 }

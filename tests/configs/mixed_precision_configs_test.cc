@@ -3,7 +3,8 @@
 // CIFAR fp16 with a static loss scale, a bf16 ZeRO-3 file, bf16 with DeepSpeed's fp32
 // gradient accumulation, fp16 ZeRO-2 with fp32 communication, bf16 ZeRO-2 asking for bf16
 // gradient accumulation, a Hugging Face-style ZeRO-2 file with offload switched off, a
-// DeepSpeedExamples-style file with monitors and the profiler switched off) run on the CPU,
+// DeepSpeedExamples-style file with monitors and the profiler switched off, a bf16 file with
+// fp16's loss-scale keys copied under bf16) run on the CPU,
 // each with its expected outcome from tests/configs/mixed_precision/expected.json: it
 // trains 2 steps on thread ranks, or it fails with exactly the message given. The files hold
 // DeepSpeed's keys only, as real ones do; the test adds Tessera's model, data and trainer

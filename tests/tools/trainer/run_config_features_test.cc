@@ -127,6 +127,17 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
         }) ==
         "[config] $.zero_optimization.cpu_offload: ZeRO-Offload is not implemented yet; "
         "expected false");
+  // fp16's loss-scale keys under bf16: checked, and one warning that they do nothing.
+  const RunConfig copied = parse_edited([](Json& d) {
+    d["bf16"] = {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16}};
+  });
+  CHECK(copied.warnings ==
+        std::vector<std::string>{"[config] $.bf16: loss_scale, initial_scale_power are fp16's "
+                                 "loss-scaling keys; bf16 needs no loss scale, so they do nothing "
+                                 "here"});
+  CHECK(error_after([](Json& d) {
+          d["bf16"] = {{"enabled", true}, {"hysteresis", 0}};
+        }) == "[config] $.bf16.hysteresis: expected an integer >= 1, found 0");
   // DeepSpeed sections Tessera lacks: refused by name with the reason, accepted disabled.
   CHECK(error_after([](Json& d) {
           d["eigenvalue"] = {{"enabled", true}};
