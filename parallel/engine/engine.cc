@@ -1,8 +1,10 @@
 #include "parallel/engine/engine.h"
 
+#include <chrono>
 #include <utility>
 
 #include "autograd/ops.h"
+#include "core/cuda_runtime.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
 #include "core/logging.h"
@@ -120,7 +122,7 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
     loss = executor_->train_batch(micro_batches, hooks);
     TS_INTERNAL_ASSERT(stepped, "the training schedule ended without an optimizer step");
   } else {
-    loss = data_parallel_loss(micro_batches);
+    loss = data_parallel_loss(micro_batches, stats);
     step_optimizer(stats);
   }
   stats.loss = global_mean(loss);
@@ -128,25 +130,38 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
   return stats;
 }
 
+double Engine::timer_now() const {
+  if (!config_.wall_clock_breakdown) return 0;
+  if (device_.is_cuda()) cuda::synchronize(device_.index);  // the device's queued work counts
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 void Engine::step_optimizer(StepStats& stats) {
+  const double start = timer_now();
   stats.grad_norm = optimizer_->clip_grad_norm(config_.gradient_clipping);
   stats.attempted_loss_scale = optimizer_->loss_scaler() ? optimizer_->loss_scaler()->scale() : 1.0;
   stats.skipped = !optimizer_->step();
   // An overflow's step counts; the schedule does not move (DeepSpeed's behaviour).
   if (!stats.skipped) scheduler_->step();
   ++step_;
+  stats.step_s = timer_now() - start;
 }
 
-double Engine::data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches) {
+double Engine::data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches,
+                                  StepStats& stats) {
   const size_t gas = micro_batches.size();
   Tensor loss_sum;  // f64, on the device
   for (size_t micro = 0; micro < gas; ++micro) {
     const pipeline::MicroBatch& b = micro_batches[micro];
+    const double start = timer_now();
     const Tensor loss =
         model_.loss(model_.forward(to_device(b.inputs, device_)), to_device(b.labels, device_));
     accumulate(loss_sum, loss);
+    const double forward_end = timer_now();
     // The mean over micro-batches, as DeepSpeed scales each micro-batch's loss by 1/GAS.
     optimizer_->backward(loss, 1.0 / static_cast<double>(gas), micro == gas - 1);
+    stats.forward_s += forward_end - start;
+    stats.backward_s += timer_now() - forward_end;
   }
   return loss_sum.item<double>() / static_cast<double>(gas);
 }

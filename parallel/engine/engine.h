@@ -82,6 +82,13 @@ struct StepStats {
   double attempted_loss_scale = 1;  // the f16 loss scale the step ran with
   int64_t comm_bytes = 0;           // sent on the gradients' group during the step
   std::string comm;                 // 1-bit optimizers: what the step communicated; empty otherwise
+  // With wall_clock_breakdown (DeepSpeed's fwd, bwd and step timers; the device is
+  // synchronized around each phase): seconds of this step's forwards (with the loss) and
+  // backwards over its micro-batches, and of clipping plus the optimizer step. A pipeline
+  // interleaves its forwards and backwards, so there they are 0 and only `step_s` counts.
+  double forward_s = 0;
+  double backward_s = 0;
+  double step_s = 0;
 };
 
 // The key of a rank's parameter shard in its optimizer shard (checkpoints of ZeRO stage 3
@@ -164,10 +171,15 @@ class Engine {
   Communicator& gradient_group() const { return gradient_group_; }
 
  private:
-  // Forward, loss and backward of every micro-batch without a pipeline; the mean loss.
-  double data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches);
+  // Forward, loss and backward of every micro-batch without a pipeline; the mean loss. Their
+  // times go to `stats` with wall_clock_breakdown.
+  double data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches,
+                            StepStats& stats);
   // Clips, steps the optimizer and the schedule, and counts the step, into `stats`.
   void step_optimizer(StepStats& stats);
+  // Seconds on a steady clock after the device's queued work, with wall_clock_breakdown;
+  // 0 without (no synchronization then).
+  double timer_now() const;
   double global_mean(double value) const;  // over the data group
   // [pipeline stages, data-parallel ranks, tensor-parallel ranks] of this run.
   nlohmann::json grid_json() const;

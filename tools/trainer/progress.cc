@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -97,6 +98,22 @@ void log_communication(const parallel::Communicator& gradients,
         per_step, static_cast<double>(groups->pipe->stats().total_bytes_sent()) / steps / 1e6,
         static_cast<double>(groups->model->stats().total_bytes_sent()) / steps / 1e6);
   }
+}
+
+void StepTimes::add(const parallel::StepStats& stats) {
+  forward_s_ += stats.forward_s;
+  backward_s_ += stats.backward_s;
+  step_s_ += stats.step_s;
+  ++steps_;
+}
+
+std::string StepTimes::report() {
+  const double ms = 1e3 / static_cast<double>(std::max<int64_t>(steps_, 1));
+  char line[128];
+  std::snprintf(line, sizeof(line), "time (ms) | fwd: %.2f | bwd: %.2f | step: %.2f",
+                forward_s_ * ms, backward_s_ * ms, step_s_ * ms);
+  *this = StepTimes();
+  return line;
 }
 
 }  // namespace tessera::train

@@ -12,6 +12,19 @@
 
 namespace tessera::train {
 
+// DeepSpeed's wall_clock_breakdown report: the mean forward, backward and optimizer-step
+// milliseconds per step since the last report, from parallel::StepStats' timers.
+class StepTimes {
+ public:
+  void add(const parallel::StepStats& stats);
+  // "time (ms) | fwd: 12.31 | bwd: 25.02 | step: 3.10", then starts a new window.
+  std::string report();
+
+ private:
+  double forward_s_ = 0, backward_s_ = 0, step_s_ = 0;
+  int64_t steps_ = 0;
+};
+
 // Throughput over a window of steps (since the last report), and the mean step time for
 // the time left: the first step of a run warms caches and is left out once there are
 // others.

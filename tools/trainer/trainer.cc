@@ -246,6 +246,7 @@ TrainResult Trainer::run() {
   ThroughputMeter meter(cfg_.engine.batch.train_batch_size * cfg_.data.seq_len,
                         cfg_.model->flops_per_token(cfg_.data.seq_len), peak);
   ProgressReporter progress(leader(), total_steps_, cfg_.engine.steps_per_print);
+  StepTimes times;  // wall_clock_breakdown
   TrainResult result;
   const int64_t first = engine_->global_steps();
   for (int64_t step = first; step < total_steps_;) {
@@ -275,7 +276,14 @@ TrainResult Trainer::run() {
       if (!s.comm.empty()) rec["comm"] = s.comm;
       metrics_->write(rec);
     }
-    if (progress.show(step, s, meter)) meter.start_window();
+    if (cfg_.engine.wall_clock_breakdown) times.add(s);
+    if (progress.show(step, s, meter)) {
+      meter.start_window();
+      if (cfg_.engine.wall_clock_breakdown) {
+        const std::string line = times.report();
+        if (leader()) log_info("{}", line);
+      }
+    }
     const bool last = step == total_steps_;
     if (val_loader_ && ((t.eval_interval > 0 && step % t.eval_interval == 0) || last)) {
       result.val_loss = evaluate();

@@ -46,10 +46,13 @@ expect() {
   echo "ok $1: $(cat "$1.err")"
 }
 
-# A valid config runs (so that the failures below are the ones intended).
-config good "$VOCAB" "data/train_*.bin"
+# A valid config runs (so that the failures below are the ones intended), and with
+# wall_clock_breakdown reports DeepSpeed's fwd, bwd and step times at each print step.
+config good "$VOCAB" "data/train_*.bin" '"wall_clock_breakdown": true, "steps_per_print": 1,'
 "$TRAIN" --config good.json >good.out 2>&1 || fail "the valid config failed: $(tail -n 3 good.out)"
 [ -f runs/good/ckpt/latest ] || fail "the valid run wrote no checkpoint"
+[ "$(grep -cE 'time \(ms\) \| fwd: [0-9.]+ \| bwd: [0-9.]+ \| step: [0-9.]+$' good.out)" = 3 ] ||
+  fail "expected 3 wall_clock_breakdown lines (one per step): $(cat good.out)"
 
 # Bad flags: exit code 2, the message first, then the usage.
 for args in "--config good.json --bogus" "--config" "--config good.json --resume --no-resume" \
