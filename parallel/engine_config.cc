@@ -48,32 +48,35 @@ void refuse_unless_disabled(JsonObjectReader& root, const char* key, const char*
 }
 
 // DeepSpeed's name of a dtype: "fp32", "fp16", "bf16".
+// DeepSpeed's dtype names: its config names first, then the other names of its DtypeEnum
+// (deepspeed/runtime/config_utils.py), which data_types takes.
+constexpr std::pair<const char*, DType> kDtypeNames[] = {
+    {"fp32", DType::f32},      {"fp16", DType::f16},    {"bf16", DType::bf16},
+    {"float32", DType::f32},   {"float", DType::f32},   {"torch.float32", DType::f32},
+    {"float16", DType::f16},   {"half", DType::f16},    {"torch.float16", DType::f16},
+    {"bfloat16", DType::bf16}, {"bfloat", DType::bf16}, {"torch.bfloat16", DType::bf16}};
+constexpr size_t kConfigDtypeNames = 3;  // "fp32", "fp16", "bf16"
+
 std::string deepspeed_dtype_name(DType dtype) {
-  return dtype == DType::f16 ? "fp16" : dtype == DType::bf16 ? "bf16" : "fp32";
+  for (size_t i = 0; i < kConfigDtypeNames; ++i) {
+    if (kDtypeNames[i].second == dtype) return kDtypeNames[i].first;
+  }
+  return std::string(dtype_name(dtype));
 }
 
 // A DeepSpeed dtype name at `key`, or nothing: "fp32", "fp16" or "bf16"; with `aliases`
-// also the other names of DeepSpeed's DtypeEnum (deepspeed/runtime/config_utils.py), which
-// data_types takes.
+// also the DtypeEnum names.
 std::optional<DType> read_dtype(JsonObjectReader& section, const char* key, bool aliases) {
   const std::optional<std::string> name = section.optional<std::string>(key);
   if (!name) return std::nullopt;
-  const std::pair<const char*, DType> names[] = {
-      {"fp32", DType::f32},      {"fp16", DType::f16},    {"bf16", DType::bf16},
-      {"float32", DType::f32},   {"float", DType::f32},   {"torch.float32", DType::f32},
-      {"float16", DType::f16},   {"half", DType::f16},    {"torch.float16", DType::f16},
-      {"bfloat16", DType::bf16}, {"bfloat", DType::bf16}, {"torch.bfloat16", DType::bf16}};
-  const size_t count = aliases ? std::size(names) : 3;
+  const size_t count = aliases ? std::size(kDtypeNames) : kConfigDtypeNames;
   for (size_t i = 0; i < count; ++i) {
-    if (*name == names[i].first) return names[i].second;
+    if (*name == kDtypeNames[i].first) return kDtypeNames[i].second;
   }
   TS_FAIL("[config] ", section.key_path(key), ": expected \"fp32\", \"fp16\" or \"bf16\"",
           aliases ? " (or another name of DeepSpeed's DtypeEnum)" : "", ", found \"", *name, "\"");
 }
 
-// `section` {enabled, ...}: whether it is enabled. The other keys are validated by name and
-// type so that a typo is still caught when the section is off; fp16's scaler keys go to
-// `scaler`.
 // fp16's loss-scaling keys of `s`, checked, into `scaler`.
 void read_loss_scaler(JsonObjectReader& s, optim::LossScalerConfig& scaler) {
   scaler.static_scale = s.get_in_range<double>("loss_scale", 0.0, 0.0, 1e30);
@@ -84,6 +87,9 @@ void read_loss_scaler(JsonObjectReader& s, optim::LossScalerConfig& scaler) {
   scaler.min_scale = s.get_in_range<double>("min_loss_scale", 1.0, 1e-30, 1e30);
 }
 
+// `section` {enabled, ...}: whether it is enabled. The other keys are validated by name and
+// type so that a typo is still caught when the section is off; fp16's scaler keys go to
+// `scaler`.
 bool read_precision(JsonObjectReader& root, const char* key, optim::LossScalerConfig& scaler) {
   JsonObjectReader s = root.object(key);
   const bool enabled = s.get<bool>("enabled", false);

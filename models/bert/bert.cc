@@ -65,11 +65,19 @@ Bert::Bert(const BertConfig& cfg, uint64_t seed, const SparsityConfig* sparse)
   register_module("bert", body_);
   register_module("cls", cls_);
   for (const NamedParameter& p : named_parameters()) {
-    if (p.tensor.materialized()) init_parameter(p.name, p.tensor);
+    if (p.tensor.materialized()) init_value(p.name, p.tensor);
   }
 }
 
 void Bert::init_parameter(const std::string& name, const Tensor& out) const {
+  const std::vector<NamedParameter> params = named_parameters();
+  TS_CHECK(std::any_of(params.begin(), params.end(),
+                       [&](const NamedParameter& p) { return p.name == name; }),
+           "[bert] init_parameter: expected a parameter of this model, found \"", name, "\"");
+  init_value(name, out);
+}
+
+void Bert::init_value(const std::string& name, const Tensor& out) const {
   NoGradGuard no_grad;
   if (ends_with(name, ".bias")) {  // Linear and LayerNorm biases, cls.predictions.bias
     out.fill_(0.0);

@@ -97,6 +97,8 @@ class Bert : public LanguageModel {
     BertMlmHead predictions;
   };
 
+  // init_parameter() for a name known to be a parameter.
+  void init_value(const std::string& name, const Tensor& out) const;
   Tensor embed(const Tensor& ids) const;  // (B, T) -> (B, T, C)
   Tensor layers(Tensor x) const;          // (B, T, C) -> (B, T, C)
 

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "autograd/checkpoint.h"
@@ -94,20 +93,19 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_grou
     register_parameter("lm_head.weight", lm_head_, {Placement::Kind::sharded, 0, 1});
   }
   for (const NamedParameter& p : named_parameters()) {
-    if (p.tensor.materialized()) init_parameter(p.name, p.tensor);
+    if (p.tensor.materialized()) init_value(p.name, p.placement, p.tensor);
   }
 }
 
 void Gpt::init_parameter(const std::string& name, const Tensor& out) const {
-  NoGradGuard no_grad;
-  std::optional<Placement> placement;
   for (const NamedParameter& p : named_parameters()) {
-    if (p.name == name) placement = p.placement;
+    if (p.name == name) return init_value(name, p.placement, out);
   }
-  TS_CHECK(placement.has_value(),
-           "[gpt2] init_parameter: expected a parameter of this model, "
-           "found \"",
-           name, "\"");
+  TS_FAIL("[gpt2] init_parameter: expected a parameter of this model, found \"", name, "\"");
+}
+
+void Gpt::init_value(const std::string& name, const Placement& placement, const Tensor& out) const {
+  NoGradGuard no_grad;
   if (ends_with(name, ".bias")) {
     out.fill_(0.0);
     return;
@@ -121,16 +119,16 @@ void Gpt::init_parameter(const std::string& name, const Tensor& out) const {
   const int size = model_group_.size(), rank = model_group_.rank();
   const int64_t pad = cfg_.padded_vocab_size() - cfg_.vocab_size;
   // Drawn on the full logical shape; a tensor-parallel rank keeps its slice.
-  const bool sharded = placement->kind == Placement::Kind::sharded;
+  const bool sharded = placement.kind == Placement::Kind::sharded;
   Shape full_shape = out.shape();
-  if (sharded) full_shape[placement->dim] *= size;
+  if (sharded) full_shape[placement.dim] *= size;
   const bool residual = ends_with(name, "c_proj.weight");
   Generator gen = Generator::for_name(seed_, name);
   const Tensor full = randn(full_shape, gen, {out.dtype()}, 0.0, residual ? residual_std : std);
   const bool vocab_rows = name == "transformer.wte.weight" || name == "lm_head.weight";
   if (vocab_rows && pad > 0) full.narrow(0, cfg_.vocab_size, pad).fill_(0.0);
   out.copy_(sharded
-                ? parallel::model_parallel_slice(full, placement->dim, placement->parts, rank, size)
+                ? parallel::model_parallel_slice(full, placement.dim, placement.parts, rank, size)
                 : full);
 }
 

@@ -116,6 +116,8 @@ class Gpt : public LanguageModel {
 
   // Throws unless this model holds `what` (`has`), naming the part it holds.
   void require(bool has, const char* what) const;
+  // init_parameter() for a parameter whose placement is known.
+  void init_value(const std::string& name, const Placement& placement, const Tensor& out) const;
 
   Tensor embed(const Tensor& idx, int64_t start) const;  // (B, T) -> (B, T, C)
   Tensor head(const Tensor& x) const;                    // (B, T, C) -> (B, T, Vp / P)

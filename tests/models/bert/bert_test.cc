@@ -341,5 +341,17 @@ TEST_CASE("activation checkpointing gives identical loss, gradients and dropout 
   CHECK(g2 == g0);
 }
 
+TEST_CASE("Bert: init_parameter gives each parameter its constructed value, by name") {
+  const Bert model(tiny(), 5);
+  for (const NamedParameter& p : model.named_parameters()) {
+    INFO(p.name);
+    const Tensor out = empty(p.tensor.shape());
+    model.init_parameter(p.name, out);
+    CHECK(out.to_vector<float>() == p.tensor.to_vector<float>());
+  }
+  CHECK(error_of([&] { model.init_parameter("bert.nope", empty({2})); }) ==
+        "[bert] init_parameter: expected a parameter of this model, found \"bert.nope\"");
+}
+
 }  // namespace
 }  // namespace tessera
