@@ -38,7 +38,7 @@ double squared_norm(const Tensor& x_in) {
         } else {
           double sum = 0.0;
           for_chunks(b, e, [&](int64_t i0, int64_t i1) {
-            float v[kHalfChunk];
+            alignas(kCpuAlignment) float v[kHalfChunk];  // Note [Aligned scratch]
             load_floats<T>(reinterpret_cast<const char*>(px + i0), sizeof(T), i1 - i0, v);
             sum += ConstArrayMap<float>(v, i1 - i0).template cast<double>().square().sum();
           });
@@ -63,7 +63,7 @@ void scale_(const Tensor& x, double factor) {
         ArrayMap<T>(px + i0, i1 - i0) *= f;
       } else {  // each value rounded once from its f32 product
         for_chunks(i0, i1, [&](int64_t c0, int64_t c1) {
-          float v[kHalfChunk];
+          alignas(kCpuAlignment) float v[kHalfChunk];
           load_floats<T>(reinterpret_cast<const char*>(px + c0), sizeof(T), c1 - c0, v);
           ArrayMap<float>(v, c1 - c0) *= f;
           store_floats<T>(v, c1 - c0, px + c0);
@@ -91,7 +91,8 @@ void axpy_(const Tensor& y, const Tensor& x, double alpha) {
         }
       } else {  // y + a x in f32, rounded once
         for_chunks(i0, i1, [&](int64_t c0, int64_t c1) {
-          float vy[kHalfChunk], vx[kHalfChunk];
+          alignas(kCpuAlignment) float vy[kHalfChunk];
+          alignas(kCpuAlignment) float vx[kHalfChunk];
           load_floats<T>(reinterpret_cast<const char*>(py + c0), sizeof(T), c1 - c0, vy);
           load_floats<T>(reinterpret_cast<const char*>(px + c0), sizeof(T), c1 - c0, vx);
           ArrayMap<float>(vy, c1 - c0) += a * ConstArrayMap<float>(vx, c1 - c0);

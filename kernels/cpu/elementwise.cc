@@ -89,7 +89,9 @@ void half_span(const std::array<char*, K>& p, int64_t n, const std::array<int64_
                F&& compute) {
   for (int64_t i0 = 0; i0 < n; i0 += kHalfChunk) {
     const int64_t len = std::min(kHalfChunk, n - i0);
-    std::array<std::array<float, kHalfChunk>, K> v;  // v[0]: the result, v[i]: operand i
+    // v[0]: the result, v[i]: operand i; each kHalfChunk floats, so all stay aligned
+    // (Note [Aligned scratch]).
+    alignas(kCpuAlignment) std::array<std::array<float, kHalfChunk>, K> v;
     for (int i = 1; i < K; ++i) load_floats<T>(p[i] + i0 * st[i], st[i], len, v[i].data());
     compute(v, len);
     store_floats<T>(v[0].data(), len, reinterpret_cast<T*>(p[0]) + i0);

@@ -22,6 +22,7 @@
 
 #include <type_traits>
 
+#include "core/allocator.h"
 #include "core/half_convert.h"
 #include "core/tensor.h"
 
@@ -34,6 +35,16 @@ using acc_t = std::conditional_t<kIsHalf<T>, float, T>;
 // Values per chunk of the loops that convert 16-bit operands through f32 buffers on the
 // stack (8 KiB for a chunk's three operands and result: all in L1).
 inline constexpr int64_t kHalfChunk = 512;
+
+// Note [Aligned scratch]
+// Eigen's vectorized assignment to a Map of unknown alignment computes the elements before
+// the first packet-aligned address one at a time, and a transcendental (exp, tanh) takes a
+// scalar path for those that can differ from the packet path in the last bit: the result
+// depends on where the destination lies. Tensors are aligned (core/allocator.h
+// kCpuAlignment), so that is fixed for a given shape; a buffer on the stack is not, and its
+// address follows the stack depth (down to the length of the config file's path, which
+// the kernel copies onto the stack at exec). A run must not depend on that: the f32 chunk
+// buffers of the 16-bit loops are aligned as tensors are, with alignas(kCpuAlignment).
 
 // out[i] = float(p[i * stride]) for i < n, `stride` in bytes (0: one value broadcast); in
 // bulk when p is contiguous.
