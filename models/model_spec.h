@@ -59,6 +59,8 @@ class ModelSpec {
   virtual double flops_per_token(int64_t seq_len) const = 0;
   virtual int64_t vocab_size() const = 0;  // token ids are in [0, vocab_size)
   virtual int64_t block_size() const = 0;  // the longest sequence
+  // The width of the residual stream (Hugging Face's config.hidden_size).
+  virtual int64_t hidden_size() const = 0;
   // What this kind supports beyond data-parallel training.
   virtual ModelFeatures features() const = 0;
   // Throws, naming the config key, when `stages` pipeline stages or `tp` tensor-parallel

@@ -139,6 +139,24 @@ SimulatedLink read_simulated_network(JsonObjectReader& root) {
   return link;
 }
 
+// DeepSpeed's section `key` of the root, or else the client's stand-in for it (at most one
+// of them); `key` "optimizer" must be in one of the two places.
+JsonObjectReader client_section(JsonObjectReader& root, const char* key,
+                                const std::optional<JsonObjectReader>& from_client) {
+  const bool in_root = root.has(key);
+  if (from_client) {
+    TS_CHECK(!in_root, "[config] ", root.key_path(key), " and ", from_client->path(),
+             " are both given: DeepSpeed's section is for a run without a client ", key, ", and ",
+             from_client->path(), " is Tessera's client ", key, "; expected one of them");
+    return *from_client;
+  }
+  TS_CHECK(in_root || std::string(key) != "optimizer", "[config] ", root.key_path(key),
+           ": required section missing; expected {\"type\": \"AdamW\", \"params\": {...}} "
+           "there or, as a Megatron-LM or Hugging Face config leaves it to its framework, in "
+           "$.trainer.optimizer");
+  return root.object(key);
+}
+
 }  // namespace
 
 BatchConfig resolve_batch(std::optional<int64_t> tbs, std::optional<int64_t> mbs,
@@ -194,7 +212,7 @@ BatchConfig resolve_batch(std::optional<int64_t> tbs, std::optional<int64_t> mbs
   return b;
 }
 
-EngineConfig parse_engine_config(JsonObjectReader& root) {
+EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& client) {
   EngineConfig c;
   c.train_batch_size = root.optional<int64_t>("train_batch_size");
   c.train_micro_batch_size_per_gpu = root.optional<int64_t>("train_micro_batch_size_per_gpu");
@@ -218,12 +236,12 @@ EngineConfig parse_engine_config(JsonObjectReader& root) {
   c.mixed_precision.communication = read_dtype(root, "communication_data_type", false);
   JsonObjectReader data_types = root.object("data_types");
   c.mixed_precision.accumulation = read_dtype(data_types, "grad_accum_dtype", true);
-  TS_CHECK(root.has("optimizer"),
-           "[config] $.optimizer: required section missing; expected "
-           "{\"type\": \"AdamW\", \"params\": {...}}");
-  c.optimizer = optim::parse_optimizer(root.object("optimizer"), onebit_optimizer_types());
-  if (root.has("scheduler"))
-    c.scheduler = optim::parse_scheduler(root.object("scheduler"), c.optimizer.lr);
+  const JsonObjectReader optimizer = client_section(root, "optimizer", client.optimizer);
+  c.optimizer = optim::parse_optimizer(optimizer, onebit_optimizer_types());
+  if (root.has("scheduler") || client.scheduler) {
+    c.scheduler =
+        optim::parse_scheduler(client_section(root, "scheduler", client.scheduler), c.optimizer.lr);
+  }
   c.gradient_clipping = root.get_in_range<double>("gradient_clipping", 0.0, 0.0, 1e30);
   c.steps_per_print = root.get_in_range<int64_t>("steps_per_print", c.steps_per_print, 1, kMax);
   c.wall_clock_breakdown = root.get<bool>("wall_clock_breakdown", false);

@@ -86,12 +86,24 @@ struct EngineConfig {
   SimulatedLink simulated_link;
 };
 
+// Tessera's stand-ins for the objects a DeepSpeed client passes to deepspeed.initialize()
+// (optimizer=, lr_scheduler=): Megatron-LM and Hugging Face configs carry no `optimizer`
+// section because their framework builds the optimizer. Each is a reader over a section of
+// DeepSpeed's schema elsewhere in the config ($.trainer.optimizer, $.trainer.scheduler).
+struct ClientSections {
+  std::optional<JsonObjectReader> optimizer;
+  std::optional<JsonObjectReader> scheduler;
+};
+
 // Reads the engine keys from the root of a run config (other sections are left for the
-// caller's finish()). The caller refuses fp16/bf16 on a CPU run (it knows the device);
-// LAMB with ZeRO stage >= 1 or tensor slicing is refused (its trust ratio needs whole
-// tensors), as are ZeRO stages 2-3 with a pipeline (DeepSpeed's rule) and stage 3 with
-// tensor slicing; the DeepSpeed features Tessera does not have yet are refused by name.
-EngineConfig parse_engine_config(JsonObjectReader& root);
+// caller's finish()). The optimizer comes from $.optimizer or else from client.optimizer,
+// the schedule from $.scheduler or else client.scheduler (constant without either); a
+// section given in both places is an error, as is no optimizer at all. The caller refuses fp16/bf16
+// on a CPU run (it knows the device); LAMB with ZeRO stage >= 1 or tensor slicing is refused (its
+// trust ratio needs whole tensors), as are ZeRO stages 2-3 with a pipeline (DeepSpeed's rule) and
+// stage 3 with tensor slicing; the DeepSpeed features Tessera does not have yet are refused by
+// name.
+EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& client = {});
 // Lays `world_size` ranks out as (pipeline stages, data, tp_size) and resolves the batch
 // triple over the data-parallel size. Throws when the world does not factor. Call it
 // after the root reader's finish(), so that a misspelt batch key is reported as unknown

@@ -30,6 +30,7 @@ class BertSpec : public ModelSpec {
   double flops_per_token(int64_t seq_len) const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t block_size() const override { return config_.block_size; }
+  int64_t hidden_size() const override { return config_.n_embd; }
   ModelFeatures features() const override { return {}; }
   void check_layout(int64_t, int64_t) const override {}
   std::unique_ptr<LanguageModel> build(uint64_t seed,

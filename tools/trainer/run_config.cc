@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "models/model_kinds.h"
+#include "tools/trainer/auto_values.h"
 
 namespace tessera::train {
 namespace {
@@ -43,6 +44,13 @@ TrainerConfig read_trainer(JsonObjectReader t, const std::string& run_dir) {
   }
   c.no_decay_1d = t.get<bool>("no_decay_1d", true);
   c.no_decay_names = t.get<std::vector<std::string>>("no_decay_names", {});
+  // Hugging Face's TrainingArguments' part: they fill DeepSpeed's keys (resolve_auto_values,
+  // which has used them already); checked here like every other key.
+  t.get_in_range<int64_t>("per_device_train_batch_size", 1, 1, kMax);
+  t.get_in_range<int64_t>("gradient_accumulation_steps", 1, 1, kMax);
+  t.get_in_range<double>("max_grad_norm", 0.0, 0.0, 1e30);
+  t.get_in_range<double>("warmup_steps", 0.0, 0.0, 1e18);
+  t.get_one_of("mixed_precision", "no", {"no", "fp16", "bf16"});
   JsonObjectReader s = t.object("sample");
   c.sample.tokens = s.get_in_range<int64_t>("tokens", 0, 0, kMax);
   c.sample.prompt = s.get<std::string>("prompt", c.sample.prompt);
@@ -89,6 +97,20 @@ void check_model_run(const RunConfig& c) {
   m.check_layout(stages, tp);
 }
 
+// The model section's width for the "auto" sizes that follow it, or 0 when the section is
+// missing or invalid (the full parse reports that).
+int64_t model_width(const nlohmann::json& doc) {
+  if (!doc.contains("model") || !doc["model"].is_object()) return 0;
+  try {
+    JsonObjectReader model(doc["model"], "config", "$.model");
+    model.has("checkpoint_activations");  // read by parse_run_config itself
+    model.has("init_from");
+    return parse_model_spec(model, std::nullopt)->hidden_size();
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
 }  // namespace
 
 RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
@@ -98,8 +120,14 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   RunConfig c;
   c.source = source;
   c.json = doc;
-  JsonObjectReader root(doc, "config");
-  c.engine = parallel::parse_engine_config(root);
+  nlohmann::json resolved = doc;
+  c.auto_filled = resolve_auto_values(resolved, world_size, model_width(doc)).filled;
+  JsonObjectReader root(resolved, "config");
+  JsonObjectReader trainer = root.object("trainer");
+  parallel::ClientSections client;
+  if (trainer.has("optimizer")) client.optimizer = trainer.object("optimizer");
+  if (trainer.has("scheduler")) client.scheduler = trainer.object("scheduler");
+  c.engine = parallel::parse_engine_config(root, client);
   JsonObjectReader model = root.required_object("model");
   c.checkpoint_activations = model.get<bool>("checkpoint_activations", false);
   c.init_from = model.get<std::string>("init_from", "");
@@ -109,7 +137,7 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   }
   c.model = parse_model_spec(model, sparse);
   c.data = read_data(root.required_object("data"), c.model->block_size());
-  c.trainer = read_trainer(root.object("trainer"), default_run_dir);
+  c.trainer = read_trainer(trainer, default_run_dir);
   root.finish();
   // Cross-key checks come after finish(): a misspelt key is the error to report, not the
   // inconsistency its default causes.

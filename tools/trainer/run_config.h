@@ -75,6 +75,9 @@ struct RunConfig {
   DataConfig data;
   TrainerConfig trainer;
   std::vector<std::string> warnings;
+  // The "auto" values (and absent keys) filled from Tessera's sections, one line each
+  // (Note ["auto" values] in tools/trainer/auto_values.h).
+  std::vector<std::string> auto_filled;
 };
 
 // Parses and validates the whole document; every error is one line with its JSON path.

@@ -72,6 +72,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
       dp_(groups_ ? *groups_->data : world) {
   if (leader()) {
     for (const std::string& w : cfg_.warnings) log_warn("{}", w);
+    for (const std::string& line : cfg_.auto_filled) log_info("config: {}", line);
   }
   const TrainerConfig& t = cfg_.trainer;
   if (t.device.is_cuda()) cuda::check_device(t.device.index);

@@ -307,7 +307,8 @@ TEST_CASE("missing and inconsistent sections", "[run_config]") {
         "[config] $.data.train: required key missing");
   CHECK(error_after([](Json& d) { d.erase("optimizer"); }) ==
         "[config] $.optimizer: required section missing; expected {\"type\": \"AdamW\", "
-        "\"params\": {...}}");
+        "\"params\": {...}} there or, as a Megatron-LM or Hugging Face config leaves it to its "
+        "framework, in $.trainer.optimizer");
   CHECK(error_after([](Json& d) { d["scheduler"]["params"].erase("total_num_steps"); }) ==
         "[config] $.scheduler.params.total_num_steps: required key missing");
   CHECK(error_after([](Json& d) { d["model"]["preset"] = "gpt3"; }) ==
