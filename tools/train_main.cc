@@ -2,6 +2,7 @@
 //
 //   bazel run //tools:train -- --config configs/shakespeare_char.json [--resume | --no-resume]
 //   mpirun -np 4 bazel-bin/tools/train --config configs/shakespeare_char.json
+//   bazel run //tools:train -- --check-config --config ds_config.json --world 8
 //
 // Under mpirun every process is one rank (rank and world from the MPI environment): a
 // data-parallel rank (Note [Data-parallel engine] in parallel/engine/engine.h), or a place
@@ -20,6 +21,7 @@
 #include "parallel/comm/nccl_comm.h"
 #include "parallel/comm/thread_comm.h"
 #include "tools/cli/flags.h"
+#include "tools/trainer/config_summary.h"
 #include "tools/trainer/trainer.h"
 
 namespace {
@@ -29,6 +31,7 @@ using tessera::parallel::Communicator;
 constexpr const char* kUsage =
     R"(usage: train --config FILE [--resume | --no-resume] [--comm-timeout S]
        mpirun -np N train --config FILE [...]
+       train --check-config --config FILE [--world N]
 
 Trains the model the config describes; see configs/README.md for the keys. Under mpirun,
 each process is a rank: with $.pipeline.stages P and $.tensor_parallel.tp_size T, N must
@@ -44,8 +47,23 @@ be a multiple of P x T, and the batch keys must fit the N / (P x T) data-paralle
                     arrived (default 300; 0.001 to 604800). Choose a few times the longest
                     step (plus checkpoint saves): a stopped rank holds the job this long
                     (docs/reliability.md)
+  --check-config    validate the whole config for N ranks (--world, default 1), print what it
+                    resolves to (layout, batch triple, precision, ZeRO stage, optimizer,
+                    model-state memory per rank, data shards) and exit without training
+  --world N         with --check-config: the number of ranks (processes) to check for
   --help            print this and exit
 )";
+
+// --check-config: the config validated for `world` ranks and its resolved values printed.
+int check_config(const std::string& config, int64_t world) {
+  const tessera::train::RunConfig cfg = tessera::train::load_run_config(config, world);
+  std::printf("%s: valid for %lld rank(s)\n", config.c_str(), static_cast<long long>(world));
+  for (const std::string& w : cfg.warnings) std::printf("  warning: %s\n", w.c_str());
+  for (const std::string& line : cfg.auto_filled) std::printf("  filled: %s\n", line.c_str());
+  for (const std::string& line : tessera::train::describe_run_config(cfg, world))
+    std::printf("  %s\n", line.c_str());
+  return 0;
+}
 
 tessera::train::ResumeMode resume_mode(const tessera::cli::Flags& flags) {
   if (flags.has("resume") && flags.has("no-resume")) {
@@ -109,13 +127,28 @@ int train_main(int argc, char** argv) {
                                   {{"config", Flag::kValue},
                                    {"resume", Flag::kSwitch},
                                    {"no-resume", Flag::kSwitch},
-                                   {"comm-timeout", Flag::kValue}});
+                                   {"comm-timeout", Flag::kValue},
+                                   {"check-config", Flag::kSwitch},
+                                   {"world", Flag::kValue}});
   if (flags.has("help")) {
     std::fputs(kUsage, stdout);
     return 0;
   }
   const tessera::train::ResumeMode mode = resume_mode(flags);
   const std::string config = flags.required("config");
+  if (flags.has("world") && !flags.has("check-config")) {
+    throw tessera::cli::UsageError(
+        "--world is for --check-config; a run's world is the number of mpirun processes");
+  }
+  if (flags.has("check-config")) {
+    const int64_t world = flags.get_int("world", 1);
+    if (world < 1 || world > (1 << 20)) {
+      throw tessera::cli::UsageError("--world expected ranks in 1..1048576, found " +
+                                     flags.required("world"));
+    }
+    tessera::cli::enter_working_directory();
+    return check_config(config, world);
+  }
   // 1 ms to a week: whole milliseconds that int64 holds, and a stopped peer noticed.
   const double timeout_s = flags.get_double("comm-timeout", 300.0);
   if (!(timeout_s >= 0.001 && timeout_s <= 604800.0)) {

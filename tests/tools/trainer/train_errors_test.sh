@@ -81,6 +81,28 @@ done
 "$TRAIN" --help >help.out 2>&1 || fail "--help exited with $?"
 grep -q '^usage: train' help.out || fail "--help printed no usage"
 
+# --check-config validates the config for --world ranks and prints what it resolves to,
+# without training or writing anything; a bad config fails as a run would.
+config checked "$VOCAB" "data/train_*.bin"
+"$TRAIN" --check-config --config checked.json --world 2 >check.out 2>&1 ||
+  fail "--check-config: $(cat check.out)"
+for want in "checked.json: valid for 2 rank(s)" \
+  "ranks: 2 = 1 pipeline stage(s) x 2 data-parallel x 1 tensor-parallel" \
+  "batch: train_batch_size 4 = micro-batch 2 x accumulation 1 x 2 data-parallel rank(s)" \
+  "precision: f32; ZeRO stage 0" "data: 1 training shard(s), 1 validation shard(s)"; do
+  grep -qF -- "$want" check.out || fail "--check-config: no '$want' in: $(cat check.out)"
+done
+[ ! -e runs/checked ] || fail "--check-config created runs/checked"
+code=0
+"$TRAIN" --check-config --config checked.json --world 3 >check3.out 2>&1 || code=$?
+[ "$code" -eq 1 ] && grep -qF "train_batch_size is not equal to" check3.out ||
+  fail "--check-config at 3 ranks: exit code $code: $(cat check3.out)"
+code=0
+"$TRAIN" --config checked.json --world 2 >flags.out 2>flags.err || code=$?
+[ "$code" -eq 2 ] && grep -qF "train: --world is for --check-config" flags.err ||
+  fail "--world without --check-config: exit code $code: $(cat flags.err)"
+echo "ok check-config"
+
 # Resume falls back to the newest committed checkpoint that loads (Note [Resume fallback]).
 config fallback "$VOCAB" "data/train_*.bin" "" \
   '"steps": 4, "checkpoint_dir": "runs/fallback/ckpt", "checkpoint_interval": 2'

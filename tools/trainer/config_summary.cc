@@ -1,0 +1,81 @@
+#include "tools/trainer/config_summary.h"
+
+#include <fmt/core.h>
+
+#include "core/error.h"
+#include "parallel/zero/memory_estimate.h"
+#include "tools/data/loader.h"
+
+namespace tessera::train {
+namespace {
+
+// The optimizer as DeepSpeed names its type.
+std::string optimizer_name(const optim::OptimizerConfig& o) {
+  switch (o.type) {
+    case optim::OptimizerType::adam:
+      return o.adam.adam_w_mode ? "AdamW" : "Adam";
+    case optim::OptimizerType::sgd:
+      return "SGD";
+    case optim::OptimizerType::lamb:
+      return "Lamb";
+    case optim::OptimizerType::external:
+      return o.external->name();
+  }
+  return "?";
+}
+
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+}  // namespace
+
+std::vector<std::string> describe_run_config(const RunConfig& c, int64_t world_size) {
+  const parallel::EngineConfig& e = c.engine;
+  const int64_t stages = e.pipeline.stages, tp = e.tensor_parallel.tp_size;
+  const DType dtype = e.mixed_precision.dtype;
+  std::vector<std::string> lines;
+  lines.push_back(str_cat("ranks: ", world_size, " = ", stages, " pipeline stage(s) x ",
+                          e.data_parallel_size, " data-parallel x ", tp, " tensor-parallel"));
+  lines.push_back(str_cat("batch: train_batch_size ", e.batch.train_batch_size, " = micro-batch ",
+                          e.batch.train_micro_batch_size_per_gpu, " x accumulation ",
+                          e.batch.gradient_accumulation_steps, " x ", e.data_parallel_size,
+                          " data-parallel rank(s); ", c.data.seq_len, " tokens per sequence"));
+  std::string precision = str_cat("precision: ", dtype_name(dtype));
+  if (is_half(dtype)) {
+    precision +=
+        str_cat(" with f32 master weights; gradients reduced in ",
+                dtype_name(e.mixed_precision.communication.value_or(dtype)), ", accumulated in ",
+                dtype_name(e.mixed_precision.accumulation.value_or(dtype == DType::bf16 ? DType::f32
+                                                                                        : dtype)));
+  }
+  lines.push_back(precision + str_cat("; ZeRO stage ", e.zero.stage));
+  lines.push_back(str_cat(
+      "optimizer: ", optimizer_name(e.optimizer), ", lr ", e.optimizer.lr, ", weight decay ",
+      e.optimizer.weight_decay, "; schedule: ", e.scheduler ? e.scheduler->name() : "constant",
+      "; gradient clipping: ", e.gradient_clipping > 0 ? str_cat(e.gradient_clipping) : "off"));
+  lines.push_back("model: " + c.model->describe());
+  // Each rank of a pipeline stage and tensor slice holds about 1 / (stages x tp) of them.
+  const int64_t part = (c.model->num_parameters() + stages * tp - 1) / (stages * tp);
+  const int world = static_cast<int>(e.data_parallel_size), stage = static_cast<int>(e.zero.stage);
+  const bool f32_accumulation = dtype == DType::bf16 &&
+                                e.mixed_precision.accumulation.value_or(DType::f32) == DType::f32 &&
+                                e.batch.gradient_accumulation_steps > 1;
+  const int64_t state =
+      is_half(dtype) ? parallel::mixed_model_state_bytes(stage, part, world, f32_accumulation)
+                     : parallel::fp32_model_state_bytes(stage, part, world);
+  lines.push_back(str_cat("model states per rank: ", mib(state), " (", part,
+                          " parameters per stage and slice; activations and buckets come on top)"));
+  lines.push_back(str_cat("training: ",
+                          c.trainer.epochs ? str_cat(*c.trainer.epochs, " epoch(s)")
+                                           : str_cat(c.trainer.steps, " steps"),
+                          " on ", c.trainer.device.str(), ", seed ", c.trainer.seed));
+  std::string data =
+      str_cat("data: ", data::expand_glob(c.data.train).size(), " training shard(s)");
+  if (!c.data.val.empty())
+    data += str_cat(", ", data::expand_glob(c.data.val).size(), " validation shard(s)");
+  lines.push_back(data);
+  lines.push_back(str_cat("logs: ", c.trainer.log_dir, "; checkpoints: ",
+                          c.trainer.checkpoint_dir.empty() ? "none" : c.trainer.checkpoint_dir));
+  return lines;
+}
+
+}  // namespace tessera::train
