@@ -304,8 +304,22 @@ EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& c
 
   JsonObjectReader pipe = root.object("pipeline");
   c.pipeline.stages = pipe.get_in_range<int64_t>("stages", 1, 1, 1 << 16);
-  c.pipeline.partition_method = pipe.get<std::string>("partition_method", "parameters");
-  pipeline::check_partition_method(c.pipeline.partition_method, pipe.key_path("partition_method"));
+  // DeepSpeed's JSON names the method `partition` (its PipelineModule argument is
+  // partition_method); its default there, "best", is read by nothing in DeepSpeed and means
+  // the default here.
+  const char* method_key = pipe.has("partition") ? "partition" : "partition_method";
+  TS_CHECK(!(pipe.has("partition") && pipe.has("partition_method")), "[config] ",
+           pipe.key_path("partition"), " and ", pipe.key_path("partition_method"),
+           " name the same choice; expected one of them");
+  c.pipeline.partition_method = pipe.get<std::string>(method_key, "parameters");
+  if (c.pipeline.partition_method == "best") c.pipeline.partition_method = "parameters";
+  pipeline::check_partition_method(c.pipeline.partition_method, pipe.key_path(method_key));
+  c.pipeline.pipe_partitioned = pipe.get<bool>("pipe_partitioned", true);
+  c.pipeline.grad_partitioned = pipe.get<bool>("grad_partitioned", true);
+  // Without effect (configs/README.md, "Accepted but without effect"): every parameter is
+  // initialized from a stream keyed by its name, so each layer's values never depend on
+  // the others or on the stage layout, whatever this says.
+  pipe.get<bool>("seed_layers", false);
   c.pipeline.activation_checkpoint_interval =
       pipe.get_in_range<int64_t>("activation_checkpoint_interval", 0, 0, kMax);
   JsonObjectReader tp = root.object("tensor_parallel");

@@ -50,6 +50,11 @@ struct PipelineConfig {
   // Blocks per activation checkpoint (0: off): every k consecutive transformer blocks of a
   // stage are recomputed in backward instead of keeping their activations.
   int64_t activation_checkpoint_interval = 0;
+  // With tensor slicing, activations / gradients between stages move in 1/tp pieces
+  // (DeepSpeed's defaults; Note [Partitioned stage transfers] in
+  // parallel/pipeline/executor.h).
+  bool pipe_partitioned = true;
+  bool grad_partitioned = true;
 };
 
 // $.tensor_parallel: Megatron-style tensor slicing.

@@ -82,7 +82,10 @@ Engine::Engine(const EngineConfig& config, TrainableModel& model,
                                             [&zero](const Tensor& root, const Tensor& grad, bool) {
                                               zero.backward_unreduced(root, grad);
                                             });
-      executor_ = std::make_unique<pipeline::PipelineExecutor>(*groups->pipe, *stage_);
+      executor_ = std::make_unique<pipeline::PipelineExecutor>(
+          *groups->pipe, *stage_,
+          pipeline::PartitionedTransfers{groups->model.get(), config.pipeline.pipe_partitioned,
+                                         config.pipeline.grad_partitioned});
     }
   }
   scheduler_ = std::make_unique<optim::LrScheduler>(

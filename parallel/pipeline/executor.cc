@@ -1,5 +1,6 @@
 #include "parallel/pipeline/executor.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "autograd/engine.h"
@@ -26,10 +27,18 @@ struct Buffers {
   explicit Buffers(int n) : inputs(n), outputs(n), labels(n), grads(n), losses(n) {}
 };
 
+// The elements of this rank's piece of an n-element tensor split over `parts` ranks.
+int64_t piece_numel(int64_t n, int parts) { return (n + parts - 1) / parts; }
+
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(Communicator& pipe, PipelineStage& stage)
-    : pipe_(pipe), stage_(stage) {}
+PipelineExecutor::PipelineExecutor(Communicator& pipe, PipelineStage& stage,
+                                   PartitionedTransfers transfers)
+    : pipe_(pipe), stage_(stage), slices_(transfers.slices) {
+  const bool split = slices_ != nullptr && slices_->size() > 1;
+  act_out_.partitioned = act_in_.partitioned = split && transfers.activations;
+  grad_out_.partitioned = grad_in_.partitioned = split && transfers.gradients;
+}
 
 void PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
   const Tensor data = t.detach().contiguous();
@@ -41,13 +50,31 @@ void PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
     for (int64_t d = 0; d < data.dim(); ++d) header[1 + d] = data.size(d);
     header[kHeader - 1] = static_cast<int64_t>(data.dtype());
     pipe_.send(from_vector(header, {kHeader}).to(stage_.device()), peer);
-    channel = {true, data.shape(), data.dtype()};
+    channel.known = true;
+    channel.shape = data.shape();
+    channel.dtype = data.dtype();
   }
   TS_CHECK(data.shape() == channel.shape && data.dtype() == channel.dtype, "[pipeline] stage ",
            pipe_.rank(), " sends ", shape_str(data.shape()), " ", dtype_name(data.dtype()),
            " to stage ", peer, "; expected the ", shape_str(channel.shape), " ",
            dtype_name(channel.dtype), " of its first message (shapes are fixed within a run)");
-  pipe_.send(data, peer);
+  if (!channel.partitioned) {
+    pipe_.send(data, peer);
+    return;
+  }
+  // This rank's piece of the flat tensor (Note [Partitioned stage transfers]).
+  const int parts = slices_->size();
+  const int64_t n = data.numel(), piece = piece_numel(n, parts);
+  const int64_t begin = std::min(n, piece * slices_->rank());
+  const int64_t len = std::min(n, begin + piece) - begin;
+  const Tensor flat = data.view({n});
+  if (len == piece) {
+    pipe_.send(flat.narrow(0, begin, piece).contiguous(), peer);
+    return;
+  }
+  Tensor padded = zeros({piece}, {data.dtype(), data.device()});  // the last piece, short
+  if (len > 0) padded.narrow(0, 0, len).copy_(flat.narrow(0, begin, len));
+  pipe_.send(padded, peer);
 }
 
 Tensor PipelineExecutor::recv(int peer, Channel& channel) {
@@ -63,7 +90,17 @@ Tensor PipelineExecutor::recv(int peer, Channel& channel) {
     channel.known = true;
   }
   const Tensor t = empty(channel.shape, {channel.dtype, stage_.device()});
-  pipe_.recv(t, peer);
+  if (!channel.partitioned) {
+    pipe_.recv(t, peer);
+    return t;
+  }
+  const int parts = slices_->size();
+  const int64_t n = t.numel(), piece = piece_numel(n, parts);
+  const Tensor mine = empty({piece}, {channel.dtype, stage_.device()});
+  pipe_.recv(mine, peer);
+  const Tensor all = empty({piece * parts}, {channel.dtype, stage_.device()});
+  slices_->all_gather(mine, all);
+  t.view({n}).copy_(all.narrow(0, 0, n));
   return t;
 }
 

@@ -14,6 +14,17 @@
 // the caller's StepHooks (the engine's tied-weight sum, gradient reduction and optimizer
 // step), so the schedule, not the caller, orders them. The loss is the mean over
 // micro-batches on the last stage, broadcast to every stage.
+//
+// Note [Partitioned stage transfers]
+// With tensor slicing, the activation a stage sends (a transformer block's output, after
+// its row-parallel all-reduce) and the gradient it sends back (all-reduced by the
+// column-parallel input's backward) are the same on every rank of its tensor-parallel
+// group, so each of those ranks sending all of it to its peer moves the same bytes tp
+// times. DeepSpeed's pipe_partitioned and grad_partitioned (deepspeed/runtime/pipe/engine.py,
+// PartitionedTensor) send only this rank's 1/tp of the flat tensor (zero-padded to a
+// multiple of tp) and all-gather the pieces over the tensor-parallel group after the
+// receive: the stage-to-stage bytes drop by tp, the intra-node group carries the rest,
+// and the tensor received is bit for bit the one sent.
 #pragma once
 
 #include <functional>
@@ -61,10 +72,19 @@ struct PipelineTiming {
   double total_s = 0;
 };
 
+// Which stage-to-stage transfers are partitioned over `slices`, the tensor-parallel group
+// (Note [Partitioned stage transfers]); nothing is partitioned without one of size > 1.
+struct PartitionedTransfers {
+  Communicator* slices = nullptr;
+  bool activations = false;  // DeepSpeed's pipe_partitioned
+  bool gradients = false;    // DeepSpeed's grad_partitioned
+};
+
 class PipelineExecutor {
  public:
-  // `pipe`: the stages in order (rank s = stage s). Both must outlive the executor.
-  PipelineExecutor(Communicator& pipe, PipelineStage& stage);
+  // `pipe`: the stages in order (rank s = stage s). pipe, stage and transfers.slices must
+  // outlive the executor.
+  PipelineExecutor(Communicator& pipe, PipelineStage& stage, PartitionedTransfers transfers = {});
 
   // One training batch through the 1F1B schedule; every stage passes the same number of
   // micro-batches. Returns the mean loss, equal on every stage. Gradients are accumulated
@@ -76,8 +96,10 @@ class PipelineExecutor {
   const PipelineTiming& last_timing() const { return timing_; }
 
  private:
-  // A direction's tensor shape, learnt from the first message.
+  // A direction's tensor shape, learnt from the first message, and whether its data moves
+  // in tensor-parallel pieces.
   struct Channel {
+    bool partitioned = false;
     bool known = false;
     Shape shape;
     DType dtype = DType::f32;
@@ -88,6 +110,7 @@ class PipelineExecutor {
 
   Communicator& pipe_;
   PipelineStage& stage_;
+  Communicator* slices_;  // the tensor-parallel group of partitioned transfers
   Channel act_out_, act_in_, grad_out_, grad_in_;
   PipelineTiming timing_;
 };

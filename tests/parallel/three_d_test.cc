@@ -68,6 +68,7 @@ parallel::pipeline::MicroBatch micro_batch(int step, int d, int k) {
 
 struct Trace {
   std::vector<double> losses, norms;
+  int64_t pipe_bytes = 0;                // sent over the pipe group
   std::map<std::string, Tensor> params;  // this rank's (slices of) parameters after training
   std::map<std::string, Placement> placements;
 };
@@ -104,8 +105,10 @@ Trace single_process() {
 }
 
 // One rank of the 3D run, through the engine (its pipeline executor, tied-weight reduction,
-// ZeRO-1 and clipping).
-Trace rank_run(parallel::Communicator& world, const parallel::ProcessGrid& grid) {
+// ZeRO-1 and clipping), `steps` steps; `partitioned`: stage-to-stage transfers in
+// tensor-parallel pieces (DeepSpeed's pipe_partitioned and grad_partitioned).
+Trace rank_run(parallel::Communicator& world, const parallel::ProcessGrid& grid, int steps = kSteps,
+               bool partitioned = true) {
   parallel::ParallelGroups g = parallel::make_parallel_groups(world, grid);
   const std::vector<int> parts = parallel::pipeline::partition_layers(
       pipeline_layers(config()), grid.pipe_size(), "parameters");
@@ -117,12 +120,13 @@ Trace rank_run(parallel::Communicator& world, const parallel::ProcessGrid& grid)
   ec.batch.gradient_accumulation_steps = kMicro;
   ec.pipeline.stages = grid.pipe_size();
   ec.tensor_parallel.tp_size = grid.model_size();
+  ec.pipeline.pipe_partitioned = ec.pipeline.grad_partitioned = partitioned;
   parallel::Engine engine(ec, model,
                           optim::decay_groups(model.named_parameters(), ec.optimizer.lr,
                                               ec.optimizer.weight_decay, true, {}),
                           Device::cpu(), *g.data, &g);
   Trace t;
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < steps; ++step) {
     std::vector<parallel::pipeline::MicroBatch> mbs;
     for (int k = 0; k < kMicro; ++k) mbs.push_back(micro_batch(step, g.coord.data, k));
     const parallel::StepStats s = engine.train_batch(mbs);
@@ -133,7 +137,20 @@ Trace rank_run(parallel::Communicator& world, const parallel::ProcessGrid& grid)
     t.params[p.name] = p.tensor.detach().clone();
     t.placements[p.name] = p.placement;
   }
+  t.pipe_bytes = g.pipe->stats().total_bytes_sent();
   return t;
+}
+
+// Every rank's trace of a 3D run.
+std::vector<Trace> run_3d(const parallel::ProcessGrid& grid, int steps, bool partitioned) {
+  std::vector<Trace> got(grid.world_size());
+  std::mutex mutex;
+  parallel::run_thread_ranks(grid.world_size(), [&](parallel::Communicator& world) {
+    Trace t = rank_run(world, grid, steps, partitioned);
+    std::lock_guard<std::mutex> lock(mutex);
+    got[world.rank()] = std::move(t);
+  });
+  return got;
 }
 
 TEST_CASE("3D (pipe, data, model) = (2, 2, 2) with ZeRO-1 equals one process",
@@ -142,13 +159,7 @@ TEST_CASE("3D (pipe, data, model) = (2, 2, 2) with ZeRO-1 equals one process",
   // The run learns: agreement below is finer than what training changes.
   REQUIRE(want.losses.back() < 0.9 * want.losses.front());
   const parallel::ProcessGrid grid(2, kData, 2);
-  std::vector<Trace> got(grid.world_size());
-  std::mutex mutex;
-  parallel::run_thread_ranks(grid.world_size(), [&](parallel::Communicator& world) {
-    Trace t = rank_run(world, grid);
-    std::lock_guard<std::mutex> lock(mutex);
-    got[world.rank()] = std::move(t);
-  });
+  const std::vector<Trace> got = run_3d(grid, kSteps, true);
   std::map<std::string, int> holders;
   for (int r = 0; r < grid.world_size(); ++r) {
     INFO("rank " << r << " (" << grid.describe(r) << ")");
@@ -182,6 +193,31 @@ TEST_CASE("3D (pipe, data, model) = (2, 2, 2) with ZeRO-1 equals one process",
   for (const auto& [name, n] : holders) {
     INFO(name);
     CHECK(n == (name == "transformer.wte.weight" ? 8 : 4));
+  }
+}
+
+TEST_CASE("partitioned stage transfers move the same bits in half the pipe bytes",
+          "[3d][pipeline][tensor_parallel]") {
+  // (pipe, data, model) = (2, 1, 2): each stage's two slices send half an activation each
+  // and all-gather what they receive (Note [Partitioned stage transfers]).
+  const parallel::ProcessGrid grid(2, 1, 2);
+  const std::vector<Trace> whole = run_3d(grid, 3, false);
+  const std::vector<Trace> pieces = run_3d(grid, 3, true);
+  for (int r = 0; r < grid.world_size(); ++r) {
+    INFO("rank " << r << " (" << grid.describe(r) << ")");
+    CHECK(pieces[r].losses == whole[r].losses);
+    CHECK(pieces[r].norms == whole[r].norms);
+    for (const auto& [name, t] : whole[r].params) {
+      INFO(name);
+      CHECK(pieces[r].params.at(name).to_vector<float>() == t.to_vector<float>());
+    }
+    // The activations and gradients (2 x 9 x 16 f32 each, 3 x 3 of each way) are most of
+    // the pipe's bytes; the rest (shape headers, the loss broadcast, the tied embedding's
+    // gradient sum) is unchanged.
+    INFO("pipe bytes: " << pieces[r].pipe_bytes << " partitioned, " << whole[r].pipe_bytes
+                        << " whole");
+    const int64_t transfers = int64_t{3} * kMicro * 2 * 9 * 16 * 4;
+    CHECK(whole[r].pipe_bytes - pieces[r].pipe_bytes == transfers / 2);
   }
 }
 
