@@ -35,12 +35,19 @@ BatchConfig resolve_batch(std::optional<int64_t> train_batch_size,
                           std::optional<int64_t> gradient_accumulation_steps,
                           int64_t dp_world_size);
 
+// $.activation_checkpointing: how recomputed segments keep their inputs and what runs
+// around them (parallel/engine/checkpoint_policy.h); recomputation itself is switched on by
+// model.checkpoint_activations or pipeline.activation_checkpoint_interval.
 struct ActivationCheckpointingConfig {
-  bool partition_activations = false;
-  bool contiguous_memory_optimization = false;
-  std::optional<int64_t> number_checkpoints;
+  bool partition_activations = false;  // over the tensor-parallel group
+  bool cpu_checkpointing = false;      // kept inputs in host memory
   bool synchronize_checkpoint_boundary = false;
-  bool profile = false;
+  bool profile = false;  // segment times in the trainer's log
+  // Whether any option needs recomputed segments to act on.
+  bool any() const {
+    return partition_activations || cpu_checkpointing || synchronize_checkpoint_boundary ||
+           profile;
+  }
 };
 
 // $.pipeline: the stages of a pipeline (DeepSpeed's PipelineModule arguments).

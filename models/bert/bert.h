@@ -60,7 +60,10 @@ class Bert : public LanguageModel {
 
   // Recompute layers in backward instead of storing their activations: every `interval`
   // consecutive layers form one checkpoint (0: none; 1: each layer).
-  void set_activation_checkpointing(int64_t interval) override { checkpoint_interval_ = interval; }
+  void set_activation_checkpointing(int64_t interval, CheckpointPolicy policy = {}) override {
+    checkpoint_interval_ = interval;
+    checkpoint_policy_ = std::move(policy);
+  }
 
   const BertConfig& config() const { return cfg_; }
   // The dropout stream; the engine keys it per step (Note [Dropout per step] in
@@ -109,6 +112,7 @@ class Bert : public LanguageModel {
   Body body_;
   Cls cls_;
   int64_t checkpoint_interval_ = 0;
+  CheckpointPolicy checkpoint_policy_;
 };
 
 }  // namespace tessera

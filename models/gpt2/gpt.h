@@ -83,7 +83,10 @@ class Gpt : public LanguageModel {
 
   // Recompute blocks in backward instead of storing their activations: every `interval`
   // consecutive blocks form one checkpoint (0: none; 1, or true: each block).
-  void set_activation_checkpointing(int64_t interval) override { checkpoint_interval_ = interval; }
+  void set_activation_checkpointing(int64_t interval, CheckpointPolicy policy = {}) override {
+    checkpoint_interval_ = interval;
+    checkpoint_policy_ = std::move(policy);
+  }
 
   // Pipelines (forward_stage) and tensor slicing (a model group).
   static constexpr parallel::ModelCapabilities kCapabilities{true, true};
@@ -134,6 +137,7 @@ class Gpt : public LanguageModel {
   Transformer transformer_;
   Tensor lm_head_;  // (Vp / P, C), defined only when the head is not tied
   int64_t checkpoint_interval_ = 0;
+  CheckpointPolicy checkpoint_policy_;
 };
 
 }  // namespace tessera

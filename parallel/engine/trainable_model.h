@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "autograd/module.h"
 #include "core/philox.h"
 
@@ -31,8 +32,8 @@ class TrainableModel : public Module {
   // parallel/engine/engine.h); its key before that is the model's own.
   virtual Generator& dropout_generator() = 0;
   // Recompute layers in backward instead of storing their activations: every `interval`
-  // consecutive layers form one checkpoint (0: none).
-  virtual void set_activation_checkpointing(int64_t interval) = 0;
+  // consecutive layers form one checkpoint (0: none), kept and timed as `policy` says.
+  virtual void set_activation_checkpointing(int64_t interval, CheckpointPolicy policy = {}) = 0;
 
   // The parallel modes this model supports beyond data parallelism (none by default).
   virtual ModelCapabilities capabilities() const { return {}; }

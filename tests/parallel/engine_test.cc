@@ -29,7 +29,7 @@ class Regression final : public TrainableModel {
     return mean(mul(d, d));
   }
   Generator& dropout_generator() override { return gen_; }
-  void set_activation_checkpointing(int64_t) override {}
+  void set_activation_checkpointing(int64_t, CheckpointPolicy) override {}
   const Tensor& w() const { return w_; }
 
  private:

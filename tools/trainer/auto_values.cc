@@ -296,7 +296,7 @@ void fill_scheduler(AutoFiller& f, const std::optional<Json>& lr) {
   f.fill("scheduler.params", "warmup_min_lr", {Json(0), "Hugging Face's rule", ""}, Fill::only);
   f.fill("scheduler.params", "warmup_max_lr",
          {lr, "the optimizer's lr", "$.optimizer.params.lr or $.trainer.optimizer.params.lr"},
-         Fill::match);
+         Fill::only);
   const std::string steps_hint =
       "$.trainer.steps (with epochs the step count is known only once the data is read)";
   std::optional<Json> w = warmup ? warmup_steps(*warmup, steps) : std::nullopt;
@@ -305,7 +305,7 @@ void fill_scheduler(AutoFiller& f, const std::optional<Json>& lr) {
           warmup ? steps_hint : "$.trainer.warmup_steps"},
          Fill::match);
   f.fill("scheduler.params", "total_num_steps", {steps, "$.trainer.steps", steps_hint},
-         Fill::match);
+         Fill::only);
 }
 
 void fill_precision(AutoFiller& f) {

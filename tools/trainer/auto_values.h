@@ -28,16 +28,20 @@
 //   zero_optimization.stage3_gather_16bit_weights_on_model_save   false (accelerate)
 //   zero_optimization.offload_{optimizer,param}.device            "none" (accelerate)
 //
-// As in transformers' fill_match, a concrete value where Tessera has a source must equal it
-// (a mismatch is an error; warmup_min_lr and the width-based sizes are filled only, never
-// compared), and a source fills its key when the key is absent too, so that no Tessera key
-// is read and then ignored: per_device_train_batch_size, gradient_accumulation_steps and
-// max_grad_norm create their DeepSpeed keys, mixed_precision creates a missing fp16 or bf16
-// section (accelerate's set_mixed_precision), and warmup_steps needs a scheduler with
-// warmup_num_steps. A DeepSpeed optimizer section with "auto" params is Hugging Face's
-// template and takes them from $.trainer.optimizer, whose type must then be the same; the
-// resolved file keeps DeepSpeed's section only. Every problem (an "auto" with no source, an
-// "auto" under a key no rule fills, a mismatch) is reported in one error.
+// As in transformers' fill_match, a concrete value must equal what a key that exists only
+// for this gives (per_device_train_batch_size, gradient_accumulation_steps, max_grad_norm,
+// trainer.optimizer's params, warmup_steps, mixed_precision): a mismatch is an error. The
+// other sources fill "auto" only: in DeepSpeed a schedule may be longer than the run
+// ($.trainer.steps) and peak at another lr than the optimizer's, and transformers never
+// compares warmup_min_lr and the width-based sizes either. The keys that exist only for
+// this also fill their DeepSpeed key when it is absent, so that none is read and then
+// ignored: per_device_train_batch_size, gradient_accumulation_steps and max_grad_norm
+// create their keys, mixed_precision creates a missing fp16 or bf16 section (accelerate's
+// set_mixed_precision), and warmup_steps needs a scheduler with warmup_num_steps. A
+// DeepSpeed optimizer section with "auto" params is Hugging Face's template and takes them
+// from $.trainer.optimizer, whose type must then be the same; the resolved file keeps
+// DeepSpeed's section only. Every problem (an "auto" with no source, an "auto" under a key
+// no rule fills, a mismatch) is reported in one error.
 #pragma once
 
 #include <cstdint>

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "parallel/comm/communicator.h"
+#include "parallel/engine/checkpoint_policy.h"
 #include "parallel/engine/engine.h"
 #include "parallel/topology.h"
 #include "parallel/zero/zero_optimizer.h"
@@ -22,6 +24,22 @@ class StepTimes {
 
  private:
   double forward_s_ = 0, backward_s_ = 0, step_s_ = 0;
+  int64_t steps_ = 0;
+};
+
+// activation_checkpointing.profile's report: the checkpointed segments' mean forward and
+// recomputation-with-backward milliseconds per step since the last report.
+class CheckpointProfile {
+ public:
+  // `times`: what the model's CheckpointPolicy adds its segments' seconds into.
+  explicit CheckpointProfile(std::shared_ptr<parallel::CheckpointTimes> times);
+  void add_step() { ++steps_; }
+  // "activation checkpoints (ms per step) | segments: 4 | forward: 1.20 | recompute and
+  // backward: 3.75", then starts a new window.
+  std::string report();
+
+ private:
+  std::shared_ptr<parallel::CheckpointTimes> times_;
   int64_t steps_ = 0;
 };
 

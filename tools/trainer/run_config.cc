@@ -152,6 +152,12 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
            "[config] $.zero_optimization.stage: stage 3 partitions parameters on CPU ranks for "
            "now; expected at most 2 with trainer.device \"",
            c.trainer.device.str(), "\", found 3");
+  TS_CHECK(!c.engine.activation_checkpointing.any() || c.checkpoint_activations ||
+               c.engine.pipeline.activation_checkpoint_interval > 0,
+           "[config] $.activation_checkpointing: its options act on recomputed segments, and "
+           "none are recomputed; expected model.checkpoint_activations true or "
+           "pipeline.activation_checkpoint_interval > 0 with them (Megatron's "
+           "--checkpoint-activations)");
   TS_CHECK(!c.checkpoint_activations || c.engine.pipeline.activation_checkpoint_interval == 0,
            "[config] $.pipeline.activation_checkpoint_interval: model.checkpoint_activations ",
            "already checkpoints every block; expected one of the two");

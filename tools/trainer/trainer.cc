@@ -85,7 +85,10 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
     model_ = cfg_.model->build(t.seed, placement(cfg_, groups_.get()));
   }
   model_->set_activation_checkpointing(
-      cfg_.checkpoint_activations ? 1 : cfg_.engine.pipeline.activation_checkpoint_interval);
+      cfg_.checkpoint_activations ? 1 : cfg_.engine.pipeline.activation_checkpoint_interval,
+      parallel::make_checkpoint_policy(cfg_.engine.activation_checkpointing,
+                                       groups_ ? groups_->model.get() : nullptr, t.device,
+                                       checkpoint_times_));
   if (!cfg_.init_from.empty()) cfg_.model->load_pretrained(*model_, cfg_.init_from);
   const optim::OptimizerConfig& oc = cfg_.engine.optimizer;
   engine_ = std::make_unique<parallel::Engine>(
@@ -247,7 +250,8 @@ TrainResult Trainer::run() {
   ThroughputMeter meter(cfg_.engine.batch.train_batch_size * cfg_.data.seq_len,
                         cfg_.model->flops_per_token(cfg_.data.seq_len), peak);
   ProgressReporter progress(leader(), total_steps_, cfg_.engine.steps_per_print);
-  StepTimes times;  // wall_clock_breakdown
+  StepTimes times;                                          // wall_clock_breakdown
+  CheckpointProfile checkpoint_profile(checkpoint_times_);  // activation_checkpointing.profile
   TrainResult result;
   const int64_t first = engine_->global_steps();
   for (int64_t step = first; step < total_steps_;) {
@@ -278,10 +282,15 @@ TrainResult Trainer::run() {
       metrics_->write(rec);
     }
     if (cfg_.engine.wall_clock_breakdown) times.add(s);
+    checkpoint_profile.add_step();
     if (progress.show(step, s, meter)) {
       meter.start_window();
       if (cfg_.engine.wall_clock_breakdown) {
         const std::string line = times.report();
+        if (leader()) log_info("{}", line);
+      }
+      if (cfg_.engine.activation_checkpointing.profile) {
+        const std::string line = checkpoint_profile.report();
         if (leader()) log_info("{}", line);
       }
     }

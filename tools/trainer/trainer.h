@@ -10,6 +10,7 @@
 
 #include "models/language_model.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/engine/checkpoint_policy.h"
 #include "parallel/engine/engine.h"
 #include "parallel/topology.h"
 #include "parallel/zero/zero_optimizer.h"
@@ -103,6 +104,10 @@ class Trainer {
   parallel::Communicator& world_;
   std::unique_ptr<parallel::ParallelGroups> groups_;  // pipeline or tensor-parallel runs
   parallel::Communicator& dp_;  // the data-parallel group (the world without 3D)
+  // The recomputed segments' times (activation_checkpointing.profile), filled by the model's
+  // CheckpointPolicy.
+  std::shared_ptr<parallel::CheckpointTimes> checkpoint_times_ =
+      std::make_shared<parallel::CheckpointTimes>();
   std::unique_ptr<LanguageModel> model_;
   std::unique_ptr<parallel::Engine> engine_;
   std::unique_ptr<data::DataLoader> train_loader_;

@@ -201,6 +201,42 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
   CHECK(c.warnings[0] == "[config] $.bfloat16 is deprecated; use $.bf16 instead");
 }
 
+TEST_CASE("activation_checkpointing's keys act on recomputed blocks or are refused",
+          "[run_config]") {
+  const Json megatron = {{"partition_activations", true},
+                         {"cpu_checkpointing", true},
+                         {"contiguous_memory_optimization", false},
+                         {"number_checkpoints", 4},
+                         {"synchronize_checkpoint_boundary", true},
+                         {"profile", true}};
+  const RunConfig c = parse_edited([&](Json& d) {
+    d["activation_checkpointing"] = megatron;
+    d["model"]["checkpoint_activations"] = true;
+  });
+  CHECK(c.engine.activation_checkpointing.partition_activations);
+  CHECK(c.engine.activation_checkpointing.cpu_checkpointing);
+  CHECK(c.engine.activation_checkpointing.synchronize_checkpoint_boundary);
+  CHECK(c.engine.activation_checkpointing.profile);
+  CHECK(error_after([&](Json& d) { d["activation_checkpointing"] = megatron; }) ==
+        "[config] $.activation_checkpointing: its options act on recomputed segments, and none "
+        "are recomputed; expected model.checkpoint_activations true or "
+        "pipeline.activation_checkpoint_interval > 0 with them (Megatron's "
+        "--checkpoint-activations)");
+  // All off (DeepSpeedExamples' usual section) needs no recomputation.
+  parse_edited([](Json& d) {
+    d["activation_checkpointing"] = {{"partition_activations", false},
+                                     {"contiguous_memory_optimization", false},
+                                     {"cpu_checkpointing", false},
+                                     {"number_checkpoints", nullptr}};
+  });
+  CHECK_THAT(error_after([](Json& d) {
+               d["activation_checkpointing"] = {{"contiguous_memory_optimization", true}};
+             }),
+             Contains("$.activation_checkpointing.contiguous_memory_optimization is not "
+                      "supported: DeepSpeed copies checkpointed activations into one "
+                      "preallocated buffer"));
+}
+
 TEST_CASE("sparse_attention and the bert model", "[run_config]") {
   // GPT takes the top-level section into its model config; it must be causal.
   const RunConfig gpt = parse_edited([](Json& d) {
