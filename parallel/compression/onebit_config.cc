@@ -27,11 +27,7 @@ void read_common(JsonObjectReader& params, double* beta1, double* beta2, double*
   }
   params.ignored("cuda_aware", "Tessera's communicators move device buffers directly");
   if (params.has("comm_backend_name")) {
-    const std::string backend =
-        params.get_one_of("comm_backend_name", "nccl", {"nccl", "mpi", "compressed"});
-    params.warn(str_cat("[config] ", params.key_path("comm_backend_name"), " \"", backend,
-                        "\" has no effect: Tessera compresses over the run's own data-parallel "
-                        "communicator (threads, MPI or NCCL)"));
+    o->comm_backend = params.get_one_of("comm_backend_name", "nccl", {"nccl", "mpi", "compressed"});
   }
 }
 
@@ -129,6 +125,20 @@ optim::OptimizerConfig make_onebit_config(OneBitKind kind, const OneBitOptions& 
   base.lamb.bias_correction = false;
   base.external = std::make_shared<OneBitConfig>(kind, options);
   return base;
+}
+
+void check_comm_backend(const optim::OptimizerConfig& config, bool cuda_run) {
+  const OneBitConfig* onebit = onebit_config(config);
+  if (onebit == nullptr || !onebit->options.comm_backend) return;
+  const std::string& backend = *onebit->options.comm_backend;
+  if (backend == "compressed") return;
+  const char* key = "[config] $.optimizer.params.comm_backend_name: \"";
+  TS_CHECK(backend != "nccl" || cuda_run, key, backend,
+           "\" compresses over NCCL, which Tessera's data-parallel ranks use on CUDA devices; "
+           "expected \"mpi\" or \"compressed\" for this CPU run, or trainer.device \"cuda\"");
+  TS_CHECK(backend != "mpi" || !cuda_run, key, backend,
+           "\" compresses over MPI, and this CUDA run's ranks reduce over NCCL; expected "
+           "\"nccl\" or \"compressed\"");
 }
 
 }  // namespace tessera::parallel

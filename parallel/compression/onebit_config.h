@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,8 @@ enum class OneBitKind : uint8_t { adam, zero_one_adam, lamb };
 // The 1-bit family's own keys ($.optimizer.params of OneBitAdam, ZeroOneAdam, OneBitLamb).
 // Their betas, eps and weight_decay go to the config's `adam` (OneBitAdam, ZeroOneAdam) or
 // `lamb` (OneBitLamb, with max_coeff and min_coeff), without bias correction. DeepSpeed's
-// backend choice comm_backend_name ("nccl", "mpi" or "compressed") is checked and, when
-// given, a warning says it has no effect: Tessera compresses over the run's own
-// data-parallel communicator, whatever the name.
+// backend choice comm_backend_name ("nccl", "mpi" or "compressed") is kept for
+// check_comm_backend.
 struct OneBitOptions {
   int64_t freeze_step = 100000;       // OneBitAdam, OneBitLamb: last full-precision step
   int64_t var_freeze_step = 100000;   // ZeroOneAdam: last step that updates the variance
@@ -29,7 +29,8 @@ struct OneBitOptions {
   double coeff_beta = 0.9;            // OneBitLamb: EMA of the warm-up trust ratios
   double factor_max = 4.0;            // OneBitLamb: bounds of the compressed-stage factor
   double factor_min = 0.5;
-  double factor_threshold = 0.1;  // OneBitLamb: the factor's largest change per step
+  double factor_threshold = 0.1;            // OneBitLamb: the factor's largest change per step
+  std::optional<std::string> comm_backend;  // comm_backend_name, when given
 };
 
 // An optimizer config's 1-bit part (OptimizerConfig::external).
@@ -49,6 +50,13 @@ class OneBitConfig final : public optim::ExternalOptimizer {
 // "bias_correction": true is refused (they apply none, DeepSpeed's semantics) rather than
 // silently ignored as DeepSpeed does.
 const std::vector<optim::ExternalOptimizerType>& onebit_optimizer_types();
+
+// Checks the 1-bit optimizer's comm_backend_name against the backend the run's
+// data-parallel group has: "nccl" needs a CUDA run (whose ranks reduce over NCCL), "mpi" a
+// CPU run (MPI across processes, or threads in one); "compressed" (DeepSpeed's backend
+// that builds the compressed all-reduce from all_to_all and all_gather, as Tessera does on
+// every backend) fits both. Nothing to check without the key or a 1-bit optimizer.
+void check_comm_backend(const optim::OptimizerConfig& config, bool cuda_run);
 
 // The 1-bit part of `config`, or null when it names another optimizer.
 const OneBitConfig* onebit_config(const optim::OptimizerConfig& config);

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "models/model_kinds.h"
+#include "parallel/compression/onebit_config.h"
 #include "tools/trainer/auto_values.h"
 
 namespace tessera::train {
@@ -148,6 +149,7 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
            "pipeline and tensor parallelism run on CPU ranks (MPI or threads) for now; expected "
            "\"cpu\" with pipeline.stages ",
            stages, " and tensor_parallel.tp_size ", tp);
+  parallel::check_comm_backend(c.engine.optimizer, c.trainer.device.is_cuda());
   TS_CHECK(!c.trainer.device.is_cuda() || c.engine.zero.stage <= 2,
            "[config] $.zero_optimization.stage: stage 3 partitions parameters on CPU ranks for "
            "now; expected at most 2 with trainer.device \"",

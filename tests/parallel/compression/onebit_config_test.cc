@@ -37,12 +37,25 @@ TEST_CASE("the 1-bit optimizers read DeepSpeed's keys and defaults") {
   CHECK(onebit_config(adam)->options.freeze_step == 400);
   CHECK(adam.adam.beta1 == 0.8);
   CHECK_FALSE(adam.adam.bias_correction);
-  // Neither backend key takes effect, and each says so.
-  REQUIRE(warnings.size() == 2);
+  // cuda_aware takes no effect and says so; comm_backend_name is checked against the run.
+  REQUIRE(warnings.size() == 1);
   CHECK_THAT(warnings[0], Catch::Contains("$.optimizer.params.cuda_aware is ignored"));
-  CHECK(warnings[1] ==
-        "[config] $.optimizer.params.comm_backend_name \"mpi\" has no effect: Tessera "
-        "compresses over the run's own data-parallel communicator (threads, MPI or NCCL)");
+  CHECK(onebit_config(adam)->options.comm_backend == "mpi");
+  check_comm_backend(adam, false);
+  CHECK(error_of([&] { check_comm_backend(adam, true); }) ==
+        "[config] $.optimizer.params.comm_backend_name: \"mpi\" compresses over MPI, and this "
+        "CUDA run's ranks reduce over NCCL; expected \"nccl\" or \"compressed\"");
+  const optim::OptimizerConfig nccl = optimizer_from(
+      R"({"optimizer": {"type": "OneBitAdam", "params": {"comm_backend_name": "nccl"}}})");
+  check_comm_backend(nccl, true);
+  CHECK(error_of([&] { check_comm_backend(nccl, false); }) ==
+        "[config] $.optimizer.params.comm_backend_name: \"nccl\" compresses over NCCL, which "
+        "Tessera's data-parallel ranks use on CUDA devices; expected \"mpi\" or "
+        "\"compressed\" for this CPU run, or trainer.device \"cuda\"");
+  const optim::OptimizerConfig compressed = optimizer_from(
+      R"({"optimizer": {"type": "OneBitAdam", "params": {"comm_backend_name": "compressed"}}})");
+  check_comm_backend(compressed, false);
+  check_comm_backend(compressed, true);
   CHECK(onebit_config(optim::OptimizerConfig{}) == nullptr);
 
   const optim::OptimizerConfig zo = optimizer_from(R"({"optimizer": {"type": "zerooneadam"}})");
