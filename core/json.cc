@@ -159,12 +159,22 @@ TS_INSTANTIATE_JSON_AS(std::vector<std::string>)
 struct JsonObjectReader::Tree {
   std::string component;
   std::vector<std::string> warnings;
+  const void* root = nullptr;         // the root's Node
+  bool collect = false;               // Note [One pass]
+  std::vector<std::string> problems;  // collected, each without the "[component] " lead
+  bool thrown = false;                // the collected problems have been thrown
 };
 
 // One object that was opened, with the keys it was asked about.
 struct JsonObjectReader::Node {
   const Json* value = nullptr;
   std::string path;
+  // A required object that is missing or not an object, and what is opened from it: read
+  // as empty, its own problems are consequences and go unreported (Note [One pass]).
+  bool quiet = false;
+  // A value outside its set was found here (a "type" or "mode"): the objects opened from
+  // this one may follow a schema that depends on it, so their unknown keys go unreported.
+  bool bad_choice = false;
   std::vector<std::string> known;                // in the order first asked, for suggestions
   std::set<std::string, std::less<>> known_set;  // the same keys, for lookup
   std::map<std::string, std::string, std::less<>> alias_of;  // new key -> deprecated key
@@ -189,6 +199,7 @@ struct JsonObjectReader::Node {
 JsonObjectReader::JsonObjectReader(const Json& root, std::string component, std::string path)
     : tree_(std::make_shared<Tree>()), node_(std::make_shared<Node>()) {
   tree_->component = std::move(component);
+  tree_->root = node_.get();
   node_->value = &root;
   node_->path = std::move(path);
   if (!root.is_object()) {
@@ -211,6 +222,46 @@ void JsonObjectReader::fail(const std::string& message) const {
   TS_FAIL("[", tree_->component, "] ", message);
 }
 
+bool JsonObjectReader::collecting() const { return tree_->collect; }
+
+void JsonObjectReader::problem(const std::string& message) const {
+  if (tree_->collect && node_->quiet) return;
+  if (!tree_->collect) {
+    // json_as's messages carry the component already.
+    if (message.rfind("[", 0) == 0) TS_FAIL(message);
+    fail(message);
+  }
+  const std::string lead = "[" + tree_->component + "] ";
+  std::string text = message.rfind(lead, 0) == 0 ? message.substr(lead.size()) : message;
+  if (std::find(tree_->problems.begin(), tree_->problems.end(), text) == tree_->problems.end())
+    tree_->problems.push_back(std::move(text));
+}
+
+void JsonObjectReader::collect_errors() { tree_->collect = true; }
+
+void JsonObjectReader::rethrow_with_collected(const Error& error) const {
+  // After a collected problem, a check that read its fallback may fail as a consequence:
+  // the collected problems are the ones to report.
+  if (tree_->thrown || tree_->problems.empty()) throw error;
+  throw_collected();
+}
+
+void JsonObjectReader::throw_if_collected() const {
+  if (tree_->collect && !tree_->problems.empty()) throw_collected();
+}
+
+void JsonObjectReader::throw_collected() const {
+  tree_->thrown = true;
+  std::string message = "[" + tree_->component + "] ";
+  if (tree_->problems.size() == 1) {
+    message += tree_->problems[0];
+  } else {
+    message += str_cat(tree_->problems.size(), " problems:");
+    for (const std::string& p : tree_->problems) message += "\n  " + p;
+  }
+  TS_FAIL(message);
+}
+
 const Json* JsonObjectReader::find(std::string_view key) {
   node_->mark_known(key);
   if (const Json* v = node_->lookup(key)) return v;
@@ -229,28 +280,38 @@ std::string JsonObjectReader::get_one_of(std::string_view key, std::string fallb
     for (size_t i = 0; i < allowed.size(); ++i) {
       list += str_cat(i ? ", " : "", dump_for_message(Json(allowed[i])));
     }
-    fail(
+    problem(
         str_cat(key_path(key), ": expected one of ", list, "; found ", dump_for_message(Json(*v))));
+    node_->bad_choice = true;
+    return fallback;
   }
   return *v;
 }
 
 std::string JsonObjectReader::required_one_of(std::string_view key,
                                               const std::vector<std::string>& allowed) {
-  if (find(key) == nullptr) fail(str_cat(key_path(key), ": required key missing"));
+  if (find(key) == nullptr) problem(str_cat(key_path(key), ": required key missing"));
   return get_one_of(key, "", allowed);
 }
 
 JsonObjectReader JsonObjectReader::object(std::string_view key) {
   const Json* v = find(key);
+  bool quiet = node_->quiet;
   if (v != nullptr && !v->is_object()) {
-    fail(str_cat(key_path(key), ": expected object, found ", describe_json(*v)));
+    problem(str_cat(key_path(key), ": expected object, found ", describe_json(*v)));
+    v = nullptr;  // read as absent
+    quiet = true;
   }
+  return open(key, v, quiet);
+}
+
+JsonObjectReader JsonObjectReader::open(std::string_view key, const Json* v, bool quiet) {
   std::vector<std::shared_ptr<Node>>* nodes = node_->opened(key);
   if (nodes != nullptr && !nodes->empty()) return JsonObjectReader(tree_, nodes->front());
   auto node = std::make_shared<Node>();
   node->value = v != nullptr ? v : &empty_object();
   node->path = key_path(key);
+  node->quiet = quiet;
   if (nodes != nullptr) {
     nodes->push_back(node);
   } else {
@@ -260,14 +321,16 @@ JsonObjectReader JsonObjectReader::object(std::string_view key) {
 }
 
 JsonObjectReader JsonObjectReader::required_object(std::string_view key) {
-  if (find(key) == nullptr) fail(str_cat(key_path(key), ": required key missing"));
-  return object(key);
+  if (find(key) != nullptr) return object(key);
+  problem(str_cat(key_path(key), ": required key missing"));
+  return open(key, nullptr, true);
 }
 
 std::vector<JsonObjectReader> JsonObjectReader::objects(std::string_view key) {
   const Json* v = find(key);
   if (v != nullptr && !v->is_array()) {
-    fail(str_cat(key_path(key), ": expected array, found ", describe_json(*v)));
+    problem(str_cat(key_path(key), ": expected array, found ", describe_json(*v)));
+    v = nullptr;  // read as absent
   }
   std::vector<std::shared_ptr<Node>>* nodes = node_->opened(key);
   if (nodes == nullptr) {
@@ -277,8 +340,10 @@ std::vector<JsonObjectReader> JsonObjectReader::objects(std::string_view key) {
         auto node = std::make_shared<Node>();
         node->value = &(*v)[i];
         node->path = str_cat(key_path(key), "[", i, "]");
+        node->quiet = node_->quiet;
         if (!node->value->is_object()) {
-          fail(str_cat(node->path, ": expected object, found ", describe_json(*node->value)));
+          problem(str_cat(node->path, ": expected object, found ", describe_json(*node->value)));
+          continue;
         }
         created.push_back(std::move(node));
       }
@@ -302,8 +367,9 @@ bool JsonObjectReader::deprecated(std::string_view old_key, std::string_view new
   node_->mark_known(new_key);
   if (node_->lookup(old_key) == nullptr) return false;
   if (node_->lookup(new_key) != nullptr) {
-    fail(str_cat("deprecated key ", key_path(old_key), " and its replacement ", key_path(new_key),
-                 " cannot be given together"));
+    problem(str_cat("deprecated key ", key_path(old_key), " and its replacement ",
+                    key_path(new_key), " cannot be given together"));
+    return false;
   }
   warn(str_cat("[", component(), "] ", key_path(old_key), " is deprecated; use ", key_path(new_key),
                " instead"));
@@ -319,7 +385,7 @@ void JsonObjectReader::ignored(std::string_view key, std::string_view why) {
 
 void JsonObjectReader::unsupported(std::string_view key, std::string_view why) {
   node_->mark_known(key);
-  if (node_->lookup(key) != nullptr) fail(str_cat(key_path(key), " is not supported: ", why));
+  if (node_->lookup(key) != nullptr) problem(str_cat(key_path(key), " is not supported: ", why));
 }
 
 void JsonObjectReader::warn(std::string message) { tree_->warnings.push_back(std::move(message)); }
@@ -327,6 +393,11 @@ void JsonObjectReader::warn(std::string message) { tree_->warnings.push_back(std
 const std::vector<std::string>& JsonObjectReader::warnings() const { return tree_->warnings; }
 
 void JsonObjectReader::finish() const {
+  record_unknown_keys();
+  if (tree_->collect && node_.get() == tree_->root && !tree_->problems.empty()) throw_collected();
+}
+
+void JsonObjectReader::record_unknown_keys() const {
   for (const auto& [key, value] : node_->value->items()) {
     if (node_->known_set.count(key)) continue;
     // Suggest the nearest known key when it is close enough to be a typo of it.
@@ -340,19 +411,21 @@ void JsonObjectReader::finish() const {
       }
     }
     if (best != nullptr && best_distance <= std::max<size_t>(2, key.size() / 3)) {
-      fail(str_cat("unknown key ", key_path(key), "; did you mean ", dump_for_message(Json(*best)),
-                   "?"));
+      problem(str_cat("unknown key ", key_path(key), "; did you mean ",
+                      dump_for_message(Json(*best)), "?"));
+    } else if (node_->known.empty()) {
+      problem(str_cat("unknown key ", key_path(key), "; ", path(), " takes no keys"));
+    } else {
+      std::vector<std::string> valid = node_->known;
+      std::sort(valid.begin(), valid.end());
+      std::string list;
+      for (size_t i = 0; i < valid.size(); ++i) list += str_cat(i ? ", " : "", valid[i]);
+      problem(str_cat("unknown key ", key_path(key), "; valid keys: ", list));
     }
-    if (node_->known.empty())
-      fail(str_cat("unknown key ", key_path(key), "; ", path(), " takes no keys"));
-    std::vector<std::string> valid = node_->known;
-    std::sort(valid.begin(), valid.end());
-    std::string list;
-    for (size_t i = 0; i < valid.size(); ++i) list += str_cat(i ? ", " : "", valid[i]);
-    fail(str_cat("unknown key ", key_path(key), "; valid keys: ", list));
   }
+  if (tree_->collect && node_->bad_choice) return;
   for (const auto& [key, nodes] : node_->children) {
-    for (const std::shared_ptr<Node>& n : nodes) JsonObjectReader(tree_, n).finish();
+    for (const std::shared_ptr<Node>& n : nodes) JsonObjectReader(tree_, n).record_unknown_keys();
   }
 }
 

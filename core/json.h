@@ -17,6 +17,20 @@
 // last of two duplicate keys. Tessera fails on both: a config is read by asking for each
 // key it understands, and finish() turns every key nobody asked for into an error with a
 // suggestion, so a typo can never silently fall back to a default.
+//
+// Note [One pass]
+// A reader that collect_errors() was called on reports every problem of a document at
+// once, so that a file with five mistakes takes one run to fix, not five: a getter that
+// finds a wrong type, an out-of-range value, a value outside its set or a missing required
+// key records the problem and returns its fallback (a default value for a required key),
+// finish() records every unknown key, and finish() on the root throws them all in one error
+// (one line when there is one problem, else a count and one line each). A check outside the
+// reader that throws after a problem was collected may be its consequence (it read the
+// fallback), so rethrow_with_collected() reports the collected problems instead; likewise
+// the unknown keys below an object whose choice from a set was bad (a "type" whose schema
+// the objects below follow) and the problems inside a required object that is missing go
+// unreported. Without
+// collect_errors() the first problem throws, as before.
 #pragma once
 
 #include <cstdint>
@@ -149,6 +163,16 @@ class JsonObjectReader {
   // Throws when `key` is present: "<path> is not supported: <why>".
   void unsupported(std::string_view key, std::string_view why);
 
+  // Records problems instead of throwing at the first (Note [One pass]); call it on the
+  // root before reading.
+  void collect_errors();
+  // Rethrows `error` (thrown by a check outside the reader, or by finish()) when nothing
+  // was collected before it; otherwise throws the collected problems (Note [One pass]).
+  [[noreturn]] void rethrow_with_collected(const Error& error) const;
+  // Throws the problems collected so far, if any: for a caller that cannot go on without a
+  // valid value (Note [One pass]).
+  void throw_if_collected() const;
+
   // Records a warning for the caller to log (the reader itself never logs).
   void warn(std::string message);
   // The warnings recorded so far by every reader of this tree, in order.
@@ -156,7 +180,9 @@ class JsonObjectReader {
 
   // Throws for the first key, in this object or any object opened from it, that nothing
   // asked about: "unknown key $.zero_optimization.stage3_prefetch_bucket_sise; did you
-  // mean \"stage3_prefetch_bucket_size\"?", or the valid keys when none is close.
+  // mean \"stage3_prefetch_bucket_size\"?", or the valid keys when none is close. When
+  // collecting (Note [One pass]) it records every such key instead, and on the root throws
+  // everything collected.
   void finish() const;
 
  private:
@@ -168,8 +194,22 @@ class JsonObjectReader {
   const nlohmann::json* find(std::string_view key);
   const std::string& component() const;
   [[noreturn]] void fail(const std::string& message) const;
+  // Throws `message`, or records it when collecting (and then returns).
+  void problem(const std::string& message) const;
+  bool collecting() const;
+  // json_as<T> of `v` at `key`; a conversion error is recorded when collecting, and then
+  // `fallback` is returned.
   template <class T>
-  void check_range(std::string_view key, T value, T lo, T hi) const;
+  T convert(const nlohmann::json& v, std::string_view key, T fallback) const;
+  // Whether lo <= value <= hi; otherwise the error names the range (problem()).
+  template <class T>
+  bool check_range(std::string_view key, T value, T lo, T hi) const;
+  // The reader over the object `v` at `key` (absent: an empty object), made once.
+  JsonObjectReader open(std::string_view key, const nlohmann::json* v, bool quiet);
+  // Records the unknown keys of this object and of the objects opened from it.
+  void record_unknown_keys() const;
+  // Throws every collected problem as one error (Note [One pass]).
+  [[noreturn]] void throw_collected() const;
 
   std::shared_ptr<Tree> tree_;
   std::shared_ptr<Node> node_;
@@ -178,52 +218,75 @@ class JsonObjectReader {
 // ---- template definitions ------------------------------------------------------------------
 
 template <class T>
+T JsonObjectReader::convert(const nlohmann::json& v, std::string_view key, T fallback) const {
+  if (!collecting()) return json_as<T>(v, key_path(key), component());
+  try {
+    return json_as<T>(v, key_path(key), component());
+  } catch (const Error& e) {
+    problem(e.what());
+    return fallback;
+  }
+}
+
+template <class T>
 T JsonObjectReader::get(std::string_view key, T fallback) {
   const nlohmann::json* v = find(key);
-  return v ? json_as<T>(*v, key_path(key), component()) : std::move(fallback);
+  return v ? convert<T>(*v, key, fallback) : std::move(fallback);
 }
 
 template <class T>
 T JsonObjectReader::required(std::string_view key) {
   const nlohmann::json* v = find(key);
-  if (v == nullptr) fail(str_cat(key_path(key), ": required key missing"));
-  return json_as<T>(*v, key_path(key), component());
+  if (v == nullptr) {
+    problem(str_cat(key_path(key), ": required key missing"));
+    return T{};
+  }
+  return convert<T>(*v, key, T{});
 }
 
 template <class T>
 std::optional<T> JsonObjectReader::optional(std::string_view key) {
   const nlohmann::json* v = find(key);
   if (v == nullptr) return std::nullopt;
-  return json_as<T>(*v, key_path(key), component());
+  if (!collecting()) return json_as<T>(*v, key_path(key), component());
+  try {
+    return json_as<T>(*v, key_path(key), component());
+  } catch (const Error& e) {
+    problem(e.what());
+    return std::nullopt;
+  }
 }
 
 template <class T>
-void JsonObjectReader::check_range(std::string_view key, T value, T lo, T hi) const {
+bool JsonObjectReader::check_range(std::string_view key, T value, T lo, T hi) const {
   static_assert(std::is_arithmetic_v<T>, "range checks are for numbers");
-  if (value >= lo && value <= hi) return;
+  if (value >= lo && value <= hi) return true;
   const char* kind = std::is_integral_v<T> ? "an integer" : "a number";
   if (hi == std::numeric_limits<T>::max()) {
-    fail(str_cat(key_path(key), ": expected ", kind, " >= ", lo, ", found ", value));
+    problem(str_cat(key_path(key), ": expected ", kind, " >= ", lo, ", found ", value));
+  } else if (lo == std::numeric_limits<T>::lowest()) {
+    problem(str_cat(key_path(key), ": expected ", kind, " <= ", hi, ", found ", value));
+  } else {
+    problem(str_cat(key_path(key), ": expected ", kind, " in [", lo, ", ", hi, "], found ", value));
   }
-  if (lo == std::numeric_limits<T>::lowest()) {
-    fail(str_cat(key_path(key), ": expected ", kind, " <= ", hi, ", found ", value));
-  }
-  fail(str_cat(key_path(key), ": expected ", kind, " in [", lo, ", ", hi, "], found ", value));
+  return false;
 }
 
 template <class T>
 T JsonObjectReader::get_in_range(std::string_view key, T fallback, T lo, T hi) {
   const std::optional<T> v = optional<T>(key);
   if (!v) return fallback;
-  check_range(key, *v, lo, hi);
-  return *v;
+  return check_range(key, *v, lo, hi) ? *v : fallback;
 }
 
 template <class T>
 T JsonObjectReader::required_in_range(std::string_view key, T lo, T hi) {
+  if (!has(key)) {
+    problem(str_cat(key_path(key), ": required key missing"));
+    return lo;
+  }
   const T v = required<T>(key);
-  check_range(key, v, lo, hi);
-  return v;
+  return check_range(key, v, lo, hi) ? v : lo;
 }
 
 }  // namespace tessera

@@ -34,9 +34,15 @@ std::shared_ptr<const ModelSpec> parse_model_spec(
   std::vector<std::string> types;
   for (const ModelKind& k : model_kinds()) types.push_back(k.type);
   const std::string type = model.required_one_of("type", types);
-  // required_one_of accepted one of the kinds' types.
   const auto kind = std::find_if(model_kinds().begin(), model_kinds().end(),
                                  [&](const ModelKind& k) { return k.type == type; });
+  // Only a reader collecting its problems returns from required_one_of without a kind
+  // (Note [One pass] in core/json.h): nothing of the model can be read then.
+  if (kind == model_kinds().end()) {
+    model.throw_if_collected();
+    TS_FAIL("[config] ", model.key_path("type"), ": expected one of the model kinds, found \"",
+            type, "\"");
+  }
   return kind->parse(model, sparse_attention);
 }
 

@@ -420,3 +420,49 @@ TEST_CASE("reader: an object that takes no keys says so", "[json]") {
   CHECK_THAT(error_of([&] { r.finish(); }),
              Contains("unknown key $.empty.x; $.empty takes no keys"));
 }
+
+TEST_CASE("reader: collecting reports every problem in one error", "[json]") {
+  const Json j = parse_json(R"({
+    "batch": "12",
+    "zero": {"stage": 7, "reduce_bucket_sise": 5},
+    "sched": {"type": "Cosine", "params": {"anything": 1}},
+    "opt": 3,
+    "extra": true
+  })");
+  JsonObjectReader r(j, "config");
+  r.collect_errors();
+  CHECK(r.get<int64_t>("batch", 1) == 1);  // the fallback after a recorded problem
+  JsonObjectReader zero = r.object("zero");
+  CHECK(zero.get_in_range<int64_t>("stage", 0, 0, 3) == 0);
+  zero.get<int64_t>("reduce_bucket_size", 0);
+  JsonObjectReader sched = r.object("sched");
+  sched.get_one_of("type", "WarmupLR", {"WarmupLR", "OneCycle"});
+  sched.object("params");  // its keys depend on the bad type: not reported
+  r.object("opt").get<double>("lr", 1e-3);  // not an object: read as empty, quietly
+  JsonObjectReader data = r.required_object("data");
+  data.required<std::string>("train");  // inside a missing required object: not reported
+  CHECK(error_of([&] { r.finish(); }) ==
+        "[config] 7 problems:\n"
+        "  $.batch: expected integer, found string \"12\"\n"
+        "  $.zero.stage: expected an integer in [0, 3], found 7\n"
+        "  $.sched.type: expected one of \"WarmupLR\", \"OneCycle\"; found \"Cosine\"\n"
+        "  $.opt: expected object, found number 3\n"
+        "  $.data: required key missing\n"
+        "  unknown key $.extra; valid keys: batch, data, opt, sched, zero\n"
+        "  unknown key $.zero.reduce_bucket_sise; did you mean \"reduce_bucket_size\"?");
+  // A check outside the reader after a collected problem is taken for its consequence.
+  JsonObjectReader again(j, "config");
+  again.collect_errors();
+  again.get<int64_t>("batch", 1);
+  CHECK(error_of([&] {
+          try {
+            TS_FAIL("[config] batch 1 does not divide the world");
+          } catch (const tessera::Error& e) {
+            again.rethrow_with_collected(e);
+          }
+        }) == "[config] $.batch: expected integer, found string \"12\"");
+  // Without collecting, the first problem throws as before.
+  JsonObjectReader first(j, "config");
+  CHECK(error_of([&] { first.get<int64_t>("batch", 1); }) ==
+        "[config] $.batch: expected integer, found string \"12\"");
+}

@@ -124,22 +124,28 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   nlohmann::json resolved = doc;
   c.auto_filled = resolve_auto_values(resolved, world_size, model_width(doc)).filled;
   JsonObjectReader root(resolved, "config");
-  JsonObjectReader trainer = root.object("trainer");
-  parallel::ClientSections client;
-  if (trainer.has("optimizer")) client.optimizer = trainer.object("optimizer");
-  if (trainer.has("scheduler")) client.scheduler = trainer.object("scheduler");
-  c.engine = parallel::parse_engine_config(root, client);
-  JsonObjectReader model = root.required_object("model");
-  c.checkpoint_activations = model.get<bool>("checkpoint_activations", false);
-  c.init_from = model.get<std::string>("init_from", "");
-  std::optional<SparsityConfig> sparse;
-  if (root.has("sparse_attention")) {
-    sparse = SparsityConfig::from_json(root.object("sparse_attention"));
+  // Every problem the sections have is reported at once (Note [One pass] in core/json.h).
+  root.collect_errors();
+  try {
+    JsonObjectReader trainer = root.object("trainer");
+    parallel::ClientSections client;
+    if (trainer.has("optimizer")) client.optimizer = trainer.object("optimizer");
+    if (trainer.has("scheduler")) client.scheduler = trainer.object("scheduler");
+    c.engine = parallel::parse_engine_config(root, client);
+    JsonObjectReader model = root.required_object("model");
+    c.checkpoint_activations = model.get<bool>("checkpoint_activations", false);
+    c.init_from = model.get<std::string>("init_from", "");
+    std::optional<SparsityConfig> sparse;
+    if (root.has("sparse_attention")) {
+      sparse = SparsityConfig::from_json(root.object("sparse_attention"));
+    }
+    c.model = parse_model_spec(model, sparse);
+    c.data = read_data(root.required_object("data"), c.model->block_size());
+    c.trainer = read_trainer(trainer, default_run_dir);
+    root.finish();
+  } catch (const Error& e) {
+    root.rethrow_with_collected(e);
   }
-  c.model = parse_model_spec(model, sparse);
-  c.data = read_data(root.required_object("data"), c.model->block_size());
-  c.trainer = read_trainer(trainer, default_run_dir);
-  root.finish();
   // Cross-key checks come after finish(): a misspelt key is the error to report, not the
   // inconsistency its default causes.
   parallel::finish_engine_config(c.engine, world_size);

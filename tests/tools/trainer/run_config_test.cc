@@ -360,5 +360,21 @@ TEST_CASE("load_run_config reads a file and defaults the run directory to its st
              Contains("[json] " + bad + ": parse error at byte 25 (line 2, column 1)"));
 }
 
+TEST_CASE("a config's problems are reported in one error", "[run_config]") {
+  // Three independent mistakes in three sections: one run shows them all (Note [One pass]
+  // in core/json.h), in reading order, unknown keys last.
+  CHECK(error_after([](Json& d) {
+          d["gradient_clipping"] = "1.0";
+          d["zero_optimization"] = {{"stage", 5}};
+          d["trainer"]["eval_intervall"] = 100;
+          d["model"]["dropout"] = 2.0;
+        }) ==
+        "[config] 4 problems:\n"
+        "  $.gradient_clipping: expected number, found string \"1.0\"\n"
+        "  $.zero_optimization.stage: expected an integer in [0, 3], found 5\n"
+        "  $.model.dropout: expected a number in [0, 0.99], found 2\n"
+        "  unknown key $.trainer.eval_intervall; did you mean \"eval_interval\"?");
+}
+
 }  // namespace
 }  // namespace tessera::train
