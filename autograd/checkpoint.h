@@ -29,14 +29,16 @@ struct CheckpointPolicy {
 // again with recording on, and gradients flow through the recomputed graph to `inputs`
 // and to any parameters `fn` uses. The generators in `rngs` are rewound to their state
 // at the first run so that the recomputation draws the same dropout masks; `fn` must be
-// otherwise deterministic.
+// otherwise deterministic. `policy` says how the inputs are kept until backward and what
+// runs around the segment.
 TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs,
                       const std::vector<Generator*>& rngs = {},
                       const CheckpointPolicy& policy = {});
 
 // Runs layers 0 .. n-1 in order (x = layer(i, x)). With interval > 0 and grad mode on,
 // every `interval` consecutive layers form one checkpoint (PyTorch's checkpoint_sequential),
-// rewinding `rngs` for the recomputation as checkpoint() does.
+// rewinding `rngs` for the recomputation and keeping inputs by `policy` as checkpoint()
+// does.
 Tensor checkpoint_sequential(Tensor x, size_t n, int64_t interval,
                              const std::function<Tensor(size_t, const Tensor&)>& layer,
                              const std::vector<Generator*>& rngs = {},

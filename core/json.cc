@@ -172,7 +172,7 @@ struct JsonObjectReader::Node {
   // A required object that is missing or not an object, and what is opened from it: read
   // as empty, its own problems are consequences and go unreported (Note [One pass]).
   bool quiet = false;
-  // A value outside its set was found here (a "type" or "mode"): the objects opened from
+  // A required choice from a set is missing or bad here (a "type"): the objects opened from
   // this one may follow a schema that depends on it, so their unknown keys go unreported.
   bool bad_choice = false;
   std::vector<std::string> known;                // in the order first asked, for suggestions
@@ -282,7 +282,6 @@ std::string JsonObjectReader::get_one_of(std::string_view key, std::string fallb
     }
     problem(
         str_cat(key_path(key), ": expected one of ", list, "; found ", dump_for_message(Json(*v))));
-    node_->bad_choice = true;
     return fallback;
   }
   return *v;
@@ -291,7 +290,9 @@ std::string JsonObjectReader::get_one_of(std::string_view key, std::string fallb
 std::string JsonObjectReader::required_one_of(std::string_view key,
                                               const std::vector<std::string>& allowed) {
   if (find(key) == nullptr) problem(str_cat(key_path(key), ": required key missing"));
-  return get_one_of(key, "", allowed);
+  const std::string v = get_one_of(key, "", allowed);
+  if (v.empty()) node_->bad_choice = true;
+  return v;
 }
 
 JsonObjectReader JsonObjectReader::object(std::string_view key) {

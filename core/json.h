@@ -27,9 +27,9 @@
 // (one line when there is one problem, else a count and one line each). A check outside the
 // reader that throws after a problem was collected may be its consequence (it read the
 // fallback), so rethrow_with_collected() reports the collected problems instead; likewise
-// the unknown keys below an object whose choice from a set was bad (a "type" whose schema
-// the objects below follow) and the problems inside a required object that is missing go
-// unreported. Without
+// the unknown keys below an object whose required choice from a set was bad (a "type"
+// whose schema the objects below follow) and the problems inside a required object that is
+// missing go unreported. Without
 // collect_errors() the first problem throws, as before.
 #pragma once
 
@@ -139,7 +139,8 @@ class JsonObjectReader {
   std::string required_one_of(std::string_view key, const std::vector<std::string>& allowed);
 
   // A reader over the nested object at `key`; over an empty object when absent, so that
-  // its getters return their fallbacks. Throws when `key` holds a non-object. Opening the
+  // its getters return their fallbacks. Throws when `key` holds a non-object (records it
+  // and reads an empty object when collecting). Opening the
   // same key twice returns readers that share their bookkeeping.
   JsonObjectReader object(std::string_view key);
   // As object(), but throws when `key` is absent.
@@ -285,8 +286,8 @@ T JsonObjectReader::required_in_range(std::string_view key, T lo, T hi) {
     problem(str_cat(key_path(key), ": required key missing"));
     return lo;
   }
-  const T v = required<T>(key);
-  return check_range(key, v, lo, hi) ? v : lo;
+  const std::optional<T> v = optional<T>(key);  // a wrong type is recorded once
+  return v && check_range(key, *v, lo, hi) ? *v : lo;
 }
 
 }  // namespace tessera

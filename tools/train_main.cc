@@ -141,6 +141,12 @@ int train_main(int argc, char** argv) {
         "--world is for --check-config; a run's world is the number of mpirun processes");
   }
   if (flags.has("check-config")) {
+    for (const char* run_flag : {"resume", "no-resume", "comm-timeout"}) {
+      if (flags.has(run_flag)) {
+        throw tessera::cli::UsageError(std::string("--") + run_flag +
+                                       " is for a run; --check-config trains nothing");
+      }
+    }
     const int64_t world = flags.get_int("world", 1);
     if (world < 1 || world > (1 << 20)) {
       throw tessera::cli::UsageError("--world expected ranks in 1..1048576, found " +

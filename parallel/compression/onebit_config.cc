@@ -28,6 +28,7 @@ void read_common(JsonObjectReader& params, double* beta1, double* beta2, double*
   params.ignored("cuda_aware", "Tessera's communicators move device buffers directly");
   if (params.has("comm_backend_name")) {
     o->comm_backend = params.get_one_of("comm_backend_name", "nccl", {"nccl", "mpi", "compressed"});
+    o->comm_backend_path = params.key_path("comm_backend_name");
   }
 }
 
@@ -132,7 +133,7 @@ void check_comm_backend(const optim::OptimizerConfig& config, bool cuda_run) {
   if (onebit == nullptr || !onebit->options.comm_backend) return;
   const std::string& backend = *onebit->options.comm_backend;
   if (backend == "compressed") return;
-  const char* key = "[config] $.optimizer.params.comm_backend_name: \"";
+  const std::string key = "[config] " + onebit->options.comm_backend_path + ": \"";
   TS_CHECK(backend != "nccl" || cuda_run, key, backend,
            "\" compresses over NCCL, which Tessera's data-parallel ranks use on CUDA devices; "
            "expected \"mpi\" or \"compressed\" for this CPU run, or trainer.device \"cuda\"");

@@ -31,6 +31,7 @@ struct OneBitOptions {
   double factor_min = 0.5;
   double factor_threshold = 0.1;            // OneBitLamb: the factor's largest change per step
   std::optional<std::string> comm_backend;  // comm_backend_name, when given
+  std::string comm_backend_path;            // its JSON path, for check_comm_backend's errors
 };
 
 // An optimizer config's 1-bit part (OptimizerConfig::external).

@@ -21,9 +21,10 @@ std::function<Tensor()> keep_piece(const Tensor& t, Communicator& slices, Device
   mine = mine.to(keep_on);
   const Shape shape = t.shape();
   const Device device = t.device();
-  return [mine, shape, device, n, piece, parts, &slices] {
+  Communicator* group = &slices;
+  return [mine, shape, device, n, piece, parts, group] {
     const Tensor all = empty({piece * parts}, {mine.dtype(), device});
-    slices.all_gather(mine.to(device), all);
+    group->all_gather(mine.to(device), all);
     return all.narrow(0, 0, n).view(shape);
   };
 }
@@ -47,7 +48,8 @@ CheckpointPolicy make_checkpoint_policy(const ActivationCheckpointingConfig& con
       return std::function<Tensor()>([host, back] { return host.to(back); });
     };
   }
-  if (config.synchronize_checkpoint_boundary && device.is_cuda()) {
+  // Timing queued device work needs the device synchronized too.
+  if ((config.synchronize_checkpoint_boundary || config.profile) && device.is_cuda()) {
     policy.at_boundary = [index = device.index] { cuda::synchronize(index); };
   }
   if (config.profile) {

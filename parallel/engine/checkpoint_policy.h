@@ -30,9 +30,10 @@ struct CheckpointTimes {
 //     `device` for the recomputation (on the CPU they are there already).
 //   synchronize_checkpoint_boundary: the device is synchronized after each segment's
 //     forward and around its recomputation (CPU work is synchronous already).
-//   profile: the segments' times are added into *times, which must then be non-null.
+//   profile: the segments' times are added into *times, which must then be non-null (on
+//     CUDA the device is synchronized at each boundary, so that the times are the work's).
 // Collective over `slices` in backward when partitioning: the ranks recompute in the same
-// order.
+// order. `slices` must outlive the policy and every model holding it.
 CheckpointPolicy make_checkpoint_policy(const ActivationCheckpointingConfig& config,
                                         Communicator* slices, Device device,
                                         std::shared_ptr<CheckpointTimes> times);

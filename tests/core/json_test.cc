@@ -436,7 +436,7 @@ TEST_CASE("reader: collecting reports every problem in one error", "[json]") {
   CHECK(zero.get_in_range<int64_t>("stage", 0, 0, 3) == 0);
   zero.get<int64_t>("reduce_bucket_size", 0);
   JsonObjectReader sched = r.object("sched");
-  sched.get_one_of("type", "WarmupLR", {"WarmupLR", "OneCycle"});
+  sched.required_one_of("type", {"WarmupLR", "OneCycle"});
   sched.object("params");  // its keys depend on the bad type: not reported
   r.object("opt").get<double>("lr", 1e-3);  // not an object: read as empty, quietly
   JsonObjectReader data = r.required_object("data");

@@ -256,11 +256,19 @@ std::optional<Json> fill_optimizer(AutoFiller& f) {
                           "\"auto\" params"));
       }
     }
-    for (const char* key : {"lr", "betas", "eps", "weight_decay"}) {
+    // Hugging Face's four, and every other param of the client optimizer, which must then
+    // agree with DeepSpeed's section or fill it (nothing of it is dropped).
+    std::vector<std::string> keys = {"lr", "betas", "eps", "weight_decay"};
+    if (client_params != nullptr) {
+      for (const auto& [key, value] : client_params->items()) {
+        if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+      }
+    }
+    for (const std::string& key : keys) {
       std::optional<Json> value;
       if (client_params != nullptr && client_params->contains(key)) value = (*client_params)[key];
-      const std::string from = str_cat("$.trainer.optimizer.params.", key);
-      f.fill("optimizer.params", key, {value, from, from}, Fill::match);
+      const std::string from = "$.trainer.optimizer.params." + key;
+      f.fill("optimizer.params", key, {value, from, from}, Fill::match_or_create);
     }
     if (client != nullptr) {
       f.doc()["trainer"].erase("optimizer");
@@ -304,8 +312,7 @@ void fill_scheduler(AutoFiller& f, const std::optional<Json>& lr) {
          {w, warmup ? str_cat("$.trainer.warmup_steps ", warmup->dump()) : "",
           warmup ? steps_hint : "$.trainer.warmup_steps"},
          Fill::match);
-  f.fill("scheduler.params", "total_num_steps", {steps, "$.trainer.steps", steps_hint},
-         Fill::only);
+  f.fill("scheduler.params", "total_num_steps", {steps, "$.trainer.steps", steps_hint}, Fill::only);
 }
 
 void fill_precision(AutoFiller& f) {
@@ -319,8 +326,9 @@ void fill_precision(AutoFiller& f) {
   for (const char* dtype : {"fp16", "bf16"}) {
     std::optional<Json> on;
     if (mode) on = *mode == dtype;
-    // accelerate's set_mixed_precision adds the chosen dtype's section when it is missing.
-    const bool create = mode && *mode == dtype && f.section(dtype) == nullptr;
+    // accelerate's set_mixed_precision adds the chosen dtype's section when it is missing;
+    // a section without "enabled" (DeepSpeed's default false) gets it too.
+    const bool create = mode && *mode == dtype;
     f.fill(dtype, "enabled",
            {on, str_cat("$.trainer.mixed_precision \"", mode.value_or(""), "\""), hint},
            create ? Fill::match_or_create : Fill::match);

@@ -37,10 +37,11 @@
 // this also fill their DeepSpeed key when it is absent, so that none is read and then
 // ignored: per_device_train_batch_size, gradient_accumulation_steps and max_grad_norm
 // create their keys, mixed_precision creates a missing fp16 or bf16 section (accelerate's
-// set_mixed_precision), and warmup_steps needs a scheduler with warmup_num_steps. A
-// DeepSpeed optimizer section with "auto" params is Hugging Face's template and takes them
-// from $.trainer.optimizer, whose type must then be the same; the resolved file keeps
-// DeepSpeed's section only. Every problem (an "auto" with no source, an "auto" under a key
+// set_mixed_precision), a fp16 or bf16 section without "enabled" gets it, and warmup_steps
+// needs a scheduler with warmup_num_steps. A DeepSpeed optimizer section with "auto" params
+// is Hugging Face's template and takes them from $.trainer.optimizer, whose type must then
+// be the same, and so every other param of the client's (filled where absent, compared
+// where given); the resolved file keeps DeepSpeed's section only. Every problem (an "auto" with no source, an "auto" under a key
 // no rule fills, a mismatch) is reported in one error.
 #pragma once
 

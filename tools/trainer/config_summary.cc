@@ -21,7 +21,8 @@ std::string optimizer_name(const optim::OptimizerConfig& o) {
     case optim::OptimizerType::external:
       return o.external->name();
   }
-  return "?";
+  TS_INTERNAL_ASSERT(false, "unhandled optimizer type");
+  return "";
 }
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
@@ -55,13 +56,14 @@ std::vector<std::string> describe_run_config(const RunConfig& c, int64_t world_s
   lines.push_back("model: " + c.model->describe());
   // Each rank of a pipeline stage and tensor slice holds about 1 / (stages x tp) of them.
   const int64_t part = (c.model->num_parameters() + stages * tp - 1) / (stages * tp);
-  const int world = static_cast<int>(e.data_parallel_size), stage = static_cast<int>(e.zero.stage);
+  const int dp_size = static_cast<int>(e.data_parallel_size),
+            stage = static_cast<int>(e.zero.stage);
   const bool f32_accumulation = dtype == DType::bf16 &&
                                 e.mixed_precision.accumulation.value_or(DType::f32) == DType::f32 &&
                                 e.batch.gradient_accumulation_steps > 1;
   const int64_t state =
-      is_half(dtype) ? parallel::mixed_model_state_bytes(stage, part, world, f32_accumulation)
-                     : parallel::fp32_model_state_bytes(stage, part, world);
+      is_half(dtype) ? parallel::mixed_model_state_bytes(stage, part, dp_size, f32_accumulation)
+                     : parallel::fp32_model_state_bytes(stage, part, dp_size);
   lines.push_back(str_cat("model states per rank: ", mib(state), " (", part,
                           " parameters per stage and slice; activations and buckets come on top)"));
   lines.push_back(str_cat("training: ",

@@ -123,8 +123,8 @@ std::string CheckpointProfile::report() {
   const double per_step = 1.0 / static_cast<double>(std::max<int64_t>(steps_, 1));
   char line[160];
   std::snprintf(line, sizeof(line),
-                "activation checkpoints (ms per step) | segments: %.1f | forward: %.2f | "
-                "recompute and backward: %.2f",
+                "activation checkpoints per step | segments: %.1f | forward ms: %.2f | "
+                "recompute and backward ms: %.2f",
                 static_cast<double>(times_->segments) * per_step,
                 times_->forward_s * 1e3 * per_step, times_->backward_s * 1e3 * per_step);
   *times_ = parallel::CheckpointTimes();

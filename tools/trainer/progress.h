@@ -33,9 +33,10 @@ class CheckpointProfile {
  public:
   // `times`: what the model's CheckpointPolicy adds its segments' seconds into.
   explicit CheckpointProfile(std::shared_ptr<parallel::CheckpointTimes> times);
+  // After each optimizer step.
   void add_step() { ++steps_; }
-  // "activation checkpoints (ms per step) | segments: 4 | forward: 1.20 | recompute and
-  // backward: 3.75", then starts a new window.
+  // "activation checkpoints per step | segments: 4.0 | forward ms: 1.20 | recompute and
+  // backward ms: 3.75", then starts a new window.
   std::string report();
 
  private:

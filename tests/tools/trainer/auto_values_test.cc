@@ -79,6 +79,17 @@ TEST_CASE("Hugging Face's auto values are filled from the trainer section", "[ru
         "$.scheduler.params.warmup_num_steps: \"auto\" -> 20 from $.trainer.warmup_steps 0.1");
 }
 
+TEST_CASE("the client optimizer's other params join the template's", "[run_config]") {
+  Json doc = hf_template();
+  doc["trainer"]["optimizer"]["params"]["bias_correction"] = false;
+  CHECK_FALSE(parse(doc).engine.optimizer.adam.bias_correction);
+  // Nothing of the client section is dropped: a misspelt key is still an error.
+  doc["trainer"]["optimizer"]["params"]["weight_decai"] = 0.1;
+  CHECK_THAT(testing::error_of([&] { parse(doc); }),
+             Contains("unknown key $.optimizer.params.weight_decai; did you mean "
+                      "\"weight_decay\"?"));
+}
+
 TEST_CASE("the zero-3 template's width-based sizes follow the model", "[run_config]") {
   Json doc = hf_template();
   doc["zero_optimization"] = {{"stage", 3},

@@ -101,6 +101,10 @@ code=0
 "$TRAIN" --config checked.json --world 2 >flags.out 2>flags.err || code=$?
 [ "$code" -eq 2 ] && grep -qF "train: --world is for --check-config" flags.err ||
   fail "--world without --check-config: exit code $code: $(cat flags.err)"
+code=0
+"$TRAIN" --check-config --config checked.json --resume >flags.out 2>flags.err || code=$?
+[ "$code" -eq 2 ] && grep -qF "train: --resume is for a run; --check-config trains nothing" flags.err ||
+  fail "--check-config --resume: exit code $code: $(cat flags.err)"
 echo "ok check-config"
 
 # Resume falls back to the newest committed checkpoint that loads (Note [Resume fallback]).
