@@ -13,7 +13,8 @@
 // loss-scale keys copied under bf16).
 // tests/configs/deepspeed: the other keys real files carry (Hugging Face's "auto"
 // templates, Megatron files without an optimizer, DeepSpeed's pipeline and
-// activation_checkpointing sections, the 1-bit optimizers' backend name).
+// activation_checkpointing sections, the 1-bit optimizers' backend name, DeepSpeedExamples'
+// BERT with gradient_predivide_factor, a file with four mistakes reported in one error).
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <filesystem>
