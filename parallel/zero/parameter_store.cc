@@ -140,7 +140,9 @@ PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layou
                                        const std::vector<Tensor>& params, Module& model,
                                        const ZeroConfig& config, const ParameterInit& init)
     : layout_(layout), model_(model) {
-  shard_ = zeros({layout.shard_numel()});
+  // f32 on the parameters' device (CPU or CUDA: Note [ZeRO-3 parameters]).
+  shard_ = zeros({layout.shard_numel()},
+                 {DType::f32, params.empty() ? Device::cpu() : params.front().device()});
   partitioned_ = std::make_shared<PartitionedParams>(dp, layout, params, shard_, config, init);
   model_.set_hooks(partitioned_);
 }

@@ -88,7 +88,7 @@ class MasterWeights final : public ParameterStore {
 
 class PartitionedWeights final : public ParameterStore {
  public:
-  // Partitions `params` (on the CPU, flat order of `layout`, one block per parameter)
+  // Partitions `params` (on one device, flat order of `layout`, one block per parameter)
   // and installs the gathering hooks on `model`; the destructor removes them. `layout` and
   // `model` must outlive this. `init` fills the parameters that are not materialized.
   PartitionedWeights(Communicator& dp, const FlatLayout& layout, const std::vector<Tensor>& params,

@@ -21,7 +21,8 @@ PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
   forward_pins_.assign(n, 0);
   backward_pinned_.assign(n, false);
   const DType dtype = n > 0 ? params_[0].dtype() : DType::f32;
-  if (is_half(dtype)) model_shard_ = zeros({layout_.shard_numel()}, {dtype});
+  const Device device = shard_.device();
+  if (is_half(dtype)) model_shard_ = zeros({layout_.shard_numel()}, {dtype, device});
   for (size_t i = 0; i < n; ++i) {
     const FlatLayout::Param& p = layout_.params[i];
     const FlatLayout::Block& b = layout_.blocks[i];
@@ -30,14 +31,14 @@ PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
     index_[params_[i].impl()] = static_cast<int64_t>(i);
     // The padded parameter, rank 0's values or the initializer's, then this rank's chunk
     // of it (in f32, and as the 16-bit source of the gathers).
-    Tensor padded = zeros({b.numel}, {dtype});
+    Tensor padded = zeros({b.numel}, {dtype, device});
     if (params_[i].materialized()) {
       padded.narrow(0, 0, p.numel).copy_(params_[i].reshape({p.numel}));
       dp_.broadcast(padded, 0);
     } else {
       TS_CHECK(init != nullptr, "[zero] parameter \"", p.name,
                "\" has no values (built under a DeferredInitGuard); expected an initializer");
-      const Tensor whole = empty(p.shape);  // f32, as an unpartitioned build draws it
+      const Tensor whole = empty(p.shape);  // f32 on the CPU, as an unpartitioned build draws it
       init(p.name, whole);
       padded.narrow(0, 0, p.numel).copy_(whole.reshape({p.numel}));
     }
@@ -268,7 +269,7 @@ std::vector<Tensor> PartitionedParams::gather_all() {
   for (size_t i = 0; i < params_.size(); ++i) {
     const FlatLayout::Param& p = layout_.params[i];
     const FlatLayout::Block& b = layout_.blocks[i];
-    const Tensor whole = empty({b.numel});
+    const Tensor whole = empty({b.numel}, {DType::f32, shard_.device()});
     dp_.all_gather(shard_.narrow(0, b.shard_offset, b.chunk), whole);
     out.push_back(whole.narrow(0, 0, p.numel).view(p.shape));
   }

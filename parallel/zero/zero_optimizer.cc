@@ -55,10 +55,6 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
       params_.push_back(t);
     }
   }
-  TS_CHECK(config_.stage < 3 || device_.is_cpu(),
-           "[zero] stage 3 partitions parameters on the CPU; expected CPU parameters, found "
-           "them on ",
-           device_.str());
   // Stage 3 gives every parameter a block of its own (Note [ZeRO-3 parameters]).
   layout_ = make_flat_layout(infos, dp_.size(), config_.stage == 3 ? 1 : config_.block_numel());
 

@@ -123,8 +123,8 @@ struct ModelStateBytes {
 class ZeroOptimizer {
  public:
   // `groups` as optim::decay_groups(model) makes them; every parameter must be a
-  // contiguous tensor of precision.dtype that requires grad, all on one device (any device
-  // at stages 0-2; the CPU at stage 3). LAMB with stage >= 1 is refused. Stage 3
+  // contiguous tensor of precision.dtype that requires grad, all on one device (the CPU or
+  // a GPU, at every stage). LAMB with stage >= 1 is refused. Stage 3
   // installs its hooks on `model`; parameters must be read inside a ModuleCall of their
   // module: a Layer's call operator opens one (autograd/module.h). The destructor removes the
   // hooks; a stage 3 model's partitioned parameters then hold no values (take whole_parameters()

@@ -1,8 +1,9 @@
 // Mixed precision on CUDA: fp16 training with DeepSpeed's dynamic loss scaler (the
 // trajectory of tests/parallel/fp16_trajectory.h, which tests/parallel/mixed_precision_test.cc
-// runs on the CPU), and bf16 ZeRO stages 0-2's sharded masters and 16-bit reductions
-// (Note [Mixed precision] in parallel/zero/zero_optimizer.h) on one GPU shared by two
-// host-staged ranks (Note [Host-staged communication]), against the same run on the CPU.
+// runs on the CPU), and bf16 and f32 ZeRO stages 0-3 (sharded masters, 16-bit reductions,
+// stage 3's partitioned parameters gathered around module calls: Note [Mixed precision] in
+// parallel/zero/zero_optimizer.h) on one GPU shared by two host-staged ranks (Note
+// [Host-staged communication]), against the same run on the CPU.
 #include <catch2/catch.hpp>
 #include <mutex>
 #include <vector>
@@ -26,16 +27,15 @@ TEST_CASE("fp16 on CUDA: the loss scale trajectory and the f32 masters against C
   testing::check_fp16_trajectory(Device::cuda(0));
 }
 
-// Every rank's f32 masters after 4 bf16 AdamW steps at ZeRO `stage` (0-2; stage 3
-// partitions on the CPU only) on 2 thread ranks on `device`, reducing in bf16 through
-// host_staged.
-std::vector<std::vector<float>> train_bf16(int stage, Device device) {
+// Every rank's f32 masters after 4 AdamW steps in `dtype` at ZeRO `stage` on 2 thread ranks
+// on `device`, reducing in `dtype` through host_staged.
+std::vector<std::vector<float>> train(int stage, Device device, DType dtype) {
   std::vector<std::vector<float>> out(2);
   std::mutex mu;
   run_thread_ranks(2, [&](Communicator& cpu) {
     std::unique_ptr<Communicator> group = host_staged(cpu);
     Gpt model(tessera::testing::one_layer_gpt_config(), 99);
-    model.to(device, DType::bf16);
+    model.to(device, dtype);
     optim::OptimizerConfig adamw;
     adamw.lr = 1e-3;
     adamw.weight_decay = 0.01;
@@ -45,7 +45,7 @@ std::vector<std::vector<float>> train_bf16(int stage, Device device) {
     ZeroOptimizer opt(
         *group, model,
         optim::decay_groups(model.named_parameters(), adamw.lr, adamw.weight_decay, true, {}),
-        adamw, zero, MixedPrecision(DType::bf16));
+        adamw, zero, MixedPrecision(dtype));
     for (int s = 0; s < 4; ++s) {
       opt.zero_grad();
       for (int m = 0; m < 2; ++m) {  // two micro-batches: bf16 sums in f32 at stages 0-1
@@ -71,18 +71,22 @@ std::vector<std::vector<float>> train_bf16(int stage, Device device) {
   return out;
 }
 
-TEST_CASE("bf16 ZeRO stages 0-2 on one GPU shared by two ranks follow the CPU run",
+TEST_CASE("bf16 and f32 ZeRO stages 0-3 on one GPU shared by two ranks follow the CPU run",
           "[gpu][zero][mixed]") {
   REQUIRE(cuda::device_count() > 0);
-  for (int stage = 0; stage <= 2; ++stage) {
-    INFO("stage " << stage);
-    const auto gpu = train_bf16(stage, Device::cuda(0));
-    const auto cpu = train_bf16(stage, Device::cpu());
-    CHECK(gpu[1] == gpu[0]);
-    // cuBLAS and the CPU round their bf16 products at other places.
-    const double error = tessera::testing::relative_l2_error(gpu[0], cpu[0]);
-    WARN("stage " << stage << ": relative L2 error of the GPU run against the CPU run: " << error);
-    CHECK(error <= 2e-2);
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      INFO(dtype_name(dtype) << " stage " << stage);
+      const auto gpu = train(stage, Device::cuda(0), dtype);
+      const auto cpu = train(stage, Device::cpu(), dtype);
+      CHECK(gpu[1] == gpu[0]);
+      // cuBLAS and the CPU round their bf16 products at other places; f32 runs TF32 GEMMs.
+      const double error = tessera::testing::relative_l2_error(gpu[0], cpu[0]);
+      WARN(dtype_name(dtype) << " stage " << stage
+                             << ": relative L2 error of the GPU run against the CPU run: "
+                             << error);
+      CHECK(error <= 2e-2);
+    }
   }
 }
 

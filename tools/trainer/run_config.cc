@@ -156,10 +156,6 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
            "\"cpu\" with pipeline.stages ",
            stages, " and tensor_parallel.tp_size ", tp);
   parallel::check_comm_backend(c.engine.optimizer, c.trainer.device.is_cuda());
-  TS_CHECK(!c.trainer.device.is_cuda() || c.engine.zero.stage <= 2,
-           "[config] $.zero_optimization.stage: stage 3 partitions parameters on CPU ranks for "
-           "now; expected at most 2 with trainer.device \"",
-           c.trainer.device.str(), "\", found 3");
   TS_CHECK(!c.engine.activation_checkpointing.any() || c.checkpoint_activations ||
                c.engine.pipeline.activation_checkpoint_interval > 0,
            "[config] $.activation_checkpointing: its options act on recomputed segments, and "
