@@ -34,14 +34,14 @@ constexpr int kSteps = 10;
 constexpr int kMicro = 3;  // micro-batches per data rank and step
 constexpr int kData = 2;
 
-GptConfig config() {
+GptConfig config(double dropout = 0.0) {
   GptConfig c;
   c.vocab_size = 61;  // padded to 128: 64 rows per tensor-parallel rank
   c.block_size = 9;
   c.n_layer = 3;
   c.n_head = 4;
   c.n_embd = 16;
-  c.dropout = 0.0;
+  c.dropout = dropout;
   // No biases: the key bias does not change the loss, so its gradient is rounding noise
   // that Adam turns into full-size steps (see model_config() in zero_optimizer_test.cc).
   c.bias = false;
@@ -108,11 +108,12 @@ Trace single_process() {
 // ZeRO-1 and clipping), `steps` steps; `partitioned`: stage-to-stage transfers in
 // tensor-parallel pieces (DeepSpeed's pipe_partitioned and grad_partitioned).
 Trace rank_run(parallel::Communicator& world, const parallel::ProcessGrid& grid, int steps = kSteps,
-               bool partitioned = true) {
+               bool partitioned = true, double dropout = 0.0) {
   parallel::ParallelGroups g = parallel::make_parallel_groups(world, grid);
-  const std::vector<int> parts = parallel::pipeline::partition_layers(
-      pipeline_layers(config()), grid.pipe_size(), "parameters");
-  Gpt model(config(), kSeed, g.model.get(), part_of_stage(config(), parts, g.coord.pipe));
+  const GptConfig cfg = config(dropout);
+  const std::vector<int> parts =
+      parallel::pipeline::partition_layers(pipeline_layers(cfg), grid.pipe_size(), "parameters");
+  Gpt model(cfg, kSeed, g.model.get(), part_of_stage(cfg, parts, g.coord.pipe));
   parallel::EngineConfig ec;
   ec.optimizer = adamw();
   ec.zero.stage = 1;
@@ -142,11 +143,12 @@ Trace rank_run(parallel::Communicator& world, const parallel::ProcessGrid& grid,
 }
 
 // Every rank's trace of a 3D run.
-std::vector<Trace> run_3d(const parallel::ProcessGrid& grid, int steps, bool partitioned) {
+std::vector<Trace> run_3d(const parallel::ProcessGrid& grid, int steps, bool partitioned,
+                          double dropout = 0.0) {
   std::vector<Trace> got(grid.world_size());
   std::mutex mutex;
   parallel::run_thread_ranks(grid.world_size(), [&](parallel::Communicator& world) {
-    Trace t = rank_run(world, grid, steps, partitioned);
+    Trace t = rank_run(world, grid, steps, partitioned, dropout);
     std::lock_guard<std::mutex> lock(mutex);
     got[world.rank()] = std::move(t);
   });
@@ -199,10 +201,12 @@ TEST_CASE("3D (pipe, data, model) = (2, 2, 2) with ZeRO-1 equals one process",
 TEST_CASE("partitioned stage transfers move the same bits in half the pipe bytes",
           "[3d][pipeline][tensor_parallel]") {
   // (pipe, data, model) = (2, 1, 2): each stage's two slices send half an activation each
-  // and all-gather what they receive (Note [Partitioned stage transfers]).
+  // and all-gather what they receive (Note [Partitioned stage transfers]). With dropout:
+  // the replicated activations must be the same on both slices, masks included.
   const parallel::ProcessGrid grid(2, 1, 2);
-  const std::vector<Trace> whole = run_3d(grid, 3, false);
-  const std::vector<Trace> pieces = run_3d(grid, 3, true);
+  const std::vector<Trace> whole = run_3d(grid, 3, false, 0.1);
+  const std::vector<Trace> pieces = run_3d(grid, 3, true, 0.1);
+  CHECK(run_3d(grid, 1, true, 0.0)[0].losses[0] != pieces[0].losses[0]);  // dropout acts
   for (int r = 0; r < grid.world_size(); ++r) {
     INFO("rank " << r << " (" << grid.describe(r) << ")");
     CHECK(pieces[r].losses == whole[r].losses);
