@@ -151,6 +151,15 @@ class AutoFiller {
 
   // Records a problem; `about_auto`: an "auto" nothing fills (the message then explains
   // "auto").
+  // "$.trainer.<key>", and when the key is there but trainer_value() could not take it, what
+  // it holds and what was expected: the hint of an "auto" it would have filled.
+  std::string source_hint(const std::string& key, const char* expected) {
+    const Json* trainer = section("trainer");
+    if (trainer == nullptr || !trainer->contains(key)) return "$.trainer." + key;
+    return str_cat("$.trainer.", key, " as ", expected, " (found ", describe_json((*trainer)[key]),
+                   ")");
+  }
+
   void problem(std::string message, bool about_auto = false) {
     problems_.push_back(std::move(message));
     about_auto_ = about_auto_ || about_auto;
@@ -195,10 +204,12 @@ void fill_batch(AutoFiller& f, int64_t world_size) {
   const std::optional<Json> mbs = f.trainer_value("per_device_train_batch_size", Kind::integer);
   const std::optional<Json> gas = f.trainer_value("gradient_accumulation_steps", Kind::integer);
   f.fill("", "train_micro_batch_size_per_gpu",
-         {mbs, "$.trainer.per_device_train_batch_size", "$.trainer.per_device_train_batch_size"},
+         {mbs, "$.trainer.per_device_train_batch_size",
+          f.source_hint("per_device_train_batch_size", "an integer >= 1")},
          Fill::match_or_create);
   f.fill("", "gradient_accumulation_steps",
-         {gas, "$.trainer.gradient_accumulation_steps", "$.trainer.gradient_accumulation_steps"},
+         {gas, "$.trainer.gradient_accumulation_steps",
+          f.source_hint("gradient_accumulation_steps", "an integer >= 1")},
          Fill::match_or_create);
   // train_batch_size: the data-parallel ranks times the (now filled) micro-batch and
   // accumulation, as DeepSpeed itself derives it.
@@ -223,7 +234,8 @@ void fill_batch(AutoFiller& f, int64_t world_size) {
   // (resolve_batch) reports an inconsistent triple in its words.
   f.fill("", "train_batch_size", global, mbs || gas ? Fill::match : Fill::only);
   const std::optional<Json> clip = f.trainer_value("max_grad_norm", Kind::non_negative);
-  f.fill("", "gradient_clipping", {clip, "$.trainer.max_grad_norm", "$.trainer.max_grad_norm"},
+  f.fill("", "gradient_clipping",
+         {clip, "$.trainer.max_grad_norm", f.source_hint("max_grad_norm", "a number >= 0")},
          Fill::match_or_create);
 }
 
@@ -297,8 +309,9 @@ void fill_scheduler(AutoFiller& f, const std::optional<Json>& lr) {
   const Json* params = f.section("scheduler.params");
   if (warmup && (params == nullptr || !params->contains("warmup_num_steps"))) {
     f.problem(
-        "$.trainer.warmup_steps fills $.scheduler.params.warmup_num_steps; expected a scheduler "
-        "section with that key, found none");
+        str_cat("$.trainer.warmup_steps fills $.scheduler.params.warmup_num_steps; expected "
+                "a scheduler section with that key, found ",
+                params == nullptr ? "none" : "one without it"));
   }
   if (params == nullptr) return;
   f.fill("scheduler.params", "warmup_min_lr", {Json(0), "Hugging Face's rule", ""}, Fill::only);
@@ -306,11 +319,12 @@ void fill_scheduler(AutoFiller& f, const std::optional<Json>& lr) {
          {lr, "the optimizer's lr", "$.optimizer.params.lr or $.trainer.optimizer.params.lr"},
          Fill::only);
   const std::string steps_hint =
-      "$.trainer.steps (with epochs the step count is known only once the data is read)";
+      f.source_hint("steps", "an integer >= 1") +
+      " (with epochs the step count is known only once the data is read)";
   std::optional<Json> w = warmup ? warmup_steps(*warmup, steps) : std::nullopt;
   f.fill("scheduler.params", "warmup_num_steps",
          {w, warmup ? str_cat("$.trainer.warmup_steps ", warmup->dump()) : "",
-          warmup ? steps_hint : "$.trainer.warmup_steps"},
+          warmup ? steps_hint : f.source_hint("warmup_steps", "a number >= 0")},
          Fill::match);
   f.fill("scheduler.params", "total_num_steps", {steps, "$.trainer.steps", steps_hint}, Fill::only);
 }
@@ -322,7 +336,11 @@ void fill_precision(AutoFiller& f) {
     mode = mp->get<std::string>();
     if (*mode != "no" && *mode != "fp16" && *mode != "bf16") mode.reset();  // the reader's error
   }
-  const std::string hint = "$.trainer.mixed_precision (\"no\", \"fp16\" or \"bf16\")";
+  const char* modes = "\"no\", \"fp16\" or \"bf16\"";
+  const std::string hint =
+      mp || f.section("trainer") == nullptr || !f.section("trainer")->contains("mixed_precision")
+          ? str_cat("$.trainer.mixed_precision (", modes, ")")
+          : f.source_hint("mixed_precision", modes);
   for (const char* dtype : {"fp16", "bf16"}) {
     std::optional<Json> on;
     if (mode) on = *mode == dtype;

@@ -127,6 +127,23 @@ TEST_CASE("every auto problem is reported at once", "[run_config]") {
   CHECK_THAT(e, Contains("\n\"auto\" is Hugging Face's placeholder"));
 }
 
+TEST_CASE("a source of the wrong kind is named in the hint", "[run_config]") {
+  CHECK_THAT(error_after([](Json& doc) {
+               doc = hf_template();
+               doc["trainer"]["per_device_train_batch_size"] = "4";
+             }),
+             Contains("$.train_micro_batch_size_per_gpu is \"auto\" and nothing here fills it; "
+                      "expected a value, or $.trainer.per_device_train_batch_size as an integer "
+                      ">= 1 (found string \"4\")"));
+  CHECK_THAT(
+      error_after([](Json& doc) {
+        doc = hf_template();
+        doc["scheduler"]["params"].erase("warmup_num_steps");
+      }),
+      Contains("$.trainer.warmup_steps fills $.scheduler.params.warmup_num_steps; expected a "
+               "scheduler section with that key, found one without it"));
+}
+
 TEST_CASE("a concrete value must match its Tessera source", "[run_config]") {
   const std::string e = error_after([](Json& doc) {
     doc = hf_template();
