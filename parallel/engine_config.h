@@ -45,8 +45,7 @@ struct ActivationCheckpointingConfig {
   bool profile = false;  // segment times in the trainer's log
   // Whether any option needs recomputed segments to act on.
   bool any() const {
-    return partition_activations || cpu_checkpointing || synchronize_checkpoint_boundary ||
-           profile;
+    return partition_activations || cpu_checkpointing || synchronize_checkpoint_boundary || profile;
   }
 };
 

@@ -111,9 +111,10 @@ Tensor Bert::embed(const Tensor& ids) const {
 
 Tensor Bert::layers(Tensor x) const {
   // The dropout stream is rewound for the recomputation: the same masks in backward.
-  return checkpoint_sequential(std::move(x), body_.encoder.layer.size(), checkpoint_interval_,
-                               [this](size_t i, const Tensor& y) { return layer(i).forward(y); },
-                               {&dropout_gen_}, checkpoint_policy_);
+  return checkpoint_sequential(
+      std::move(x), body_.encoder.layer.size(), checkpoint_interval_,
+      [this](size_t i, const Tensor& y) { return layer(i).forward(y); }, {&dropout_gen_},
+      checkpoint_policy_);
 }
 
 Tensor Bert::forward(const Tensor& ids) const {

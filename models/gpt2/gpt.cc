@@ -159,9 +159,10 @@ Tensor Gpt::head(const Tensor& x) const {
 }
 
 Tensor Gpt::blocks(Tensor x) const {
-  return checkpoint_sequential(std::move(x), transformer_.h.size(), checkpoint_interval_,
-                               [this](size_t i, const Tensor& y) { return block(i).forward(y); },
-                               {&dropout_gen_}, checkpoint_policy_);
+  return checkpoint_sequential(
+      std::move(x), transformer_.h.size(), checkpoint_interval_,
+      [this](size_t i, const Tensor& y) { return block(i).forward(y); }, {&dropout_gen_},
+      checkpoint_policy_);
 }
 
 Tensor Gpt::forward(const Tensor& idx) const {

@@ -15,8 +15,8 @@
 // templates, Megatron files without an optimizer, DeepSpeed's pipeline and
 // activation_checkpointing sections, the 1-bit optimizers' backend name, DeepSpeedExamples'
 // BERT with gradient_predivide_factor, a file with four mistakes reported in one error).
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
 

@@ -437,7 +437,7 @@ TEST_CASE("reader: collecting reports every problem in one error", "[json]") {
   zero.get<int64_t>("reduce_bucket_size", 0);
   JsonObjectReader sched = r.object("sched");
   sched.required_one_of("type", {"WarmupLR", "OneCycle"});
-  sched.object("params");  // its keys depend on the bad type: not reported
+  sched.object("params");                   // its keys depend on the bad type: not reported
   r.object("opt").get<double>("lr", 1e-3);  // not an object: read as empty, quietly
   JsonObjectReader data = r.required_object("data");
   data.required<std::string>("train");  // inside a missing required object: not reported

@@ -41,8 +41,8 @@
 // needs a scheduler with warmup_num_steps. A DeepSpeed optimizer section with "auto" params
 // is Hugging Face's template and takes them from $.trainer.optimizer, whose type must then
 // be the same, and so every other param of the client's (filled where absent, compared
-// where given); the resolved file keeps DeepSpeed's section only. Every problem (an "auto" with no source, an "auto" under a key
-// no rule fills, a mismatch) is reported in one error.
+// where given); the resolved file keeps DeepSpeed's section only. Every problem (an "auto" with no
+// source, an "auto" under a key no rule fills, a mismatch) is reported in one error.
 #pragma once
 
 #include <cstdint>

@@ -202,12 +202,9 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
 
 TEST_CASE("activation_checkpointing's keys act on recomputed blocks or are refused",
           "[run_config]") {
-  const Json megatron = {{"partition_activations", true},
-                         {"cpu_checkpointing", true},
-                         {"contiguous_memory_optimization", false},
-                         {"number_checkpoints", 4},
-                         {"synchronize_checkpoint_boundary", true},
-                         {"profile", true}};
+  const Json megatron = {{"partition_activations", true},           {"cpu_checkpointing", true},
+                         {"contiguous_memory_optimization", false}, {"number_checkpoints", 4},
+                         {"synchronize_checkpoint_boundary", true}, {"profile", true}};
   const RunConfig c = parse_edited([&](Json& d) {
     d["activation_checkpointing"] = megatron;
     d["model"]["checkpoint_activations"] = true;
