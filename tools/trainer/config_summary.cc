@@ -40,13 +40,13 @@ std::vector<std::string> describe_run_config(const RunConfig& c, int64_t world_s
                           e.batch.train_micro_batch_size_per_gpu, " x accumulation ",
                           e.batch.gradient_accumulation_steps, " x ", e.data_parallel_size,
                           " data-parallel rank(s); ", c.data.seq_len, " tokens per sequence"));
+  const parallel::MixedPrecision& mp = e.mixed_precision;
+  const int stage = static_cast<int>(e.zero.stage);
   std::string precision = str_cat("precision: ", dtype_name(dtype));
   if (is_half(dtype)) {
-    precision +=
-        str_cat(" with f32 master weights; gradients reduced in ",
-                dtype_name(e.mixed_precision.communication.value_or(dtype)), ", accumulated in ",
-                dtype_name(e.mixed_precision.accumulation.value_or(dtype == DType::bf16 ? DType::f32
-                                                                                        : dtype)));
+    precision += str_cat(" with f32 master weights; gradients reduced in ",
+                         dtype_name(mp.communication_dtype()), ", accumulated in ",
+                         dtype_name(mp.accumulation_dtype(stage)));
   }
   lines.push_back(precision + str_cat("; ZeRO stage ", e.zero.stage));
   lines.push_back(str_cat(
@@ -56,10 +56,8 @@ std::vector<std::string> describe_run_config(const RunConfig& c, int64_t world_s
   lines.push_back("model: " + c.model->describe());
   // Each rank of a pipeline stage and tensor slice holds about 1 / (stages x tp) of them.
   const int64_t part = (c.model->num_parameters() + stages * tp - 1) / (stages * tp);
-  const int dp_size = static_cast<int>(e.data_parallel_size),
-            stage = static_cast<int>(e.zero.stage);
-  const bool f32_accumulation = dtype == DType::bf16 &&
-                                e.mixed_precision.accumulation.value_or(DType::f32) == DType::f32 &&
+  const int dp_size = static_cast<int>(e.data_parallel_size);
+  const bool f32_accumulation = is_half(dtype) && mp.accumulation_dtype(stage) == DType::f32 &&
                                 e.batch.gradient_accumulation_steps > 1;
   const int64_t state =
       is_half(dtype) ? parallel::mixed_model_state_bytes(stage, part, dp_size, f32_accumulation)
