@@ -1,32 +1,23 @@
 #include "parallel/engine/checkpoint_policy.h"
 
-#include <algorithm>
-
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factories.h"
+#include "parallel/comm/flat_pieces.h"
 
 namespace tessera::parallel {
 namespace {
 
-// Keeps this rank's piece of t's flat values (a copy, so that t's storage is freed) on
-// `keep_on`; gives back the whole of t on t's device by an all-gather over `slices`.
+// Keeps this rank's piece of t's flat values on `keep_on` (a copy, so that t's storage is
+// freed); gives back the whole of t on t's device by an all-gather over `slices`.
 std::function<Tensor()> keep_piece(const Tensor& t, Communicator& slices, Device keep_on) {
-  const int parts = slices.size();
-  const int64_t n = t.numel(), piece = (n + parts - 1) / parts;
-  const int64_t begin = std::min(n, piece * slices.rank());
-  const int64_t len = std::min(n, begin + piece) - begin;
-  Tensor mine = zeros({piece}, {t.dtype(), t.device()});
-  if (len > 0) mine.narrow(0, 0, len).copy_(t.contiguous().view({n}).narrow(0, begin, len));
-  mine = mine.to(keep_on);
+  const Tensor piece = flat_piece(t, slices);
+  const Tensor mine = keep_on == t.device() ? piece.clone() : piece.to(keep_on);
   const Shape shape = t.shape();
   const Device device = t.device();
   Communicator* group = &slices;
-  return [mine, shape, device, n, piece, parts, group] {
-    const Tensor all = empty({piece * parts}, {mine.dtype(), device});
-    group->all_gather(mine.to(device), all);
-    return all.narrow(0, 0, n).view(shape);
-  };
+  return
+      [mine, shape, device, group] { return gather_flat_pieces(mine.to(device), shape, *group); };
 }
 
 }  // namespace

@@ -1,12 +1,12 @@
 #include "parallel/pipeline/executor.h"
 
-#include <algorithm>
 #include <chrono>
 
 #include "autograd/engine.h"
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "parallel/comm/flat_pieces.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace tessera::parallel::pipeline {
@@ -26,9 +26,6 @@ struct Buffers {
   std::vector<Tensor> inputs, outputs, labels, grads, losses;
   explicit Buffers(int n) : inputs(n), outputs(n), labels(n), grads(n), losses(n) {}
 };
-
-// The elements of this rank's piece of an n-element tensor split over `parts` ranks.
-int64_t piece_numel(int64_t n, int parts) { return (n + parts - 1) / parts; }
 
 }  // namespace
 
@@ -63,18 +60,7 @@ void PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
     return;
   }
   // This rank's piece of the flat tensor (Note [Partitioned stage transfers]).
-  const int parts = slices_->size();
-  const int64_t n = data.numel(), piece = piece_numel(n, parts);
-  const int64_t begin = std::min(n, piece * slices_->rank());
-  const int64_t len = std::min(n, begin + piece) - begin;
-  const Tensor flat = data.view({n});
-  if (len == piece) {
-    pipe_.send(flat.narrow(0, begin, piece).contiguous(), peer);
-    return;
-  }
-  Tensor padded = zeros({piece}, {data.dtype(), data.device()});  // the last piece, short
-  if (len > 0) padded.narrow(0, 0, len).copy_(flat.narrow(0, begin, len));
-  pipe_.send(padded, peer);
+  pipe_.send(flat_piece(data, *slices_), peer);
 }
 
 Tensor PipelineExecutor::recv(int peer, Channel& channel) {
@@ -89,19 +75,15 @@ Tensor PipelineExecutor::recv(int peer, Channel& channel) {
     channel.dtype = static_cast<DType>(h[kHeader - 1]);
     channel.known = true;
   }
-  const Tensor t = empty(channel.shape, {channel.dtype, stage_.device()});
   if (!channel.partitioned) {
+    const Tensor t = empty(channel.shape, {channel.dtype, stage_.device()});
     pipe_.recv(t, peer);
     return t;
   }
-  const int parts = slices_->size();
-  const int64_t n = t.numel(), piece = piece_numel(n, parts);
+  const int64_t piece = (numel_of(channel.shape) + slices_->size() - 1) / slices_->size();
   const Tensor mine = empty({piece}, {channel.dtype, stage_.device()});
   pipe_.recv(mine, peer);
-  const Tensor all = empty({piece * parts}, {channel.dtype, stage_.device()});
-  slices_->all_gather(mine, all);
-  t.view({n}).copy_(all.narrow(0, 0, n));
-  return t;
+  return gather_flat_pieces(mine, channel.shape, *slices_);
 }
 
 double PipelineExecutor::finish(double loss_sum, int micro_batches) {
