@@ -162,7 +162,6 @@ struct JsonObjectReader::Tree {
   const void* root = nullptr;         // the root's Node
   bool collect = false;               // Note [One pass]
   std::vector<std::string> problems;  // collected, each without the "[component] " lead
-  bool thrown = false;                // the collected problems have been thrown
 };
 
 // One object that was opened, with the keys it was asked about.
@@ -239,19 +238,11 @@ void JsonObjectReader::problem(const std::string& message) const {
 
 void JsonObjectReader::collect_errors() { tree_->collect = true; }
 
-void JsonObjectReader::rethrow_with_collected(const Error& error) const {
-  // After a collected problem, a check that read its fallback may fail as a consequence:
-  // the collected problems are the ones to report.
-  if (tree_->thrown || tree_->problems.empty()) throw error;
-  throw_collected();
-}
-
 void JsonObjectReader::throw_if_collected() const {
   if (tree_->collect && !tree_->problems.empty()) throw_collected();
 }
 
 void JsonObjectReader::throw_collected() const {
-  tree_->thrown = true;
   std::string message = "[" + tree_->component + "] ";
   if (tree_->problems.size() == 1) {
     message += tree_->problems[0];

@@ -26,7 +26,8 @@
 // finish() records every unknown key, and finish() on the root throws them all in one error
 // (one line when there is one problem, else a count and one line each). A check outside the
 // reader that throws after a problem was collected may be its consequence (it read the
-// fallback), so rethrow_with_collected() reports the collected problems instead; likewise
+// fallback), so its catcher reports the collected problems instead (throw_if_collected(),
+// then rethrow); likewise
 // the unknown keys below an object whose required choice from a set was bad (a "type"
 // whose schema the objects below follow) and the problems inside a required object that is
 // missing go unreported. Without
@@ -167,11 +168,9 @@ class JsonObjectReader {
   // Records problems instead of throwing at the first (Note [One pass]); call it on the
   // root before reading.
   void collect_errors();
-  // Rethrows `error` (thrown by a check outside the reader, or by finish()) when nothing
-  // was collected before it; otherwise throws the collected problems (Note [One pass]).
-  [[noreturn]] void rethrow_with_collected(const Error& error) const;
-  // Throws the problems collected so far, if any: for a caller that cannot go on without a
-  // valid value (Note [One pass]).
+  // Throws the problems collected so far, if any (Note [One pass]): for a caller that cannot
+  // go on without a valid value, and in the handler of an error that a check outside the
+  // reader threw, which may follow from them.
   void throw_if_collected() const;
 
   // Records a warning for the caller to log (the reader itself never logs).

@@ -40,8 +40,7 @@ std::shared_ptr<const ModelSpec> parse_model_spec(
   // (Note [One pass] in core/json.h): nothing of the model can be read then.
   if (kind == model_kinds().end()) {
     model.throw_if_collected();
-    TS_FAIL("[config] ", model.key_path("type"), ": expected one of the model kinds, found \"",
-            type, "\"");
+    TS_INTERNAL_ASSERT(false, "model.type \"", type, "\" is no kind, and no problem was collected");
   }
   return kind->parse(model, sparse_attention);
 }

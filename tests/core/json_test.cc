@@ -457,8 +457,9 @@ TEST_CASE("reader: collecting reports every problem in one error", "[json]") {
   CHECK(error_of([&] {
           try {
             TS_FAIL("[config] batch 1 does not divide the world");
-          } catch (const tessera::Error& e) {
-            again.rethrow_with_collected(e);
+          } catch (const tessera::Error&) {
+            again.throw_if_collected();
+            throw;
           }
         }) == "[config] $.batch: expected integer, found string \"12\"");
   // Without collecting, the first problem throws as before.

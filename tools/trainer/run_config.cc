@@ -143,8 +143,11 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
     c.data = read_data(root.required_object("data"), c.model->block_size());
     c.trainer = read_trainer(trainer, default_run_dir);
     root.finish();
-  } catch (const Error& e) {
-    root.rethrow_with_collected(e);
+  } catch (const Error&) {
+    // A check that read a collected problem's fallback may fail as its consequence: the
+    // collected problems are the ones to report (Note [One pass] in core/json.h).
+    root.throw_if_collected();
+    throw;
   }
   // Cross-key checks come after finish(): a misspelt key is the error to report, not the
   // inconsistency its default causes.
