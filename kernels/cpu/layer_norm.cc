@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/eigen_types.h"
 #include "kernels/cpu/widen.h"
 
@@ -23,6 +25,67 @@ template <class T>
 const T* data_or_null(const Tensor& t) {
   return t.defined() ? t.data_ptr<T>() : nullptr;
 }
+
+#if defined(__AVX512F__)
+// The sum of x[0, n), in two 16-lane accumulators.
+float row_sum_avx512(const float* x, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
+  }
+  for (; i < n; i += 16) a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(first_lanes(n - i), x + i));
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+// The sum of (x - shift)^2 over x[0, n), in two 16-lane accumulators.
+float row_squared_deviation_avx512(const float* x, int64_t n, float shift) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(x + i), s);
+    const __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(x + i + 16), s);
+    a0 = _mm512_fmadd_ps(d0, d0, a0);
+    a1 = _mm512_fmadd_ps(d1, d1, a1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = first_lanes(n - i);
+    const __m512 d = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, x + i), s);
+    a0 = _mm512_fmadd_ps(d, d, a0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+// layer_norm on f32 rows [r0, r1) with AVX-512: the same two-pass mean and variance as the
+// Eigen form, the second pass reading the row from L1. The loop that writes row r also sums
+// row r + 1, so reads from memory and writes to it overlap rather than alternate in bursts
+// of a row (Note [Memory-bound kernels] in kernels/cpu/avx512_math.h).
+void layer_norm_rows_avx512(const float* px, const float* pw, const float* pb, float* py,
+                            float* pmean, float* prstd, int64_t r0, int64_t r1, int64_t cols,
+                            float eps) {
+  const float inv_cols = 1 / static_cast<float>(cols);
+  float sum = row_sum_avx512(px + r0 * cols, cols);  // of row r
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = px + r * cols;
+    const float* next = r + 1 < r1 ? xr + cols : nullptr;
+    const float mean = sum * inv_cols;
+    const float rstd = 1 / std::sqrt(row_squared_deviation_avx512(xr, cols, mean) * inv_cols + eps);
+    pmean[r] = mean;
+    prstd[r] = rstd;
+    const __m512 vmean = _mm512_set1_ps(mean), vrstd = _mm512_set1_ps(rstd);
+    __m512 next_sum = _mm512_setzero_ps();
+    for_each_vector(py + r * cols, cols, [&](int64_t i, __mmask16 m) {
+      if (next != nullptr) next_sum = _mm512_add_ps(next_sum, _mm512_maskz_loadu_ps(m, next + i));
+      __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xr + i), vmean), vrstd);
+      if (pw != nullptr) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, pw + i));
+      if (pb != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, pb + i));
+      return v;
+    });
+    sum = _mm512_reduce_add_ps(next_sum);
+  }
+}
+#endif
 
 }  // namespace
 
@@ -51,6 +114,14 @@ LayerNormOutput layer_norm(const Tensor& x_in, const Tensor& weight_in, const Te
     T* pmean = out.mean.data_ptr<T>();
     T* prstd = out.rstd.data_ptr<T>();
     const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1));
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+      parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+        layer_norm_rows_avx512(px, pw, pb, py, pmean, prstd, r0, r1, cols, static_cast<float>(eps));
+      });
+      return;
+    }
+#endif
     parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const ConstArrayMap<T> xr(px + r * cols, cols);

@@ -114,6 +114,33 @@ TEST_CASE("layer_norm matches naive loops, with and without affine", "[layer_nor
   }
 }
 
+// The f32 forward has a vector path of its own that reads the next row while it writes this
+// one (Note [Memory-bound kernels] in kernels/cpu/avx512_math.h): every width around a
+// vector, one row and many per thread, with and without the affine parameters, and rows
+// far from zero, where a one-pass variance would lose its digits.
+TEST_CASE("f32 layer_norm matches naive loops at every width and row count", "[layer_norm]") {
+  Generator gen(5);
+  // Rows centred at 1000 round their f32 sums at about 1e3 * cols * 2^-24, which the mean,
+  // and so every xhat, carries; the two-pass variance keeps rstd within the same bound.
+  for (const auto [centre, tol] : {std::pair{0.5, 1e-5}, std::pair{1000.0, 1e-3}}) {
+    for (int64_t cols : {1, 15, 16, 17, 768, 1000}) {
+      for (int64_t rows : {1, 3, 130}) {
+        const Tensor x = randn({rows, cols}, gen, {DType::f32}, centre, 1.0);
+        const Tensor w = randn({cols}, gen, {DType::f32});
+        const Tensor b = randn({cols}, gen, {DType::f32});
+        INFO(rows << " x " << cols << " centred at " << centre);
+        const kernels::LayerNormOutput out = layer_norm(x, w, b, kEps);
+        const Reference want = reference(x, values(w), values(b), kEps);
+        CHECK(max_abs_diff(values(out.y), want.y) <= tol);
+        CHECK(max_abs_diff(values(out.mean), want.mean) <= tol);
+        CHECK(max_abs_diff(values(out.rstd), want.rstd) <= tol * want.rstd[0]);
+        CHECK(max_abs_diff(values(layer_norm(x, Tensor(), Tensor(), kEps).y),
+                           reference(x, {}, {}, kEps).y) <= tol);
+      }
+    }
+  }
+}
+
 TEST_CASE("layer_norm backward matches finite differences", "[layer_norm]") {
   Generator gen(2);
   const Tensor x = randn({3, 7}, gen, {DType::f64}, 0.3, 1.5);

@@ -161,4 +161,44 @@ TEST_CASE("softmax rejects bad inputs", "[softmax]") {
                       Catch::Contains("[log_softmax_backward] dtypes differ: dy f32 vs y f64"));
 }
 
+// The f32 softmax has a vector path of its own that works on two rows at once (Note
+// [Memory-bound kernels] in kernels/cpu/avx512_math.h): every width around a vector, one
+// row and many per thread, masked (-inf) entries, and a NaN row beside finite ones.
+TEST_CASE("f32 softmax matches naive loops at every width and row count", "[softmax]") {
+  Generator gen(7);
+  for (int64_t cols : {1, 15, 16, 17, 33, 768, 8200}) {
+    for (int64_t rows : {1, 2, 5, 67}) {
+      const Tensor x = randn({rows, cols}, gen, {DType::f32}, 0.0, 4.0);
+      INFO(rows << " x " << cols);
+      // Relative to each value: a sum over 8200 columns rounds at about 1e-6 of itself.
+      const std::vector<double> y = softmax(x).to_vector<double>();
+      const std::vector<double> want = reference(x, false);
+      double worst = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        worst = std::max(worst, std::abs(y[i] - want[i]) / (want[i] + 1e-30));
+      }
+      CHECK(worst <= 4e-6);
+    }
+  }
+}
+
+TEST_CASE("f32 softmax gives masked entries exactly 0 and keeps a NaN row to itself", "[softmax]") {
+  std::vector<float> v(3 * 20);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * static_cast<float>(i % 7) - 100.f * (i % 3);
+  for (int j = 5; j < 20; ++j) v[j] = -INFINITY;  // row 0: 5 entries left
+  v[20 + 11] = NAN;                               // row 1
+  const Tensor x = from_vector<float>(v, {3, 20});
+  const std::vector<float> y = softmax(x).to_vector<float>();
+  const std::vector<double> want = reference(x, false);
+  for (int j = 0; j < 20; ++j) {
+    if (j >= 5) {
+      CHECK(y[j] == 0.f);
+    } else {
+      CHECK(y[j] == Approx(want[j]).epsilon(1e-6).margin(1e-30));
+    }
+    CHECK(std::isnan(y[20 + j]));
+    CHECK(y[40 + j] == Approx(want[40 + j]).epsilon(1e-6).margin(1e-30));
+  }
+}
+
 }  // namespace tessera

@@ -3,7 +3,9 @@
 // memory-bound kernels against a plain memcpy of the same bytes, all measured in one run
 // so that a noisy machine still gives stable ratios.
 //
-//   bazel run //tools/bench:cpu_kernels_bench [-- --reps N]
+//   bazel run //tools/bench:cpu_kernels_bench [-- --reps N] [--only matmul|attention|bandwidth]
+#include <immintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,9 +31,12 @@ namespace {
 
 // Median wall times of `reps` runs each of `a` and `b`, after one warm-up each. The runs
 // alternate, so drift in the machine's speed (shared, throttled VMs) hits both alike.
+// `before`, when given, runs untimed before every run of either.
 std::pair<double, double> time_pair(int reps, const std::function<void()>& a,
-                                    const std::function<void()>& b) {
-  auto once = [](const std::function<void()>& fn) {
+                                    const std::function<void()>& b,
+                                    const std::function<void()>& before = {}) {
+  auto once = [&before](const std::function<void()>& fn) {
+    if (before) before();
     const auto start = std::chrono::steady_clock::now();
     fn();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -127,25 +132,63 @@ void bench_attention(int reps) {
   }
 }
 
-// A memcpy moving `bytes` (each byte read once and written once), split across threads.
-std::function<void()> memcpy_of(std::vector<char>& src, std::vector<char>& dst) {
-  return [&src, &dst] {
-    char* d = dst.data();
-    const char* s = src.data();
-    parallel_for(static_cast<int64_t>(src.size()), 1 << 20,
-                 [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
+// A memcpy of n bytes from src to dst, split across threads.
+void parallel_memcpy(char* dst, const char* src, int64_t n) {
+  parallel_for(n, 1 << 20, [&](int64_t b, int64_t e) { std::memcpy(dst + b, src + b, e - b); });
+}
+
+// Writes back and drops every cache line of [p, p + bytes), on all cores.
+void evict_from_caches(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t i = 0; i < bytes; i += 64) {
+#if defined(__CLFLUSHOPT__)
+    _mm_clflushopt(const_cast<char*>(c + i));  // takes a non-const pointer, writes nothing
+#else
+    _mm_clflush(c + i);
+#endif
+  }
+  _mm_mfence();
+}
+
+// Note [Same pages]
+// On these shared VMs the bandwidth of a buffer depends on where its pages landed: two
+// kernels over different 32 MB tensors differed by 1.5x in one process, and the same
+// kernel by as much between runs. So a kernel that reads `in` and writes a new tensor of
+// its shape is compared with a memcpy of `in` into a fresh tensor of that shape: the
+// caching allocator hands the kernel's output the very block the copy wrote (same-size
+// blocks are reused last-in first-out), so both move the same bytes between the same pages.
+// The table gives each ratio twice: "cold", with `in` and that block flushed from the
+// caches before every run (cold_start_like), which measures memory; and "warm", as the
+// previous run left them, which on these hosts (an L3 of hundreds of MB) is mostly L3 and
+// depends on what the other run left there.
+std::function<void()> memcpy_like(const Tensor& in) {
+  return [&in] {
+    Tensor out = empty(in.shape(), {in.dtype(), in.device()});
+    parallel_memcpy(static_cast<char*>(out.raw_data()), static_cast<const char*>(in.raw_data()),
+                    static_cast<int64_t>(in.nbytes()));
+  };
+}
+std::function<void()> cold_start_like(const Tensor& in) {
+  return [&in] {
+    const Tensor out = empty(in.shape(), {in.dtype(), in.device()});  // the block both write
+    evict_from_caches(in.raw_data(), in.nbytes());
+    evict_from_caches(out.raw_data(), out.nbytes());
   };
 }
 
 void bench_bandwidth(int reps) {
   std::printf(
-      "\nmemory-bound kernels: GB/s of reads + writes; reference memcpy of the same bytes\n");
-  std::printf("%-34s %8s %10s %10s %8s\n", "kernel", "threads", "kernel", "memcpy", "ratio");
+      "\nmemory-bound kernels: GB/s of reads + writes; reference memcpy of the same bytes;\n"
+      "cold: operands flushed from the caches before each run; warm: as the last run left them\n");
+  std::printf("%-28s %7s | %6s %6s %6s | %6s %6s %6s\n", "kernel", "threads", "cold", "memcpy",
+              "ratio", "warm", "memcpy", "ratio");
   Generator gen(2);
   struct Case {
     std::string name;
     double traffic;  // bytes read + written
     std::function<void()> run;
+    std::function<void()> reference;  // a memcpy moving the same bytes
+    std::function<void()> before;     // untimed, before each run of either
   };
   const int64_t rows = 8192, c = 768;
   Tensor x = randn({rows, c}, gen);
@@ -158,21 +201,32 @@ void bench_bandwidth(int reps) {
   kernels::AdamWParams hp;
   hp.weight_decay = 0.1;
   const double f = sizeof(float);
+  // AdamW updates in place: its reference copies 3.5 parameters' worth between buffers of
+  // its own, so its ratio is subject to the placement Note [Same pages] describes.
+  std::vector<char> src(static_cast<size_t>(3.5 * n_params * f), 1), dst(src.size());
   std::vector<Case> cases = {
       {"layer_norm fwd (8192, 768)", 2.0 * rows * c * f,
-       [&] { kernels::layer_norm(x, w, bias, 1e-5); }},
-      {"softmax fwd (1024, 8192)", 2.0 * logits.numel() * f, [&] { kernels::softmax(logits); }},
-      {"gelu fwd (8M)", 2.0 * act.numel() * f,
-       [&] { kernels::unary(kernels::UnaryOp::gelu, act); }},
-      {"adamw step (32M params)", 7.0 * n_params * f, [&] { kernels::adamw_step(p, g, m, v, hp); }},
+       [&] { kernels::layer_norm(x, w, bias, 1e-5); }, memcpy_like(x), cold_start_like(x)},
+      {"softmax fwd (1024, 8192)", 2.0 * logits.numel() * f, [&] { kernels::softmax(logits); },
+       memcpy_like(logits), cold_start_like(logits)},
+      {"gelu fwd (8M)", 2.0 * act.numel() * f, [&] { kernels::unary(kernels::UnaryOp::gelu, act); },
+       memcpy_like(act), cold_start_like(act)},
+      {"adamw step (32M params)", 7.0 * n_params * f, [&] { kernels::adamw_step(p, g, m, v, hp); },
+       [&] { parallel_memcpy(dst.data(), src.data(), static_cast<int64_t>(src.size())); },
+       [&] {
+         for (const Tensor* t : {&p, &g, &m, &v}) evict_from_caches(t->raw_data(), t->nbytes());
+         evict_from_caches(src.data(), src.size());
+         evict_from_caches(dst.data(), dst.size());
+       }},
   };
   for (const Case& k : cases) {
     for (int threads : {1, 2}) {
       set_num_threads(threads);
-      std::vector<char> src(static_cast<size_t>(k.traffic / 2), 1), dst(src.size());
-      const auto [t, t_ref] = time_pair(reps, k.run, memcpy_of(src, dst));
-      std::printf("%-34s %8d %10.1f %10.1f %8.3f\n", k.name.c_str(), threads, k.traffic / t / 1e9,
-                  k.traffic / t_ref / 1e9, t_ref / t);
+      const auto [cold, cold_ref] = time_pair(reps, k.run, k.reference, k.before);
+      const auto [warm, warm_ref] = time_pair(reps, k.run, k.reference);
+      std::printf("%-28s %7d | %6.1f %6.1f %6.3f | %6.1f %6.1f %6.3f\n", k.name.c_str(), threads,
+                  k.traffic / cold / 1e9, k.traffic / cold_ref / 1e9, cold_ref / cold,
+                  k.traffic / warm / 1e9, k.traffic / warm_ref / 1e9, warm_ref / warm);
     }
   }
 }
@@ -182,14 +236,26 @@ void bench_bandwidth(int reps) {
 
 int main(int argc, char** argv) {
   int reps = 9;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
+    } else if (std::string(argv[i]) == "--only" && i + 1 < argc) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "cpu_kernels_bench: unknown argument \"%s\"; expected --reps N\n",
+      std::fprintf(stderr,
+                   "cpu_kernels_bench: unknown argument \"%s\"; expected --reps N or --only "
+                   "matmul|attention|bandwidth\n",
                    argv[i]);
       return 2;
     }
+  }
+  if (!only.empty() && only != "matmul" && only != "attention" && only != "bandwidth") {
+    std::fprintf(stderr,
+                 "cpu_kernels_bench: expected --only matmul, attention or bandwidth, found "
+                 "\"%s\"\n",
+                 only.c_str());
+    return 2;
   }
   if (reps < 1) {
     std::fprintf(stderr, "cpu_kernels_bench: expected --reps >= 1, found %d\n", reps);
@@ -197,8 +263,8 @@ int main(int argc, char** argv) {
   }
   std::printf("Tessera CPU kernel benchmark (median of %d runs; ratio = reference time / ours)\n",
               reps);
-  tessera::bench_matmul(reps);
-  tessera::bench_attention(reps);
-  tessera::bench_bandwidth(reps);
+  if (only.empty() || only == "matmul") tessera::bench_matmul(reps);
+  if (only.empty() || only == "attention") tessera::bench_attention(reps);
+  if (only.empty() || only == "bandwidth") tessera::bench_bandwidth(reps);
   return 0;
 }
