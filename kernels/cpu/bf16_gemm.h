@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "core/half.h"
+#include "kernels/cpu/strided_matrix.h"
 
 namespace tessera::kernels::cpu {
 
@@ -50,13 +51,6 @@ enum class Bf16Kernel {
 bool bf16_kernel_available(Bf16Kernel kernel);
 // amx where available, else avx512.
 Bf16Kernel best_bf16_kernel();
-
-// One bf16 matrix operand: element (r, c) is at data[r * row_stride + c * col_stride].
-struct Bf16Matrix {
-  const BFloat16* data;
-  int64_t row_stride;
-  int64_t col_stride;
-};
 
 // c (m, n) f32, row-major with leading dimension ldc >= n, = a (m, k) @ b (k, n) summed in f32,
 // plus bias (n, f32) on every row when bias is not null, on `kernel` (which must be

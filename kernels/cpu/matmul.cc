@@ -131,41 +131,50 @@ void gemm_block_f32_f64(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, 
   }
 }
 
-// One block of a bf16 product (Note [BF16 GEMM]): the f32 sums of up to kBf16Columns
-// columns at a time in a buffer, each rounded once into c; the bias joins the sums in f32.
-constexpr int64_t kBf16Columns = 1536;
+// One block of a 16-bit product: the f32 sums of up to kHalfColumns columns at a time in a
+// buffer, each rounded once into c; the bias joins the sums in f32. bf16 runs on its own
+// kernels (Note [BF16 GEMM]), f16 on the packed f32 kernel, which converts f16 to f32 as it
+// packs (sgemm's HalfMatrix overload), so neither operand is widened in a copy of its own.
+constexpr int64_t kHalfColumns = 1536;
 
-template <int OrderA, int OrderB>
-void bf16_block(const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, BFloat16* c,
-                int64_t ldc, int64_t m, int64_t n, int64_t k, const BFloat16* bias) {
-  if constexpr (kHaveBf16Gemm) {
+template <class T, int OrderA, int OrderB>
+void half_block(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc, int64_t m,
+                int64_t n, int64_t k, const T* bias) {
+  constexpr bool kBf16 = std::is_same_v<T, BFloat16>;
+  if constexpr (kBf16 ? kHaveBf16Gemm : kHavePackedSgemm) {
     std::unique_ptr<float[]> bias_f32;
     if (bias != nullptr) {
       bias_f32.reset(new float[n]);
-      bf16_to_f32(bias, bias_f32.get(), n);
+      load_floats<T>(reinterpret_cast<const char*>(bias), sizeof(T), n, bias_f32.get());
     }
-    const int64_t width = std::min(n, kBf16Columns);
+    const int64_t width = std::min(n, kHalfColumns);
     std::unique_ptr<float[]> sums(new float[m * width]);  // (m, width), every element written
     constexpr bool a_row_major = OrderA == Eigen::RowMajor;
     constexpr bool b_row_major = OrderB == Eigen::RowMajor;
-    const Bf16Matrix op_a{a, a_row_major ? lda : 1, a_row_major ? 1 : lda};
+    const StridedOf<T> op_a{a, a_row_major ? lda : 1, a_row_major ? 1 : lda};
     for (int64_t j0 = 0; j0 < n; j0 += width) {
       const int64_t cols = std::min(width, n - j0);
-      const BFloat16* b_cols = b_row_major ? b + j0 : b + j0 * ldb;
-      bf16_gemm(op_a, {b_cols, b_row_major ? ldb : 1, b_row_major ? 1 : ldb}, sums.get(), cols, m,
-                cols, k, bias_f32 ? bias_f32.get() + j0 : nullptr, best_bf16_kernel());
-      for (int64_t i = 0; i < m; ++i) f32_to_bf16(sums.get() + i * cols, c + i * ldc + j0, cols);
+      const StridedOf<T> op_b{b_row_major ? b + j0 : b + j0 * ldb, b_row_major ? ldb : 1,
+                              b_row_major ? 1 : ldb};
+      const float* cols_bias = bias_f32 ? bias_f32.get() + j0 : nullptr;
+      if constexpr (kBf16) {
+        bf16_gemm(op_a, op_b, sums.get(), cols, m, cols, k, cols_bias, best_bf16_kernel());
+      } else {
+        sgemm(op_a, op_b, sums.get(), cols, m, cols, k, cols_bias);
+      }
+      for (int64_t i = 0; i < m; ++i)
+        store_floats<T>(sums.get() + i * cols, cols, c + i * ldc + j0);
     }
   } else {
-    TS_INTERNAL_ASSERT(false, "bf16 GEMM without AVX512_BF16: its operands are widened");
+    TS_INTERNAL_ASSERT(false, "16-bit GEMM without its kernel: its operands are widened");
   }
 }
 
 template <class T, int OrderA, int OrderB>
 void gemm_block(const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc, int64_t m,
                 int64_t n, int64_t k, const T* bias) {
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    bf16_block<OrderA, OrderB>(a, lda, b, ldb, c, ldc, m, n, k, bias);
+  if constexpr (kIsHalf<T>) {
+    half_block<T, OrderA, OrderB>(a, lda, b, ldb, c, ldc, m, n, k, bias);
   } else {
     gemm_block_f32_f64<T, OrderA, OrderB>(a, lda, b, ldb, c, ldc, m, n, k, bias);
   }
@@ -228,10 +237,12 @@ void gemm(const T* a, bool a_row_major, int64_t lda, const T* b, bool b_row_majo
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b,
               const Tensor& bias_in) {
-  // bf16 has a GEMM of its own where the build has AVX512_BF16 (Note [BF16 GEMM]); f16, and
-  // bf16 without it, widen to f32.
+  // bf16 has a GEMM of its own where the build has AVX512_BF16 (Note [BF16 GEMM]), f16 the
+  // packed f32 kernel, which converts as it packs, where the build has AVX-512; without
+  // them the operands are widened to f32.
   const bool bf16_kernel = a_in.dtype() == DType::bf16 && kHaveBf16Gemm;
-  if (is_half(a_in.dtype()) && !bf16_kernel) {
+  const bool f16_kernel = a_in.dtype() == DType::f16 && kHavePackedSgemm;
+  if (is_half(a_in.dtype()) && !bf16_kernel && !f16_kernel) {
     return narrowed(cpu::matmul(widened(a_in), widened(b_in), trans_a, trans_b, widened(bias_in)),
                     a_in.dtype());
   }
@@ -290,6 +301,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
   };
   if (bf16_kernel) {
     multiply(TypeTag<BFloat16>{});
+  } else if (f16_kernel) {
+    multiply(TypeTag<Half>{});
   } else {
     dispatch_floating(a.dtype(), "matmul", multiply);
   }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <type_traits>
 
 #include "kernels/cpu/transpose16.h"
 
@@ -56,8 +57,28 @@ AlignedBuffer aligned_floats(int64_t count) {
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
+// 16 consecutive source values as f32 (f16 through vcvtph2ps), and one value.
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline float value(float v) { return v; }
+inline float value(Half v) { return static_cast<float>(v); }
+
+// dst[0, kMr) = src[0, kMr) as f32.
+inline void copy_row_of_a(const float* src, float* dst) {
+  constexpr __mmask16 kRowMask = (1u << kMr) - 1;
+  // One masked vector copy (std::copy_n of 12 floats became a memmove call).
+  _mm512_mask_storeu_ps(dst, kRowMask, _mm512_maskz_loadu_ps(kRowMask, src));
+}
+inline void copy_row_of_a(const Half* src, float* dst) {
+  static_assert(kMr == 8);
+  _mm256_storeu_ps(dst, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+}
+
 // Packs a (m, k) into ceil(m / kMr) micro-panels: for each k, kMr values, zero past row m.
-void pack_a(StridedMatrix a, int64_t m, int64_t k, float* dst) {
+template <class Src>
+void pack_a(StridedOf<Src> a, int64_t m, int64_t k, float* dst) {
   int64_t i0 = 0;
   if (a.row_stride == 1) {
     // Columns contiguous (the weight gradients' dY^T): two micro-panels per pass, each k's
@@ -65,11 +86,11 @@ void pack_a(StridedMatrix a, int64_t m, int64_t k, float* dst) {
     // store of kMr values per panel, and the step's weight gradients 1.4% faster.
     static_assert(2 * kMr == kLanes);
     for (; i0 + 2 * kMr <= m; i0 += 2 * kMr) {
-      const float* src = a.data + i0;
+      const Src* src = a.data + i0;
       float* lo = dst + i0 * k;
       float* hi = lo + kMr * k;
       for (int64_t kk = 0; kk < k; ++kk) {
-        const __m512 v = _mm512_loadu_ps(src + kk * a.col_stride);
+        const __m512 v = load16(src + kk * a.col_stride);
         _mm256_storeu_ps(lo + kk * kMr, _mm512_castps512_ps256(v));
         _mm256_storeu_ps(hi + kk * kMr, _mm512_extractf32x8_ps(v, 1));
       }
@@ -78,19 +99,14 @@ void pack_a(StridedMatrix a, int64_t m, int64_t k, float* dst) {
   }
   for (; i0 < m; i0 += kMr) {
     const int64_t rows = std::min<int64_t>(kMr, m - i0);
-    const float* src = a.data + i0 * a.row_stride;
+    const Src* src = a.data + i0 * a.row_stride;
     int64_t kk = 0;
     if (rows == kMr && a.row_stride == 1) {  // each k: kMr contiguous values
-      // One masked vector copy per k (std::copy_n of 12 floats became a memmove call).
-      constexpr __mmask16 kRowMask = (1u << kMr) - 1;
-      for (; kk < k; ++kk, dst += kMr) {
-        _mm512_mask_storeu_ps(dst, kRowMask,
-                              _mm512_maskz_loadu_ps(kRowMask, src + kk * a.col_stride));
-      }
+      for (; kk < k; ++kk, dst += kMr) copy_row_of_a(src + kk * a.col_stride, dst);
     } else if (rows == kMr && a.col_stride == 1) {  // rows contiguous: transpose 16 k at once
       for (; kk + kLanes <= k; kk += kLanes, dst += kLanes * kMr) {
         __m512 r[kLanes];
-        for (int i = 0; i < kMr; ++i) r[i] = _mm512_loadu_ps(src + i * a.row_stride + kk);
+        for (int i = 0; i < kMr; ++i) r[i] = load16(src + i * a.row_stride + kk);
         for (int i = kMr; i < kLanes; ++i) r[i] = _mm512_setzero_ps();
         transpose16(r);
         for (int q = 0; q < kLanes; ++q) {
@@ -100,27 +116,40 @@ void pack_a(StridedMatrix a, int64_t m, int64_t k, float* dst) {
     }
     for (; kk < k; ++kk, dst += kMr) {
       for (int i = 0; i < kMr; ++i) {
-        dst[i] = i < rows ? src[i * a.row_stride + kk * a.col_stride] : 0.0f;
+        dst[i] = i < rows ? value(src[i * a.row_stride + kk * a.col_stride]) : 0.0f;
       }
     }
   }
 }
 
+// The kMr rows of f16 `a` whose rows run along k (col_stride 1) as f32 rows of k values,
+// kc apart in dst, as the micro-kernel reads an A in place; rows past `rows` are zero.
+void convert_rows(HalfMatrix a, int64_t rows, int64_t k, float* dst) {
+  for (int64_t i = 0; i < kMr; ++i, dst += k) {
+    if (i >= rows) {
+      std::fill_n(dst, k, 0.0f);
+      continue;
+    }
+    const Half* src = a.data + i * a.row_stride;
+    int64_t kk = 0;
+    for (; kk + kLanes <= k; kk += kLanes) _mm512_storeu_ps(dst + kk, load16(src + kk));
+    for (; kk < k; ++kk) dst[kk] = value(src[kk]);
+  }
+}
+
 // Packs b (k, n) into ceil(n / kNr) micro-panels of Nv vectors: for each k, kNr values, zero
 // past col n.
-template <int Nv>
-void pack_b(StridedMatrix b, int64_t k, int64_t n, float* dst) {
+template <int Nv, class Src>
+void pack_b(StridedOf<Src> b, int64_t k, int64_t n, float* dst) {
   constexpr int kNr = Nv * kLanes;
   for (int64_t j0 = 0; j0 < n; j0 += kNr) {
     const int64_t cols = std::min<int64_t>(kNr, n - j0);
-    const float* src = b.data + j0 * b.col_stride;
+    const Src* src = b.data + j0 * b.col_stride;
     int64_t kk = 0;
     if (cols == kNr && b.col_stride == 1) {  // each k: kNr contiguous values
       for (; kk < k; ++kk, dst += kNr) {
-        const float* s = src + kk * b.row_stride;
-        for (int v = 0; v < Nv; ++v) {
-          _mm512_store_ps(dst + v * kLanes, _mm512_loadu_ps(s + v * kLanes));
-        }
+        const Src* s = src + kk * b.row_stride;
+        for (int v = 0; v < Nv; ++v) _mm512_store_ps(dst + v * kLanes, load16(s + v * kLanes));
       }
     } else if (cols == kNr && b.row_stride == 1) {  // columns contiguous: transpose
       // 16 of the panel's source rows at a time, each walked along k: 16 memory streams
@@ -131,7 +160,7 @@ void pack_b(StridedMatrix b, int64_t k, int64_t n, float* dst) {
         for (int64_t k0 = 0; k0 < k16; k0 += kLanes, d += kLanes * kNr) {
           __m512 r[kLanes];
           for (int j = 0; j < kLanes; ++j) {
-            r[j] = _mm512_loadu_ps(src + (part * kLanes + j) * b.col_stride + k0);
+            r[j] = load16(src + (part * kLanes + j) * b.col_stride + k0);
           }
           transpose16(r);
           for (int q = 0; q < kLanes; ++q) _mm512_store_ps(d + q * kNr, r[q]);
@@ -142,7 +171,7 @@ void pack_b(StridedMatrix b, int64_t k, int64_t n, float* dst) {
     }
     for (; kk < k; ++kk, dst += kNr) {
       for (int j = 0; j < kNr; ++j) {
-        dst[j] = j < cols ? src[kk * b.row_stride + j * b.col_stride] : 0.0f;
+        dst[j] = j < cols ? value(src[kk * b.row_stride + j * b.col_stride]) : 0.0f;
       }
     }
   }
@@ -302,8 +331,9 @@ void tile(bool accumulate, int64_t kc, APanel a, BPanel b, float* c, int64_t ldc
 class BlockPrefetcher {
  public:
   BlockPrefetcher() = default;
-  BlockPrefetcher(StridedMatrix m, int64_t rows, int64_t cols) {
-    constexpr auto kBytes = static_cast<int64_t>(sizeof(float));
+  template <class Src>
+  BlockPrefetcher(StridedOf<Src> m, int64_t rows, int64_t cols) {
+    constexpr auto kBytes = static_cast<int64_t>(sizeof(Src));
     if (m.col_stride == 1) {  // rows are the contiguous runs
       runs_ = rows;
       run_stride_ = m.row_stride * kBytes;
@@ -346,49 +376,69 @@ class BlockPrefetcher {
 };
 
 // c (m, n) = a @ b (see sgemm) in the given output layout: row-major with leading dimension
-// ldc, or, when TransposedC, element (i, j) at c[j * ldc + i].
-template <bool TransposedC>
-void sgemm_blocked(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n,
+// ldc, or, when TransposedC, element (i, j) at c[j * ldc + i]. f16 operands are always packed.
+template <bool TransposedC, class Src>
+void sgemm_blocked(StridedOf<Src> a, StridedOf<Src> b, float* c, int64_t ldc, int64_t m, int64_t n,
                    int64_t k, const float* bias) {
   using L = Layout<TransposedC>;
+  constexpr bool kF32 = std::is_same_v<Src, float>;
   const int64_t kc_max = std::min(L::kKc, k);
   // Rows contiguous along k (the forward's activations, the backward's output gradients, the
   // weights of C^T = W x^T): full micro-panels are read in place, and only a last partial
   // one is packed.
-  const bool a_in_place = a.col_stride == 1;
-  const int64_t a_pack_rows = a_in_place ? kMr : std::min(kMc, round_up(m, kMr));
+  const bool a_in_place = kF32 && a.col_stride == 1;
+  // With a single B block each A micro-panel meets B once, so an A that must be packed (f16,
+  // or rows not along k) is packed one micro-panel at a time just before its tiles, into a
+  // buffer L1 holds, rather than a block of up to kMc rows that only L3 does: the f16
+  // forward's C^T = W x^T, where W is packed, ran at 0.68 of the f32 product before.
+  const bool a_by_panel = !a_in_place && n <= L::kNc;
+  const int64_t a_pack_rows = a_in_place || a_by_panel ? kMr : std::min(kMc, round_up(m, kMr));
   AlignedBuffer a_packed = aligned_floats(a_pack_rows * kc_max);
   // Likewise B's full micro-panels when its rows are contiguous along n (the backward's
   // weights and activations), with row-major C: reading them from the block the prefetcher
   // brought into L2 instead of packing them was 4-6% faster on the input gradients.
-  const bool b_in_place = !TransposedC && b.col_stride == 1;
+  const bool b_in_place = kF32 && !TransposedC && b.col_stride == 1;
   const int64_t b_pack_cols = b_in_place ? L::kNr : std::min(L::kNc, round_up(n, L::kNr));
   AlignedBuffer b_packed = aligned_floats(b_pack_cols * kc_max);
-  const auto a_block = [&](int64_t ic, int64_t pc) -> StridedMatrix {
+  const auto a_block = [&](int64_t ic, int64_t pc) -> StridedOf<Src> {
     return {a.data + ic * a.row_stride + pc * a.col_stride, a.row_stride, a.col_stride};
   };
-  const auto b_block = [&](int64_t pc, int64_t jc) -> StridedMatrix {
+  const auto b_block = [&](int64_t pc, int64_t jc) -> StridedOf<Src> {
     return {b.data + pc * b.row_stride + jc * b.col_stride, b.row_stride, b.col_stride};
   };
   const auto c_tile = [&](int64_t i, int64_t j) {
     return TransposedC ? c + j * ldc + i : c + i * ldc + j;
   };
-  // Blocks of kMc rows keep A in L3 while it meets each B block. With A read in place and a
-  // single B block there is nothing to keep, and one block of all rows packs B once instead
-  // of once per kMc rows (the LM head's 25152 weight rows per thread packed the same tokens
-  // 17 times: 2% of its forward).
-  const int64_t mc_block = a_in_place && n <= L::kNc ? m : kMc;
+  // Blocks of kMc rows keep A in L3 while it meets each B block. With a single B block (A
+  // read in place or packed by panel) there is nothing to keep, and one block of all rows
+  // packs B once instead of once per kMc rows (the LM head's 25152 weight rows per thread
+  // packed the same tokens 17 times: 2% of its forward).
+  const int64_t mc_block = n <= L::kNc ? m : kMc;
   for (int64_t ic = 0; ic < m; ic += mc_block) {
     const int64_t mc = std::min(mc_block, m - ic);
     for (int64_t pc = 0; pc < k; pc += L::kKc) {
       const int64_t kc = std::min(L::kKc, k - pc);
       const bool accumulate = pc > 0;
       const int64_t mc_in_place = a_in_place ? mc / kMr * kMr : 0;
-      if (mc_in_place < mc) {
+      if (!a_by_panel && mc_in_place < mc) {
         pack_a(a_block(ic + mc_in_place, pc), mc - mc_in_place, kc, a_packed.get());
       }
+      // Called once per micro-panel and B block: it packs the panel when a_by_panel.
       const auto a_panel = [&](int64_t ir) -> APanel {
-        if (ir < mc_in_place) return {a_block(ic + ir, pc).data, a.row_stride};
+        if constexpr (kF32) {
+          if (ir < mc_in_place) return {a_block(ic + ir, pc).data, a.row_stride};
+        }
+        if (a_by_panel) {
+          const int64_t rows = std::min<int64_t>(kMr, mc - ir);
+          if constexpr (!kF32) {      // (f32 rows along k are read in place)
+            if (a.col_stride == 1) {  // rows along k: converted into f32 rows, no transpose
+              convert_rows(a_block(ic + ir, pc), rows, kc, a_packed.get());
+              return {a_packed.get(), kc};
+            }
+          }
+          pack_a(a_block(ic + ir, pc), rows, kc, a_packed.get());
+          return {a_packed.get(), 0};
+        }
         return {a_packed.get() + (ir - mc_in_place) * kc, 0};
       };
       for (int64_t jc = 0; jc < n; jc += L::kNc) {
@@ -398,7 +448,9 @@ void sgemm_blocked(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int6
           pack_b<L::kNv>(b_block(pc, jc + nc_in_place), kc, nc - nc_in_place, b_packed.get());
         }
         const auto b_panel = [&](int64_t jr) -> BPanel {
-          if (jr < nc_in_place) return {b_block(pc, jc + jr).data, b.row_stride};
+          if constexpr (kF32) {
+            if (jr < nc_in_place) return {b_block(pc, jc + jr).data, b.row_stride};
+          }
           return {b_packed.get() + (jr - nc_in_place) * kc, 0};
         };
         BlockPrefetcher next;  // the B block read after this one, spread over its tiles
@@ -411,12 +463,13 @@ void sgemm_blocked(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int6
         const int64_t tiles = (mc + kMr - 1) / kMr * ((nc + L::kNr - 1) / L::kNr);
         const int64_t lines_per_tile = (next.lines() + tiles - 1) / tiles;
         for (int64_t ir = 0; ir < mc; ir += kMr) {
+          const APanel panel = a_panel(ir);
           for (int64_t jr = 0; jr < nc; jr += L::kNr) {
             const float* tile_bias =
                 bias == nullptr ? nullptr : bias + (TransposedC ? ic + ir : jc + jr);
-            tile<L::kNv, TransposedC>(
-                accumulate, kc, a_panel(ir), b_panel(jr), c_tile(ic + ir, jc + jr), ldc,
-                std::min<int64_t>(kMr, mc - ir), std::min<int64_t>(L::kNr, nc - jr), tile_bias);
+            tile<L::kNv, TransposedC>(accumulate, kc, panel, b_panel(jr), c_tile(ic + ir, jc + jr),
+                                      ldc, std::min<int64_t>(kMr, mc - ir),
+                                      std::min<int64_t>(L::kNr, nc - jr), tile_bias);
             next.issue(lines_per_tile);
           }
         }
@@ -425,19 +478,30 @@ void sgemm_blocked(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int6
   }
 }
 
-}  // namespace
-
-void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
-           const float* bias) {
+template <class Src>
+void sgemm_any(StridedOf<Src> a, StridedOf<Src> b, float* c, int64_t ldc, int64_t m, int64_t n,
+               int64_t k, const float* bias) {
   // Note [Transposed SGEMM]: when B's columns are contiguous along k (x W^T) and B is the
   // wider operand, C^T = B^T A^T reads B^T's rows in place and packs the narrower A^T.
   const bool b_rows_along_k = b.row_stride == 1 && b.col_stride != 1;
   if (b_rows_along_k && n > m) {
-    sgemm_blocked<true>({b.data, b.col_stride, b.row_stride}, {a.data, a.col_stride, a.row_stride},
-                        c, ldc, n, m, k, bias);
+    sgemm_blocked<true, Src>({b.data, b.col_stride, b.row_stride},
+                             {a.data, a.col_stride, a.row_stride}, c, ldc, n, m, k, bias);
   } else {
-    sgemm_blocked<false>(a, b, c, ldc, m, n, k, bias);
+    sgemm_blocked<false, Src>(a, b, c, ldc, m, n, k, bias);
   }
+}
+
+}  // namespace
+
+void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
+           const float* bias) {
+  sgemm_any(a, b, c, ldc, m, n, k, bias);
+}
+
+void sgemm(HalfMatrix a, HalfMatrix b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
+           const float* bias) {
+  sgemm_any(a, b, c, ldc, m, n, k, bias);
 }
 
 }  // namespace tessera::kernels::cpu

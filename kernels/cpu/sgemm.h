@@ -39,6 +39,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/strided_matrix.h"
+
 namespace tessera::kernels::cpu {
 
 // Whether this build has the packed kernel: it needs AVX-512F at compile time.
@@ -48,17 +50,16 @@ inline constexpr bool kHavePackedSgemm = true;
 inline constexpr bool kHavePackedSgemm = false;
 #endif
 
-// One f32 matrix operand: element (r, c) is at data[r * row_stride + c * col_stride].
-struct StridedMatrix {
-  const float* data;
-  int64_t row_stride;
-  int64_t col_stride;
-};
-
 // c (m, n), row-major with leading dimension ldc, = a (m, k) @ b (k, n), plus bias (n) on every
 // row when bias is not null (linear's bias joins the first k block's sums instead of taking
 // a pass of its own). Overwrites c; m, n, k >= 1. Defined only when kHavePackedSgemm.
 void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
+           const float* bias = nullptr);
+
+// The same product of f16 operands, in f32 (Note [16-bit math on the CPU] in
+// kernels/cpu/widen.h): both operands are always packed, and packing converts each value to
+// f32 (vcvtph2ps) once per use of the packed block, so no widened copy of either is made.
+void sgemm(HalfMatrix a, HalfMatrix b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
            const float* bias = nullptr);
 
 }  // namespace tessera::kernels::cpu

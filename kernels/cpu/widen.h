@@ -11,7 +11,8 @@
 // convert a chunk or a row at a time into f32 buffers (load_floats, store_floats), the
 // embedding's backward sums each id's rows in f32 (acc_t) and rounds once into its row;
 // bf16 matrix products run on Note [BF16 GEMM]
-// (kernels/cpu/bf16_gemm.h). Any other kernel runs its f32 loop on widened copies of its
+// (kernels/cpu/bf16_gemm.h), f16 ones on the packed f32 GEMM, which converts f16 as it packs
+// (kernels/cpu/sgemm.h). Any other kernel runs its f32 loop on widened copies of its
 // operands (`widened`) and rounds its results back (`narrowed`), and an in-place one
 // updates a widened copy of its destination and writes it back rounded (`update_widened`),
 // so each 16-bit value is rounded once per call either way. The copies use the bulk

@@ -1,8 +1,10 @@
-// bf16 matrix products on the CPU (Note [BF16 GEMM] in kernels/cpu/bf16_gemm.h) against an
-// f64 reference on the same bf16 values: each kernel the machine has (AMX, AVX512_BF16) and
-// kernels::matmul, every trans combination, shapes across the kernels' tile, pair and block
-// edges, odd k, a batched product, non-contiguous operands and linear's bias. Each result
-// is the exact product rounded once to bf16, up to the f32 accumulation's error.
+// 16-bit matrix products on the CPU against an f64 reference on the same 16-bit values:
+// bf16 on each kernel the machine has (AMX, AVX512_BF16; Note [BF16 GEMM] in
+// kernels/cpu/bf16_gemm.h) and through kernels::matmul, f16 through kernels::matmul (the
+// packed f32 kernel converting as it packs, kernels/cpu/sgemm.h); every trans combination,
+// shapes across the kernels' tile, pair and block edges, odd k, a batched product,
+// non-contiguous operands and linear's bias. Each result is the exact product rounded once
+// to the 16-bit format, up to the f32 accumulation's error.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
@@ -15,17 +17,22 @@
 namespace tessera {
 namespace {
 
-Tensor bf16_randn(const Shape& shape, uint64_t seed) {
+Tensor half_randn(const Shape& shape, uint64_t seed, DType dtype) {
   Generator g(seed);
-  return randn(shape, g).to(DType::bf16);
+  return randn(shape, g).to(dtype);
+}
+Tensor bf16_randn(const Shape& shape, uint64_t seed) {
+  return half_randn(shape, seed, DType::bf16);
 }
 
-// Checks `got` (bf16) against op(a) @ op(b) (+ bias) computed in f64 from a and b's values:
-// |got - exact| <= 2^-8 |exact| (one rounding to bf16) + 2^-20 sum_l |a_il b_lj| (the f32
-// sums' error, generous).
+// Checks `got` (bf16 or f16) against op(a) @ op(b) (+ bias) computed in f64 from a and b's
+// values: |got - exact| <= 2^-p |exact| (one rounding to the format: p = 8 for bf16, 11 for
+// f16) + 2^-20 sum_l |a_il b_lj| (the f32 sums' error, generous).
 void check_product(const Tensor& got, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                    const Tensor& bias = Tensor()) {
-  REQUIRE(got.dtype() == DType::bf16);
+  REQUIRE(is_half(got.dtype()));
+  REQUIRE(got.dtype() == a.dtype());
+  const int rounding_bits = got.dtype() == DType::bf16 ? 8 : 11;
   const Tensor a2 = trans_a ? a.transpose(-1, -2) : a;  // (..., M, K)
   const Tensor b2 = trans_b ? b.transpose(-1, -2) : b;  // (..., K, N) or (K, N)
   const int64_t m = a2.size(-2), k = a2.size(-1), n = b2.size(-1);
@@ -51,7 +58,7 @@ void check_product(const Tensor& got, const Tensor& a, const Tensor& b, bool tra
         }
         const int64_t at = (t * m + i) * n + j;
         if (!(std::abs(gv[at] - exact) <=
-              std::ldexp(std::abs(exact), -8) + std::ldexp(magnitude, -20)) &&
+              std::ldexp(std::abs(exact), -rounding_bits) + std::ldexp(magnitude, -20)) &&
             bad++ == 0) {
           first = at;
           first_got = gv[at];
@@ -158,6 +165,41 @@ TEST_CASE("bf16 matmul: batched, non-contiguous, and linear with a bias", "[matm
   const Tensor w = bf16_randn({100, 70}, 54);
   const Tensor bias = bf16_randn({100}, 55);
   const Tensor tokens = bf16_randn({2, 40, 70}, 56);
+  check_product(kernels::linear(tokens, w, bias), tokens, w, false, true, bias);
+}
+
+TEST_CASE("f16 matmul, every trans combination, across tile and block edges", "[matmul][f16]") {
+  uint64_t seed = 200;
+  for (const Dims& d : kDims) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        INFO("m " << d.m << " n " << d.n << " k " << d.k << " trans_a " << ta << " trans_b " << tb);
+        const Tensor a = half_randn(ta ? Shape{d.k, d.m} : Shape{d.m, d.k}, seed++, DType::f16);
+        const Tensor b = half_randn(tb ? Shape{d.n, d.k} : Shape{d.k, d.n}, seed++, DType::f16);
+        check_product(kernels::matmul(a, b, ta, tb), a, b, ta, tb);
+      }
+    }
+  }
+  // Wider than one block of sums (1536 columns), in both output layouts.
+  const Tensor x = half_randn({40, 96}, seed++, DType::f16);
+  const Tensor w = half_randn({1600, 96}, seed++, DType::f16);
+  check_product(kernels::matmul(x, w, false, true), x, w, false, true);
+  const Tensor wt = half_randn({96, 1600}, seed++, DType::f16);
+  check_product(kernels::matmul(x, wt), x, wt, false, false);
+}
+
+TEST_CASE("f16 matmul: batched, non-contiguous, and linear with a bias", "[matmul][f16]") {
+  const Tensor a = half_randn({3, 33, 70}, 60, DType::f16);
+  const Tensor b = half_randn({3, 70, 52}, 61, DType::f16);
+  check_product(kernels::matmul(a, b), a, b, false, false);
+  const Tensor shared = half_randn({70, 52}, 62, DType::f16);
+  check_product(kernels::matmul(a, shared), a, shared, false, false);
+  const Tensor wide = half_randn({33, 90}, 63, DType::f16);
+  const Tensor x = wide.narrow(1, 10, 70);
+  check_product(kernels::matmul(x, shared), x, shared, false, false);
+  const Tensor w = half_randn({100, 70}, 64, DType::f16);
+  const Tensor bias = half_randn({100}, 65, DType::f16);
+  const Tensor tokens = half_randn({2, 40, 70}, 66, DType::f16);
   check_product(kernels::linear(tokens, w, bias), tokens, w, false, true, bias);
 }
 
