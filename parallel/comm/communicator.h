@@ -134,6 +134,9 @@ class Communicator {
   // latency without a bandwidth (gbit_per_s 0 switches the model off).
   void set_simulated_link(const SimulatedLink& link);
   const SimulatedLink& simulated_link() const { return link_; }
+  // Whether the operations may run on a thread other than the one that made the group, one
+  // thread at a time (Note [Asynchronous collectives] in async_collectives.h).
+  virtual bool runs_on_any_thread() const { return true; }
 
   // Note [16-bit reductions]
   // f16 and bf16 tensors are reduced with 16-bit values on the wire and f32 arithmetic: an

@@ -55,6 +55,8 @@ class HostStagedCommunicator final : public Communicator {
     return std::make_unique<HostStagedCommunicator>(ref, std::move(child));
   }
   bool supports(Device) const override { return true; }
+  // The device copies belong to the caller's device and stream.
+  bool runs_on_any_thread() const override { return false; }
   bool reduces_16_bit() const override { return true; }  // the inner backend, on the host
 
  private:

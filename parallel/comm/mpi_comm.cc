@@ -119,6 +119,13 @@ class MpiCommunicator final : public Communicator {
   void do_barrier() override;
   std::unique_ptr<Communicator> do_split(int color, int key) override;
   bool supports(Device device) const override { return device.type == DeviceType::cpu; }
+  // One thread at a time, from any thread, needs MPI_THREAD_SERIALIZED (MpiRuntime asks for
+  // it; a library that gives only MPI_THREAD_FUNNELED keeps every call on the main thread).
+  bool runs_on_any_thread() const override {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    return level >= MPI_THREAD_SERIALIZED;
+  }
 
  private:
   MpiCommunicator(MPI_Comm comm, int rank, int size, std::string name, CommOptions options)
@@ -367,7 +374,9 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   TS_CHECK(!finalized, "[mpi] expected MPI to be usable, found it already finalized");
   if (!initialized) {
     int provided = MPI_THREAD_SINGLE;
-    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread",
+    // SERIALIZED lets AsyncCollectives call MPI from its worker; FUNNELED is enough for the
+    // rest (Note [Asynchronous collectives] in async_collectives.h).
+    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread",
               "mpi");
     if (provided < MPI_THREAD_FUNNELED) {
       MPI_Finalize();

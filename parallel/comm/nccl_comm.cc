@@ -162,6 +162,9 @@ class NcclCommunicator final : public Communicator {
     return device.is_cuda() && device.index == device_;
   }
   bool reduces_16_bit() const override { return true; }  // ncclFloat16, ncclBfloat16
+  // Its stream and device belong to the thread that made it (Note [Asynchronous
+  // collectives]; an NCCL backend of its own streams is still to come).
+  bool runs_on_any_thread() const override { return false; }
 
   void on_broken(const std::string&) override { abort(); }
 

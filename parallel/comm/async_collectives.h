@@ -1,0 +1,104 @@
+// AsyncCollectives: a communicator's collectives started now and waited on later, so a rank
+// computes while its tensors travel (torch.distributed's async_op=True).
+//
+//   AsyncCollectives async(dp);
+//   CommHandle h = async.reduce_scatter(bucket, shard);  // returns at once
+//   ... backward goes on producing the next bucket ...
+//   h.wait();                                             // shard holds the result
+//
+// Note [Asynchronous collectives]
+// - A worker thread of its own runs the operations one at a time in the order they were
+//   started, through the communicator's ordinary calls (validation, CommStats, the
+//   simulated link's delay, errors), so every rank's sequence still matches (Note
+//   [Communicator contract] in communicator.h) and the results are the blocking calls'
+//   bits. While any operation is in flight the owner calls nothing on the communicator
+//   itself: wait_all() first.
+// - The caller keeps an operation's tensors as they are until its wait() returns: it does
+//   not write the inputs or read the outputs (the handle holds them alive, not constant).
+// - An operation's error is rethrown by its wait() and by wait_all(); the group is then
+//   broken as after a failed blocking call, so the operations behind it fail too.
+// - A backend that must run on the caller's thread (Communicator::runs_on_any_thread()
+//   false: NCCL and host staging, whose CUDA calls belong to the caller's device; MPI below
+//   MPI_THREAD_SERIALIZED) runs each operation when it is started: the handle is complete
+//   on return and nothing overlaps.
+// - The communicator's stats() are updated by the worker: read them after wait_all().
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/tensor.h"
+#include "parallel/comm/communicator.h"
+
+namespace tessera::parallel {
+
+// One started operation.
+class CommHandle {
+ public:
+  // A handle with nothing to wait for.
+  CommHandle() = default;
+  // Blocks until the operation has run; rethrows its error (every time it is called).
+  void wait() const;
+  // Whether the operation has run (wait() would not block).
+  bool done() const;
+
+ private:
+  friend class AsyncCollectives;
+  struct State {
+    std::function<void()> run;  // the blocking call, with its tensors
+    std::mutex mutex;
+    std::condition_variable finished;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  explicit CommHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
+};
+
+class AsyncCollectives {
+ public:
+  // `comm` must outlive this object.
+  explicit AsyncCollectives(Communicator& comm);
+  // Waits for every started operation (their errors were or are for wait() to report) and
+  // stops the worker.
+  ~AsyncCollectives();
+  AsyncCollectives(const AsyncCollectives&) = delete;
+  AsyncCollectives& operator=(const AsyncCollectives&) = delete;
+
+  Communicator& comm() const { return comm_; }
+  // Whether started operations run on the worker (else at start: Note [Asynchronous
+  // collectives]).
+  bool overlaps() const { return worker_.joinable(); }
+
+  // The communicator's operations of the same names and arguments, started.
+  CommHandle all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum);
+  CommHandle reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op = ReduceOp::sum);
+  CommHandle all_gather(const Tensor& in, const Tensor& out);
+  CommHandle send(const Tensor& t, int dst);
+  CommHandle recv(const Tensor& t, int src);
+  // Waits for every operation started so far; rethrows the first error among them.
+  void wait_all();
+
+ private:
+  CommHandle start(std::function<void()> run);
+  // The worker's loop: runs queued operations until stopped.
+  void work();
+  // Runs `state`'s operation and records its end and error.
+  static void run_one(CommHandle::State& state);
+
+  Communicator& comm_;
+  std::mutex mutex_;
+  std::condition_variable queued_;
+  std::deque<std::shared_ptr<CommHandle::State>> queue_;  // started, not yet run
+  bool stopping_ = false;
+  std::vector<CommHandle> started_;  // since the last wait_all()
+  std::thread worker_;
+};
+
+}  // namespace tessera::parallel

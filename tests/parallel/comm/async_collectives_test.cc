@@ -1,0 +1,153 @@
+// Collectives started now and waited on later (Note [Asynchronous collectives] in
+// parallel/comm/async_collectives.h): the same bits as the blocking calls, several in
+// flight at once in their start order, the caller free while the simulated link carries
+// them, errors at wait(), and a backend bound to its caller's thread running them at start.
+// Ranks record what they see; the checks run after run_thread_ranks returns (Catch2
+// assertions are not thread-safe).
+#include "parallel/comm/async_collectives.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/factories.h"
+#include "parallel/comm/host_staged_comm.h"
+#include "parallel/comm/thread_comm.h"
+#include "tests/testing.h"
+
+namespace tessera::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("started collectives give the blocking calls' bits, several in flight", "[comm][async]") {
+  for (int world : {1, 2, 3, 4}) {
+    std::vector<int> equal(world, 0);
+    std::vector<int> overlapped(world, -1);
+    run_thread_ranks(world, [&](Communicator& comm) {
+      Generator gen(100 + comm.rank());
+      // Mixed sizes and ops, so a rank that ran them out of order would pair mismatched ones.
+      const Tensor a = randn({world * 1000}, gen);
+      const Tensor b = randn({world * 37}, gen, {DType::bf16});
+      const Tensor c = randn({53}, gen);
+      Tensor a_blocking = a.clone(), c_blocking = empty({world * 53});
+      Tensor b_blocking = empty({37}, {DType::bf16});
+      comm.all_reduce(a_blocking);
+      comm.reduce_scatter(b, b_blocking);
+      comm.all_gather(c, c_blocking);
+      const Tensor a_async = a.clone();
+      const Tensor b_async = empty({37}, {DType::bf16});
+      const Tensor c_async = empty({world * 53});
+      int ok = 0;
+      {
+        AsyncCollectives async(comm);
+        overlapped[comm.rank()] = async.overlaps();
+        // Rank 0 starts them slowly, so its worker finds one at a time in its queue and
+        // the others' find several: the order must not depend on that.
+        const auto pause = [&] {
+          if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        };
+        const CommHandle ha = async.all_reduce(a_async);
+        pause();
+        const CommHandle hb = async.reduce_scatter(b, b_async);
+        pause();
+        const CommHandle hc = async.all_gather(c, c_async);
+        hb.wait();  // out of order: each waits for its own operation only
+        ha.wait();
+        async.wait_all();
+        ok = ha.done() && hb.done() && hc.done();
+      }
+      equal[comm.rank()] = ok && same_bits(a_async, a_blocking) && same_bits(b_async, b_blocking) &&
+                           same_bits(c_async, c_blocking);
+    });
+    INFO("world " << world);
+    for (int r = 0; r < world; ++r) {
+      CHECK(equal[r] == 1);
+      CHECK(overlapped[r] == (world > 1 ? 1 : 0));
+    }
+  }
+}
+
+TEST_CASE("a started collective leaves the caller free while the link carries it",
+          "[comm][async]") {
+  // 2 MB all-reduced at world 2 over 0.2 Gbit/s: at least 2 x 1/2 x 2 MB x 8 / 0.2e9 = 80 ms.
+  std::vector<double> start_seconds(2, -1), total_seconds(2, -1);
+  std::vector<int> pending_after_start(2, -1), sums_right(2, 0);
+  run_thread_ranks(2, [&](Communicator& comm) {
+    comm.set_simulated_link({.gbit_per_s = 0.2, .latency_us = 0});
+    const Tensor t = full({512 * 1024}, comm.rank() + 1.0);
+    AsyncCollectives async(comm);
+    const auto start = Clock::now();
+    const CommHandle h = async.all_reduce(t);
+    start_seconds[comm.rank()] = std::chrono::duration<double>(Clock::now() - start).count();
+    pending_after_start[comm.rank()] = !h.done();
+    h.wait();
+    total_seconds[comm.rank()] = std::chrono::duration<double>(Clock::now() - start).count();
+    sums_right[comm.rank()] = t.to_vector<double>()[12345] == 3.0;
+  });
+  for (int r = 0; r < 2; ++r) {
+    CHECK(pending_after_start[r] == 1);
+    CHECK(start_seconds[r] < 0.04);  // the start does not wait for the 80 ms
+    CHECK(total_seconds[r] >= 0.079);
+    CHECK(sums_right[r] == 1);
+  }
+}
+
+TEST_CASE("a started collective's error comes from its wait, and breaks the group",
+          "[comm][async]") {
+  std::vector<std::string> first(2), second(2), behind(2);
+  run_thread_ranks(
+      2,
+      [&](Communicator& comm) {
+        AsyncCollectives async(comm);
+        const CommHandle bad = async.all_reduce(zeros({comm.rank() == 0 ? 4 : 5}));
+        const CommHandle after = async.all_reduce(zeros({3}));
+        try {
+          bad.wait();
+        } catch (const Error& e) {
+          first[comm.rank()] = e.what();
+        }
+        try {
+          after.wait();
+        } catch (const Error& e) {
+          behind[comm.rank()] = e.what();
+        }
+        try {
+          async.wait_all();
+        } catch (const Error& e) {
+          second[comm.rank()] = e.what();
+        }
+      },
+      CommOptions{.timeout = std::chrono::seconds(5)});
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << first[r] << " / " << behind[r] << " / " << second[r]);
+    CHECK_THAT(first[r], Catch::Contains("all_reduce #0: ranks disagree"));
+    CHECK_THAT(behind[r], Catch::Contains("all_reduce #1: the group is unusable"));
+    // wait_all reports the first failed operation of those started: the same error.
+    CHECK(second[r] == first[r]);
+  }
+}
+
+TEST_CASE("a backend bound to its caller's thread runs started collectives at once",
+          "[comm][async]") {
+  std::vector<int> at_once(2, 0);
+  run_thread_ranks(2, [&](Communicator& cpu) {
+    const std::unique_ptr<Communicator> staged = host_staged(cpu);
+    AsyncCollectives async(*staged);
+    const Tensor t = full({8}, 1.0);
+    const CommHandle h = async.all_reduce(t);
+    at_once[cpu.rank()] = !async.overlaps() && h.done() && t.to_vector<double>()[0] == 2.0;
+  });
+  CHECK(at_once == std::vector<int>{1, 1});
+}
+
+}  // namespace tessera::parallel
