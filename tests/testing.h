@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/tensor.h"
 
 namespace tessera::testing {
@@ -47,6 +48,19 @@ inline void require_close(const Tensor& got_t, const std::vector<double>& want, 
     }
   }
 }
+
+// Sets the kernels' thread count for a scope (set_num_threads) and restores the previous one,
+// so a test reaches chunk boundaries whatever the machine's core count.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int n) : previous_(num_threads()) { set_num_threads(n); }
+  ~ScopedThreads() { set_num_threads(previous_); }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int previous_;
+};
 
 // The message of the tessera::Error that `f` throws (fails the test when none is thrown).
 template <class F>

@@ -27,16 +27,15 @@ const T* data_or_null(const Tensor& t) {
 }
 
 #if defined(__AVX512F__)
-// The sum of x[0, n), in two 16-lane accumulators.
+// The sum of x[0, n) in one 16-lane accumulator, vector by vector in order: the order in
+// which layer_norm_rows_avx512 sums every next row, so a row's sums do not depend on
+// whether it starts a thread's chunk (and results not on the thread count).
 float row_sum_avx512(const float* x, int64_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
-    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(first_lanes(n - i), x + i));
   }
-  for (; i < n; i += 16) a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(first_lanes(n - i), x + i));
-  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  return _mm512_reduce_add_ps(acc);
 }
 // The sum of (x - shift)^2 over x[0, n), in two 16-lane accumulators.
 float row_squared_deviation_avx512(const float* x, int64_t n, float shift) {

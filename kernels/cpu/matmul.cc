@@ -106,7 +106,7 @@ constexpr int64_t kSplitAlign = 16;  // block edges at multiples of 16 elements 
 
 // One block on the calling thread: the packed kernel for f32 where the build has it (Note
 // [Packed SGEMM]), Eigen otherwise and for matrix-vector shapes, where packing a whole
-// operand would cost more than the product; bf16 on AVX512_BF16 (Note [BF16 GEMM]). A
+// operand would cost more than the product; 16-bit products in half_block below. A
 // non-null bias (n) is added to every row of c.
 constexpr int64_t kMinPackedExtent = 16;
 

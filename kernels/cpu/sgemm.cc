@@ -73,7 +73,9 @@ inline void copy_row_of_a(const float* src, float* dst) {
 }
 inline void copy_row_of_a(const Half* src, float* dst) {
   static_assert(kMr == 8);
-  _mm256_storeu_ps(dst, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+  const __m256i halves =
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  _mm512_mask_storeu_ps(dst, (1u << kMr) - 1, _mm512_cvtph_ps(halves));
 }
 
 // Packs a (m, k) into ceil(m / kMr) micro-panels: for each k, kMr values, zero past row m.
@@ -387,11 +389,12 @@ void sgemm_blocked(StridedOf<Src> a, StridedOf<Src> b, float* c, int64_t ldc, in
   // weights of C^T = W x^T): full micro-panels are read in place, and only a last partial
   // one is packed.
   const bool a_in_place = kF32 && a.col_stride == 1;
-  // With a single B block each A micro-panel meets B once, so an A that must be packed (f16,
-  // or rows not along k) is packed one micro-panel at a time just before its tiles, into a
-  // buffer L1 holds, rather than a block of up to kMc rows that only L3 does: the f16
-  // forward's C^T = W x^T, where W is packed, ran at 0.68 of the f32 product before.
-  const bool a_by_panel = !a_in_place && n <= L::kNc;
+  // With a single B block each A micro-panel meets B once, so an f16 A is converted one
+  // micro-panel at a time just before its tiles, into a buffer L1 holds, rather than a
+  // block of up to kMc rows that only L3 does: the f16 forward's C^T = W x^T, where W is
+  // converted, ran at 0.68 of the f32 product before. (Not measured for an f32 A that is
+  // packed, so f32 keeps its block.)
+  const bool a_by_panel = !kF32 && n <= L::kNc;
   const int64_t a_pack_rows = a_in_place || a_by_panel ? kMr : std::min(kMc, round_up(m, kMr));
   AlignedBuffer a_packed = aligned_floats(a_pack_rows * kc_max);
   // Likewise B's full micro-panels when its rows are contiguous along n (the backward's
@@ -409,11 +412,11 @@ void sgemm_blocked(StridedOf<Src> a, StridedOf<Src> b, float* c, int64_t ldc, in
   const auto c_tile = [&](int64_t i, int64_t j) {
     return TransposedC ? c + j * ldc + i : c + i * ldc + j;
   };
-  // Blocks of kMc rows keep A in L3 while it meets each B block. With a single B block (A
-  // read in place or packed by panel) there is nothing to keep, and one block of all rows
+  // Blocks of kMc rows keep A in L3 while it meets each B block. With a single B block and A
+  // read in place or converted by panel there is nothing to keep, and one block of all rows
   // packs B once instead of once per kMc rows (the LM head's 25152 weight rows per thread
   // packed the same tokens 17 times: 2% of its forward).
-  const int64_t mc_block = n <= L::kNc ? m : kMc;
+  const int64_t mc_block = (a_in_place || a_by_panel) && n <= L::kNc ? m : kMc;
   for (int64_t ic = 0; ic < m; ic += mc_block) {
     const int64_t mc = std::min(mc_block, m - ic);
     for (int64_t pc = 0; pc < k; pc += L::kKc) {

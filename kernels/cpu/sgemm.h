@@ -20,6 +20,14 @@
 // Edge tiles are computed in full on zero-padded panels and only their valid part is
 // written; a last partial micro-panel of an in-place operand is packed.
 //
+// Note [f16 operands]
+// f16 operands are never read in place: every value is converted to f32 (vcvtph2ps) where
+// it would have been packed, so no widened copy of either operand is made. An A that meets
+// a single B block is converted one micro-panel at a time just before its tiles, and one
+// whose rows run along k into f32 rows, which the micro-kernel reads as it reads an A in
+// place: the weight of the forward's C^T = W x^T then costs one conversion per value and
+// no transpose. Otherwise A is packed in blocks as an f32 A is.
+//
 // Note [Transposed SGEMM]
 // The forward's x W^T (256 tokens against a wide weight whose rows run along k) would pack
 // the whole weight with transposes, for only 256 uses of each packed value: 5-6% of the
@@ -56,9 +64,8 @@ inline constexpr bool kHavePackedSgemm = false;
 void sgemm(StridedMatrix a, StridedMatrix b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
            const float* bias = nullptr);
 
-// The same product of f16 operands, in f32 (Note [16-bit math on the CPU] in
-// kernels/cpu/widen.h): both operands are always packed, and packing converts each value to
-// f32 (vcvtph2ps) once per use of the packed block, so no widened copy of either is made.
+// The same product of f16 operands, summed in f32 (Note [f16 operands]; Note [16-bit math
+// on the CPU] in kernels/cpu/widen.h).
 void sgemm(HalfMatrix a, HalfMatrix b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
            const float* bias = nullptr);
 

@@ -180,10 +180,12 @@ TEST_CASE("f16 matmul, every trans combination, across tile and block edges", "[
       }
     }
   }
-  // Wider than one block of sums (1536 columns), in both output layouts.
+  // Wider than one block of sums (1536 columns), in both output layouts, with a bias that
+  // each block reads from its own offset.
   const Tensor x = half_randn({40, 96}, seed++, DType::f16);
   const Tensor w = half_randn({1600, 96}, seed++, DType::f16);
-  check_product(kernels::matmul(x, w, false, true), x, w, false, true);
+  const Tensor bias = half_randn({1600}, seed++, DType::f16);
+  check_product(kernels::linear(x, w, bias), x, w, false, true, bias);
   const Tensor wt = half_randn({96, 1600}, seed++, DType::f16);
   check_product(kernels::matmul(x, wt), x, wt, false, false);
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "core/parallel.h"
 #include "tests/testing.h"
 
 namespace tessera {
@@ -119,6 +120,7 @@ TEST_CASE("layer_norm matches naive loops, with and without affine", "[layer_nor
 // vector, one row and many per thread, with and without the affine parameters, and rows
 // far from zero, where a one-pass variance would lose its digits.
 TEST_CASE("f32 layer_norm matches naive loops at every width and row count", "[layer_norm]") {
+  const tessera::testing::ScopedThreads threads(3);  // chunks starting at odd rows too
   Generator gen(5);
   // Rows centred at 1000 round their f32 sums at about 1e3 * cols * 2^-24, which the mean,
   // and so every xhat, carries; the two-pass variance keeps rstd within the same bound.
@@ -138,6 +140,28 @@ TEST_CASE("f32 layer_norm matches naive loops at every width and row count", "[l
                            reference(x, {}, {}, kEps).y) <= tol);
       }
     }
+  }
+}
+
+TEST_CASE("f32 layer_norm gives the same bits at any thread count", "[layer_norm]") {
+  Generator gen(6);
+  for (const Shape& shape : {Shape{130, 768}, Shape{131, 17}}) {
+    const Tensor x = randn(shape, gen, {DType::f32});
+    const Tensor w = randn({shape[1]}, gen, {DType::f32});
+    const Tensor b = randn({shape[1]}, gen, {DType::f32});
+    std::vector<std::vector<float>> bits;
+    for (int n : {1, 2, 3}) {
+      const tessera::testing::ScopedThreads threads(n);
+      const kernels::LayerNormOutput out = layer_norm(x, w, b, kEps);
+      std::vector<float> all = out.y.to_vector<float>();
+      for (const Tensor& t : {out.mean, out.rstd}) {
+        const std::vector<float> v = t.to_vector<float>();
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      bits.push_back(all);
+    }
+    CHECK(bits[1] == bits[0]);
+    CHECK(bits[2] == bits[0]);
   }
 }
 

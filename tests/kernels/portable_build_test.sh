@@ -7,6 +7,7 @@ cd "${TEST_SRCDIR:-$PWD/..}/${TEST_WORKSPACE:-tessera}"
 sources=(core/half_convert.cc kernels/cpu/bf16_gemm.cc kernels/cpu/amx_gemm.cc
   kernels/cpu/bf16_pack.cc kernels/cpu/matmul.cc kernels/cpu/sgemm.cc
   kernels/cpu/elementwise.cc kernels/cpu/blas1.cc kernels/cpu/cross_entropy.cc
+  kernels/cpu/layer_norm.cc kernels/cpu/softmax.cc
   tools/perf/fma_peak.cc)
 failed=0
 for march in x86-64-v3 skylake-avx512; do

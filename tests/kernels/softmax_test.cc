@@ -165,6 +165,7 @@ TEST_CASE("softmax rejects bad inputs", "[softmax]") {
 // [Memory-bound kernels] in kernels/cpu/avx512_math.h): every width around a vector, one
 // row and many per thread, masked (-inf) entries, and a NaN row beside finite ones.
 TEST_CASE("f32 softmax matches naive loops at every width and row count", "[softmax]") {
+  const tessera::testing::ScopedThreads threads(3);  // chunks starting at odd rows too
   Generator gen(7);
   for (int64_t cols : {1, 15, 16, 17, 33, 768, 8200}) {
     for (int64_t rows : {1, 2, 5, 67}) {
