@@ -48,8 +48,19 @@ bool overlap(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
+void GradientReducer::finish_oldest() {
+  const InFlight oldest = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  oldest.handle.wait();
+  oldest.finish();
+}
+
+void GradientReducer::finish_reductions() {
+  while (!in_flight_.empty()) finish_oldest();
+}
+
 void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t chunk,
-                                   bool scatter, bool reduce_scatter, bool add) const {
+                                   bool scatter, bool reduce_scatter, bool add) {
   const int world = dp_.size();
   if (world == 1) {  // nothing crosses a wire, so nothing is rounded to its dtype
     if (add) {
@@ -76,20 +87,35 @@ void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t
   const double post = divide_first ? 1.0 : averaging_.predivide_factor / world;
   if (pre != 1.0) kernels::scale_(buffer, pre);
   Tensor reduced;
-  if (scatter && reduce_scatter) {
+  const bool scattered = scatter && reduce_scatter;
+  if (scattered) {
     const bool direct = averaging_.communication == DType::f32 && !add && !overlap(out, buffer);
     reduced = direct ? out : empty({chunk}, {averaging_.communication, device_});
-    dp_.reduce_scatter(buffer, reduced);
   } else {
-    dp_.all_reduce(buffer);
     reduced = scatter ? buffer.narrow(0, dp_.rank() * chunk, chunk) : buffer;
   }
-  if (add) {
-    kernels::axpy_(out, reduced.to(DType::f32), post);
+  std::function<void()> finish = [out, reduced, add, post] {
+    if (add) {
+      kernels::axpy_(out, reduced.to(DType::f32), post);
+      return;
+    }
+    if (reduced.raw_data() != out.raw_data()) out.copy_(reduced);
+    if (post != 1.0) kernels::scale_(out, post);
+  };
+  if (async_ == nullptr) {
+    if (scattered) {
+      dp_.reduce_scatter(buffer, reduced);
+    } else {
+      dp_.all_reduce(buffer);
+    }
+    finish();
     return;
   }
-  if (reduced.raw_data() != out.raw_data()) out.copy_(reduced);
-  if (post != 1.0) kernels::scale_(out, post);
+  // Note [Overlapped reductions].
+  if (in_flight_.size() == kMaxInFlight) finish_oldest();
+  CommHandle handle =
+      scattered ? async_->reduce_scatter(buffer, reduced) : async_->all_reduce(buffer);
+  in_flight_.push_back({std::move(handle), std::move(finish)});
 }
 
 FlatGradients::FlatGradients(Communicator& dp, const FlatLayout& layout,

@@ -9,10 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "core/tensor.h"
+#include "parallel/comm/async_collectives.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/zero/flat_layout.h"
 #include "parallel/zero/zero_config.h"
@@ -66,6 +69,20 @@ class GradientReducer {
   // Bytes of the gradient buffers this rank holds.
   virtual int64_t bytes() const = 0;
 
+  // Note [Overlapped reductions]
+  // With `async` (overlap_comm at stages 0-2), each reduction is started on the async
+  // collectives' worker and reduce_block returns while it travels: the backward pass goes
+  // on computing the next blocks. What follows a reduction (the post-scale, the add into
+  // this rank's shard) runs when it is finished, in start order, by finish_reductions() or
+  // when a third reduction starts (at most kMaxInFlight travel at once, so at most that many
+  // blocks' buffers are held, as DeepSpeed's double-buffered buckets do). The operations,
+  // their order and their arithmetic are the blocking ones, so the results are the same
+  // bits. Until finish_reductions() returns, nothing else may use the group.
+  void set_async(AsyncCollectives* async) { async_ = async; }
+  // Finishes every started reduction (a no-op without async): the gradients are then
+  // complete. Rethrows the first failed reduction's error.
+  void finish_reductions();
+
  protected:
   // The squared norm over this rank's chunks (the sharded strategies).
   double chunks_squared_norm(const std::vector<bool>& counted) const;
@@ -77,13 +94,26 @@ class GradientReducer {
   // communication dtype: `sum` itself when of that dtype (it is then overwritten), else a
   // converted copy, scaled as Note [Gradient averaging] says.
   void average_into(const Tensor& sum, const Tensor& out, int64_t chunk, bool scatter,
-                    bool reduce_scatter, bool add) const;
+                    bool reduce_scatter, bool add);
 
   Communicator& dp_;
   const FlatLayout& layout_;
   std::vector<Tensor>& params_;
   Device device_;
   Averaging averaging_;
+
+ private:
+  static constexpr size_t kMaxInFlight = 2;
+  // A started reduction and what completes it.
+  struct InFlight {
+    CommHandle handle;
+    std::function<void()> finish;
+  };
+  // Waits for the oldest started reduction and completes it.
+  void finish_oldest();
+
+  AsyncCollectives* async_ = nullptr;
+  std::deque<InFlight> in_flight_;
 };
 
 // Stages 0-1: backward accumulates into one flat buffer of the layout in the parameters'

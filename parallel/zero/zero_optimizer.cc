@@ -108,6 +108,10 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     }
     inner_ = optim::make_optimizer(optimizer, std::move(chunks));
   }
+  if (config_.overlap_comm && config_.stage <= 2 && dp_.size() > 1) {
+    async_ = std::make_unique<AsyncCollectives>(dp_);
+    gradients_->set_async(async_.get());
+  }
   pending_.assign(layout_.blocks.size(), 0);
   reduced_.assign(layout_.blocks.size(), false);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -155,6 +159,10 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
   } catch (...) {
     in_backward_ = false;
     weights_->end_backward();
+    try {
+      gradients_->finish_reductions();  // the started ones still pair with the peers'
+    } catch (...) {                     // the backward pass's error is the one to report
+    }
     throw;
   }
   in_backward_ = false;
@@ -168,6 +176,7 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     if (!reduced_[b]) reduce_block(static_cast<int64_t>(b));
   }
+  gradients_->finish_reductions();
 }
 
 void ZeroOptimizer::backward_unreduced(const Tensor& root, const Tensor& grad) {
@@ -188,6 +197,7 @@ void ZeroOptimizer::reduce_gradients() {
   TS_CHECK(!gradients_->reduces_every_micro_batch(),
            "[zero] reduce_gradients is for stages 0-1, found stage ", config_.stage);
   for (size_t b = 0; b < layout_.blocks.size(); ++b) reduce_block(static_cast<int64_t>(b));
+  gradients_->finish_reductions();
 }
 
 void ZeroOptimizer::set_model_parallel_norm(Communicator& group, std::set<std::string> duplicates) {

@@ -26,9 +26,9 @@
 // GradientReducer (gradient_reducer.h: AllReduceGradients, ReduceScatterGradients,
 // BucketedGradients for 2-3); the sharded state's save, load and reshard are in
 // zero_state.h. With overlap_comm, stages 0 and 1 also reduce from the hooks, on the
-// boundary micro-batch.
-// The communicators here block, so "overlap" means blocks are reduced while backward is
-// still producing later ones (bounded memory), not concurrent compute and transfer.
+// boundary micro-batch, and at stages 0-2 each reduction travels on a worker thread while
+// backward computes the next blocks (Note [Overlapped reductions] in gradient_reducer.h),
+// finished before backward() returns. Stage 3 still reduces (and gathers) blocking.
 //
 // Note [Mixed precision]
 // With MixedPrecision::dtype f16 or bf16 (DeepSpeed's fp16 / bf16 sections) the model's
@@ -100,6 +100,7 @@
 #include "optim/config.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
+#include "parallel/comm/async_collectives.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/compression/onebit_optimizer.h"
 #include "parallel/zero/flat_layout.h"
@@ -246,6 +247,8 @@ class ZeroOptimizer {
   MasterWeights* master_ = nullptr;            // weights_ at stages 0-2
   PartitionedWeights* partitioned_ = nullptr;  // weights_ at stage 3
   optim::LossScaler* scaler_ = nullptr;        // master_'s, f16 only
+  // Runs gradients_' reductions with overlap_comm at stages 0-2 (null otherwise).
+  std::unique_ptr<AsyncCollectives> async_;
   std::unique_ptr<GradientReducer> gradients_;
   bool overflow_ = false;                    // found by clip_grad_norm
   std::unique_ptr<optim::Optimizer> inner_;  // over the parameters (0) or the chunks (1-3)

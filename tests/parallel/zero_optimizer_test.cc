@@ -298,6 +298,32 @@ TEST_CASE("overlap_comm and reduce_scatter=false give the same results", "[zero]
   }
 }
 
+// Note [Overlapped reductions] in parallel/zero/gradient_reducer.h: reductions started on
+// the worker while backward computes give the bits of the blocking reductions. A block
+// reduced before its last gradient arrived, or a shard read before its reduction finished,
+// would change them.
+TEST_CASE("overlapped reductions give the blocking run's bits", "[zero]") {
+  for (int stage = 0; stage <= 2; ++stage) {
+    for (int world : {2, 4}) {
+      DYNAMIC_SECTION("stage " << stage << ", world " << world) {
+        ZeroConfig zero;
+        zero.stage = stage;
+        zero.reduce_bucket_size = 2000;  // many blocks, several in flight
+        zero.overlap_comm = false;
+        const std::vector<Run> blocking = data_parallel(world, zero);
+        zero.overlap_comm = true;
+        const std::vector<Run> overlapped = data_parallel(world, zero);
+        for (int r = 0; r < world; ++r) {
+          INFO("rank " << r);
+          CHECK(overlapped[r].losses == blocking[r].losses);
+          CHECK(overlapped[r].norms == blocking[r].norms);
+          CHECK(overlapped[r].params == blocking[r].params);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("ZeRO shards optimizer state, gradients and parameters by 1/world", "[zero]") {
   for (int stage = 0; stage <= 3; ++stage) {
     DYNAMIC_SECTION("stage " << stage) {

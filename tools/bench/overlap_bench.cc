@@ -1,0 +1,162 @@
+// overlap_bench: the training step with overlap_comm against without, for ZeRO data
+// parallelism on thread ranks behind the simulated link (Note [Simulated link] in
+// parallel/comm/communicator.h; Note [Overlapped reductions] in
+// parallel/zero/gradient_reducer.h).
+//
+//   bazel run //tools/bench:overlap_bench -- [--world 4] [--stages 0,1,2] [--steps 6]
+//
+// Per stage: first a calibration without a link times the backward pass on rank 0 and counts
+// the bytes its gradient reductions send per step (CommStats). The link is then set so
+// that those reductions alone take as long as that backward pass (communication equal to
+// the computation it can hide behind), and the step runs with overlap_comm off and on, in
+// alternating rounds of two steps; the medians and their ratio are printed. Stages 1-2 also
+// all-gather the parameters after the step, over the same link, in both modes. The model
+// is a 6-layer GPT (n_embd 256, vocabulary 2048, T 64, 4 sequences per rank); each rank is
+// one thread.
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "core/factories.h"
+#include "core/parallel.h"
+#include "models/gpt2/gpt.h"
+#include "optim/config.h"
+#include "parallel/comm/thread_comm.h"
+#include "parallel/zero/zero_optimizer.h"
+#include "tools/bench/stats.h"
+#include "tools/cli/flags.h"
+
+namespace tessera {
+namespace {
+
+constexpr const char* kUsage = R"(usage: overlap_bench [--world N] [--stages LIST] [--steps N]
+
+ZeRO step time with overlap_comm off and on, behind a simulated link as slow as the
+backward pass; thread ranks.
+
+  --world N      ranks (default 4)
+  --stages LIST  comma-separated ZeRO stages among 0, 1, 2 (default 0,1,2)
+  --steps N      timed steps per mode (default 6, rounded up to even)
+  --help         print this and exit
+)";
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+GptConfig model_config() {
+  GptConfig c;
+  c.vocab_size = 2048;
+  c.block_size = 64;
+  c.n_layer = 6;
+  c.n_head = 4;
+  c.n_embd = 256;
+  return c;
+}
+
+struct Timing {
+  std::vector<double> step, backward;  // rank 0's seconds per timed step
+  int64_t reduction_bytes = 0;         // rank 0's reduce-scatter and all-reduce bytes per step
+};
+
+// `rounds` x 2 steps per mode in `modes` (overlap_comm values), alternating by round; one
+// untimed step per mode first.
+std::vector<Timing> run(int world, int stage, const parallel::SimulatedLink& link,
+                        const std::vector<bool>& modes, int rounds) {
+  std::vector<Timing> out(modes.size());
+  parallel::run_thread_ranks(world, [&](parallel::Communicator& comm) {
+    comm.set_simulated_link(link);
+    const GptConfig cfg = model_config();
+    std::vector<std::unique_ptr<Gpt>> models;
+    std::vector<std::unique_ptr<parallel::ZeroOptimizer>> opts;
+    for (const bool overlap : modes) {
+      models.push_back(std::make_unique<Gpt>(cfg, 1));
+      parallel::ZeroConfig zero;
+      zero.stage = stage;
+      zero.overlap_comm = overlap;
+      zero.reduce_bucket_size = 500'000;
+      optim::OptimizerConfig adamw;
+      opts.push_back(std::make_unique<parallel::ZeroOptimizer>(
+          comm, *models.back(),
+          optim::decay_groups(models.back()->named_parameters(), adamw.lr, 0.1, true, {}), adamw,
+          zero));
+    }
+    Generator gen(17 + comm.rank());
+    const Tensor x =  // (4, T) token ids
+        rand({4, cfg.block_size}, gen, {}, 0.0, static_cast<double>(cfg.vocab_size)).to(DType::i32);
+    const auto step = [&](size_t m, Timing* timing) {
+      parallel::ZeroOptimizer& opt = *opts[m];
+      opt.zero_grad();
+      const auto start = Clock::now();
+      const Tensor loss = models[m]->loss(models[m]->forward(x), x);
+      const auto backward_start = Clock::now();
+      const auto sent_before = comm.stats()[parallel::CommOp::reduce_scatter].bytes_sent +
+                               comm.stats()[parallel::CommOp::all_reduce].bytes_sent;
+      opt.backward(loss, 1.0, true);
+      const double backward = seconds_since(backward_start);
+      const auto sent = comm.stats()[parallel::CommOp::reduce_scatter].bytes_sent +
+                        comm.stats()[parallel::CommOp::all_reduce].bytes_sent - sent_before;
+      opt.clip_grad_norm(1.0);
+      opt.step();
+      if (timing != nullptr && comm.rank() == 0) {
+        timing->step.push_back(seconds_since(start));
+        timing->backward.push_back(backward);
+        timing->reduction_bytes = sent;
+      }
+    };
+    for (size_t m = 0; m < modes.size(); ++m) step(m, nullptr);
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t m = 0; m < modes.size(); ++m) {
+        for (int s = 0; s < 2; ++s) step(m, &out[m]);
+      }
+    }
+  });
+  return out;
+}
+
+int bench_main(int argc, char** argv) {
+  using cli::Flag;
+  const cli::Flags flags(
+      argc, argv, {{"world", Flag::kValue}, {"stages", Flag::kValue}, {"steps", Flag::kValue}});
+  if (flags.has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const int world = static_cast<int>(flags.get_int("world", 4));
+  const std::vector<int64_t> stages = flags.get_int_list("stages", "0,1,2");
+  const int rounds = static_cast<int>((flags.get_int("steps", 6) + 1) / 2);
+  if (world < 2 || world > 16) throw cli::UsageError("--world expected 2..16");
+  if (rounds < 1) throw cli::UsageError("--steps expected at least 1");
+  for (const int64_t s : stages) {
+    if (s < 0 || s > 2) throw cli::UsageError("--stages expected stages in 0..2");
+  }
+  set_num_threads(1);  // ranks are threads already
+  std::printf("overlap_bench: GPT %lld parameters, %d thread ranks; medians of %d steps per mode\n",
+              static_cast<long long>(model_config().num_parameters()), world, 2 * rounds);
+  std::printf("%-5s | %9s %10s %9s | %9s %9s %7s\n", "stage", "backward", "reduced", "link",
+              "blocking", "overlap", "ratio");
+  for (const int64_t stage : stages) {
+    const Timing calibration = run(world, static_cast<int>(stage), {}, {false}, rounds)[0];
+    const double backward = bench::median(calibration.backward);
+    // Gbit/s at which the reductions take `backward` seconds.
+    const double gbit = static_cast<double>(calibration.reduction_bytes) * 8 / backward / 1e9;
+    const std::vector<Timing> timed =
+        run(world, static_cast<int>(stage), {.gbit_per_s = gbit}, {false, true}, rounds);
+    const double blocking = bench::median(timed[0].step);
+    const double overlapped = bench::median(timed[1].step);
+    std::printf("%-5lld | %7.1f ms %7.2f MB %5.2f Gb/s | %6.1f ms %6.1f ms %7.3f\n",
+                static_cast<long long>(stage), backward * 1e3,
+                static_cast<double>(calibration.reduction_bytes) / 1e6, gbit, blocking * 1e3,
+                overlapped * 1e3, blocking / overlapped);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  return tessera::cli::run_tool("overlap_bench", tessera::kUsage, tessera::bench_main, argc, argv);
+}
