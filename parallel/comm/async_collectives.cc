@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "core/parallel.h"
+
 namespace tessera::parallel {
 
 void AsyncCollectives::run_one(CommHandle::State& state) {
@@ -31,8 +33,20 @@ bool CommHandle::done() const {
   return state_->done;
 }
 
+bool CommHandle::failed() const {
+  if (!state_) return false;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->done && state_->error != nullptr;
+}
+
 AsyncCollectives::AsyncCollectives(Communicator& comm) : comm_(comm) {
-  if (comm.size() > 1 && comm.runs_on_any_thread()) worker_ = std::thread([this] { work(); });
+  if (comm.size() > 1 && comm.runs_on_any_thread()) {
+    const int threads = num_threads();  // OpenMP's count is per thread: take the owner's
+    worker_ = std::thread([this, threads] {
+      set_num_threads(threads);
+      work();
+    });
+  }
 }
 
 AsyncCollectives::~AsyncCollectives() {
@@ -67,6 +81,7 @@ void AsyncCollectives::work() {
 }
 
 CommHandle AsyncCollectives::start(std::function<void()> run) {
+  std::erase_if(started_, [](const CommHandle& h) { return h.done() && !h.failed(); });
   auto state = std::make_shared<CommHandle::State>();
   state->run = std::move(run);
   CommHandle handle(state);

@@ -12,15 +12,16 @@
 //   simulated link's delay, errors), so every rank's sequence still matches (Note
 //   [Communicator contract] in communicator.h) and the results are the blocking calls'
 //   bits. While any operation is in flight the owner calls nothing on the communicator
-//   itself: wait_all() first.
+//   itself (wait_all() first); other groups it may use, as the backend allows any thread
+//   in any group at once. The worker's kernels use the owner's thread count.
 // - The caller keeps an operation's tensors as they are until its wait() returns: it does
 //   not write the inputs or read the outputs (the handle holds them alive, not constant).
 // - An operation's error is rethrown by its wait() and by wait_all(); the group is then
 //   broken as after a failed blocking call, so the operations behind it fail too.
 // - A backend that must run on the caller's thread (Communicator::runs_on_any_thread()
 //   false: NCCL and host staging, whose CUDA calls belong to the caller's device; MPI below
-//   MPI_THREAD_SERIALIZED) runs each operation when it is started: the handle is complete
-//   on return and nothing overlaps.
+//   MPI_THREAD_MULTIPLE) runs each operation when it is started: the handle is complete on
+//   return and nothing overlaps.
 // - The communicator's stats() are updated by the worker: read them after wait_all().
 #pragma once
 
@@ -47,6 +48,8 @@ class CommHandle {
   void wait() const;
   // Whether the operation has run (wait() would not block).
   bool done() const;
+  // Whether the operation has run and failed.
+  bool failed() const;
 
  private:
   friend class AsyncCollectives;
@@ -82,7 +85,9 @@ class AsyncCollectives {
   CommHandle all_gather(const Tensor& in, const Tensor& out);
   CommHandle send(const Tensor& t, int dst);
   CommHandle recv(const Tensor& t, int src);
-  // Waits for every operation started so far; rethrows the first error among them.
+  // Waits for every operation started so far; rethrows the first error among them (among
+  // those not yet dropped: handles of operations that succeeded are dropped as new ones
+  // start, so a long run holds only the recent and the failed ones).
   void wait_all();
 
  private:

@@ -119,12 +119,14 @@ class MpiCommunicator final : public Communicator {
   void do_barrier() override;
   std::unique_ptr<Communicator> do_split(int color, int key) override;
   bool supports(Device device) const override { return device.type == DeviceType::cpu; }
-  // One thread at a time, from any thread, needs MPI_THREAD_SERIALIZED (MpiRuntime asks for
-  // it; a library that gives only MPI_THREAD_FUNNELED keeps every call on the main thread).
+  // A worker thread in one group while the owner works in another (the data-parallel
+  // reductions during the model-parallel collectives of backward) needs
+  // MPI_THREAD_MULTIPLE, which MpiRuntime asks for; below it every call stays on the
+  // owner's thread.
   bool runs_on_any_thread() const override {
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
-    return level >= MPI_THREAD_SERIALIZED;
+    return level >= MPI_THREAD_MULTIPLE;
   }
 
  private:
@@ -374,9 +376,10 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   TS_CHECK(!finalized, "[mpi] expected MPI to be usable, found it already finalized");
   if (!initialized) {
     int provided = MPI_THREAD_SINGLE;
-    // SERIALIZED lets AsyncCollectives call MPI from its worker; FUNNELED is enough for the
-    // rest (Note [Asynchronous collectives] in async_collectives.h).
-    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread",
+    // MULTIPLE lets AsyncCollectives call MPI from its worker while the owner calls it in
+    // another group; FUNNELED is enough for the rest (Note [Asynchronous collectives] in
+    // async_collectives.h).
+    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread",
               "mpi");
     if (provided < MPI_THREAD_FUNNELED) {
       MPI_Finalize();

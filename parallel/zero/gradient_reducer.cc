@@ -59,6 +59,10 @@ void GradientReducer::finish_reductions() {
   while (!in_flight_.empty()) finish_oldest();
 }
 
+void GradientReducer::make_room() {
+  if (in_flight_.size() >= kMaxInFlight) finish_oldest();
+}
+
 void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t chunk,
                                    bool scatter, bool reduce_scatter, bool add) {
   const int world = dp_.size();
@@ -112,7 +116,7 @@ void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t
     return;
   }
   // Note [Overlapped reductions].
-  if (in_flight_.size() == kMaxInFlight) finish_oldest();
+  make_room();
   CommHandle handle =
       scattered ? async_->reduce_scatter(buffer, reduced) : async_->all_reduce(buffer);
   in_flight_.push_back({std::move(handle), std::move(finish)});
@@ -258,6 +262,7 @@ Tensor BucketedGradients::own_chunk(int64_t block) const {
 
 void BucketedGradients::reduce_block(int64_t block, bool) {
   NoGradGuard no_grad;
+  make_room();
   const FlatLayout::Block& b = layout_.blocks[block];
   // Gather the block's gradients into one buffer and drop them. Every element is written
   // once: a gradient, or zero (padding, a parameter backward did not reach).

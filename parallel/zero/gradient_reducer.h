@@ -74,8 +74,9 @@ class GradientReducer {
   // collectives' worker and reduce_block returns while it travels: the backward pass goes
   // on computing the next blocks. What follows a reduction (the post-scale, the add into
   // this rank's shard) runs when it is finished, in start order, by finish_reductions() or
-  // when a third reduction starts (at most kMaxInFlight travel at once, so at most that many
-  // blocks' buffers are held, as DeepSpeed's double-buffered buckets do). The operations,
+  // before a third block's buffer is made (make_room: at most kMaxInFlight travel at once,
+  // so at most that many blocks' buffers are held besides the one being filled, as
+  // DeepSpeed's double-buffered buckets do). The operations,
   // their order and their arithmetic are the blocking ones, so the results are the same
   // bits. Until finish_reductions() returns, nothing else may use the group.
   void set_async(AsyncCollectives* async) { async_ = async; }
@@ -84,6 +85,9 @@ class GradientReducer {
   void finish_reductions();
 
  protected:
+  // Finishes the oldest started reduction when kMaxInFlight travel: call before making a
+  // block's buffer, so that no more than kMaxInFlight are held.
+  void make_room();
   // The squared norm over this rank's chunks (the sharded strategies).
   double chunks_squared_norm(const std::vector<bool>& counted) const;
   void scale_chunks(double factor);

@@ -216,6 +216,8 @@ void ZeroOptimizer::set_model_parallel_norm(Communicator& group, std::set<std::s
 void ZeroOptimizer::on_grad_ready(int64_t param) {
   if (!in_backward_) return;
   const int64_t block = layout_.params[param].block;
+  TS_INTERNAL_ASSERT(pending_[block] > 0, "[zero] a gradient of block ", block,
+                     " completed after the block was reduced");
   if (--pending_[block] == 0) reduce_block(block);
   weights_->grad_ready(param);
 }

@@ -28,7 +28,9 @@
 // zero_state.h. With overlap_comm, stages 0 and 1 also reduce from the hooks, on the
 // boundary micro-batch, and at stages 0-2 each reduction travels on a worker thread while
 // backward computes the next blocks (Note [Overlapped reductions] in gradient_reducer.h),
-// finished before backward() returns. Stage 3 still reduces (and gathers) blocking.
+// finished before backward() returns, where the backend runs on any thread (thread ranks,
+// MPI with MPI_THREAD_MULTIPLE; not yet NCCL or host staging, whose reductions block as
+// before). Stage 3 still reduces (and gathers) blocking.
 //
 // Note [Mixed precision]
 // With MixedPrecision::dtype f16 or bf16 (DeepSpeed's fp16 / bf16 sections) the model's
