@@ -70,7 +70,7 @@ class GradientReducer {
   virtual int64_t bytes() const = 0;
 
   // Note [Overlapped reductions]
-  // With `async` (overlap_comm at stages 0-2), each reduction is started on the async
+  // With `async` (overlap_comm), each reduction is started on the async
   // collectives' worker and reduce_block returns while it travels: the backward pass goes
   // on computing the next blocks. What follows a reduction (the post-scale, the add into
   // this rank's shard) runs when it is finished, in start order, by finish_reductions() or

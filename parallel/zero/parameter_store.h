@@ -107,6 +107,8 @@ class PartitionedWeights final : public ParameterStore {
   // This rank's shard of the parameters (layout.shard_numel() elements, the live buffer).
   Tensor shard() const override { return shard_; }
   const PartitionedParams& partitioned() const { return *partitioned_; }
+  // Gathers through `async` from now on (PartitionedParams::set_async).
+  void set_async(AsyncCollectives* async) { partitioned_->set_async(async); }
 
  private:
   const FlatLayout& layout_;

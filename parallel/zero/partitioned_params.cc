@@ -1,6 +1,7 @@
 #include "parallel/zero/partitioned_params.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 #include "core/factories.h"
@@ -69,18 +70,39 @@ const std::vector<int64_t>& PartitionedParams::params_of(const Module& m) {
   return it->second;
 }
 
-void PartitionedParams::fetch(int64_t i) {
+void PartitionedParams::set_async(AsyncCollectives* async) {
+  settle_all();
+  async_ = async;
+  gathering_.assign(params_.size(), CommHandle());
+}
+
+void PartitionedParams::start_fetch(int64_t i) {
   if (live_[i]) return;
   const FlatLayout::Block& b = layout_.blocks[i];
   const Tensor& whole = gather_[i];
   whole.storage().reallocate(static_cast<size_t>(b.numel) * whole.itemsize());
-  dp_.all_gather(source_chunk(i), whole);
+  if (async_ != nullptr) {
+    gathering_[i] = async_->all_gather(source_chunk(i), whole);
+  } else {
+    dp_.all_gather(source_chunk(i), whole);
+  }
   live_[i] = true;
   live_numel_ += layout_.params[i].numel;
   peak_live_numel_ = std::max(peak_live_numel_, live_numel_);
 }
 
+void PartitionedParams::settle(int64_t i) {
+  if (async_ == nullptr) return;
+  const CommHandle travelling = std::exchange(gathering_[i], CommHandle());
+  travelling.wait();
+}
+
+void PartitionedParams::settle_all() {
+  for (size_t i = 0; i < gathering_.size(); ++i) settle(static_cast<int64_t>(i));
+}
+
 void PartitionedParams::release(int64_t i) {
+  settle(i);  // its storage may be the target of a travelling gather
   if (!live_[i] || persistent_[i]) return;
   gather_[i].storage().release();
   live_[i] = false;
@@ -117,7 +139,8 @@ void PartitionedParams::fetch_pinned(const Module& m, const std::vector<int64_t>
         " are held by calls in progress; expected stage3_max_live_parameters >= ", need + pinned,
         ", found ", config_.stage3_max_live_parameters);
   }
-  for (const int64_t i : ids) fetch(i);
+  for (const int64_t i : ids) start_fetch(i);
+  for (const int64_t i : ids) settle(i);
 }
 
 void PartitionedParams::prefetch(int64_t from, int dir) {
@@ -131,7 +154,7 @@ void PartitionedParams::prefetch(int64_t from, int dir) {
       budget -= numel;
       if (live_[i]) continue;
       if (live_numel_ + numel > config_.stage3_max_live_parameters) return;
-      fetch(i);
+      start_fetch(i);
     }
   }
 }
@@ -227,6 +250,7 @@ Tensor PartitionedParams::source_chunk(int64_t i) const {
 
 void PartitionedParams::after_step() {
   NoGradGuard no_grad;
+  settle_all();
   if (model_shard_.defined()) model_shard_.copy_(shard_);  // rounds the f32 masters
   for (size_t i = 0; i < params_.size(); ++i) {
     if (persistent_[i]) {
@@ -241,6 +265,7 @@ void PartitionedParams::after_step() {
 
 void PartitionedParams::load(const std::vector<Tensor>& whole) {
   NoGradGuard no_grad;
+  settle_all();
   TS_INTERNAL_ASSERT(whole.size() == params_.size(), "expected ", params_.size(),
                      " parameters, found ", whole.size());
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -265,6 +290,7 @@ void PartitionedParams::load(const std::vector<Tensor>& whole) {
 
 std::vector<Tensor> PartitionedParams::gather_all() {
   NoGradGuard no_grad;
+  settle_all();
   std::vector<Tensor> out;
   for (size_t i = 0; i < params_.size(); ++i) {
     const FlatLayout::Param& p = layout_.params[i];

@@ -24,8 +24,11 @@
 // whole on every rank, all-gathered after each step, never released. The gathered
 // elements of the others never exceed stage3_max_live_parameters: prefetched and retained
 // parameters are dropped first, and a call that needs more than the bound on its own is an
-// error. The communicators block, so prefetching bounds the number of gathers rather than
-// hiding their latency.
+// error. With async collectives (set_async: overlap_comm, DeepSpeed's default at stage 3)
+// every gather is started on their worker and waited for only where the parameter is used
+// or released, so a prefetched parameter travels while the calls before it compute; all
+// gathers and the gradient reductions share that worker, so every rank issues them in one
+// order. Without, the gathers block and prefetching bounds their number only.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +39,7 @@
 
 #include "autograd/module.h"
 #include "core/tensor.h"
+#include "parallel/comm/async_collectives.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/zero/flat_layout.h"
 #include "parallel/zero/zero_config.h"
@@ -75,6 +79,10 @@ class PartitionedParams final : public ModuleHooks {
   // The whole value of every parameter (flat order), gathered one at a time. Collective.
   std::vector<Tensor> gather_all();
 
+  // Starts the gathers on `async` (which must outlive this object) from now on and waits
+  // for them where needed (Note [ZeRO-3 parameters]); null: blocking gathers.
+  void set_async(AsyncCollectives* async);
+
   bool persistent(int64_t i) const { return persistent_[i]; }
   bool gathered(int64_t i) const { return live_[i]; }
   // Elements of non-persistent parameters gathered now, and the most at any time.
@@ -87,7 +95,13 @@ class PartitionedParams final : public ModuleHooks {
  private:
   // The non-persistent parameters among m's own (looked up once per module).
   const std::vector<int64_t>& params_of(const Module& m);
-  void fetch(int64_t i);
+  // Starts gathering parameter i unless it is live; without async collectives the gather is
+  // done on return, with them settle(i) waits for it.
+  void start_fetch(int64_t i);
+  // Waits for parameter i's gather if one is travelling.
+  void settle(int64_t i);
+  // Waits for every travelling gather.
+  void settle_all();
   void release(int64_t i);
   // Makes room for `numel` more live elements by releasing unpinned parameters; false
   // when the bound cannot be met.
@@ -102,6 +116,8 @@ class PartitionedParams final : public ModuleHooks {
   bool reused_soon(int64_t i, int64_t pos);
 
   Communicator& dp_;
+  AsyncCollectives* async_ = nullptr;
+  std::vector<CommHandle> gathering_;  // per parameter: its travelling gather, if any
   const FlatLayout& layout_;
   ZeroConfig config_;
   std::vector<Tensor> params_;

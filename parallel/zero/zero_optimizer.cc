@@ -108,9 +108,10 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     }
     inner_ = optim::make_optimizer(optimizer, std::move(chunks));
   }
-  if (config_.overlap_comm && config_.stage <= 2 && dp_.size() > 1) {
+  if (config_.overlap_comm && dp_.size() > 1) {
     async_ = std::make_unique<AsyncCollectives>(dp_);
     gradients_->set_async(async_.get());
+    if (partitioned_ != nullptr) partitioned_->set_async(async_.get());
   }
   pending_.assign(layout_.blocks.size(), 0);
   reduced_.assign(layout_.blocks.size(), false);

@@ -26,11 +26,12 @@
 // GradientReducer (gradient_reducer.h: AllReduceGradients, ReduceScatterGradients,
 // BucketedGradients for 2-3); the sharded state's save, load and reshard are in
 // zero_state.h. With overlap_comm, stages 0 and 1 also reduce from the hooks, on the
-// boundary micro-batch, and at stages 0-2 each reduction travels on a worker thread while
-// backward computes the next blocks (Note [Overlapped reductions] in gradient_reducer.h),
-// finished before backward() returns, where the backend runs on any thread (thread ranks,
-// MPI with MPI_THREAD_MULTIPLE; not yet NCCL or host staging, whose reductions block as
-// before). Stage 3 still reduces (and gathers) blocking.
+// boundary micro-batch, and each reduction travels on a worker thread while backward
+// computes the next blocks (Note [Overlapped reductions] in gradient_reducer.h), finished
+// before backward() returns; at stage 3 the parameters' gathers and prefetches go through
+// the same worker (Note [ZeRO-3 parameters] in partitioned_params.h). That holds where the
+// backend runs on any thread (thread ranks, MPI with MPI_THREAD_MULTIPLE); NCCL and host
+// staging still block.
 //
 // Note [Mixed precision]
 // With MixedPrecision::dtype f16 or bf16 (DeepSpeed's fp16 / bf16 sections) the model's
@@ -249,7 +250,7 @@ class ZeroOptimizer {
   MasterWeights* master_ = nullptr;            // weights_ at stages 0-2
   PartitionedWeights* partitioned_ = nullptr;  // weights_ at stage 3
   optim::LossScaler* scaler_ = nullptr;        // master_'s, f16 only
-  // Runs gradients_' reductions with overlap_comm at stages 0-2 (null otherwise).
+  // Runs gradients_' reductions and stage 3's gathers with overlap_comm (null otherwise).
   std::unique_ptr<AsyncCollectives> async_;
   std::unique_ptr<GradientReducer> gradients_;
   bool overflow_ = false;                    // found by clip_grad_norm

@@ -89,15 +89,15 @@ MixedPrecision precision_of(DType dtype) {
   return p;
 }
 
-// Note [Overlapped reductions] in parallel/zero/gradient_reducer.h, in 16 bits: the
-// reductions started on the worker (behind a slow link, so that several are in flight while
-// backward goes on) give the blocking run's bits, through the converted copies, the
+// Note [Overlapped reductions] in parallel/zero/gradient_reducer.h (and stage 3's gathers),
+// in 16 bits: the reductions started on the worker (behind a slow link, so that several are in
+// flight while backward goes on) give the blocking run's bits, through the converted copies, the
 // temporary reduce-scatter outputs, the f32 sums of earlier micro-batches and the all-reduce
 // in place of reduce_scatter.
 TEST_CASE("overlapped 16-bit reductions give the blocking run's bits", "[zero][mixed]") {
   const SimulatedLink slow{.gbit_per_s = 1.0, .latency_us = 50};
   for (DType dtype : {DType::bf16, DType::f16}) {
-    for (int stage = 0; stage <= 2; ++stage) {
+    for (int stage = 0; stage <= 3; ++stage) {
       for (bool reduce_scatter : {true, false}) {
         DYNAMIC_SECTION(dtype_name(dtype)
                         << " stage " << stage << " reduce_scatter " << reduce_scatter) {
@@ -105,6 +105,8 @@ TEST_CASE("overlapped 16-bit reductions give the blocking run's bits", "[zero][m
           zero.stage = stage;
           zero.reduce_bucket_size = 997;
           zero.reduce_scatter = reduce_scatter;
+          zero.stage3_param_persistence_threshold = 0;
+          zero.stage3_prefetch_bucket_size = 5000;
           const std::vector<Run> blocking = train(3, zero, precision_of(dtype), slow);
           zero.overlap_comm = true;
           const std::vector<Run> overlapped = train(3, zero, precision_of(dtype), slow);

@@ -298,17 +298,20 @@ TEST_CASE("overlap_comm and reduce_scatter=false give the same results", "[zero]
   }
 }
 
-// Note [Overlapped reductions] in parallel/zero/gradient_reducer.h: reductions started on
-// the worker while backward computes give the bits of the blocking reductions. A block
-// reduced before its last gradient arrived, or a shard read before its reduction finished,
-// would change them.
-TEST_CASE("overlapped reductions give the blocking run's bits", "[zero]") {
-  for (int stage = 0; stage <= 2; ++stage) {
+// Note [Overlapped reductions] in parallel/zero/gradient_reducer.h (and, at stage 3, Note
+// [ZeRO-3 parameters]'s gathers): operations started on the worker while forward and
+// backward compute give the bits of the blocking ones. A block reduced before its last
+// gradient arrived, a shard read before its reduction finished, or a parameter read before
+// its gather did, would change them.
+TEST_CASE("overlapped reductions and gathers give the blocking run's bits", "[zero]") {
+  for (int stage = 0; stage <= 3; ++stage) {
     for (int world : {2, 4}) {
       DYNAMIC_SECTION("stage " << stage << ", world " << world) {
         ZeroConfig zero;
         zero.stage = stage;
-        zero.reduce_bucket_size = 2000;  // many blocks, several in flight
+        zero.reduce_bucket_size = 2000;               // many blocks, several in flight
+        zero.stage3_param_persistence_threshold = 0;  // every parameter gathered when used
+        zero.stage3_prefetch_bucket_size = 5000;
         zero.overlap_comm = false;
         const std::vector<Run> blocking = data_parallel(world, zero);
         zero.overlap_comm = true;

@@ -10,7 +10,8 @@
 // that those reductions alone take as long as that backward pass (communication equal to
 // the computation it can hide behind), and the step runs with overlap_comm off and on, in
 // alternating rounds of two steps; the medians and their ratio are printed. Stages 1-2 also
-// all-gather the parameters after the step, over the same link, in both modes. The model
+// all-gather the parameters after the step, and stage 3 gathers them around every module
+// call in forward and backward (prefetched with overlap), over the same link. The model
 // is a 6-layer GPT (n_embd 256, vocabulary 2048, T 64, 4 sequences per rank); each rank is
 // one thread.
 #include <chrono>
@@ -35,7 +36,7 @@ ZeRO step time with overlap_comm off and on, behind a simulated link as slow as 
 backward pass; thread ranks.
 
   --world N      ranks (default 4)
-  --stages LIST  comma-separated ZeRO stages among 0, 1, 2 (default 0,1,2)
+  --stages LIST  comma-separated ZeRO stages among 0-3 (default 0,1,2,3)
   --steps N      timed steps per mode (default 6, rounded up to even)
   --help         print this and exit
 )";
@@ -75,6 +76,8 @@ std::vector<Timing> run(int world, int stage, const parallel::SimulatedLink& lin
       models.push_back(std::make_unique<Gpt>(cfg, 1));
       parallel::ZeroConfig zero;
       zero.stage = stage;
+      zero.stage3_param_persistence_threshold = 0;  // (stage 3) every weight gathered when used
+      zero.stage3_prefetch_bucket_size = 2'000'000;
       zero.overlap_comm = overlap;
       zero.reduce_bucket_size = 500'000;
       optim::OptimizerConfig adamw;
@@ -125,12 +128,12 @@ int bench_main(int argc, char** argv) {
     return 0;
   }
   const int world = static_cast<int>(flags.get_int("world", 4));
-  const std::vector<int64_t> stages = flags.get_int_list("stages", "0,1,2");
+  const std::vector<int64_t> stages = flags.get_int_list("stages", "0,1,2,3");
   const int rounds = static_cast<int>((flags.get_int("steps", 6) + 1) / 2);
   if (world < 2 || world > 16) throw cli::UsageError("--world expected 2..16");
   if (rounds < 1) throw cli::UsageError("--steps expected at least 1");
   for (const int64_t s : stages) {
-    if (s < 0 || s > 2) throw cli::UsageError("--stages expected stages in 0..2");
+    if (s < 0 || s > 3) throw cli::UsageError("--stages expected stages in 0..3");
   }
   set_num_threads(1);  // ranks are threads already
   std::printf("overlap_bench: GPT %lld parameters, %d thread ranks; medians of %d steps per mode\n",
