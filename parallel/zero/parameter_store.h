@@ -109,6 +109,8 @@ class PartitionedWeights final : public ParameterStore {
   const PartitionedParams& partitioned() const { return *partitioned_; }
   // Gathers through `async` from now on (PartitionedParams::set_async).
   void set_async(AsyncCollectives* async) { partitioned_->set_async(async); }
+  // Waits for every travelling gather (PartitionedParams::settle_all).
+  void settle() { partitioned_->settle_all(); }
 
  private:
   const FlatLayout& layout_;

@@ -1,6 +1,7 @@
 #include "parallel/zero/partitioned_params.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 #include "core/error.h"
@@ -98,7 +99,15 @@ void PartitionedParams::settle(int64_t i) {
 }
 
 void PartitionedParams::settle_all() {
-  for (size_t i = 0; i < gathering_.size(); ++i) settle(static_cast<int64_t>(i));
+  std::exception_ptr first;
+  for (size_t i = 0; i < gathering_.size(); ++i) {
+    try {
+      settle(static_cast<int64_t>(i));
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 void PartitionedParams::release(int64_t i) {
@@ -140,7 +149,18 @@ void PartitionedParams::fetch_pinned(const Module& m, const std::vector<int64_t>
         ", found ", config_.stage3_max_live_parameters);
   }
   for (const int64_t i : ids) start_fetch(i);
-  for (const int64_t i : ids) settle(i);
+  try {
+    for (const int64_t i : ids) settle(i);
+  } catch (...) {  // the call does not happen: its pins go
+    for (const int64_t i : ids) {
+      if (backward) {
+        backward_pinned_[i] = false;
+      } else {
+        --forward_pins_[i];
+      }
+    }
+    throw;
+  }
 }
 
 void PartitionedParams::prefetch(int64_t from, int dir) {
@@ -237,10 +257,17 @@ void PartitionedParams::grad_ready(int64_t i) {
 void PartitionedParams::end_backward() {
   in_backward_ = false;
   forward_pos_ = -1;
+  std::exception_ptr failed;  // of a gather prefetched and not used: reported after the releases
+  try {
+    settle_all();
+  } catch (...) {
+    failed = std::current_exception();
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     backward_pinned_[i] = false;
     if (forward_pins_[i] == 0) release(static_cast<int64_t>(i));
   }
+  if (failed) std::rethrow_exception(failed);
 }
 
 Tensor PartitionedParams::source_chunk(int64_t i) const {

@@ -83,6 +83,10 @@ class PartitionedParams final : public ModuleHooks {
   // for them where needed (Note [ZeRO-3 parameters]); null: blocking gathers.
   void set_async(AsyncCollectives* async);
 
+  // Waits for every travelling gather, all of them even when one failed; then rethrows the
+  // first failure.
+  void settle_all();
+
   bool persistent(int64_t i) const { return persistent_[i]; }
   bool gathered(int64_t i) const { return live_[i]; }
   // Elements of non-persistent parameters gathered now, and the most at any time.
@@ -100,8 +104,6 @@ class PartitionedParams final : public ModuleHooks {
   void start_fetch(int64_t i);
   // Waits for parameter i's gather if one is travelling.
   void settle(int64_t i);
-  // Waits for every travelling gather.
-  void settle_all();
   void release(int64_t i);
   // Makes room for `numel` more live elements by releasing unpinned parameters; false
   // when the bound cannot be met.

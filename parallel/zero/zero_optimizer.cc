@@ -159,7 +159,10 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
     tessera::backward(loss, scalar_tensor(scale * loss_scale, {loss.dtype(), loss.device()}));
   } catch (...) {
     in_backward_ = false;
-    weights_->end_backward();
+    try {
+      weights_->end_backward();
+    } catch (...) {  // the backward pass's error is the one to report
+    }
     try {
       gradients_->finish_reductions();  // the started ones still pair with the peers'
     } catch (...) {                     // the backward pass's error is the one to report
@@ -228,8 +231,15 @@ void ZeroOptimizer::reduce_block(int64_t block) {
   gradients_->reduce_block(block, full_precision_reduction());
 }
 
+void ZeroOptimizer::settle_communication() {
+  gradients_->finish_reductions();
+  if (partitioned_ != nullptr) partitioned_->settle();
+  if (async_) async_->wait_all();
+}
+
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   NoGradGuard no_grad;
+  settle_communication();
   // This rank's share; gradients that are not sharded are the same on every rank of dp.
   double sq = gradients_->squared_norm(counted_);
   const bool sharded_grads = gradients_->sharded();
@@ -260,6 +270,7 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
 }
 
 bool ZeroOptimizer::step() {
+  settle_communication();
   NoGradGuard no_grad;
   if (scaler_) {
     scaler_->update(overflow_);
@@ -279,6 +290,7 @@ StateDict ZeroOptimizer::rank_state() const {
 }
 
 void ZeroOptimizer::load_rank_state(const StateDict& saved) {
+  settle_communication();
   TS_CHECK(onebit_ != nullptr || saved.empty(), "[zero] ", inner_->name(),
            " keeps no per-rank state; expected none, found \"", saved.front().first, "\"");
   if (onebit_ == nullptr) return;
@@ -337,10 +349,12 @@ StateDict ZeroOptimizer::whole_state_dict() const {
 }
 
 void ZeroOptimizer::load_whole_state(const StateDict& whole) {
+  settle_communication();
   inner_->load_state_dict(sharded() ? whole_to_chunks(whole, layout_, dp_.rank()) : whole);
 }
 
 StateDict ZeroOptimizer::whole_parameters() {
+  settle_communication();
   StateDict out;
   const std::vector<Tensor> values = weights_->whole();
   for (size_t i = 0; i < values.size(); ++i) out.emplace_back(layout_.params[i].name, values[i]);
@@ -359,6 +373,7 @@ Tensor ZeroOptimizer::parameter_shard() const {
 bool ZeroOptimizer::shards_parameters() const { return weights_->shard().defined(); }
 
 void ZeroOptimizer::load_parameters(const StateDict& whole) {
+  settle_communication();
   std::map<std::string, Tensor> given(whole.begin(), whole.end());
   std::vector<Tensor> ordered;
   for (const FlatLayout::Param& p : layout_.params) {

@@ -227,6 +227,9 @@ class ZeroOptimizer {
   void load_whole_state(const StateDict& whole);
 
  private:
+  // Finishes whatever async_ still carries (a forward without its backward leaves prefetched
+  // gathers) before this object uses the group itself.
+  void settle_communication();
   // inner_ for `config`, which may be a 1-bit optimizer over dp_ (then also onebit_).
   std::unique_ptr<optim::Optimizer> make_inner(const optim::OptimizerConfig& config,
                                                std::vector<optim::ParamGroup> groups);

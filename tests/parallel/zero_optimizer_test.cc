@@ -87,10 +87,12 @@ Run reference(bool checkpointing = false) {
 
 // `world` thread ranks; rank r's micro-batch m is rows [m*micro*world + r*micro, +micro) of
 // the step, the rows the DataLoader gives rank r.
-std::vector<Run> data_parallel(int world, const ZeroConfig& zero, bool checkpointing = false) {
+std::vector<Run> data_parallel(int world, const ZeroConfig& zero, bool checkpointing = false,
+                               const SimulatedLink& link = {}) {
   const Tensor rows = all_rows();
   std::vector<Run> runs(static_cast<size_t>(world));
   run_thread_ranks(world, [&](Communicator& comm) {
+    comm.set_simulated_link(link);
     Gpt model(model_config(), 1234);
     model.set_activation_checkpointing(checkpointing);
     ZeroOptimizer opt(comm, model, groups_of(model), adamw(), zero);
@@ -322,6 +324,29 @@ TEST_CASE("overlapped reductions and gathers give the blocking run's bits", "[ze
           CHECK(overlapped[r].norms == blocking[r].norms);
           CHECK(overlapped[r].params == blocking[r].params);
         }
+      }
+    }
+  }
+}
+
+// Stage 3 with gathers in flight (a slow link) through everything that moves them:
+// prefetches released by stage3_max_live_parameters before use, the recomputation of
+// activation checkpointing, and persistent parameters beside gathered ones.
+TEST_CASE("overlapped stage 3 gathers give the blocking run's bits at tight limits", "[zero]") {
+  const SimulatedLink slow{.gbit_per_s = 1.0, .latency_us = 50};
+  for (const bool checkpointing : {false, true}) {
+    DYNAMIC_SECTION("checkpointing " << checkpointing) {
+      ZeroConfig zero = stage3();  // max_live 6000, prefetch 2000
+      zero.stage3_param_persistence_threshold = 64;
+      zero.overlap_comm = false;
+      const std::vector<Run> blocking = data_parallel(2, zero, checkpointing, slow);
+      zero.overlap_comm = true;
+      const std::vector<Run> overlapped = data_parallel(2, zero, checkpointing, slow);
+      for (int r = 0; r < 2; ++r) {
+        INFO("rank " << r);
+        CHECK(overlapped[r].losses == blocking[r].losses);
+        CHECK(overlapped[r].norms == blocking[r].norms);
+        CHECK(overlapped[r].params == blocking[r].params);
       }
     }
   }
