@@ -30,11 +30,28 @@ struct Buffers {
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(Communicator& pipe, PipelineStage& stage,
-                                   PartitionedTransfers transfers)
+                                   PartitionedTransfers transfers, bool nonblocking)
     : pipe_(pipe), stage_(stage), slices_(transfers.slices) {
+  if (nonblocking && pipe.size() > 1) async_ = std::make_unique<AsyncCollectives>(pipe);
   const bool split = slices_ != nullptr && slices_->size() > 1;
   act_out_.partitioned = act_in_.partitioned = split && transfers.activations;
   grad_out_.partitioned = grad_in_.partitioned = split && transfers.gradients;
+}
+
+void PipelineExecutor::send_now(const Tensor& t, int peer) {
+  if (async_) {
+    async_->send(t, peer);  // waited for by the next wait_all (finish) or a receive's wait
+  } else {
+    pipe_.send(t, peer);
+  }
+}
+
+void PipelineExecutor::recv_now(const Tensor& t, int peer) {
+  if (async_) {
+    async_->recv(t, peer).wait();
+  } else {
+    pipe_.recv(t, peer);
+  }
 }
 
 void PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
@@ -46,7 +63,7 @@ void PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
     header[0] = data.dim();
     for (int64_t d = 0; d < data.dim(); ++d) header[1 + d] = data.size(d);
     header[kHeader - 1] = static_cast<int64_t>(data.dtype());
-    pipe_.send(from_vector(header, {kHeader}).to(stage_.device()), peer);
+    send_now(from_vector(header, {kHeader}).to(stage_.device()), peer);
     channel.known = true;
     channel.shape = data.shape();
     channel.dtype = data.dtype();
@@ -56,17 +73,17 @@ void PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
            " to stage ", peer, "; expected the ", shape_str(channel.shape), " ",
            dtype_name(channel.dtype), " of its first message (shapes are fixed within a run)");
   if (!channel.partitioned) {
-    pipe_.send(data, peer);
+    send_now(data, peer);
     return;
   }
   // This rank's piece of the flat tensor (Note [Partitioned stage transfers]).
-  pipe_.send(flat_piece(data, *slices_), peer);
+  send_now(flat_piece(data, *slices_), peer);
 }
 
 Tensor PipelineExecutor::recv(int peer, Channel& channel) {
   if (!channel.known) {
     const Tensor header = zeros({kHeader}, {DType::i64, stage_.device()});
-    pipe_.recv(header, peer);
+    recv_now(header, peer);
     const std::vector<int64_t> h = header.to(Device::cpu()).to_vector<int64_t>();
     TS_CHECK(h[0] >= 0 && h[0] <= kMaxDims, "[pipeline] stage ", pipe_.rank(),
              " received a header of ", h[0], " dims from stage ", peer, "; expected 0 to ",
@@ -77,16 +94,17 @@ Tensor PipelineExecutor::recv(int peer, Channel& channel) {
   }
   if (!channel.partitioned) {
     const Tensor t = empty(channel.shape, {channel.dtype, stage_.device()});
-    pipe_.recv(t, peer);
+    recv_now(t, peer);
     return t;
   }
   const int64_t piece = (numel_of(channel.shape) + slices_->size() - 1) / slices_->size();
   const Tensor mine = empty({piece}, {channel.dtype, stage_.device()});
-  pipe_.recv(mine, peer);
+  recv_now(mine, peer);
   return gather_flat_pieces(mine, channel.shape, *slices_);
 }
 
 double PipelineExecutor::finish(double loss_sum, int micro_batches) {
+  if (async_) async_->wait_all();  // the sends still travelling, and their errors
   // The last stage's mean, to every stage.
   const Tensor mean =
       scalar_tensor(loss_sum / micro_batches, {DType::f64, stage_.device()}).view({1});

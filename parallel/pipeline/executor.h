@@ -25,12 +25,24 @@
 // multiple of tp) and all-gather the pieces over the tensor-parallel group after the
 // receive: the stage-to-stage bytes drop by tp, the intra-node group carries the rest,
 // and the tensor received is bit for bit the one sent.
+//
+// Note [Non-blocking stage transfers]
+// With `nonblocking` (the default) every send and receive of the pipe group goes through
+// AsyncCollectives (parallel/comm/async_collectives.h): a send is started and the stage
+// computes on while its tensor travels, a receive is started and waited for where its
+// tensor is needed, so the group sees the blocking executor's operations in the same order
+// on its worker. The tensors sent are kept (the outputs until their backward) or owned by
+// the handle (gradients, headers, pieces), so none changes while travelling. The loss
+// broadcast at the end of a batch waits for everything first. Backends bound to the
+// caller's thread (NCCL) still block.
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
+#include "parallel/comm/async_collectives.h"
 #include "parallel/comm/communicator.h"
 
 namespace tessera::parallel::pipeline {
@@ -83,8 +95,9 @@ struct PartitionedTransfers {
 class PipelineExecutor {
  public:
   // `pipe`: the stages in order (rank s = stage s). pipe, stage and transfers.slices must
-  // outlive the executor.
-  PipelineExecutor(Communicator& pipe, PipelineStage& stage, PartitionedTransfers transfers = {});
+  // outlive the executor. `nonblocking`: Note [Non-blocking stage transfers].
+  PipelineExecutor(Communicator& pipe, PipelineStage& stage, PartitionedTransfers transfers = {},
+                   bool nonblocking = true);
 
   // One training batch through the 1F1B schedule; every stage passes the same number of
   // micro-batches. Returns the mean loss, equal on every stage. Gradients are accumulated
@@ -106,9 +119,13 @@ class PipelineExecutor {
   };
   void send(const Tensor& t, int peer, Channel& channel);
   Tensor recv(int peer, Channel& channel);
+  // pipe_'s send and receive, through async_ when there is one (a receive is waited for).
+  void send_now(const Tensor& t, int peer);
+  void recv_now(const Tensor& t, int peer);
   double finish(double loss_sum, int micro_batches);
 
   Communicator& pipe_;
+  std::unique_ptr<AsyncCollectives> async_;  // pipe_'s, when nonblocking
   PipelineStage& stage_;
   Communicator* slices_;  // the tensor-parallel group of partitioned transfers
   Channel act_out_, act_in_, grad_out_, grad_in_;

@@ -9,6 +9,9 @@
 // so that P ranks on few cores measure the schedule, not CPU contention). A stage's idle
 // fraction is 1 - busy / batch time; the 1F1B bound is (P - 1) / (M + P - 1).
 //
+// Transfers: the same stages behind a simulated link of 2 ms per message, batch time with
+// blocking stage transfers against non-blocking ones (M = 8).
+//
 // Volumes: one training step of the GPT-2 preset at (pipe, data, model) = (2, 2, 2) on 8
 // thread ranks (ZeRO-1, 2 micro-batches of one --seq sequence per data rank), each rank's
 // bytes sent per group (ring shares, CommStats) next to the analytic volume:
@@ -20,6 +23,7 @@
 //   pipe: per micro-batch, the (B, T, C) activation forward and its gradient backward;
 //   data: ZeRO-1's reduce-scatter and all-gather of the stage slice's parameters,
 //     2 (D - 1) / D x 4 bytes each.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -84,14 +88,19 @@ class TimedStage : public parallel::pipeline::PipelineStage {
   Tensor weight_;  // (1, 256): the stage's one parameter
 };
 
-void bubble(int stages, int micro) {
+// The stages' timings of one batch of `micro` micro-batches over `stages` synthetic stages
+// behind `link`, with blocking or non-blocking transfers.
+std::vector<parallel::pipeline::PipelineTiming> timed_batch(int stages, int micro,
+                                                            const parallel::SimulatedLink& link,
+                                                            bool nonblocking) {
   std::vector<parallel::pipeline::PipelineTiming> timing(stages);
   std::mutex mutex;
   parallel::run_thread_ranks(
       stages,
       [&](parallel::Communicator& pipe) {
+        pipe.set_simulated_link(link);
         TimedStage stage;
-        parallel::pipeline::PipelineExecutor executor(pipe, stage);
+        parallel::pipeline::PipelineExecutor executor(pipe, stage, {}, nonblocking);
         std::vector<parallel::pipeline::MicroBatch> batches;
         for (int m = 0; m < micro; ++m) batches.push_back({ones({1, 256}), ones({1, 256})});
         executor.train_batch(batches);  // warm-up
@@ -101,6 +110,12 @@ void bubble(int stages, int micro) {
         timing[pipe.rank()] = executor.last_timing();
       },
       quick());
+  return timing;
+}
+
+void bubble(int stages, int micro) {
+  const std::vector<parallel::pipeline::PipelineTiming> timing =
+      timed_batch(stages, micro, {}, true);
   const double bound = static_cast<double>(stages - 1) / (micro + stages - 1);
   std::printf("P=%d M=%-3d idle per stage:", stages, micro);
   double mean = 0;
@@ -110,6 +125,22 @@ void bubble(int stages, int micro) {
     std::printf(" %.3f", idle);
   }
   std::printf(" | mean %.3f, 1F1B bound %.3f, ratio %.2f\n", mean, bound, mean / bound);
+}
+
+// Batch time with blocking and with non-blocking stage transfers (Note [Non-blocking stage
+// transfers] in parallel/pipeline/executor.h) behind a link whose per-message latency is
+// the forward time F: a blocking send holds its stage for F, a non-blocking one does not.
+void transfers(int stages, int micro) {
+  const parallel::SimulatedLink link{.gbit_per_s = 100, .latency_us = 2000};
+  double blocking = 0, nonblocking = 0;
+  for (const auto& t : timed_batch(stages, micro, link, false)) {
+    blocking = std::max(blocking, t.total_s);
+  }
+  for (const auto& t : timed_batch(stages, micro, link, true)) {
+    nonblocking = std::max(nonblocking, t.total_s);
+  }
+  std::printf("P=%d M=%-3d batch ms: blocking %.1f, non-blocking %.1f, ratio %.2f\n", stages, micro,
+              blocking * 1e3, nonblocking * 1e3, blocking / nonblocking);
 }
 
 struct Volume {
@@ -198,6 +229,8 @@ int bench_main(int argc, char** argv) {
   for (int64_t p : stages) {
     for (int64_t m : micro) bubble(static_cast<int>(p), static_cast<int>(m));
   }
+  std::printf("stage transfers behind a link of 2 ms per message (= F), blocking vs not\n");
+  for (int64_t p : stages) transfers(static_cast<int>(p), 8);
   const std::string preset = flags.get("model", "gpt2");
   if (preset != "none") volumes(GptConfig::preset(preset), flags.get_int("seq", 64));
   return 0;

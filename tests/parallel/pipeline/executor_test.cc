@@ -1,6 +1,7 @@
 // Partitioned stage transfers (Note [Partitioned stage transfers] in
 // parallel/pipeline/executor.h) with a tensor that does not split evenly: 7 values over 3
-// tensor-parallel ranks go as pieces of 3, 3 and 1 (zero-padded) and arrive whole.
+// tensor-parallel ranks go as pieces of 3, 3 and 1 (zero-padded) and arrive whole. And
+// non-blocking transfers (Note [Non-blocking stage transfers]) give the blocking bits.
 #include "parallel/pipeline/executor.h"
 
 #include <catch2/catch.hpp>
@@ -49,16 +50,18 @@ struct Outcome {
   int64_t pipe_bytes = 0;
 };
 
-// Every rank of (pipe, data, model) = (2, 1, 3) through 2 micro-batches.
-std::vector<Outcome> run(bool partitioned) {
+// Every rank of (pipe, data, model) = (2, 1, 3) through 2 micro-batches, behind `link`.
+std::vector<Outcome> run(bool partitioned, bool nonblocking = true,
+                         const parallel::SimulatedLink& link = {}) {
   const parallel::ProcessGrid grid(2, 1, 3);
   std::vector<Outcome> out(grid.world_size());
   std::mutex mutex;
   parallel::run_thread_ranks(grid.world_size(), [&](parallel::Communicator& world) {
     parallel::ParallelGroups g = parallel::make_parallel_groups(world, grid);
+    g.pipe->set_simulated_link(link);
     ScaleStage stage(g.coord.pipe);
-    parallel::pipeline::PipelineExecutor executor(*g.pipe, stage,
-                                                  {g.model.get(), partitioned, partitioned});
+    parallel::pipeline::PipelineExecutor executor(
+        *g.pipe, stage, {g.model.get(), partitioned, partitioned}, nonblocking);
     std::vector<parallel::pipeline::MicroBatch> batches;
     for (int k = 0; k < 2; ++k) {
       std::vector<float> x(kValues), y(kValues);
@@ -92,6 +95,21 @@ TEST_CASE("partitioned transfers of a tensor that does not split evenly arrive w
   // Stage 1's weight gradient is the received x * w0 times the labels, averaged over the
   // micro-batches: element 6 needs the padded last piece.
   CHECK(whole[3].grad[6] == Approx((3.0 * 7 * 1 + 2.5 * 7 * 2) / 2));
+}
+
+TEST_CASE("non-blocking stage transfers give the blocking executor's bits", "[pipeline]") {
+  // A slow link keeps each send travelling while its stage goes on.
+  const parallel::SimulatedLink slow{.gbit_per_s = 0.001, .latency_us = 2000};
+  for (const bool partitioned : {false, true}) {
+    const std::vector<Outcome> blocking = run(partitioned, false, slow);
+    const std::vector<Outcome> nonblocking = run(partitioned, true, slow);
+    for (size_t r = 0; r < blocking.size(); ++r) {
+      INFO("rank " << r << ", partitioned " << partitioned);
+      CHECK(nonblocking[r].loss == blocking[r].loss);
+      CHECK(nonblocking[r].grad == blocking[r].grad);
+      CHECK(nonblocking[r].pipe_bytes == blocking[r].pipe_bytes);
+    }
+  }
 }
 
 }  // namespace
