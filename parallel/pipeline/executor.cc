@@ -38,11 +38,17 @@ PipelineExecutor::PipelineExecutor(Communicator& pipe, PipelineStage& stage,
   grad_out_.partitioned = grad_in_.partitioned = split && transfers.gradients;
 }
 
-void PipelineExecutor::send_now(const Tensor& t, int peer) {
-  if (async_) {
-    async_->send(t, peer);  // waited for by the next wait_all (finish) or a receive's wait
-  } else {
-    pipe_.send(t, peer);
+CommHandle PipelineExecutor::send_now(const Tensor& t, int peer) {
+  if (async_) return async_->send(t, peer);
+  pipe_.send(t, peer);
+  return CommHandle();
+}
+
+void PipelineExecutor::drain() noexcept {
+  if (!async_) return;
+  try {
+    async_->wait_all();
+  } catch (...) {
   }
 }
 
@@ -54,7 +60,7 @@ void PipelineExecutor::recv_now(const Tensor& t, int peer) {
   }
 }
 
-void PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
+CommHandle PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
   const Tensor data = t.detach().contiguous();
   if (!channel.known) {
     TS_CHECK(data.dim() <= kMaxDims, "[pipeline] stage ", pipe_.rank(), " sends a ", data.dim(),
@@ -72,12 +78,9 @@ void PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
            pipe_.rank(), " sends ", shape_str(data.shape()), " ", dtype_name(data.dtype()),
            " to stage ", peer, "; expected the ", shape_str(channel.shape), " ",
            dtype_name(channel.dtype), " of its first message (shapes are fixed within a run)");
-  if (!channel.partitioned) {
-    send_now(data, peer);
-    return;
-  }
+  if (!channel.partitioned) return send_now(data, peer);
   // This rank's piece of the flat tensor (Note [Partitioned stage transfers]).
-  send_now(flat_piece(data, *slices_), peer);
+  return send_now(flat_piece(data, *slices_), peer);
 }
 
 Tensor PipelineExecutor::recv(int peer, Channel& channel) {
@@ -124,69 +127,75 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
   const Tensor grad_scale = scalar_tensor(1.0 / m, {DType::f32, stage_.device()});
   double loss_sum = 0.0;
   int backwards = 0;
-  for (const PipeStep& step : schedule) {
-    for (const PipeInstruction& in : step) {
-      const int b = in.buffer;
-      switch (in.op) {
-        case PipeOp::load_micro_batch: {
-          const MicroBatch& mb = micro_batches.at(in.micro_batch);
-          if (first) buf.inputs[b] = mb.inputs;
-          if (last) buf.labels[b] = mb.labels;
-          break;
-        }
-        case PipeOp::recv_activation: {
-          Tensor x = recv(s - 1, act_in_);
-          x.set_requires_grad(true);  // its gradient goes back upstream
-          buf.inputs[b] = x;
-          break;
-        }
-        case PipeOp::forward: {
-          const auto t0 = Clock::now();
-          buf.outputs[b] = stage_.forward(buf.inputs[b]);
-          if (last) {
-            buf.losses[b] = stage_.loss(buf.outputs[b], buf.labels[b]);
-            loss_sum += buf.losses[b].to(Device::cpu()).to(DType::f64).item<double>();
+  try {
+    for (const PipeStep& step : schedule) {
+      for (const PipeInstruction& in : step) {
+        const int b = in.buffer;
+        switch (in.op) {
+          case PipeOp::load_micro_batch: {
+            const MicroBatch& mb = micro_batches.at(in.micro_batch);
+            if (first) buf.inputs[b] = mb.inputs;
+            if (last) buf.labels[b] = mb.labels;
+            break;
           }
-          timing_.busy_s += seconds_since(t0);
-          break;
-        }
-        case PipeOp::send_activation:
-          send(buf.outputs[b], s + 1, act_out_);  // kept: the root of its backward
-          break;
-        case PipeOp::recv_grad:
-          buf.grads[b] = recv(s + 1, grad_in_);
-          break;
-        case PipeOp::backward: {
-          const auto t0 = Clock::now();
-          const bool final_backward = ++backwards == m;
-          if (last) {
-            stage_.backward(buf.losses[b], grad_scale.to(buf.losses[b].dtype()), final_backward);
-          } else {
-            stage_.backward(buf.outputs[b], buf.grads[b], final_backward);
+          case PipeOp::recv_activation: {
+            Tensor x = recv(s - 1, act_in_);
+            x.set_requires_grad(true);  // its gradient goes back upstream
+            buf.inputs[b] = x;
+            break;
           }
-          buf.outputs[b] = buf.losses[b] = buf.grads[b] = Tensor();
-          timing_.busy_s += seconds_since(t0);
-          break;
+          case PipeOp::forward: {
+            const auto t0 = Clock::now();
+            buf.outputs[b] = stage_.forward(buf.inputs[b]);
+            if (last) {
+              buf.losses[b] = stage_.loss(buf.outputs[b], buf.labels[b]);
+              loss_sum += buf.losses[b].to(Device::cpu()).to(DType::f64).item<double>();
+            }
+            timing_.busy_s += seconds_since(t0);
+            break;
+          }
+          case PipeOp::send_activation:
+            send(buf.outputs[b], s + 1, act_out_);  // kept: the root of its backward
+            break;
+          case PipeOp::recv_grad:
+            buf.grads[b] = recv(s + 1, grad_in_);
+            break;
+          case PipeOp::backward: {
+            const auto t0 = Clock::now();
+            const bool final_backward = ++backwards == m;
+            if (last) {
+              stage_.backward(buf.losses[b], grad_scale.to(buf.losses[b].dtype()), final_backward);
+            } else {
+              stage_.backward(buf.outputs[b], buf.grads[b], final_backward);
+            }
+            buf.outputs[b] = buf.losses[b] = buf.grads[b] = Tensor();
+            timing_.busy_s += seconds_since(t0);
+            break;
+          }
+          case PipeOp::send_grad: {
+            const Tensor g = buf.inputs[b].grad();
+            TS_CHECK(g.defined(), "[pipeline] stage ", s, " has no gradient for micro-batch ",
+                     in.micro_batch, "'s input; expected the stage's output to depend on it");
+            send(g, s - 1, grad_out_);
+            buf.inputs[b] = Tensor();
+            break;
+          }
+          case PipeOp::reduce_tied_grads:
+            if (hooks.reduce_tied_grads) hooks.reduce_tied_grads();
+            break;
+          case PipeOp::reduce_grads:
+            if (hooks.reduce_grads) hooks.reduce_grads();
+            break;
+          case PipeOp::optimizer_step:
+            if (async_) async_->wait_all();  // Note [Non-blocking stage transfers]
+            if (hooks.optimizer_step) hooks.optimizer_step();
+            break;
         }
-        case PipeOp::send_grad: {
-          const Tensor g = buf.inputs[b].grad();
-          TS_CHECK(g.defined(), "[pipeline] stage ", s, " has no gradient for micro-batch ",
-                   in.micro_batch, "'s input; expected the stage's output to depend on it");
-          send(g, s - 1, grad_out_);
-          buf.inputs[b] = Tensor();
-          break;
-        }
-        case PipeOp::reduce_tied_grads:
-          if (hooks.reduce_tied_grads) hooks.reduce_tied_grads();
-          break;
-        case PipeOp::reduce_grads:
-          if (hooks.reduce_grads) hooks.reduce_grads();
-          break;
-        case PipeOp::optimizer_step:
-          if (hooks.optimizer_step) hooks.optimizer_step();
-          break;
       }
     }
+  } catch (...) {
+    drain();
+    throw;
   }
   const double loss = finish(loss_sum, m);
   timing_.total_s = seconds_since(start);
@@ -202,36 +211,43 @@ double PipelineExecutor::eval_batch(const std::vector<MicroBatch>& micro_batches
   const bool first = s == 0, last = s == stages - 1;
   Buffers buf(2);
   double loss_sum = 0.0;
-  for (const PipeStep& step : inference_schedule(m, stages, s)) {
-    for (const PipeInstruction& in : step) {
-      const int b = in.buffer;
-      switch (in.op) {
-        case PipeOp::load_micro_batch:
-          if (first) buf.inputs[b] = micro_batches.at(in.micro_batch).inputs;
-          if (last) buf.labels[b] = micro_batches.at(in.micro_batch).labels;
-          break;
-        case PipeOp::recv_activation:
-          buf.inputs[b] = recv(s - 1, act_in_);
-          break;
-        case PipeOp::forward: {
-          const auto t0 = Clock::now();
-          buf.outputs[b] = stage_.forward(buf.inputs[b]);
-          if (last) {
-            loss_sum += stage_.loss(buf.outputs[b], buf.labels[b])
-                            .to(Device::cpu())
-                            .to(DType::f64)
-                            .item<double>();
+  std::vector<CommHandle> sent(2);  // per buffer: its output's send, waited for before reuse
+  try {
+    for (const PipeStep& step : inference_schedule(m, stages, s)) {
+      for (const PipeInstruction& in : step) {
+        const int b = in.buffer;
+        switch (in.op) {
+          case PipeOp::load_micro_batch:
+            if (first) buf.inputs[b] = micro_batches.at(in.micro_batch).inputs;
+            if (last) buf.labels[b] = micro_batches.at(in.micro_batch).labels;
+            break;
+          case PipeOp::recv_activation:
+            buf.inputs[b] = recv(s - 1, act_in_);
+            break;
+          case PipeOp::forward: {
+            sent[b].wait();  // the buffer's last output has gone: it may be replaced
+            const auto t0 = Clock::now();
+            buf.outputs[b] = stage_.forward(buf.inputs[b]);
+            if (last) {
+              loss_sum += stage_.loss(buf.outputs[b], buf.labels[b])
+                              .to(Device::cpu())
+                              .to(DType::f64)
+                              .item<double>();
+            }
+            timing_.busy_s += seconds_since(t0);
+            break;
           }
-          timing_.busy_s += seconds_since(t0);
-          break;
+          case PipeOp::send_activation:
+            sent[b] = send(buf.outputs[b], s + 1, act_out_);
+            break;
+          default:
+            TS_FAIL("[pipeline] internal error: ", to_string(in), " in an inference schedule");
         }
-        case PipeOp::send_activation:
-          send(buf.outputs[b], s + 1, act_out_);
-          break;
-        default:
-          TS_FAIL("[pipeline] internal error: ", to_string(in), " in an inference schedule");
       }
     }
+  } catch (...) {
+    drain();
+    throw;
   }
   const double loss = finish(loss_sum, m);
   timing_.total_s = seconds_since(start);

@@ -33,7 +33,8 @@
 // tensor is needed, so the group sees the blocking executor's operations in the same order
 // on its worker. The tensors sent are kept (the outputs until their backward) or owned by
 // the handle (gradients, headers, pieces), so none changes while travelling. The loss
-// broadcast at the end of a batch waits for everything first. Backends bound to the
+// broadcast at the end of a batch waits for everything first, and so does the optimizer
+// step (a failed send stops the step, as a blocking one did). Backends bound to the
 // caller's thread (NCCL) still block.
 #pragma once
 
@@ -117,11 +118,15 @@ class PipelineExecutor {
     Shape shape;
     DType dtype = DType::f32;
   };
-  void send(const Tensor& t, int peer, Channel& channel);
+  // Sends t's data (started, when non-blocking: the handle says when it has gone).
+  CommHandle send(const Tensor& t, int peer, Channel& channel);
   Tensor recv(int peer, Channel& channel);
   // pipe_'s send and receive, through async_ when there is one (a receive is waited for).
-  void send_now(const Tensor& t, int peer);
+  CommHandle send_now(const Tensor& t, int peer);
   void recv_now(const Tensor& t, int peer);
+  // After a failure inside a batch: waits for what was started, so that nothing of this
+  // batch pairs with the peers' next one (its own errors are the failure's consequences).
+  void drain() noexcept;
   double finish(double loss_sum, int micro_batches);
 
   Communicator& pipe_;
