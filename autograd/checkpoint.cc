@@ -5,6 +5,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/record.h"
+#include "core/clock.h"
 #include "core/grad_mode.h"
 
 namespace tessera {
@@ -12,10 +13,6 @@ namespace tessera {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 }  // namespace
 

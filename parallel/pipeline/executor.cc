@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "autograd/engine.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
@@ -13,10 +14,6 @@ namespace tessera::parallel::pipeline {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 constexpr int64_t kMaxDims = 6;
 constexpr int64_t kHeader = kMaxDims + 2;  // [ndim, dims..., dtype]

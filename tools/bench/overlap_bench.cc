@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "models/gpt2/gpt.h"
@@ -42,10 +43,6 @@ backward pass; thread ranks.
 )";
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 GptConfig model_config() {
   GptConfig c;

@@ -26,6 +26,7 @@
 #include "autograd/engine.h"
 #include "autograd/ops.h"
 #include "core/allocator.h"
+#include "core/clock.h"
 #include "core/factories.h"
 #include "core/parallel.h"
 #include "models/sparse/sparse_self_attention.h"
@@ -77,10 +78,6 @@ Tensor materialized_dense(const Tensor& q, const Tensor& k, const Tensor& v) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   const Tensor scores = mul(matmul(q, transpose(k, 2, 3)), scalar_like(q, scale));  // (B,H,T,T)
   return matmul(softmax(scores), v);
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 struct Timing {

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "autograd/module.h"
+#include "core/clock.h"
 #include "core/cuda_runtime.h"
 #include "core/factories.h"
 #include "core/logging.h"
@@ -22,10 +23,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Tokens in the shards at `paths` (each header checked).
 int64_t shard_tokens(const std::vector<std::string>& paths) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/factories.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/comm/thread_comm.h"
@@ -16,10 +17,6 @@ namespace tessera::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // What one rank saw of one operation.
 struct Seen {
