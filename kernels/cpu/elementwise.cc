@@ -15,7 +15,6 @@
 
 #include "core/dispatch.h"
 #include "core/factories.h"
-#include "core/parallel.h"
 #include "core/strided_loop.h"
 #include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/eigen_types.h"
@@ -106,8 +105,29 @@ ArrayMap<float> chunk(std::array<std::array<float, kHalfChunk>, K>& v, int i, in
   return ArrayMap<float>(v[i].data(), len);
 }
 
+#if defined(__AVX512F__)
+// out[0, n) = gelu(in[0, n)) in f32 at memory speed (Note [Memory-bound kernels] in
+// kernels/cpu/avx512_math.h); the same function as unary_expr's GELU. Each vector
+// prefetches the input kPrefetchFloats ahead: its load feeds a long chain of arithmetic,
+// which leaves the out-of-order core too few loads in flight to cover memory latency.
+void gelu_avx512(const float* in, float* out, int64_t n) {
+  for_each_vector(out, n, [&](int64_t i, __mmask16 m) {
+    _mm_prefetch(reinterpret_cast<const char*>(in + i + kPrefetchFloats), _MM_HINT_T0);
+    return gelu_tanh_avx512(_mm512_maskz_loadu_ps(m, in + i));
+  });
+}
+#endif
+
 template <class T, UnaryOp Op>
 void unary_span(const std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& st) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float> && Op == UnaryOp::gelu) {
+    if (st[1] == sizeof(T)) {
+      gelu_avx512(reinterpret_cast<const float*>(p[1]), reinterpret_cast<float*>(p[0]), n);
+      return;
+    }
+  }
+#endif
   if constexpr (kIsHalf<T>) {
     half_span<T, 2>(p, n, st, [](auto& v, int64_t len) {
       chunk(v, 0, len) = unary_expr<Op>(chunk(v, 1, len));
@@ -118,23 +138,6 @@ void unary_span(const std::array<char*, 2>& p, int64_t n, const std::array<int64
     out_map<T>(p[0], n) = unary_expr<Op>(strided_map<T>(p[1], n, st[1]));
   }
 }
-
-#if defined(__AVX512F__)
-// out = gelu(x) for contiguous f32 tensors, at memory speed (Note [Memory-bound kernels]
-// in kernels/cpu/avx512_math.h); the same function as unary_expr's GELU. Each vector
-// prefetches the input kPrefetchFloats ahead: its load feeds a long chain of arithmetic,
-// which leaves the out-of-order core too few loads in flight to cover memory latency.
-void gelu_f32_avx512(const Tensor& x, Tensor& out) {
-  const float* px = x.data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  parallel_for(x.numel(), 32768, [&](int64_t b, int64_t e) {
-    for_each_vector(po + b, e - b, [&](int64_t i, __mmask16 m) {
-      _mm_prefetch(reinterpret_cast<const char*>(px + b + i + kPrefetchFloats), _MM_HINT_T0);
-      return gelu_tanh_avx512(_mm512_maskz_loadu_ps(m, px + b + i));
-    });
-  });
-}
-#endif
 
 // ---- unary backward ------------------------------------------------------------------------
 
@@ -280,12 +283,6 @@ void where_span(const std::array<char*, 4>& p, int64_t n, const std::array<int64
 
 Tensor unary(UnaryOp op, const Tensor& x) {  // (*) -> (*)
   Tensor out = empty(x.shape(), {x.dtype(), x.device()});
-#if defined(__AVX512F__)
-  if (op == UnaryOp::gelu && x.dtype() == DType::f32 && x.is_contiguous()) {
-    gelu_f32_avx512(x, out);
-    return out;
-  }
-#endif
   dispatch_floating_and_half(x.dtype(), unary_name(op), [&](auto tag) {
     using T = typename decltype(tag)::type;
     switch (op) {
