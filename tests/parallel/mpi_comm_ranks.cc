@@ -100,7 +100,7 @@ TEST_CASE("mpi all_gather puts rank r's input in block r", "[mpi]") {
 
 TEST_CASE("mpi collectives started on the worker thread give the blocking calls' results",
           "[mpi]") {
-  // Note [Asynchronous collectives]: MpiRuntime asks for MPI_THREAD_SERIALIZED, so the
+  // Note [Asynchronous collectives]: MpiRuntime asks for MPI_THREAD_MULTIPLE, so the
   // operations run on AsyncCollectives' worker, in their start order.
   auto comm = new_world();
   const int size = comm->size();
