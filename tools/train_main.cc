@@ -3,12 +3,14 @@
 //   bazel run //tools:train -- --config configs/shakespeare_char.json [--resume | --no-resume]
 //   mpirun -np 4 bazel-bin/tools/train --config configs/shakespeare_char.json
 //   bazel run //tools:train -- --check-config --config ds_config.json --world 8
+//   bazel run //tools:train -- --config configs/shakespeare_char_cuda_3d.json --thread-ranks 4
 //
 // Under mpirun every process is one rank (rank and world from the MPI environment): a
 // data-parallel rank (Note [Data-parallel engine] in parallel/engine/engine.h), or a place
 // in the (pipe, data, model) grid when the config has a pipeline or tensor slicing (Note
 // [3D engine]). With "device": "cuda", rank r of a node drives cuda:r and gradients move
-// over NCCL. Relative paths
+// over NCCL. With --thread-ranks N the ranks are threads of one process instead, and a
+// CUDA run's ranks share its one GPU. Relative paths
 // (the config, and the paths inside it) resolve against the directory the command was
 // started from. Exit codes: 0 done, 2 bad flags, 1 any other error.
 #include <cmath>
@@ -17,6 +19,7 @@
 
 #include "core/factories.h"
 #include "core/logging.h"
+#include "parallel/comm/host_staged_comm.h"
 #include "parallel/comm/mpi_comm.h"
 #include "parallel/comm/nccl_comm.h"
 #include "parallel/comm/thread_comm.h"
@@ -29,7 +32,7 @@ namespace {
 using tessera::parallel::Communicator;
 
 constexpr const char* kUsage =
-    R"(usage: train --config FILE [--resume | --no-resume] [--comm-timeout S]
+    R"(usage: train --config FILE [--resume | --no-resume] [--comm-timeout S] [--thread-ranks N]
        mpirun -np N train --config FILE [...]
        train --check-config --config FILE [--world N]
 
@@ -47,6 +50,10 @@ be a multiple of P x T, and the batch keys must fit the N / (P x T) data-paralle
                     arrived (default 300; 0.001 to 604800). Choose a few times the longest
                     step (plus checkpoint saves): a stopped rank holds the job this long
                     (docs/reliability.md)
+  --thread-ranks N  run N ranks as threads of this process instead of mpirun processes
+                    (1..1024); with "device": "cuda" they share the one GPU, moving its
+                    tensors through host memory: how a layout of several ranks (a
+                    pipeline, tensor slices, ZeRO-3) runs and is tested on one GPU
   --check-config    validate the whole config for N ranks (--world, default 1), print what it
                     resolves to (layout, batch triple, precision, ZeRO stage, optimizer,
                     model-state memory per rank, data shards) and exit without training
@@ -121,6 +128,32 @@ int train_mpi(int* argc, char*** argv, const std::string& config, tessera::train
   return 0;
 }
 
+// --thread-ranks: `ranks` ranks as threads of this process. The config is read once for the
+// error (before any thread starts), then by every rank. A CUDA run's ranks all drive the
+// configured device and move its tensors over host staging
+// (parallel/comm/host_staged_comm.h), as NCCL refuses two ranks on one GPU. A rank's error
+// ends the run; its peers stop at their next collective, within --comm-timeout.
+int train_thread_ranks(const std::string& config, tessera::train::ResumeMode mode,
+                       tessera::parallel::CommOptions options, int ranks) {
+  tessera::train::load_run_config(config, ranks);
+  const std::vector<std::unique_ptr<Communicator>> staging =
+      tessera::parallel::make_thread_group(ranks, options);
+  tessera::parallel::run_thread_ranks(
+      ranks,
+      [&](Communicator& world) {
+        tessera::train::RunConfig cfg = tessera::train::load_run_config(config, ranks);
+        std::unique_ptr<Communicator> device;
+        if (cfg.trainer.device.is_cuda() && ranks > 1) {
+          device = tessera::parallel::host_staged(*staging[world.rank()]);
+        }
+        tessera::train::apply_run_environment(cfg, world, device.get());
+        tessera::train::Trainer trainer(std::move(cfg), mode, world, device.get());
+        trainer.run();
+      },
+      options);
+  return 0;
+}
+
 int train_main(int argc, char** argv) {
   using tessera::cli::Flag;
   const tessera::cli::Flags flags(argc, argv,
@@ -129,7 +162,8 @@ int train_main(int argc, char** argv) {
                                    {"no-resume", Flag::kSwitch},
                                    {"comm-timeout", Flag::kValue},
                                    {"check-config", Flag::kSwitch},
-                                   {"world", Flag::kValue}});
+                                   {"world", Flag::kValue},
+                                   {"thread-ranks", Flag::kValue}});
   if (flags.has("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -141,7 +175,7 @@ int train_main(int argc, char** argv) {
         "--world is for --check-config; a run's world is the number of mpirun processes");
   }
   if (flags.has("check-config")) {
-    for (const char* run_flag : {"resume", "no-resume", "comm-timeout"}) {
+    for (const char* run_flag : {"resume", "no-resume", "comm-timeout", "thread-ranks"}) {
       if (flags.has(run_flag)) {
         throw tessera::cli::UsageError(std::string("--") + run_flag +
                                        " is for a run; --check-config trains nothing");
@@ -165,9 +199,20 @@ int train_main(int argc, char** argv) {
   tessera::parallel::CommOptions options;
   options.timeout = std::chrono::milliseconds(std::llround(timeout_s * 1000.0));
   tessera::cli::enter_working_directory();
-  if (tessera::parallel::MpiRuntime::launched_by_mpirun()) {
-    return train_mpi(&argc, &argv, config, mode, options);
+  const bool mpi = tessera::parallel::MpiRuntime::launched_by_mpirun();
+  if (flags.has("thread-ranks")) {
+    if (mpi) {
+      throw tessera::cli::UsageError(
+          "--thread-ranks runs the ranks in one process; under mpirun each process is a rank");
+    }
+    const int64_t ranks = flags.get_int("thread-ranks", 1);
+    if (ranks < 1 || ranks > 1024) {
+      throw tessera::cli::UsageError("--thread-ranks expected ranks in 1..1024, found " +
+                                     flags.required("thread-ranks"));
+    }
+    return train_thread_ranks(config, mode, options, static_cast<int>(ranks));
   }
+  if (mpi) return train_mpi(&argc, &argv, config, mode, options);
   std::unique_ptr<Communicator> single =
       std::move(tessera::parallel::make_thread_group(1, options)[0]);
   tessera::train::RunConfig cfg = tessera::train::load_run_config(config);

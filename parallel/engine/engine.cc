@@ -190,8 +190,9 @@ double Engine::eval_batch(const std::vector<pipeline::MicroBatch>& micro_batches
 
 double Engine::global_mean(double value) const {
   if (data_.size() == 1) return value;
-  const Tensor t = scalar_tensor(value, {DType::f64});
-  data_.all_reduce(t);
+  // On the device, through the group that moves its tensors (`data` may be a CPU group).
+  const Tensor t = scalar_tensor(value, {DType::f64, device_});
+  gradient_group_.all_reduce(t);
   return t.item<double>() / data_.size();
 }
 

@@ -129,9 +129,10 @@ class Engine {
  public:
   // Moves `model` to `device` in config.mixed_precision.dtype and builds the optimizer over
   // `param_groups` (optim::decay_groups of the model's parameters). `data` is the
-  // data-parallel group (CPU values: mean losses); `groups`, for a pipeline or tensor
-  // slicing, the 3D groups (`data` must be groups->data); `device_data`, the same ranks
-  // over the device (an NCCL group), moves gradients and parameters instead of `data`.
+  // data-parallel group; `groups`, for a pipeline or tensor slicing, the 3D groups, which
+  // move tensors on `device` (`data` must be groups->data); `device_data`, the same ranks
+  // as `data` over the device (an NCCL group), moves gradients, parameters and mean losses
+  // instead of `data`.
   // At ZeRO stage 3 the model may be unmaterialized (built under a DeferredInitGuard): its
   // init_parameter() then initializes each parameter as it is partitioned. Every argument
   // must outlive the engine. Collective.

@@ -72,7 +72,7 @@ for label in ${tests[@]+"${tests[@]}"} "${binaries[@]}"; do
 done
 if ((!subset)); then
   cp tools/bench/gpt2_gpu_torch.py tools/bench/gpt2_step_torch.py tools/bench/attention_torch.py "$root/bin/"
-  cp configs/shakespeare_char_cuda.json configs/shakespeare_char_cuda_zero3.json "$root/configs/"
+  cp configs/shakespeare_char_cuda*.json "$root/configs/"
   cp -r .data/shakespeare_char "$root/.data/"
 fi
 # The build's commands, for rebuild.py.

@@ -11,8 +11,10 @@
 #                        tests     every gpu test; a failing one again under CUDA_LAUNCH_BLOCKING=1
 #                        bench     cuda_kernels_bench, gpt2_gpu_bench (with PyTorch's reference)
 #                        train     the README's CUDA run (configs/shakespeare_char_cuda.json)
-#                                  and its ZeRO-3 twin (shakespeare_char_cuda_zero3.json), each
-#                                  then generating from its checkpoint
+#                                  its ZeRO-3 twin (shakespeare_char_cuda_zero3.json) and its
+#                                  2-stage pipeline of 2 tensor slices
+#                                  (shakespeare_char_cuda_3d.json, 4 thread ranks sharing the
+#                                  GPU), each then generating from its checkpoint
 #                        sanitize  compute-sanitizer memcheck on the kernel tests, racecheck on
 #                                  attention and the reductions (the slowest part)
 #   --filter REGEX     only the tests whose binary name matches (tests and sanitize)
@@ -204,10 +206,12 @@ if wants train; then
     say "train: skipped: $skip_reason"
   else
     bad=0
-    for run in shakespeare_char_cuda shakespeare_char_cuda_zero3; do
+    for run in shakespeare_char_cuda shakespeare_char_cuda_zero3 shakespeare_char_cuda_3d; do
       before=$bad
       start=$SECONDS
-      (cd "$root" && run_one train "$log" 300 "$bin/train" --config "configs/$run.json") || bad=$((bad + 1))
+      ranks=()
+      [[ $run == *_3d ]] && ranks=(--thread-ranks 4)
+      (cd "$root" && run_one train "$log" 300 "$bin/train" --config "configs/$run.json" ${ranks[@]+"${ranks[@]}"}) || bad=$((bad + 1))
       say "  $run: exit $([[ $bad == "$before" ]] && echo 0 || echo nonzero) in $((SECONDS - start)) s; last: $(grep -iE 'val' "$log" | tail -1)"
       (cd "$root" && run_one generate "$log" 120 "$bin/generate" --checkpoint ".runs/$run/checkpoints" --tokens 200) || bad=$((bad + 1))
     done

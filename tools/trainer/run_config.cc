@@ -153,11 +153,6 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   // inconsistency its default causes.
   parallel::finish_engine_config(c.engine, world_size);
   check_model_run(c);
-  const int64_t tp = c.engine.tensor_parallel.tp_size, stages = c.engine.pipeline.stages;
-  TS_CHECK(!c.trainer.device.is_cuda() || tp * stages == 1, "[config] $.trainer.device: ",
-           "pipeline and tensor parallelism run on CPU ranks (MPI or threads) for now; expected "
-           "\"cpu\" with pipeline.stages ",
-           stages, " and tensor_parallel.tp_size ", tp);
   parallel::check_comm_backend(c.engine.optimizer, c.trainer.device.is_cuda());
   TS_CHECK(!c.engine.activation_checkpointing.any() || c.checkpoint_activations ||
                c.engine.pipeline.activation_checkpoint_interval > 0,

@@ -55,17 +55,17 @@ ModelPlacement placement(const RunConfig& cfg, const parallel::ParallelGroups* g
 }  // namespace
 
 void apply_run_environment(const RunConfig& config, parallel::Communicator& world,
-                           parallel::Communicator* device_dp) {
+                           parallel::Communicator* device_world) {
   if (config.trainer.threads > 0) set_num_threads(static_cast<int>(config.trainer.threads));
   world.set_simulated_link(config.engine.simulated_link);
-  if (device_dp) device_dp->set_simulated_link(config.engine.simulated_link);
+  if (device_world) device_world->set_simulated_link(config.engine.simulated_link);
 }
 
 Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& world,
-                 parallel::Communicator* device_dp)
+                 parallel::Communicator* device_world)
     : cfg_(std::move(config)),
       world_(world),
-      groups_(make_groups(cfg_, world)),
+      groups_(make_groups(cfg_, device_world ? *device_world : world)),
       dp_(groups_ ? *groups_->data : world) {
   if (leader()) {
     for (const std::string& w : cfg_.warnings) log_warn("{}", w);
@@ -92,7 +92,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
       cfg_.engine, *model_,
       optim::decay_groups(model_->named_parameters(), oc.lr, oc.weight_decay, t.no_decay_1d,
                           t.no_decay_names),
-      t.device, dp_, groups_.get(), device_dp);
+      t.device, dp_, groups_.get(), groups_ ? nullptr : device_world);
 
   data::LoaderOptions lo;
   lo.batch_size = cfg_.engine.batch.train_micro_batch_size_per_gpu;

@@ -67,12 +67,13 @@ class Trainer {
  public:
   // `config` must have been resolved for world.size() ranks (load_run_config), and the
   // process set up for it (apply_run_environment). `world` moves the trainer's own CPU
-  // values (resume agreement, checkpoint barriers) and, with a pipeline or tensor slicing,
-  // is split into the 3D groups; `device_dp`, the same ranks over the training device (an
-  // NCCL group for CUDA data-parallel runs), moves gradients and parameters; world does
-  // both when it is null. Collective.
+  // values (resume agreement, checkpoint barriers). `device_world`, the same ranks over the
+  // training device (an NCCL group for CUDA runs of several ranks), moves the training
+  // tensors: gradients and parameters, and, split into the 3D groups, a pipeline's
+  // activations and tensor slicing's partial sums. `world` does both when it is null.
+  // Collective.
   Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& world,
-          parallel::Communicator* device_dp = nullptr);
+          parallel::Communicator* device_world = nullptr);
   ~Trainer();
 
   // Trains to the configured step count, evaluating, logging and checkpointing on the way,
@@ -102,7 +103,8 @@ class Trainer {
 
   RunConfig cfg_;
   parallel::Communicator& world_;
-  std::unique_ptr<parallel::ParallelGroups> groups_;  // pipeline or tensor-parallel runs
+  // Pipeline or tensor-parallel runs: split from the device world where there is one.
+  std::unique_ptr<parallel::ParallelGroups> groups_;
   parallel::Communicator& dp_;  // the data-parallel group (the world without 3D)
   // The recomputed segments' times (activation_checkpointing.profile), filled by the model's
   // CheckpointPolicy.
@@ -121,8 +123,8 @@ class Trainer {
 
 // Sets up the process for `config`, explicitly, before any Trainer: the OpenMP thread count
 // (trainer.threads, when above 0) and the simulated link ($.simulated_network) of `world`
-// and of `device_dp` (which may be null), inherited by the groups split from them.
+// and of `device_world` (which may be null), inherited by the groups split from them.
 void apply_run_environment(const RunConfig& config, parallel::Communicator& world,
-                           parallel::Communicator* device_dp = nullptr);
+                           parallel::Communicator* device_world = nullptr);
 
 }  // namespace tessera::train

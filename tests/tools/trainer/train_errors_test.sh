@@ -107,6 +107,25 @@ code=0
   fail "--check-config --resume: exit code $code: $(cat flags.err)"
 echo "ok check-config"
 
+# --thread-ranks N runs N ranks in this process: the world the batch keys are resolved for.
+config threads "$VOCAB" "data/train_*.bin"
+"$TRAIN" --config threads.json --thread-ranks 2 >threads.out 2>&1 ||
+  fail "--thread-ranks 2: $(tail -n 3 threads.out)"
+grep -qF "2 data-parallel rank(s)" threads.out || fail "--thread-ranks 2 ran: $(cat threads.out)"
+[ -f runs/threads/ckpt/latest ] || fail "--thread-ranks 2 wrote no checkpoint"
+code=0
+"$TRAIN" --config threads.json --thread-ranks 3 >flags.out 2>flags.err || code=$?
+[ "$code" -eq 1 ] && grep -qF "train_batch_size is not equal to" flags.err ||
+  fail "--thread-ranks 3 against a batch of 4: exit code $code: $(cat flags.err)"
+for value in 0 1025 x; do
+  code=0
+  "$TRAIN" --config threads.json --thread-ranks "$value" >flags.out 2>flags.err || code=$?
+  [ "$code" -eq 2 ] || fail "--thread-ranks $value: exit code $code, expected 2: $(cat flags.err)"
+  head -n 1 flags.err | grep -qF -- "--thread-ranks" ||
+    fail "--thread-ranks $value: first line is '$(head -n 1 flags.err)'"
+done
+echo "ok thread-ranks"
+
 # Resume falls back to the newest committed checkpoint that loads (Note [Resume fallback]).
 config fallback "$VOCAB" "data/train_*.bin" "" \
   '"steps": 4, "checkpoint_dir": "runs/fallback/ckpt", "checkpoint_interval": 2'

@@ -2,7 +2,8 @@
 // parallel/engine/engine.h): per-step losses and final weights against one process with
 // the same global batch at (pipe, data, model) = (2, 2, 2) with ZeRO-1, (4, 1, 1) and
 // (1, 2, 2) with ZeRO-2; and a (2, 2, 2) checkpoint (Note [3D checkpoints]) resumed at the
-// same layout bit for bit, and at (1, 1, 1) and (1, 2, 2) within 1e-5.
+// same layout bit for bit, and at (1, 1, 1) and (1, 2, 2) within 1e-5. A run given a device
+// group splits its 3D groups from that group, as a CUDA run splits them from NCCL.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "core/philox.h"
+#include "parallel/comm/host_staged_comm.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
 #include "tests/tools/trainer/run_metrics.h"
@@ -181,6 +183,40 @@ TEST_CASE("a (2, 2, 2) checkpoint resumes at any layout", "[trainer][3d]") {
       if (l.tol == 0) CHECK(got.optimizer == want.optimizer);
     }
   }
+}
+
+// What tools/train does with a CUDA device and several ranks, on the CPU: the trainer gets
+// a second group over the same ranks for the training tensors (there NCCL; here host
+// staging over a thread group of its own, which passes CPU tensors through), and the
+// pipeline and tensor-parallel groups must come from it, while the CPU world only agrees
+// on checkpoints.
+TEST_CASE("a 3D run splits its groups from the device group", "[trainer][3d]") {
+  const fs::path root = testing::fresh_dir("trainer_3d_device_group");
+  write_shard(root / "data");
+  const Outcome want = train(run_config(root / "data", root / "world", 2, 2, 1, 5), root / "world",
+                             4, ResumeMode::never);
+  const fs::path dir = root / "device";
+  const Json doc = run_config(root / "data", dir, 2, 2, 1, 5);
+  const std::vector<std::unique_ptr<parallel::Communicator>> device_ranks =
+      parallel::make_thread_group(4);
+  parallel::run_thread_ranks(4, [&](parallel::Communicator& world) {
+    std::unique_ptr<parallel::Communicator> device =
+        parallel::host_staged(*device_ranks[world.rank()]);
+    RunConfig cfg = parse_run_config(doc, "test", dir.string(), 4);
+    apply_run_environment(cfg, world, device.get());
+    Trainer trainer(std::move(cfg), ResumeMode::never, world, device.get());
+    trainer.run();
+    // The data, pipe, model and pipe-model groups.
+    CHECK(device->stats()[parallel::CommOp::split].calls == 4);
+    CHECK(world.stats()[parallel::CommOp::split].calls == 0);
+  });
+  Outcome got;
+  const testing::RunMetrics m = testing::read_run_metrics(dir);
+  got.losses = m.losses;
+  got.val_losses = m.val_losses;
+  const CheckpointContents c = load_checkpoint(*CheckpointDir((dir / "ckpt").string(), 0).latest());
+  for (const auto& [name, t] : c.model) got.weights[name] = t.to_vector<float>();
+  check_close(got, want, 0);
 }
 
 }  // namespace

@@ -1,0 +1,198 @@
+// Pipelines, tensor slicing and ZeRO-3 with CUDA tensors, through the trainer, against the
+// same layout on the CPU: several thread ranks share one GPU over host staging
+// (parallel/comm/host_staged_comm.h), as NCCL refuses two ranks on one device; with two
+// GPUs, the same layouts run over NCCL, one GPU per rank, as tools/train does under
+// mpirun. The 3D groups are split from the device group (tools/trainer/trainer.h), so
+// every stage transfer, partial sum and gathered parameter moves CUDA tensors.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "parallel/comm/host_staged_comm.h"
+#include "parallel/comm/nccl_comm.h"
+#include "parallel/comm/thread_comm.h"
+#include "tests/test_files.h"
+#include "tests/tools/trainer/run_metrics.h"
+#include "tools/data/shard.h"
+#include "tools/trainer/checkpoint.h"
+#include "tools/trainer/run_config.h"
+#include "tools/trainer/trainer.h"
+
+namespace tessera::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr int64_t kVocab = 29;
+
+// Token i is (7 i + offset) mod 29, so the model learns in a few steps.
+void write_shards(const fs::path& dir) {
+  fs::create_directories(dir);
+  auto tokens = [](size_t n, size_t offset) {
+    std::vector<uint16_t> t(n);
+    for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint16_t>((7 * i + offset) % kVocab);
+    return t;
+  };
+  data::write_shard((dir / "train_000000.bin").string(), tokens(4096, 0));
+  data::write_shard((dir / "val_000000.bin").string(), tokens(1024, 3));
+}
+
+struct Layout {
+  int pipe, data, model, zero;
+  std::string precision;  // "fp32", "bf16" or "fp16"
+  int ranks() const { return pipe * data * model; }
+};
+
+// 8 AdamW steps of 8 sequences of 16 in 2 micro-batches per data rank on `layout`, on
+// `device`, evaluating every 4 steps and checkpointing at the end. No dropout and no
+// biases (the key bias's gradient is rounding noise that Adam turns into full steps).
+Json run_config(const fs::path& data, const fs::path& dir, const Layout& layout,
+                const std::string& device) {
+  Json doc = {
+      {"train_batch_size", 8},
+      {"gradient_accumulation_steps", 2},
+      {"gradient_clipping", 1.0},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}, {"weight_decay", 0.1}}}}},
+      {"zero_optimization", {{"stage", layout.zero}, {"stage3_param_persistence_threshold", 100}}},
+      {"pipeline", {{"stages", layout.pipe}, {"partition_method", "uniform"}}},
+      {"tensor_parallel", {{"tp_size", layout.model}}},
+      {"model",
+       {{"type", "gpt2"},
+        {"vocab_size", kVocab},
+        {"block_size", 16},
+        {"n_layer", 2},
+        {"n_head", 4},
+        {"n_embd", 32},
+        {"bias", false}}},
+      {"data",
+       {{"train", (data / "train_*.bin").string()},
+        {"val", (data / "val_*.bin").string()},
+        {"sampling", "random"}}},
+      {"trainer",
+       {{"steps", 8},
+        {"eval_interval", 4},
+        {"eval_batches", 2},
+        {"seed", 5},
+        {"threads", 1},
+        {"device", device},
+        {"log_dir", dir.string()},
+        {"checkpoint_dir", (dir / "ckpt").string()},
+        {"checkpoint_interval", 8},
+        {"keep_last", 0}}}};
+  if (layout.precision == "bf16") doc["bf16"] = {{"enabled", true}};
+  if (layout.precision == "fp16") doc["fp16"] = {{"enabled", true}, {"initial_scale_power", 8}};
+  return doc;
+}
+
+// How the ranks of a CUDA run reach their device.
+enum class DeviceGroup { host_staged, nccl };
+
+// Trains `doc` on `ranks` thread ranks. A CUDA run's ranks get a device group over the
+// same ranks: host staging over a thread group of its own (all ranks on cuda:0), or NCCL
+// with rank r on cuda:r.
+void train(const Json& doc, const fs::path& dir, int ranks, DeviceGroup how) {
+  const std::vector<std::unique_ptr<parallel::Communicator>> staging =
+      parallel::make_thread_group(ranks);
+  parallel::run_thread_ranks(ranks, [&](parallel::Communicator& world) {
+    RunConfig cfg = parse_run_config(doc, "test", dir.string(), ranks);
+    std::unique_ptr<parallel::Communicator> device;
+    if (cfg.trainer.device.is_cuda() && ranks > 1) {
+      if (how == DeviceGroup::nccl) {
+        cfg.trainer.device = Device::cuda(world.rank());
+        device = parallel::nccl_group(world, world.rank(), {});
+      } else {
+        device = parallel::host_staged(*staging[world.rank()]);
+      }
+    }
+    apply_run_environment(cfg, world, device.get());
+    Trainer trainer(std::move(cfg), ResumeMode::never, world, device.get());
+    trainer.run();
+  });
+}
+
+// The CUDA run of `layout` follows its CPU run: every training and validation loss within
+// `tol` relative, the final weights within `tol` relative L2.
+void check_follows_cpu(const fs::path& root, const Layout& layout, DeviceGroup how) {
+  const std::string name = std::to_string(layout.pipe) + std::to_string(layout.data) +
+                           std::to_string(layout.model) + "_z" + std::to_string(layout.zero) + "_" +
+                           layout.precision;
+  const fs::path cpu = root / (name + "_cpu");
+  const fs::path gpu = root / (name + (how == DeviceGroup::nccl ? "_nccl" : "_staged"));
+  train(run_config(root / "data", cpu, layout, "cpu"), cpu, layout.ranks(), how);
+  train(run_config(root / "data", gpu, layout, "cuda"), gpu, layout.ranks(), how);
+  const testing::RunMetrics want = testing::read_run_metrics(cpu);
+  const testing::RunMetrics got = testing::read_run_metrics(gpu);
+  REQUIRE(want.losses.size() == 8);
+  REQUIRE(want.losses.at(8) < 0.9 * want.losses.at(1));  // it learns
+  // TF32 products on the device against f32 on the CPU; 16-bit runs round differently.
+  const double tol = layout.precision == "fp32" ? 1e-2 : 5e-2;
+  REQUIRE(got.losses.size() == want.losses.size());
+  for (const auto& [step, loss] : want.losses) {
+    INFO("step " << step << ": cpu " << loss << ", cuda " << got.losses.at(step));
+    CHECK(std::abs(got.losses.at(step) - loss) <= tol * loss);
+  }
+  REQUIRE(got.val_losses.size() == want.val_losses.size());
+  for (const auto& [step, loss] : want.val_losses) {
+    INFO("validation at step " << step);
+    CHECK(std::abs(got.val_losses.at(step) - loss) <= tol * loss);
+  }
+  auto weights = [](const fs::path& dir) {
+    std::map<std::string, std::vector<double>> m;
+    const CheckpointContents c =
+        load_checkpoint(*CheckpointDir((dir / "ckpt").string(), 0).latest());
+    for (const auto& [key, t] : c.model) m[key] = t.to_vector<double>();
+    return m;
+  };
+  const std::map<std::string, std::vector<double>> w = weights(cpu), g = weights(gpu);
+  REQUIRE(g.size() == w.size());
+  for (const auto& [key, b] : w) {
+    INFO(key);
+    const std::vector<double>& a = g.at(key);
+    REQUIRE(a.size() == b.size());
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < b.size(); ++i)
+      diff += (a[i] - b[i]) * (a[i] - b[i]), norm += b[i] * b[i];
+    CHECK(std::sqrt(diff) <= tol * std::sqrt(norm));
+  }
+}
+
+TEST_CASE("pipelines, tensor slicing and ZeRO-3 on one GPU follow the CPU", "[gpu][3d]") {
+  REQUIRE(cuda::device_count() > 0);
+  const fs::path root = testing::fresh_dir("parallel_modes_gpu_staged");
+  write_shards(root / "data");
+  for (const Layout& l :
+       {Layout{2, 1, 2, 1, "fp32"}, Layout{2, 1, 2, 1, "bf16"}, Layout{2, 2, 1, 1, "fp16"},
+        Layout{1, 2, 2, 2, "fp32"}, Layout{1, 2, 1, 3, "fp32"}, Layout{1, 2, 1, 3, "bf16"}}) {
+    DYNAMIC_SECTION("(" << l.pipe << ", " << l.data << ", " << l.model << "), ZeRO " << l.zero
+                        << ", " << l.precision) {
+      check_follows_cpu(root, l, DeviceGroup::host_staged);
+    }
+  }
+}
+
+TEST_CASE("a pipeline and tensor slicing over NCCL on two GPUs follow the CPU", "[gpu][3d][nccl]") {
+  if (cuda::device_count() < 2) {
+    WARN("skipped: needs two CUDA devices, found " << cuda::device_count());
+    return;
+  }
+  const fs::path root = testing::fresh_dir("parallel_modes_gpu_nccl");
+  write_shards(root / "data");
+  for (const Layout& l :
+       {Layout{2, 1, 1, 0, "fp32"}, Layout{1, 1, 2, 1, "bf16"}, Layout{1, 2, 1, 3, "fp32"}}) {
+    DYNAMIC_SECTION("(" << l.pipe << ", " << l.data << ", " << l.model << "), ZeRO " << l.zero
+                        << ", " << l.precision) {
+      check_follows_cpu(root, l, DeviceGroup::nccl);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::train
