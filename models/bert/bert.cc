@@ -59,8 +59,8 @@ Bert::Cls::Cls(const BertConfig& cfg) : predictions(cfg) {
 Bert::Bert(const BertConfig& cfg, uint64_t seed, const SparsityConfig* sparse)
     : cfg_(validated(cfg)),
       seed_(seed),
-      dropout_gen_(Generator::for_name(seed, "dropout")),
-      body_(cfg_, dropout_gen_, sparse, seed),
+      dropout_streams_(seed, "dropout", 0),
+      body_(cfg_, dropout_streams_.replicated(), sparse, seed),
       cls_(cfg_) {
   register_module("bert", body_);
   register_module("cls", cls_);
@@ -113,8 +113,8 @@ Tensor Bert::layers(Tensor x) const {
   // The dropout stream is rewound for the recomputation: the same masks in backward.
   return checkpoint_sequential(
       std::move(x), body_.encoder.layer.size(), checkpoint_interval_,
-      [this](size_t i, const Tensor& y) { return layer(i).forward(y); }, {&dropout_gen_},
-      checkpoint_policy_);
+      [this](size_t i, const Tensor& y) { return layer(i).forward(y); },
+      dropout_streams_.generators(), checkpoint_policy_);
 }
 
 Tensor Bert::forward(const Tensor& ids) const {

@@ -68,7 +68,8 @@ class Bert : public LanguageModel {
   const BertConfig& config() const { return cfg_; }
   // The dropout stream; the engine keys it per step (Note [Dropout per step] in
   // parallel/engine/engine.h).
-  Generator& dropout_generator() override { return dropout_gen_; }
+  // BERT is not sliced: its masks all come from the replicated stream.
+  parallel::DropoutStreams& dropout_streams() override { return dropout_streams_; }
   // Encoder layer i (tests and tools inspect its attention, e.g. the sparse layout).
   const BertLayer& layer(size_t i) const {
     return static_cast<const BertLayer&>(body_.encoder.layer[i]);
@@ -108,7 +109,7 @@ class Bert : public LanguageModel {
   BertConfig cfg_;
   uint64_t seed_;  // of the initialization
   // Mutable: a forward pass in training draws dropout masks (the layers hold pointers).
-  mutable Generator dropout_gen_;
+  mutable parallel::DropoutStreams dropout_streams_;
   Body body_;
   Cls cls_;
   int64_t checkpoint_interval_ = 0;

@@ -8,18 +8,23 @@
 
 namespace tessera {
 
-CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen,
+CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, parallel::DropoutStreams& streams,
                                          parallel::Communicator& model_group)
     : n_head_(cfg.n_head / model_group.size()),
       c_attn_(cfg.n_embd, 3 * cfg.n_embd, cfg.bias, model_group, /*gather_output=*/false,
               /*parts=*/3),
+      attn_dropout_(cfg.attention_probs_dropout(), streams.sliced()),
       c_proj_(cfg.n_embd, cfg.n_embd, cfg.bias, model_group, /*input_is_parallel=*/true),
-      resid_dropout_(cfg.dropout, gen) {
+      resid_dropout_(cfg.dropout, streams.replicated()),
+      drops_probabilities_(cfg.attention_probs_dropout() > 0.0) {
   if (cfg.sparse_attention) {
-    sparse_ = std::make_unique<SparseSelfAttention>(*cfg.sparse_attention, n_head_, cfg.block_size,
-                                                    hash_name(gen.seed(), "sparse_attention"));
+    // One layout for every block and rank: keyed by the replicated stream's own key.
+    sparse_ = std::make_unique<SparseSelfAttention>(
+        *cfg.sparse_attention, n_head_, cfg.block_size,
+        hash_name(streams.replicated().seed(), "sparse_attention"));
   }
   register_module("c_attn", c_attn_);
+  register_module("attn_dropout", attn_dropout_);
   register_module("c_proj", c_proj_);
   register_module("resid_dropout", resid_dropout_);
 }
@@ -42,9 +47,29 @@ Tensor CausalSelfAttention::merge_heads(const Tensor& y) const {
   return resid_dropout_.forward(c_proj_(merged));
 }
 
+Tensor CausalSelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& visible) const {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  Tensor scores = matmul(q, transpose(k, 2, 3)) * scale;  // (B, H, T, S)
+  if (visible.defined()) {
+    scores = where(visible, scores, scalar_like(scores, -std::numeric_limits<double>::infinity()));
+  }
+  return matmul(attn_dropout_.forward(softmax(scores)), v);  // (B, H, T, D)
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
   const std::vector<Tensor> qkv = heads(x);
   if (sparse_) return merge_heads(sparse_->forward(qkv[0], qkv[1], qkv[2], /*causal=*/true));
+  if (drops_probabilities_ && is_training()) {
+    // Note [Attention dropout]: row i sees keys s <= i.
+    const int64_t t = x.size(1);
+    std::vector<bool> visible(static_cast<size_t>(t * t));
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t s = 0; s <= i; ++s) visible[i * t + s] = true;
+    }
+    return merge_heads(
+        attend(qkv[0], qkv[1], qkv[2], from_vector(visible, {1, t, t}).to(x.device())));
+  }
   return merge_heads(causal_attention(qkv[0], qkv[1], qkv[2]));
 }
 
@@ -59,25 +84,23 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& cache_k, Ten
   const int64_t total = start + t;
   const Tensor k = cache_k.narrow(2, 0, total);  // (B, H, S, D)
   const Tensor v = cache_v.narrow(2, 0, total);  // (B, H, S, D)
-  const double scale = 1.0 / std::sqrt(static_cast<double>(qkv[0].size(3)));
-  Tensor scores = matmul(qkv[0], transpose(k, 2, 3)) * scale;  // (B, H, T, S)
+  Tensor visible;  // undefined: a single new row without a layout sees every cached key
   if (t > 1 || sparse_) {
     // New row i sits at position start + i and sees keys s <= start + i (and, sparse, those
     // of its layout: Note [Sparse GPT attention]).
     const int64_t heads = sparse_ ? n_head_ : 1;
-    std::vector<bool> visible(static_cast<size_t>(heads * t * total));
+    std::vector<bool> mask(static_cast<size_t>(heads * t * total));
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t i = 0; i < t; ++i) {
         for (int64_t s = 0; s < total; ++s) {
-          visible[(h * t + i) * total + s] =
+          mask[(h * t + i) * total + s] =
               s <= start + i && (!sparse_ || sparse_->visible(h, start + i, s));
         }
       }
     }
-    scores = where(from_vector(visible, {heads, t, total}).to(x.device()), scores,
-                   scalar_like(scores, -std::numeric_limits<double>::infinity()));
+    visible = from_vector(mask, {heads, t, total}).to(x.device());
   }
-  return merge_heads(matmul(softmax(scores), v));  // (B, H, T, D) -> (B, T, C)
+  return merge_heads(attend(qkv[0], k, v, visible));  // (B, H, T, D) -> (B, T, C)
 }
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include "models/layers/dropout.h"
 #include "models/sparse/sparse_self_attention.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/tensor/dropout_streams.h"
 #include "parallel/tensor/layers.h"
 
 namespace tessera {
@@ -17,14 +18,26 @@ namespace tessera {
 // with a KV cache applies the same layout as an element mask, so a model samples with the
 // attention it was trained with. Under tensor slicing every rank holds heads of one
 // shared layout (per-head layouts are refused by the run config).
+// Note [Attention dropout]
+// With cfg.attention_probs_dropout() above 0, training drops attention probabilities, as
+// Hugging Face's GPT2Attention (attn_dropout) and Megatron's CoreAttention do. The fused
+// attention kernels never form the probabilities, so such a forward takes the unfused
+// path, softmax(q k^T / sqrt(D)) over the causal mask, dropped out, times v, with its
+// (B, H, T, T) scores in memory (the path PyTorch's scaled_dot_product_attention takes with
+// dropout when no fused kernel applies). The probabilities are of this rank's heads only,
+// so their masks come from the sliced stream (Note [Model-parallel dropout] in
+// parallel/tensor/dropout_streams.h); the output's dropout, after c_proj's all-reduce, from
+// the replicated one. Evaluation and generation use the fused kernels.
 class CausalSelfAttention : public Module {
  public:
-  // Children "c_attn" (C -> 3C: q, k, v in that order) and "c_proj" (C -> C); dropout on
-  // the output draws from `gen`. The heads are split over the model-parallel group
-  // `model_group` (Note [Tensor-parallel GPT] in models/gpt2/gpt.h): c_attn is column-parallel
-  // (each rank's q, k and v rows), c_proj row-parallel. With cfg.sparse_attention the
-  // heads attend through its block-sparse layout (Note [Sparse GPT attention]).
-  CausalSelfAttention(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group);
+  // Children "c_attn" (C -> 3C: q, k, v in that order), "attn_dropout", "c_proj" (C -> C)
+  // and "resid_dropout" (Hugging Face's names). The heads are split over the
+  // model-parallel group `model_group` (Note [Tensor-parallel GPT] in models/gpt2/gpt.h):
+  // c_attn is column-parallel (each rank's q, k and v rows), c_proj row-parallel. With
+  // cfg.sparse_attention the heads attend through its block-sparse layout (Note [Sparse GPT
+  // attention]). Dropout draws from `streams` (Note [Attention dropout]).
+  CausalSelfAttention(const GptConfig& cfg, parallel::DropoutStreams& streams,
+                      parallel::Communicator& model_group);
 
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
   // Inference over new positions [cache_k/v length, + T): appends their keys and values
@@ -36,12 +49,18 @@ class CausalSelfAttention : public Module {
   // (B, T, C) -> q, k, v each (B, H, T, D), H this rank's heads.
   std::vector<Tensor> heads(const Tensor& x) const;
   Tensor merge_heads(const Tensor& y) const;  // (B, H, T, D) -> (B, T, C) through c_proj
+  // Unfused attention: softmax(q k^T / sqrt(D)) over the keys `visible` marks (undefined:
+  // all; else bool (heads or 1, T, S)), its probabilities through attn_dropout_, times v.
+  // q (B, H, T, D), k and v (B, H, S, D) -> (B, H, T, D).
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& visible) const;
 
   int64_t n_head_;                               // this rank's heads
   std::unique_ptr<SparseSelfAttention> sparse_;  // null: dense causal attention
   parallel::ColumnParallelLinear c_attn_;
+  Dropout attn_dropout_;
   parallel::RowParallelLinear c_proj_;
   Dropout resid_dropout_;
+  bool drops_probabilities_;  // attention_probs_dropout() > 0
 };
 
 }  // namespace tessera

@@ -4,11 +4,12 @@
 
 namespace tessera {
 
-Block::Block(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group)
+Block::Block(const GptConfig& cfg, parallel::DropoutStreams& streams,
+             parallel::Communicator& model_group)
     : ln_1_(cfg.n_embd, cfg.layer_norm_eps, cfg.bias),
-      attn_(cfg, gen, model_group),
+      attn_(cfg, streams, model_group),
       ln_2_(cfg.n_embd, cfg.layer_norm_eps, cfg.bias),
-      mlp_(cfg, gen, model_group) {
+      mlp_(cfg, streams.replicated(), model_group) {
   register_module("ln_1", ln_1_);
   register_module("attn", attn_);
   register_module("ln_2", ln_2_);

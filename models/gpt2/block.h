@@ -11,9 +11,10 @@ namespace tessera {
 
 class Block : public Module {
  public:
-  // Children "ln_1", "attn", "ln_2", "mlp" (Hugging Face names); dropout draws from `gen`;
-  // attention heads and the MLP's hidden features are split over `model_group`.
-  Block(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group);
+  // Children "ln_1", "attn", "ln_2", "mlp" (Hugging Face names); dropout draws from
+  // `streams`; attention heads and the MLP's hidden features are split over `model_group`.
+  Block(const GptConfig& cfg, parallel::DropoutStreams& streams,
+        parallel::Communicator& model_group);
   // x + attn(ln_1(x)), then + mlp(ln_2(.)).
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
   // forward() for inference with a KV cache (see CausalSelfAttention::forward_cached).

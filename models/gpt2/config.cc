@@ -20,6 +20,11 @@ int64_t GptConfig::num_parameters() const {
   return padded_vocab_size() * c + block_size * c + n_layer * per_layer + (c + b * c) + head;
 }
 
+double GptConfig::attention_probs_dropout() const {
+  if (attention_dropout) return *attention_dropout;
+  return sparse_attention ? 0.0 : dropout;
+}
+
 void GptConfig::validate(const std::string& where) const {
   TS_CHECK(vocab_size > 0 && vocab_size <= (int64_t{1} << 31), where,
            "vocab_size: expected an integer in [1, 2^31], found ", vocab_size);
@@ -30,6 +35,12 @@ void GptConfig::validate(const std::string& where) const {
            "n_embd: expected a positive multiple of n_head (", n_head, "), found ", n_embd);
   TS_CHECK(dropout >= 0.0 && dropout < 1.0, where, "dropout: expected a number in [0, 1), found ",
            dropout);
+  TS_CHECK(!attention_dropout || (*attention_dropout >= 0.0 && *attention_dropout < 1.0), where,
+           "attention_dropout: expected a number in [0, 1), found ", attention_dropout.value_or(0));
+  TS_CHECK(!sparse_attention || attention_probs_dropout() == 0.0, where,
+           "attention_dropout: block-sparse attention drops none of its probabilities (as "
+           "DeepSpeed's SparseSelfAttention); expected 0 with sparse_attention, found ",
+           attention_probs_dropout());
   TS_CHECK(layer_norm_eps > 0.0, where, "layer_norm_eps: expected a number > 0, found ",
            layer_norm_eps);
   if (sparse_attention) {
@@ -69,6 +80,9 @@ GptConfig GptConfig::from_json(JsonObjectReader model) {
   cfg.n_head = model.get_in_range<int64_t>("n_head", cfg.n_head, 1, 1024);
   cfg.n_embd = model.get_in_range<int64_t>("n_embd", cfg.n_embd, 1, 1 << 16);
   cfg.dropout = model.get_in_range<double>("dropout", cfg.dropout, 0.0, 0.99);
+  if (model.has("attention_dropout")) {
+    cfg.attention_dropout = model.get_in_range<double>("attention_dropout", 0.0, 0.0, 0.99);
+  }
   cfg.bias = model.get<bool>("bias", cfg.bias);
   cfg.tie_word_embeddings = model.get<bool>("tie_word_embeddings", cfg.tie_word_embeddings);
   cfg.layer_norm_eps = model.get_in_range<double>("layer_norm_eps", cfg.layer_norm_eps, 1e-12, 1.0);
@@ -91,6 +105,7 @@ nlohmann::json GptConfig::to_json() const {
                       {"bias", bias},
                       {"tie_word_embeddings", tie_word_embeddings},
                       {"layer_norm_eps", layer_norm_eps}};
+  if (attention_dropout) j["attention_dropout"] = *attention_dropout;
   if (sparse_attention) j["sparse_attention"] = sparse_attention->to_json();
   return j;
 }

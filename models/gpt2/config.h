@@ -16,7 +16,10 @@ struct GptConfig {
   int64_t n_layer = 12;
   int64_t n_head = 12;
   int64_t n_embd = 768;
-  double dropout = 0.0;             // on embeddings, attention output and MLP output
+  double dropout = 0.0;  // on embeddings, attention output and MLP output
+  // On the attention probabilities (Hugging Face's attn_pdrop, Megatron's
+  // --attention-dropout); unset: attention_probs_dropout() decides.
+  std::optional<double> attention_dropout;
   bool bias = true;                 // biases in Linear and LayerNorm
   bool tie_word_embeddings = true;  // the LM head reuses transformer.wte.weight
   double layer_norm_eps = 1e-5;
@@ -29,6 +32,10 @@ struct GptConfig {
   // predicted: the loss and sampling use the first vocab_size logits only).
   int64_t padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
   int64_t head_dim() const { return n_embd / n_head; }
+  // The attention probabilities' dropout: attention_dropout when set, else `dropout` (one
+  // rate for every dropout, as nanoGPT's and Hugging Face's defaults), except with block-sparse
+  // attention, whose probabilities DeepSpeed's SparseSelfAttention never drops (0).
+  double attention_probs_dropout() const;
   // Parameters with the padded vocabulary (what the model allocates).
   int64_t num_parameters() const;
   // Throws one line naming the first inconsistent field (n_embd % n_head, sizes <= 0, ...);

@@ -22,7 +22,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part, Generator& gen,
+Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part,
+                              parallel::DropoutStreams& streams,
                               parallel::Communicator& model_group)
     : h(part.first_block) {
   if (part.embedding || (part.head && cfg.tie_word_embeddings)) {
@@ -32,13 +33,13 @@ Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part, Generat
   }
   if (part.embedding) {
     wpe = std::make_unique<Embedding>(cfg.block_size, cfg.n_embd);
-    drop = std::make_unique<Dropout>(cfg.dropout, gen);
+    drop = std::make_unique<Dropout>(cfg.dropout, streams.replicated());
     register_module("wpe", *wpe);
     register_module("drop", *drop);
   }
   const int64_t end = part.end_block < 0 ? cfg.n_layer : part.end_block;
   for (int64_t i = part.first_block; i < end; ++i) {
-    h.push_back(std::make_unique<Block>(cfg, gen, model_group));
+    h.push_back(std::make_unique<Block>(cfg, streams, model_group));
   }
   register_module("h", h);
   if (part.final_norm) {
@@ -49,7 +50,7 @@ Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part, Generat
 
 namespace {
 
-// The dropout stream's name: a pipeline stage that starts past block 0 draws its own
+// The dropout streams' name: a pipeline stage that starts past block 0 draws its own
 // masks, not the first stage's again (Megatron-LM likewise adds 100 x the pipeline rank to
 // the seed: _set_random_seed in megatron/training/initialize.py).
 std::string dropout_stream_name(const GptPart& part) {
@@ -79,8 +80,8 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_grou
       part_(part),
       own_group_(own_group(cfg, model_group)),
       model_group_(model_group ? *model_group : *own_group_),
-      dropout_gen_(Generator::for_name(seed, dropout_stream_name(part))),
-      transformer_(cfg, part, dropout_gen_, model_group_) {
+      dropout_streams_(seed, dropout_stream_name(part), model_group_.rank()),
+      transformer_(cfg, part, dropout_streams_, model_group_) {
   TS_CHECK(part.first_block >= 0 && part.first_block <= cfg.n_layer &&
                (part.end_block < 0 ||
                 (part.end_block >= part.first_block && part.end_block <= cfg.n_layer)),
@@ -161,8 +162,8 @@ Tensor Gpt::head(const Tensor& x) const {
 Tensor Gpt::blocks(Tensor x) const {
   return checkpoint_sequential(
       std::move(x), transformer_.h.size(), checkpoint_interval_,
-      [this](size_t i, const Tensor& y) { return block(i).forward(y); }, {&dropout_gen_},
-      checkpoint_policy_);
+      [this](size_t i, const Tensor& y) { return block(i).forward(y); },
+      dropout_streams_.generators(), checkpoint_policy_);
 }
 
 Tensor Gpt::forward(const Tensor& idx) const {

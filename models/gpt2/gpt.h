@@ -45,6 +45,7 @@
 #include "models/layers/embedding.h"
 #include "models/layers/layer_norm.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/tensor/dropout_streams.h"
 #include "parallel/tensor/layers.h"
 
 namespace tessera {
@@ -53,7 +54,9 @@ class Gpt : public LanguageModel {
  public:
   // Builds the model and initializes its materialized parameters (all of them, unless
   // built under a DeferredInitGuard) with init_parameter(); dropout masks come from
-  // a Philox stream keyed by `seed` and the first block `part` holds. With `model_group` the
+  // Philox streams keyed by `seed`, the first block `part` holds and, for the attention
+  // probabilities, the tensor-parallel rank (Note [Model-parallel dropout] in
+  // parallel/tensor/dropout_streams.h). With `model_group` the
   // weights are split over it (Note [Tensor-parallel GPT]); the group must outlive the model.
   // Throws when n_head or the padded vocabulary does not split over the group. `part` builds one
   // pipeline stage's layers only (Note [Pipeline GPT]).
@@ -100,15 +103,15 @@ class Gpt : public LanguageModel {
   const GptPart& part() const { return part_; }
   // The tensor-parallel group (of one without one given).
   parallel::Communicator& model_group() const { return model_group_; }
-  // The dropout stream; the engine keys it per step (Note [Dropout per step] in
+  // The dropout streams; the engine keys them per step (Note [Dropout per step] in
   // parallel/engine/engine.h).
-  Generator& dropout_generator() override { return dropout_gen_; }
+  parallel::DropoutStreams& dropout_streams() override { return dropout_streams_; }
 
  private:
   // The "transformer" child: embeddings, blocks and the final LayerNorm, those `part` holds
   // (wte also on a stage with a tied head).
   struct Transformer : Module {
-    Transformer(const GptConfig& cfg, const GptPart& part, Generator& gen,
+    Transformer(const GptConfig& cfg, const GptPart& part, parallel::DropoutStreams& streams,
                 parallel::Communicator& model_group);
     std::unique_ptr<parallel::VocabParallelEmbedding> wte;
     std::unique_ptr<Embedding> wpe;
@@ -133,7 +136,7 @@ class Gpt : public LanguageModel {
   std::unique_ptr<parallel::Communicator> own_group_;  // the group of one, when none is given
   parallel::Communicator& model_group_;
   // Mutable: a forward pass in training draws dropout masks (the layers hold pointers).
-  mutable Generator dropout_gen_;
+  mutable parallel::DropoutStreams dropout_streams_;
   Transformer transformer_;
   Tensor lm_head_;  // (Vp / P, C), defined only when the head is not tied
   int64_t checkpoint_interval_ = 0;

@@ -12,7 +12,8 @@ namespace tessera {
 class Mlp : public Module {
  public:
   // Children "c_fc" (column-parallel over `model_group`) and "c_proj" (row-parallel); dropout on
-  // the output draws from `gen`.
+  // the output, which every rank of the group holds whole, draws from `gen` (a replicated
+  // stream: Note [Model-parallel dropout] in parallel/tensor/dropout_streams.h).
   Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group);
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
 

@@ -65,7 +65,6 @@ Engine::Engine(const EngineConfig& config, TrainableModel& model,
   TS_CHECK(!(groups && groups->grid.model_size() > 1) || can.tensor_slicing,
            "[engine] tensor slicing over ", groups ? groups->grid.model_size() : 1,
            " ranks: expected a model that can be sliced, found one that cannot");
-  dropout_key_ = model.dropout_generator().seed();
   // Initialized in f32 on the CPU (the same weights everywhere), then placed.
   model.to(device, config.mixed_precision.dtype);
   optimizer_ = std::make_unique<ZeroOptimizer>(
@@ -108,7 +107,7 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
   optimizer_->set_lr(stats.lr);
   if (const std::optional<double> beta1 = scheduler_->beta1()) optimizer_->set_momentum(*beta1);
   optimizer_->zero_grad();
-  model_.dropout_generator() = Generator(hash_name(dropout_key_, "step " + std::to_string(step_)));
+  model_.dropout_streams().key_for_step(step_);
   double loss = 0;
   if (executor_) {
     // The schedule orders DeepSpeed's ReduceTiedGrads, ReduceGrads and OptimizerStep.

@@ -13,7 +13,7 @@
 // Note [Engine]
 // Flow: config -> Engine -> TrainableModel (models/) -> ops (autograd/) -> kernels. A step:
 // the optimizer takes the schedule's rate (and momentum), the gradients are zeroed, the
-// dropout stream is keyed for the step (Note [Dropout per step]), then
+// dropout streams are keyed for the step (Note [Dropout per step]), then
 //   - without a pipeline, each micro-batch runs forward, loss and backward through
 //     ZeroOptimizer (which reduces at the last one, or during backward at stages 2-3);
 //   - with one, the executor runs the 1F1B schedule over ModelStage, backward unreduced,
@@ -47,11 +47,12 @@
 // exact, and tools/generate and zero_to_fp32 read the same files.
 //
 // Note [Dropout per step]
-// The dropout stream is derived, not saved: step s draws from the Philox key hash(k, s),
-// k being the model's own dropout key (a pipeline stage's differs from stage 0's), at
-// offset 0. A saved offset would be wrong for every rank that draws a different amount
-// than the one that wrote it (each pipeline stage does); a derived key needs nothing per
-// rank, so a resumed step draws the masks the uninterrupted one drew.
+// The dropout streams are derived, not saved: at step s each draws from the Philox key
+// hash(k, s), k being the stream's own key (a pipeline stage's differs from stage 0's, a
+// tensor-parallel rank's sliced stream from its peers': Note [Model-parallel dropout] in
+// parallel/tensor/dropout_streams.h), at offset 0. A saved offset would be wrong for every rank
+// that draws a different amount than the one that wrote it (each pipeline stage does); a derived
+// key needs nothing per rank, so a resumed step draws the masks the uninterrupted one drew.
 #pragma once
 
 #include <cstdint>
@@ -193,7 +194,6 @@ class Engine {
   Communicator& data_;
   ParallelGroups* groups_;
   Communicator& gradient_group_;
-  uint64_t dropout_key_ = 0;  // the model's own, before any step re-keyed it
   std::unique_ptr<ZeroOptimizer> optimizer_;
   std::unique_ptr<optim::LrScheduler> scheduler_;
   std::unique_ptr<pipeline::PipelineStage> stage_;  // pipelines only

@@ -9,7 +9,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/module.h"
-#include "core/philox.h"
+#include "parallel/tensor/dropout_streams.h"
 
 namespace tessera::parallel {
 
@@ -28,9 +28,9 @@ class TrainableModel : public Module {
   // The scalar loss of forward()'s (or the last stage's) output against `targets`.
   // Collective over the model group under tensor slicing.
   virtual Tensor loss(const Tensor& output, const Tensor& targets) const = 0;
-  // The dropout stream. The engine re-keys it at every step (Note [Dropout per step] in
-  // parallel/engine/engine.h); its key before that is the model's own.
-  virtual Generator& dropout_generator() = 0;
+  // The dropout streams (Note [Model-parallel dropout] in parallel/tensor/dropout_streams.h).
+  // The engine keys them for every step (Note [Dropout per step] in parallel/engine/engine.h).
+  virtual DropoutStreams& dropout_streams() = 0;
   // Recompute layers in backward instead of storing their activations: every `interval`
   // consecutive layers form one checkpoint (0: none), kept and timed as `policy` says.
   virtual void set_activation_checkpointing(int64_t interval, CheckpointPolicy policy = {}) = 0;

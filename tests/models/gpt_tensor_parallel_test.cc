@@ -2,8 +2,10 @@
 // sizes 2 and 4 on thread ranks against the dense model: each rank's initial weights are
 // its slices of the dense ones, its logits the dense logits' vocabulary slice, its loss the
 // dense loss, and every parameter gradient the slice of the dense gradient, within 1e-6
-// relative, with and without dropout. Odd sizes: vocab 101 padded to 128 (the last rank
-// holds most of the padding), T = 17.
+// relative, with and without dropout on the replicated activations (embeddings, attention
+// and MLP outputs), whose masks are the dense model's; the attention probabilities' masks
+// are each rank's own (tests/models/gpt_attention_dropout_test.cc). Odd sizes: vocab 101 padded to
+// 128 (the last rank holds most of the padding), T = 17.
 #include <catch2/catch.hpp>
 #include <map>
 #include <mutex>
@@ -32,6 +34,7 @@ GptConfig config(double dropout) {
   c.n_head = 4;
   c.n_embd = 32;
   c.dropout = dropout;
+  c.attention_dropout = 0.0;
   return c;
 }
 

@@ -28,13 +28,13 @@ class Regression final : public TrainableModel {
     const Tensor d = sub(y, t);
     return mean(mul(d, d));
   }
-  Generator& dropout_generator() override { return gen_; }
+  DropoutStreams& dropout_streams() override { return streams_; }
   void set_activation_checkpointing(int64_t, CheckpointPolicy) override {}
   const Tensor& w() const { return w_; }
 
  private:
   Tensor w_;
-  Generator gen_{7};
+  DropoutStreams streams_{7, "dropout", 0};
 };
 
 EngineConfig sgd_config(int64_t gas, double lr) {
