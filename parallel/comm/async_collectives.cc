@@ -20,17 +20,36 @@ void AsyncCollectives::run_one(CommHandle::State& state) {
   state.finished.notify_all();
 }
 
+void AsyncCollectives::queue_one(CommHandle::State& state) {
+  std::exception_ptr error;
+  try {
+    state.queued = comm_.queue(state.run);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (!state.queued) state.run = nullptr;  // finished (or failed): the tensors may go
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.done = true;
+  state.error = error;
+}
+
 void CommHandle::wait() const {
   if (!state_) return;
   std::unique_lock<std::mutex> lock(state_->mutex);
   state_->finished.wait(lock, [&] { return state_->done; });
   if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->queued) state_->queued->order_device_after();
 }
 
 bool CommHandle::done() const {
   if (!state_) return true;
   std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->done;
+  return state_->done && (!state_->queued || state_->queued->finished());
+}
+
+void AsyncCollectives::wait_on_host(const CommHandle& h) {
+  h.wait();
+  if (h.state_ && h.state_->queued) h.state_->queued->wait();
 }
 
 bool CommHandle::failed() const {
@@ -52,7 +71,7 @@ AsyncCollectives::AsyncCollectives(Communicator& comm) : comm_(comm) {
 AsyncCollectives::~AsyncCollectives() {
   for (const CommHandle& h : started_) {
     try {
-      h.wait();
+      wait_on_host(h);
     } catch (...) {  // reported by the handle's own wait(), or nobody's to report now
     }
   }
@@ -86,7 +105,7 @@ CommHandle AsyncCollectives::start(std::function<void()> run) {
   state->run = std::move(run);
   CommHandle handle(state);
   if (!overlaps()) {
-    run_one(*state);
+    queue_one(*state);
   } else {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -122,7 +141,7 @@ void AsyncCollectives::wait_all() {
   std::exception_ptr first;
   for (const CommHandle& h : started_) {
     try {
-      h.wait();
+      wait_on_host(h);
     } catch (...) {
       if (!first) first = std::current_exception();
     }

@@ -20,8 +20,12 @@
 //   broken as after a failed blocking call, so the operations behind it fail too.
 // - A backend that must run on the caller's thread (Communicator::runs_on_any_thread()
 //   false: NCCL and host staging, whose CUDA calls belong to the caller's device; MPI below
-//   MPI_THREAD_MULTIPLE) runs each operation when it is started: the handle is complete on
-//   return and nothing overlaps.
+//   MPI_THREAD_MULTIPLE) has no worker: each operation is run through
+//   Communicator::queue() when it is started. NCCL leaves it queued on its stream (Note
+//   [Device-queued operations] in communicator.h): wait() then makes the compute stream
+//   wait for it on the device and returns without waiting on the host, and wait_all()
+//   waits on the host, under the group's timeout, so its errors surface there. The other
+//   backends run it to completion: the handle is complete on return and nothing overlaps.
 // - The communicator's stats() are updated by the worker: read them after wait_all().
 #pragma once
 
@@ -44,9 +48,10 @@ class CommHandle {
  public:
   // A handle with nothing to wait for.
   CommHandle() = default;
-  // Blocks until the operation has run; rethrows its error (every time it is called).
+  // Blocks until the operation has run, or, queued on a device, orders the device's later
+  // work after it; rethrows its error (every time it is called).
   void wait() const;
-  // Whether the operation has run (wait() would not block).
+  // Whether the operation has run (on the device, when queued there).
   bool done() const;
   // Whether the operation has run and failed.
   bool failed() const;
@@ -55,6 +60,9 @@ class CommHandle {
   friend class AsyncCollectives;
   struct State {
     std::function<void()> run;  // the blocking call, with its tensors
+    // Set when the backend left the operation queued on a device; `run` then keeps its
+    // tensors alive for as long as the state lives.
+    std::unique_ptr<QueuedWork> queued;
     std::mutex mutex;
     std::condition_variable finished;
     bool done = false;
@@ -85,9 +93,10 @@ class AsyncCollectives {
   CommHandle all_gather(const Tensor& in, const Tensor& out);
   CommHandle send(const Tensor& t, int dst);
   CommHandle recv(const Tensor& t, int src);
-  // Waits for every operation started so far; rethrows the first error among them (among
-  // those not yet dropped: handles of operations that succeeded are dropped as new ones
-  // start, so a long run holds only the recent and the failed ones).
+  // Waits for every operation started so far, on the host also those queued on a device;
+  // rethrows the first error among them (among those not yet dropped: handles of
+  // operations that succeeded are dropped as new ones start, so a long run holds only the
+  // recent and the failed ones).
   void wait_all();
 
  private:
@@ -96,6 +105,11 @@ class AsyncCollectives {
   void work();
   // Runs `state`'s operation and records its end and error.
   static void run_one(CommHandle::State& state);
+  // Runs `state`'s operation through comm_.queue() and records that it has been started
+  // (and its error).
+  void queue_one(CommHandle::State& state);
+  // `h`'s wait(), then, when it was queued on a device, a wait on the host.
+  static void wait_on_host(const CommHandle& h);
 
   Communicator& comm_;
   std::mutex mutex_;

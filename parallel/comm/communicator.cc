@@ -302,6 +302,11 @@ void Communicator::run(CommOp op, F&& f) {
   }
 }
 
+std::unique_ptr<QueuedWork> Communicator::queue(const std::function<void()>& ops) {
+  ops();
+  return nullptr;
+}
+
 // Note [A group of one]
 // With one rank every collective is the identity (or a copy from in to out), so the base
 // class performs it without the backend: a single-process run can keep its tensors on a

@@ -19,6 +19,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -96,6 +97,39 @@ class CommStats {
   std::array<Op, kNumCommOps> ops_{};
 };
 
+// Note [Device-queued operations]
+// NCCL runs an operation on a CUDA stream of its communicator's: the call can return once
+// the operation is queued, and the device orders it with the computation by events, so
+// neither the host nor the compute stream waits for the network until the result is used
+// (torch.distributed's async_op=True on NCCL). Communicator::queue() runs operations that
+// way where the backend can (NCCL) and returns the QueuedWork to finish them; every other
+// backend runs them to completion and returns null. The operations keep the contract's
+// order, validation and byte counts; their completion, errors and timeout are QueuedWork's:
+// - order_device_after() makes the device's later work (the compute stream) wait for the
+//   operations on the device; the host goes on. The results may be used by kernels
+//   queued from then on, and the tensors dropped (memory freed is reused only by work
+//   ordered after them).
+// - wait() waits on the host, under CommOptions::timeout from the queueing, polling the
+//   device and NCCL's asynchronous error, and fails as the blocking call would (the group
+//   is broken, the NCCL communicator aborted). Something must call it before the host
+//   reads a result or the run ends: AsyncCollectives::wait_all() does, at the defined
+//   points where a step settles its communication.
+// - With a simulated link, each queued operation's modeled time is slept on the host when
+//   it is queued (Note [Simulated link] models host backends; it serializes NCCL's).
+// Operations of several communicators queued at once run concurrently on their streams;
+// NCCL requires their kernels to fit on the device together (its documentation on using
+// several communicators concurrently), which Tessera's few groups per rank do.
+class QueuedWork {
+ public:
+  virtual ~QueuedWork() = default;
+  // The device's later work waits for the queued operations; the host does not.
+  virtual void order_device_after() = 0;
+  // Whether the operations have finished on the device (a poll).
+  virtual bool finished() = 0;
+  // Waits until they have finished, or fails as a blocking operation would.
+  virtual void wait() = 0;
+};
+
 // Note [Simulated link]
 // With set_simulated_link(), every operation of a group of two or more ranks lasts at least
 // as long as its traffic takes on a link of the given bandwidth and latency. Each rank has
@@ -137,6 +171,11 @@ class Communicator {
   // Whether the operations may run on a thread other than the one that made the group, one
   // thread at a time (Note [Asynchronous collectives] in async_collectives.h).
   virtual bool runs_on_any_thread() const { return true; }
+  // Runs `ops`, calls of this communicator's operations, leaving them queued on the device
+  // where the backend can (NCCL): returns the work that finishes them, or null when they
+  // have finished (every other backend). Note [Device-queued operations]. The QueuedWork
+  // must not outlive the communicator.
+  virtual std::unique_ptr<QueuedWork> queue(const std::function<void()>& ops);
 
   // Note [16-bit reductions]
   // f16 and bf16 tensors are reduced with 16-bit values on the wire and f32 arithmetic: an

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "core/cuda_runtime.h"
@@ -162,9 +163,25 @@ class NcclCommunicator final : public Communicator {
     return device.is_cuda() && device.index == device_;
   }
   bool reduces_16_bit() const override { return true; }  // ncclFloat16, ncclBfloat16
-  // Its stream and device belong to the thread that made it (Note [Asynchronous
-  // collectives]; an NCCL backend of its own streams is still to come).
+  // Its device belongs to the thread that made it; it overlaps by queueing instead (Note
+  // [Device-queued operations] in communicator.h).
   bool runs_on_any_thread() const override { return false; }
+
+  std::unique_ptr<QueuedWork> queue(const std::function<void()>& ops) override {
+    last_queued_.reset();
+    queue_only_ = true;
+    try {
+      ops();
+    } catch (...) {
+      queue_only_ = false;
+      throw;
+    }
+    queue_only_ = false;
+    if (!last_queued_) return nullptr;  // nothing reached the device (a group of one)
+    auto work = std::make_unique<Work>(*this, *last_queued_);
+    check_cuda(last_queued_->op, "cudaEventRecord", cudaEventRecord(work->done(), stream_));
+    return work;
+  }
 
   void on_broken(const std::string&) override { abort(); }
 
@@ -183,8 +200,53 @@ class NcclCommunicator final : public Communicator {
                      ")"));
   }
 
-  // Enqueues `call` after the work on the legacy default stream, then waits for it under
-  // the deadline (Note [NCCL waits under a deadline]).
+  // An operation left on the stream by queue(): what its errors name, and its deadline.
+  struct Queued {
+    CommOp op;
+    const char* call;
+    int64_t sequence;  // the operation's number, as where() gives it
+    Clock::time_point deadline;
+  };
+
+  // The QueuedWork of queue(): an event recorded on the stream after the operations.
+  class Work final : public QueuedWork {
+   public:
+    Work(NcclCommunicator& comm, const Queued& last) : comm_(comm), last_(last) {
+      comm_.check_cuda(last_.op, "cudaEventCreateWithFlags",
+                       cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    }
+    ~Work() override {
+      cudaSetDevice(comm_.device_);
+      cudaEventDestroy(done_);  // the device releases it once it has passed
+    }
+    cudaEvent_t done() const { return done_; }
+
+    void order_device_after() override {
+      comm_.check_not_aborted(last_);
+      comm_.check_cuda(last_.op, "cudaSetDevice", cudaSetDevice(comm_.device_));
+      comm_.check_cuda(last_.op, "cudaStreamWaitEvent",
+                       cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
+    }
+    bool finished() override {
+      cudaSetDevice(comm_.device_);
+      return cudaEventQuery(done_) == cudaSuccess;
+    }
+    void wait() override {
+      comm_.check_not_aborted(last_);
+      comm_.check_cuda(last_.op, "cudaSetDevice", cudaSetDevice(comm_.device_));
+      comm_.await(
+          last_.op, str_cat(last_.call, " #", last_.sequence, ", queued"),
+          [this] { return cudaEventQuery(done_); }, last_.deadline);
+    }
+
+   private:
+    NcclCommunicator& comm_;
+    Queued last_;
+    cudaEvent_t done_ = nullptr;
+  };
+
+  // Enqueues `call` after the work on the legacy default stream, then, unless queue() is
+  // running, waits for it under the deadline (Note [NCCL waits under a deadline]).
   template <class F>
   void launch(CommOp op, const char* name, F&& call) {
     check_cuda(op, "cudaSetDevice", cudaSetDevice(device_));
@@ -192,17 +254,38 @@ class NcclCommunicator final : public Communicator {
     check_cuda(op, "cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, queued_, 0));
     check(op, name, call());
     const Clock::time_point deadline = Clock::now() + options().timeout;
+    if (queue_only_) {
+      last_queued_ = Queued{op, name, sequence() - 1, deadline};
+      return;
+    }
+    await(
+        op, name, [this] { return cudaStreamQuery(stream_); }, deadline);
+  }
+
+  // Fails when the NCCL communicator was aborted after `queued` was queued: its kernels
+  // were ended, so its event has passed without results.
+  void check_not_aborted(const Queued& queued) {
+    if (comm_ != nullptr) return;
+    fail(queued.op, str_cat(queued.call, " #", queued.sequence,
+                            ", queued, did not complete: the NCCL communicator was aborted by "
+                            "a later failure of the group"));
+  }
+
+  // Polls `query` (cudaSuccess: done) and NCCL's asynchronous error until done; fails `op`,
+  // naming `what`, on an error or when `deadline` passes.
+  template <class Query>
+  void await(CommOp op, const std::string& what, Query&& query, Clock::time_point deadline) {
     auto pause = std::chrono::microseconds(10);
     for (;;) {
-      const cudaError_t done = cudaStreamQuery(stream_);
+      const cudaError_t done = query();
       if (done == cudaSuccess) return;
-      if (done != cudaErrorNotReady) check_cuda(op, "cudaStreamQuery", done);
+      if (done != cudaErrorNotReady) check_cuda(op, "cudaEventQuery/cudaStreamQuery", done);
       ncclResult_t async = ncclSuccess;
       check(op, "ncclCommGetAsyncError", ncclCommGetAsyncError(comm_, &async));
-      check(op, name, async);
+      check(op, what.c_str(), async);
       if (Clock::now() > deadline) {
         fail(op, str_cat("timed out after ", options().timeout.count(), " ms waiting for peers (",
-                         name, " did not complete; the NCCL communicator is aborted)"));
+                         what, " did not complete; the NCCL communicator is aborted)"));
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(1000));
@@ -221,7 +304,9 @@ class NcclCommunicator final : public Communicator {
   int device_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t queued_ = nullptr;
-  Tensor barrier_;  // (1) on the device
+  Tensor barrier_;                     // (1) on the device
+  bool queue_only_ = false;            // inside queue(): launch() does not wait
+  std::optional<Queued> last_queued_;  // the last operation launch() left queued
 };
 
 }  // namespace

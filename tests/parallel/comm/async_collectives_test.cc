@@ -1,7 +1,8 @@
 // Collectives started now and waited on later (Note [Asynchronous collectives] in
 // parallel/comm/async_collectives.h): the same bits as the blocking calls, several in
 // flight at once in their start order, the caller free while the simulated link carries
-// them, errors at wait(), and a backend bound to its caller's thread running them at start.
+// them, errors at wait(), a backend bound to its caller's thread running them at start, and
+// one that leaves them queued on its device (NCCL's protocol, played by a fake backend).
 // Ranks record what they see; the checks run after run_thread_ranks returns (Catch2
 // assertions are not thread-safe).
 #include "parallel/comm/async_collectives.h"
@@ -27,7 +28,88 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
+// What a queueing backend was asked, in order.
+struct QueueLog {
+  std::vector<std::string> calls;
+  bool finished = false;   // the device has passed every queued operation
+  bool fail_wait = false;  // the host's wait finds a failure (a lost peer)
+};
+
+class FakeWork final : public QueuedWork {
+ public:
+  FakeWork(QueueLog& log, int id) : log_(log), id_(std::to_string(id)) {}
+  void order_device_after() override { log_.calls.push_back("order " + id_); }
+  bool finished() override { return log_.finished; }
+  void wait() override {
+    log_.calls.push_back("wait " + id_);
+    TS_CHECK(!log_.fail_wait, "operation ", id_, " lost its peer");
+  }
+
+ private:
+  QueueLog& log_;
+  std::string id_;
+};
+
+// Rank 0 of two that moves nothing and leaves every operation queued, as NCCL does: Note
+// [Device-queued operations] in parallel/comm/communicator.h without a device.
+class QueueingComm final : public Communicator {
+ public:
+  explicit QueueingComm(QueueLog& log) : Communicator(0, 2, "queueing", {}), log_(log) {}
+  bool runs_on_any_thread() const override { return false; }
+  std::unique_ptr<QueuedWork> queue(const std::function<void()>& ops) override {
+    ops();
+    return std::make_unique<FakeWork>(log_, queued_++);
+  }
+
+ protected:
+  void do_all_reduce(const Tensor&, ReduceOp) override { log_.calls.push_back("all_reduce"); }
+  void do_reduce_scatter(const Tensor&, const Tensor&, ReduceOp) override { unused(); }
+  void do_all_gather(const Tensor&, const Tensor&) override { unused(); }
+  void do_all_to_all(const Tensor&, const Tensor&) override { unused(); }
+  void do_broadcast(const Tensor&, int) override { unused(); }
+  void do_send(const Tensor&, int) override { unused(); }
+  void do_recv(const Tensor&, int) override { unused(); }
+  void do_barrier() override { unused(); }
+  std::unique_ptr<Communicator> do_split(int, int) override { unused(); }
+  bool supports(Device) const override { return true; }
+
+ private:
+  [[noreturn]] static void unused() { TS_FAIL("QueueingComm: only all_reduce is played"); }
+  QueueLog& log_;
+  int queued_ = 0;
+};
+
 }  // namespace
+
+TEST_CASE("a backend that queues on its device: wait() orders the device, wait_all() the host",
+          "[comm][async]") {
+  QueueLog log;
+  QueueingComm comm(log);
+  AsyncCollectives async(comm);
+  CHECK_FALSE(async.overlaps());  // no worker: the backend queues instead
+  const Tensor t = full({4}, 1.0);
+  const CommHandle first = async.all_reduce(t);
+  const CommHandle second = async.all_reduce(t);
+  CHECK(log.calls == std::vector<std::string>{"all_reduce", "all_reduce"});
+  CHECK_FALSE(first.done());  // queued, and the device has not passed it
+  first.wait();               // the device waits for it; the host does not
+  CHECK(log.calls.back() == "order 0");
+  log.finished = true;
+  CHECK(first.done());
+  log.calls.clear();
+  async.wait_all();
+  CHECK(log.calls == std::vector<std::string>{"order 0", "wait 0", "order 1", "wait 1"});
+
+  // A failure found by the host's wait surfaces in wait_all(), not in wait().
+  log.calls.clear();
+  log.finished = false;
+  log.fail_wait = true;
+  const CommHandle lost = async.all_reduce(t);
+  CHECK_NOTHROW(lost.wait());
+  CHECK_THAT(testing::error_of([&] { async.wait_all(); }),
+             Catch::Contains("operation 2 lost its peer"));
+  log.fail_wait = false;
+}
 
 TEST_CASE("started collectives give the blocking calls' bits, several in flight", "[comm][async]") {
   for (int world : {1, 2, 3, 4}) {
