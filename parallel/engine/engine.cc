@@ -119,15 +119,15 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
     hooks.reduce_grads = [&] { optimizer_->reduce_gradients(); };
     hooks.optimizer_step = [&] {
       stepped = true;
-      step_optimizer(stats);
+      step_optimizer(stats, std::nullopt);
     };
     loss = executor_->train_batch(micro_batches, hooks);
     TS_INTERNAL_ASSERT(stepped, "the training schedule ended without an optimizer step");
+    stats.loss = global_mean(loss);
   } else {
     loss = data_parallel_loss(micro_batches, stats);
-    step_optimizer(stats);
+    step_optimizer(stats, loss);
   }
-  stats.loss = global_mean(loss);
   stats.comm_bytes = gradient_group_.stats().total_bytes_sent() - bytes_before;
   return stats;
 }
@@ -138,9 +138,14 @@ double Engine::timer_now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void Engine::step_optimizer(StepStats& stats) {
+void Engine::step_optimizer(StepStats& stats, std::optional<double> local_loss) {
   const double start = timer_now();
   stats.grad_norm = optimizer_->clip_grad_norm(config_.gradient_clipping);
+  // The loss mean crosses the data group while it is idle: clipping has settled the
+  // gradients' reductions, and the step has not yet started the parameters' gathers,
+  // which may travel on into the next forward (Note [Gathers after the step] in
+  // parallel/zero/parameter_store.h).
+  if (local_loss) stats.loss = global_mean(*local_loss);
   stats.attempted_loss_scale = optimizer_->loss_scaler() ? optimizer_->loss_scaler()->scale() : 1.0;
   stats.skipped = !optimizer_->step();
   // An overflow's step counts; the schedule does not move (DeepSpeed's behaviour).
@@ -189,6 +194,7 @@ double Engine::eval_batch(const std::vector<pipeline::MicroBatch>& micro_batches
 
 double Engine::global_mean(double value) const {
   if (data_.size() == 1) return value;
+  optimizer_->wait_for_parameters();  // the group must be idle for a direct call
   // On the device, through the group that moves its tensors (`data` may be a CPU group).
   const Tensor t = scalar_tensor(value, {DType::f64, device_});
   gradient_group_.all_reduce(t);
@@ -218,6 +224,7 @@ nlohmann::json Engine::state_json() const {
 }
 
 EngineCheckpoint Engine::save_state() {
+  optimizer_->wait_for_parameters();  // current parameters, and the groups free for the save
   EngineCheckpoint c;
   c.rank_state = on_cpu(optimizer_->rank_state());
   // One path for every layout (Note [Data-parallel engine], Note [3D checkpoints]). A

@@ -177,8 +177,9 @@ class Engine {
   // times go to `stats` with wall_clock_breakdown.
   double data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches,
                             StepStats& stats);
-  // Clips, steps the optimizer and the schedule, and counts the step, into `stats`.
-  void step_optimizer(StepStats& stats);
+  // Clips, steps the optimizer and the schedule, and counts the step, into `stats`; with
+  // `local_loss` (this rank's mean loss) also the loss mean over the data group.
+  void step_optimizer(StepStats& stats, std::optional<double> local_loss);
   // Seconds on a steady clock after the device's queued work, with wall_clock_breakdown;
   // 0 without (no synchronization then).
   double timer_now() const;

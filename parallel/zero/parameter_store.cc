@@ -1,5 +1,7 @@
 #include "parallel/zero/parameter_store.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
@@ -53,6 +55,75 @@ MasterWeights::MasterWeights(Communicator& dp, const FlatLayout& layout,
   }
 }
 
+MasterWeights::~MasterWeights() {
+  if (model_ != nullptr) model_->set_hooks(nullptr);
+}
+
+class MasterWeights::ForwardWaits final : public ModuleHooks {
+ public:
+  explicit ForwardWaits(MasterWeights& store) : store_(store) {}
+  void pre_forward(const Module& m) override { store_.settle_module(m); }
+  void post_forward(const Module&) noexcept override {}
+  void pre_backward(const Module& m) override { store_.settle_module(m); }
+
+ private:
+  MasterWeights& store_;
+};
+
+void MasterWeights::gather_in_background(AsyncCollectives* async, Module& model) {
+  TS_INTERNAL_ASSERT(sharded_ && async != nullptr, "background gathers are for sharded masters");
+  async_ = async;
+  model_ = &model;
+  gathering_.assign(layout_.blocks.size(), CommHandle());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    block_of_[params_[i].impl()] = layout_.params[i].block;
+  }
+  model.set_hooks(std::make_shared<ForwardWaits>(*this));
+}
+
+void MasterWeights::settle_module(const Module& m) {
+  auto [it, fresh] = module_blocks_.try_emplace(&m);
+  if (fresh) {
+    for (const Tensor& t : m.own_parameters()) {
+      const auto found = block_of_.find(t.impl());
+      if (found != block_of_.end()) it->second.push_back(found->second);
+    }
+  }
+  for (const int64_t b : it->second) {
+    if (gather_order_.empty() &&
+        std::find(first_needed_.begin(), first_needed_.end(), b) == first_needed_.end()) {
+      first_needed_.push_back(b);
+    }
+    CommHandle& h = gathering_[static_cast<size_t>(b)];
+    h.wait();
+    h = CommHandle();
+  }
+}
+
+void MasterWeights::settle() {
+  for (CommHandle& h : gathering_) {
+    h.wait();
+    h = CommHandle();
+  }
+}
+
+std::vector<int64_t> MasterWeights::gather_order() const {
+  if (!gather_order_.empty()) return gather_order_;
+  std::vector<int64_t> order = first_needed_;
+  for (int64_t b = 0; b < static_cast<int64_t>(layout_.blocks.size()); ++b) {
+    if (std::find(order.begin(), order.end(), b) == order.end()) order.push_back(b);
+  }
+  return order;
+}
+
+void MasterWeights::gather_block(int64_t block, const Tensor& in, const Tensor& out) {
+  if (async_ != nullptr) {
+    gathering_[static_cast<size_t>(block)] = async_->all_gather(in, out);
+  } else {
+    dp_.all_gather(in, out);
+  }
+}
+
 Tensor MasterWeights::own_chunk(int64_t block) const {
   const FlatLayout::Block& b = layout_.blocks[block];
   if (master_shard_.defined()) return master_shard_.narrow(0, b.shard_offset, b.chunk);
@@ -65,12 +136,13 @@ const std::vector<Tensor>& MasterWeights::masters() const {
 }
 
 void MasterWeights::after_step() {
+  settle();  // the last step's gathers have arrived (settle_communication waited already)
+  if (gather_order_.empty()) gather_order_ = gather_order();  // fixed from the first step on
   if (sharded_ && !master_shard_.defined()) {
-    for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-      const FlatLayout::Block& blk = layout_.blocks[b];
+    for (const int64_t b : gather_order()) {
+      const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(b)];
       // The input must not overlap the output.
-      dp_.all_gather(own_chunk(static_cast<int64_t>(b)).clone(),
-                     flat_params_.narrow(0, blk.offset, blk.numel));
+      gather_block(b, own_chunk(b).clone(), flat_params_.narrow(0, blk.offset, blk.numel));
     }
   }
   round_into_model();
@@ -97,6 +169,7 @@ std::vector<Tensor> MasterWeights::whole() {
 
 void MasterWeights::load(const std::vector<Tensor>& whole) {
   NoGradGuard no_grad;
+  settle();  // no gather may still write the parameters
   if (!master_shard_.defined()) {
     const std::vector<Tensor>& targets = masters();
     for (size_t i = 0; i < whole.size(); ++i) targets[i].copy_(whole[i]);
@@ -118,13 +191,12 @@ void MasterWeights::round_into_model() {
     flat_model_.copy_(flat_params_);
     return;
   }
-  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-    const int64_t block = static_cast<int64_t>(b);
-    const FlatLayout::Block& blk = layout_.blocks[b];
+  for (const int64_t block : gather_order()) {
+    const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(block)];
     const Tensor mine = flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), blk.chunk);
     mine.copy_(own_chunk(block));
     // 16 bits on the wire; the input must not overlap the output.
-    dp_.all_gather(mine.clone(), flat_model_.narrow(0, blk.offset, blk.numel));
+    gather_block(block, mine.clone(), flat_model_.narrow(0, blk.offset, blk.numel));
   }
 }
 

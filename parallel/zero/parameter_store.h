@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "autograd/module.h"
@@ -45,8 +46,28 @@ class ParameterStore {
   virtual void begin_backward() {}
   virtual void grad_ready(int64_t param) {}
   virtual void end_backward() {}
+  // Waits for every gather still travelling (started through AsyncCollectives), so that
+  // the caller may use the group or read any parameter.
+  virtual void settle() {}
 };
 
+// Note [Gathers after the step]
+// With sharded masters (stages 1-2) every block's updated chunks are all-gathered after the
+// step. With async collectives (gather_in_background: overlap_comm) after_step() starts
+// those gathers and returns: they travel, in block order on the worker, while the next
+// forward computes. Installed as the model's ModuleHooks, the store waits in each module
+// call's pre_forward for the gathers of the blocks holding that module's own parameters,
+// so no module reads a parameter before its new value has arrived. The gathers are
+// started in the order the forwards before the first step first needed their blocks (the
+// flat layout groups parameters by weight decay, not by use), then the blocks none needed,
+// so the first modules' parameters arrive first. The order is fixed at the first step, when
+// every rank has run the same module calls (a forward only one rank runs later, such as
+// sampling, cannot change it). settle() waits for the
+// rest (parameters no forward reads), and every path that reads parameters outside a
+// forward (saving, loading, another step) goes through it (ZeroOptimizer's
+// settle_communication). The gathers, their order and their values are the blocking ones,
+// so the parameters are the same bits. DeepSpeed's stage 1-2 optimizer all-gathers at the
+// end of its step, blocking (deepspeed/runtime/zero/stage_1_and_2.py).
 class MasterWeights final : public ParameterStore {
  public:
   // Makes `params` (flat order of `layout`; `dtype` f32, f16 or bf16, on `device`) views of
@@ -55,6 +76,8 @@ class MasterWeights final : public ParameterStore {
   // f32 masters are then only this rank's chunks). `params` and `layout` must outlive this.
   MasterWeights(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
                 DType dtype, Device device, bool sharded, const optim::LossScalerConfig& scaler);
+  // Removes the hooks gather_in_background() installed.
+  ~MasterWeights() override;
 
   Tensor own_chunk(int64_t block) const override;
   void after_step() override;
@@ -72,8 +95,22 @@ class MasterWeights final : public ParameterStore {
   void round_into_model();
   // The f16 loss scaler (null for f32 and bf16).
   optim::LossScaler* scaler() const { return scaler_.get(); }
+  // Sharded masters only: after_step() starts its gathers through `async` and `model` waits
+  // for them module by module (Note [Gathers after the step]). `async` and `model` must
+  // outlive this store.
+  void gather_in_background(AsyncCollectives* async, Module& model);
+  void settle() override;
 
  private:
+  class ForwardWaits;  // the model's hooks: waits for a module's blocks
+  // Waits for the gathers of the blocks holding `m`'s own parameters.
+  void settle_module(const Module& m);
+  // all_gather(in, out) of one block after the step: started through async_, or blocking.
+  void gather_block(int64_t block, const Tensor& in, const Tensor& out);
+  // The blocks in the order after_step() gathers them: those the forwards before the first
+  // step needed (none without async_), in order of first need, then the others.
+  std::vector<int64_t> gather_order() const;
+
   Communicator& dp_;
   const FlatLayout& layout_;
   std::vector<Tensor>& params_;
@@ -84,6 +121,14 @@ class MasterWeights final : public ParameterStore {
   Tensor flat_model_;            // (layout.numel) f16/bf16 model weights; mixed only
   std::vector<Tensor> masters_;  // f32 views of flat_params_; mixed stage 0 only
   std::unique_ptr<optim::LossScaler> scaler_;  // f16 only
+  // Note [Gathers after the step]: set by gather_in_background().
+  AsyncCollectives* async_ = nullptr;
+  Module* model_ = nullptr;
+  std::vector<CommHandle> gathering_;  // per block, since the step
+  std::vector<int64_t> first_needed_;  // blocks in the order module calls first needed them
+  std::vector<int64_t> gather_order_;  // fixed at the first step
+  std::unordered_map<const void*, int64_t> block_of_;  // a parameter's impl: its block
+  std::unordered_map<const Module*, std::vector<int64_t>> module_blocks_;  // cached
 };
 
 class PartitionedWeights final : public ParameterStore {
@@ -110,7 +155,7 @@ class PartitionedWeights final : public ParameterStore {
   // Gathers through `async` from now on (PartitionedParams::set_async).
   void set_async(AsyncCollectives* async) { partitioned_->set_async(async); }
   // Waits for every travelling gather (PartitionedParams::settle_all).
-  void settle() { partitioned_->settle_all(); }
+  void settle() override { partitioned_->settle_all(); }
 
  private:
   const FlatLayout& layout_;

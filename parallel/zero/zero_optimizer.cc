@@ -112,6 +112,8 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     async_ = std::make_unique<AsyncCollectives>(dp_);
     gradients_->set_async(async_.get());
     if (partitioned_ != nullptr) partitioned_->set_async(async_.get());
+    if (config_.stage >= 1 && config_.stage <= 2)
+      master_->gather_in_background(async_.get(), model_);
   }
   pending_.assign(layout_.blocks.size(), 0);
   reduced_.assign(layout_.blocks.size(), false);
@@ -231,9 +233,9 @@ void ZeroOptimizer::reduce_block(int64_t block) {
   gradients_->reduce_block(block, full_precision_reduction());
 }
 
-void ZeroOptimizer::settle_communication() {
+void ZeroOptimizer::settle_communication() const {
+  weights_->settle();  // the step's gathers, queued before any reduction
   gradients_->finish_reductions();
-  if (partitioned_ != nullptr) partitioned_->settle();
   if (async_) async_->wait_all();
 }
 
@@ -331,6 +333,7 @@ StateDict ZeroOptimizer::state_dict() const {
 
 StateDict ZeroOptimizer::whole_state_dict() const {
   if (!sharded()) return state_dict();
+  settle_communication();
   NoGradGuard no_grad;
   const StateDict mine = state_dict();
   std::vector<StateDict> shards(static_cast<size_t>(dp_.size()));

@@ -28,10 +28,13 @@
 // zero_state.h. With overlap_comm, stages 0 and 1 also reduce from the hooks, on the
 // boundary micro-batch, and each reduction travels on a worker thread while backward
 // computes the next blocks (Note [Overlapped reductions] in gradient_reducer.h), finished
-// before backward() returns; at stage 3 the parameters' gathers and prefetches go through
-// the same worker (Note [ZeRO-3 parameters] in partitioned_params.h). That holds where the
-// backend runs on any thread (thread ranks, MPI with MPI_THREAD_MULTIPLE); NCCL and host
-// staging still block.
+// before backward() returns; at stages 1-2 the parameters' gathers after the step travel
+// during the next forward (Note [Gathers after the step] in parameter_store.h); at stage 3
+// the parameters' gathers and prefetches go through the same worker (Note [ZeRO-3
+// parameters] in partitioned_params.h). That holds where the backend runs on any thread
+// (thread ranks, MPI with MPI_THREAD_MULTIPLE) and on NCCL, which queues them on its
+// stream (Note [Device-queued operations] in parallel/comm/communicator.h); host staging
+// blocks.
 //
 // Note [Mixed precision]
 // With MixedPrecision::dtype f16 or bf16 (DeepSpeed's fp16 / bf16 sections) the model's
@@ -167,8 +170,15 @@ class ZeroOptimizer {
   // an overflow (the norm is then inf or nan). Call once after the boundary's backward.
   double clip_grad_norm(double max_norm);
   // The optimizer step on this rank's shard; then the parameters are all-gathered. Returns
-  // false when an f16 overflow skipped the step (the loss scale was lowered instead).
+  // false when an f16 overflow skipped the step (the loss scale was lowered instead). At
+  // stages 1-2 with overlap_comm the gathers travel on after it returns (Note [Gathers
+  // after the step] in parameter_store.h): a forward through the model waits for them
+  // module by module; before reading the parameters any other way, or using the data
+  // group directly, call wait_for_parameters().
   bool step();
+  // Waits for every operation this optimizer still has travelling on the data group: the
+  // parameters are then current, and the group free for direct use.
+  void wait_for_parameters() const { settle_communication(); }
   // The f16 loss scaler (null for f32 and bf16).
   const optim::LossScaler* loss_scaler() const { return scaler_; }
   optim::LossScaler* loss_scaler() { return scaler_; }
@@ -228,8 +238,9 @@ class ZeroOptimizer {
 
  private:
   // Finishes whatever async_ still carries (a forward without its backward leaves prefetched
-  // gathers) before this object uses the group itself.
-  void settle_communication();
+  // gathers; a step leaves its parameters' gathers at stages 1-2) before this object uses
+  // the group itself. Const: it changes no value, only waits for those already decided.
+  void settle_communication() const;
   // inner_ for `config`, which may be a 1-bit optimizer over dp_ (then also onebit_).
   std::unique_ptr<optim::Optimizer> make_inner(const optim::OptimizerConfig& config,
                                                std::vector<optim::ParamGroup> groups);

@@ -68,7 +68,8 @@ std::vector<Run> train(int world, const ZeroConfig& zero, const MixedPrecision& 
       run.norms.push_back(opt.clip_grad_norm(1.0));
       opt.step();
     }
-    if (zero.stage < 3) {  // stage 3's parameters are partitioned: only the masters are whole
+    opt.wait_for_parameters();  // the last step's gathers (Note [Gathers after the step])
+    if (zero.stage < 3) {       // stage 3's parameters are partitioned: only the masters are whole
       for (const Tensor& p : model.parameters()) {
         for (float v : p.detach().to_vector<float>()) run.model.push_back(v);
       }
@@ -89,11 +90,13 @@ MixedPrecision precision_of(DType dtype) {
   return p;
 }
 
-// Note [Overlapped reductions] in parallel/zero/gradient_reducer.h (and stage 3's gathers),
-// in 16 bits: the reductions started on the worker (behind a slow link, so that several are in
-// flight while backward goes on) give the blocking run's bits, through the converted copies, the
+// Note [Overlapped reductions] in parallel/zero/gradient_reducer.h (and the gathers: stage
+// 3's, and stages 1-2's after the step, Note [Gathers after the step]), in 16 bits: the
+// operations started on the worker (behind a slow link, so that several are in flight while
+// forward and backward go on) give the blocking run's bits, through the converted copies, the
 // temporary reduce-scatter outputs, the f32 sums of earlier micro-batches and the all-reduce
-// in place of reduce_scatter.
+// in place of reduce_scatter. A forward that read a block before its gather arrived would
+// change the next step's loss.
 TEST_CASE("overlapped 16-bit reductions give the blocking run's bits", "[zero][mixed]") {
   const SimulatedLink slow{.gbit_per_s = 1.0, .latency_us = 50};
   for (DType dtype : {DType::bf16, DType::f16}) {

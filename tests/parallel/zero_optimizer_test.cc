@@ -300,12 +300,14 @@ TEST_CASE("overlap_comm and reduce_scatter=false give the same results", "[zero]
   }
 }
 
-// Note [Overlapped reductions] in parallel/zero/gradient_reducer.h (and, at stage 3, Note
-// [ZeRO-3 parameters]'s gathers): operations started on the worker while forward and
-// backward compute give the bits of the blocking ones. A block reduced before its last
-// gradient arrived, a shard read before its reduction finished, or a parameter read before
-// its gather did, would change them.
+// Note [Overlapped reductions] in parallel/zero/gradient_reducer.h (and the gathers: Note
+// [ZeRO-3 parameters]'s at stage 3, Note [Gathers after the step]'s at stages 1-2, these
+// behind a slow link so that they are still travelling when the next forward starts):
+// operations started on the worker while forward and backward compute give the bits of the
+// blocking ones. A block reduced before its last gradient arrived, a shard read before its
+// reduction finished, or a parameter read before its gather did, would change them.
 TEST_CASE("overlapped reductions and gathers give the blocking run's bits", "[zero]") {
+  const SimulatedLink slow{.gbit_per_s = 1.0, .latency_us = 50};
   for (int stage = 0; stage <= 3; ++stage) {
     for (int world : {2, 4}) {
       DYNAMIC_SECTION("stage " << stage << ", world " << world) {
@@ -314,10 +316,11 @@ TEST_CASE("overlapped reductions and gathers give the blocking run's bits", "[ze
         zero.reduce_bucket_size = 2000;               // many blocks, several in flight
         zero.stage3_param_persistence_threshold = 0;  // every parameter gathered when used
         zero.stage3_prefetch_bucket_size = 5000;
+        const SimulatedLink link = stage == 1 || stage == 2 ? slow : SimulatedLink{};
         zero.overlap_comm = false;
-        const std::vector<Run> blocking = data_parallel(world, zero);
+        const std::vector<Run> blocking = data_parallel(world, zero, false, link);
         zero.overlap_comm = true;
-        const std::vector<Run> overlapped = data_parallel(world, zero);
+        const std::vector<Run> overlapped = data_parallel(world, zero, false, link);
         for (int r = 0; r < world; ++r) {
           INFO("rank " << r);
           CHECK(overlapped[r].losses == blocking[r].losses);

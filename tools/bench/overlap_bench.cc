@@ -9,9 +9,13 @@
 // the bytes its gradient reductions send per step (CommStats). The link is then set so
 // that those reductions alone take as long as that backward pass (communication equal to
 // the computation it can hide behind), and the step runs with overlap_comm off and on, in
-// alternating rounds of two steps; the medians and their ratio are printed. Stages 1-2 also
-// all-gather the parameters after the step, and stage 3 gathers them around every module
-// call in forward and backward (prefetched with overlap), over the same link. The model
+// alternating rounds of an untimed step and two timed ones per mode, so that each timed
+// step also waits for what the step before it left travelling; the medians and their ratio
+// are printed. Stages 1-2 also all-gather the parameters after the step (with overlap,
+// during the next forward: Note [Gathers after the step] in parallel/zero/parameter_store.h),
+// and stage 3 gathers them around every module call in forward and backward (prefetched
+// with overlap), over the same link. The modes' optimizers share the group, so a round ends
+// by waiting for its optimizer's travelling gathers, untimed. The model
 // is a 6-layer GPT (n_embd 256, vocabulary 2048, T 64, 4 sequences per rank); each rank is
 // one thread.
 #include <chrono>
@@ -59,8 +63,8 @@ struct Timing {
   int64_t reduction_bytes = 0;         // rank 0's reduce-scatter and all-reduce bytes per step
 };
 
-// `rounds` x 2 steps per mode in `modes` (overlap_comm values), alternating by round; one
-// untimed step per mode first.
+// `rounds` x 2 timed steps per mode in `modes` (overlap_comm values), alternating by round,
+// each round's first step untimed.
 std::vector<Timing> run(int world, int stage, const parallel::SimulatedLink& link,
                         const std::vector<bool>& modes, int rounds) {
   std::vector<Timing> out(modes.size());
@@ -106,10 +110,11 @@ std::vector<Timing> run(int world, int stage, const parallel::SimulatedLink& lin
         timing->reduction_bytes = sent;
       }
     };
-    for (size_t m = 0; m < modes.size(); ++m) step(m, nullptr);
     for (int round = 0; round < rounds; ++round) {
       for (size_t m = 0; m < modes.size(); ++m) {
+        step(m, nullptr);
         for (int s = 0; s < 2; ++s) step(m, &out[m]);
+        opts[m]->wait_for_parameters();  // the group is the next mode's
       }
     }
   });

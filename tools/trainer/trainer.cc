@@ -307,6 +307,10 @@ TrainResult Trainer::run() {
     }
   }
   result.steps = engine_->global_steps();
+  // The last step's parameters, arriving in the background with overlap_comm at stages 1-2
+  // (Note [Gathers after the step] in parallel/zero/parameter_store.h), before sampling and
+  // the communication report read them.
+  engine_->optimizer().wait_for_parameters();
   // Stage 3 gathers parameters in every forward: every rank samples, rank 0 prints.
   if (engine_->model_parallel() && t.sample.tokens > 0 && leader()) {
     log_info(
