@@ -35,6 +35,9 @@ struct ModelPlacement {
   int64_t stage = 0;                              // this rank's
   std::string partition_method = "parameters";    // DeepSpeed's PipelineModule partition_method
   parallel::Communicator* model_group = nullptr;  // tensor slicing; null: none
+  // Tensor slicing's input-gradient sums overlapped with the weight gradients' products
+  // (Note [Overlapped input gradients] in parallel/tensor/layers.h).
+  bool overlap_model_comm = true;
 };
 
 // What a kind supports beyond training.

@@ -318,6 +318,7 @@ EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& c
   pipeline::check_partition_method(c.pipeline.partition_method, pipe.key_path(method_key));
   c.pipeline.pipe_partitioned = pipe.get<bool>("pipe_partitioned", true);
   c.pipeline.grad_partitioned = pipe.get<bool>("grad_partitioned", true);
+  c.pipeline.overlap_transfers = pipe.get<bool>("overlap_transfers", true);
   // Without effect (configs/README.md, "Accepted but without effect"): every parameter is
   // initialized from a stream keyed by its name, so each layer's values never depend on
   // the others or on the stage layout, whatever this says.
@@ -326,6 +327,7 @@ EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& c
       pipe.get_in_range<int64_t>("activation_checkpoint_interval", 0, 0, kMax);
   JsonObjectReader tp = root.object("tensor_parallel");
   c.tensor_parallel.tp_size = tp.get_in_range<int64_t>("tp_size", 1, 1, 1 << 16);
+  c.tensor_parallel.overlap_comm = tp.get<bool>("overlap_comm", true);
   c.simulated_link = read_simulated_network(root);
   TS_CHECK(c.pipeline.stages == 1 || c.zero.stage <= 1, "[config] ",
            "$.zero_optimization.stage: stage ", c.zero.stage,

@@ -61,11 +61,20 @@ struct PipelineConfig {
   // parallel/pipeline/executor.h).
   bool pipe_partitioned = true;
   bool grad_partitioned = true;
+  // Sends and receives between stages go through the pipe group's async collectives, so a
+  // stage computes while its outputs travel (Note [Non-blocking stage transfers] in
+  // parallel/pipeline/executor.h); false blocks on each. A Tessera key: DeepSpeed's
+  // transfers block.
+  bool overlap_transfers = true;
 };
 
 // $.tensor_parallel: Megatron-style tensor slicing.
 struct TensorParallelConfig {
   int64_t tp_size = 1;
+  // Column-parallel layers sum their input gradients while computing their weight
+  // gradients (Note [Overlapped input gradients] in parallel/tensor/layers.h; Megatron's
+  // --async-tensor-model-parallel-allreduce, on by default there too).
+  bool overlap_comm = true;
 };
 
 struct EngineConfig {

@@ -31,7 +31,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const StartGradReduction& reduce_input_grad) {
   TS_CHECK(weight.dim() == 2, "[linear] expected a 2-D weight (out, in), found shape ",
            shape_str(weight.shape()));
   TS_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
@@ -41,11 +42,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   record_function(
       "linear", {x, weight, bias}, {&y},
       [x = x.detach(), w = weight.detach(), rx = x.requires_grad(), rw = weight.requires_grad(),
-       has_bias = bias.defined()](const TensorList& g) -> TensorList {
-        Tensor dx = rx ? kernels::matmul(g[0], w) : Tensor();                     // (..., in)
+       has_bias = bias.defined(), reduce_input_grad](const TensorList& g) -> TensorList {
+        Tensor dx = rx ? kernels::matmul(g[0], w) : Tensor();  // (..., in)
+        const std::function<void()> wait =
+            dx.defined() && reduce_input_grad ? reduce_input_grad(dx) : std::function<void()>();
         Tensor dw = rw ? kernels::matmul(rows_of(g[0]), rows_of(x), true, false)  // (out, in)
                        : Tensor();
         Tensor db = has_bias ? kernels::sum(rows_of(g[0]), {0}, false) : Tensor();
+        if (wait) wait();
         return {dx, dw, db};
       });
   return y;

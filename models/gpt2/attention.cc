@@ -9,10 +9,11 @@
 namespace tessera {
 
 CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, parallel::DropoutStreams& streams,
-                                         parallel::Communicator& model_group)
+                                         parallel::Communicator& model_group,
+                                         parallel::AsyncCollectives* async)
     : n_head_(cfg.n_head / model_group.size()),
       c_attn_(cfg.n_embd, 3 * cfg.n_embd, cfg.bias, model_group, /*gather_output=*/false,
-              /*parts=*/3),
+              /*parts=*/3, DType::f32, async),
       attn_dropout_(cfg.attention_probs_dropout(), streams.sliced()),
       c_proj_(cfg.n_embd, cfg.n_embd, cfg.bias, model_group, /*input_is_parallel=*/true),
       resid_dropout_(cfg.dropout, streams.replicated()),

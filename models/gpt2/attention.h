@@ -35,9 +35,12 @@ class CausalSelfAttention : public Module {
   // model-parallel group `model_group` (Note [Tensor-parallel GPT] in models/gpt2/gpt.h):
   // c_attn is column-parallel (each rank's q, k and v rows), c_proj row-parallel. With
   // cfg.sparse_attention the heads attend through its block-sparse layout (Note [Sparse GPT
-  // attention]). Dropout draws from `streams` (Note [Attention dropout]).
+  // attention]). Dropout draws from `streams` (Note [Attention dropout]). With `async`
+  // (collectives over the group) c_attn's input gradient is summed under its weight
+  // gradient's product (Note [Overlapped input gradients] in parallel/tensor/layers.h).
   CausalSelfAttention(const GptConfig& cfg, parallel::DropoutStreams& streams,
-                      parallel::Communicator& model_group);
+                      parallel::Communicator& model_group,
+                      parallel::AsyncCollectives* async = nullptr);
 
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
   // Inference over new positions [cache_k/v length, + T): appends their keys and values

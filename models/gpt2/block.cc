@@ -5,11 +5,11 @@
 namespace tessera {
 
 Block::Block(const GptConfig& cfg, parallel::DropoutStreams& streams,
-             parallel::Communicator& model_group)
+             parallel::Communicator& model_group, parallel::AsyncCollectives* async)
     : ln_1_(cfg.n_embd, cfg.layer_norm_eps, cfg.bias),
-      attn_(cfg, streams, model_group),
+      attn_(cfg, streams, model_group, async),
       ln_2_(cfg.n_embd, cfg.layer_norm_eps, cfg.bias),
-      mlp_(cfg, streams.replicated(), model_group) {
+      mlp_(cfg, streams.replicated(), model_group, async) {
   register_module("ln_1", ln_1_);
   register_module("attn", attn_);
   register_module("ln_2", ln_2_);

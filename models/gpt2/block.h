@@ -12,9 +12,11 @@ namespace tessera {
 class Block : public Module {
  public:
   // Children "ln_1", "attn", "ln_2", "mlp" (Hugging Face names); dropout draws from
-  // `streams`; attention heads and the MLP's hidden features are split over `model_group`.
+  // `streams`; attention heads and the MLP's hidden features are split over `model_group`,
+  // with `async` (collectives over it) for the column-parallel input gradients (Note
+  // [Overlapped input gradients] in parallel/tensor/layers.h).
   Block(const GptConfig& cfg, parallel::DropoutStreams& streams,
-        parallel::Communicator& model_group);
+        parallel::Communicator& model_group, parallel::AsyncCollectives* async = nullptr);
   // x + attn(ln_1(x)), then + mlp(ln_2(.)).
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
   // forward() for inference with a KV cache (see CausalSelfAttention::forward_cached).

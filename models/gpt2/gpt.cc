@@ -24,7 +24,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part,
                               parallel::DropoutStreams& streams,
-                              parallel::Communicator& model_group)
+                              parallel::Communicator& model_group,
+                              parallel::AsyncCollectives* async)
     : h(part.first_block) {
   if (part.embedding || (part.head && cfg.tie_word_embeddings)) {
     wte = std::make_unique<parallel::VocabParallelEmbedding>(cfg.padded_vocab_size(), cfg.n_embd,
@@ -39,7 +40,7 @@ Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part,
   }
   const int64_t end = part.end_block < 0 ? cfg.n_layer : part.end_block;
   for (int64_t i = part.first_block; i < end; ++i) {
-    h.push_back(std::make_unique<Block>(cfg, streams, model_group));
+    h.push_back(std::make_unique<Block>(cfg, streams, model_group, async));
   }
   register_module("h", h);
   if (part.final_norm) {
@@ -74,14 +75,17 @@ std::unique_ptr<parallel::Communicator> own_group(const GptConfig& cfg,
 }  // namespace
 
 Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group,
-         const GptPart& part)
+         const GptPart& part, bool overlap_comm)
     : cfg_(cfg),
       seed_(seed),
       part_(part),
       own_group_(own_group(cfg, model_group)),
       model_group_(model_group ? *model_group : *own_group_),
+      model_async_(overlap_comm && model_group_.size() > 1
+                       ? std::make_unique<parallel::AsyncCollectives>(model_group_)
+                       : nullptr),
       dropout_streams_(seed, dropout_stream_name(part), model_group_.rank()),
-      transformer_(cfg, part, dropout_streams_, model_group_) {
+      transformer_(cfg, part, dropout_streams_, model_group_, model_async_.get()) {
   TS_CHECK(part.first_block >= 0 && part.first_block <= cfg.n_layer &&
                (part.end_block < 0 ||
                 (part.end_block >= part.first_block && part.end_block <= cfg.n_layer)),
@@ -151,12 +155,12 @@ Tensor Gpt::embed(const Tensor& idx, int64_t start) const {
 
 Tensor Gpt::head(const Tensor& x) const {
   // Replicated activations meet the vocabulary-split weight: a column-parallel product.
-  const Tensor h = parallel::copy_to_model_parallel(x, model_group_);
   // The head's weight is wte's (tied) or this module's own lm_head.
   const bool tied = cfg_.tie_word_embeddings;
   const ModuleCall call(tied ? static_cast<const Module&>(*transformer_.wte) : *this);
   const Tensor& weight = tied ? transformer_.wte->weight() : lm_head_;
-  return call.output(linear(h, weight, Tensor()));  // (B, T, C) -> (B, T, Vp / P)
+  return call.output(parallel::column_parallel_linear(x, weight, Tensor(), model_group_,
+                                                      model_async_.get()));  // -> (B, T, Vp / P)
 }
 
 Tensor Gpt::blocks(Tensor x) const {

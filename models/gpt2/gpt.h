@@ -60,8 +60,12 @@ class Gpt : public LanguageModel {
   // weights are split over it (Note [Tensor-parallel GPT]); the group must outlive the model.
   // Throws when n_head or the padded vocabulary does not split over the group. `part` builds one
   // pipeline stage's layers only (Note [Pipeline GPT]).
+  // With `overlap_comm` and a model group of several ranks, the column-parallel products
+  // (c_attn, c_fc, the head) sum their input gradients over the group while computing their
+  // weight gradients, on a worker of the model's own (Note [Overlapped input gradients] in
+  // parallel/tensor/layers.h; Megatron's default).
   Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group = nullptr,
-      const GptPart& part = {});
+      const GptPart& part = {}, bool overlap_comm = true);
 
   // GPT-2 initialization, a function of (seed, parameter name) only: N(0, 0.02) for
   // weights and embeddings, N(0, 0.02 / sqrt(2 n_layer)) for the residual projections
@@ -112,7 +116,7 @@ class Gpt : public LanguageModel {
   // (wte also on a stage with a tied head).
   struct Transformer : Module {
     Transformer(const GptConfig& cfg, const GptPart& part, parallel::DropoutStreams& streams,
-                parallel::Communicator& model_group);
+                parallel::Communicator& model_group, parallel::AsyncCollectives* async);
     std::unique_ptr<parallel::VocabParallelEmbedding> wte;
     std::unique_ptr<Embedding> wpe;
     std::unique_ptr<Dropout> drop;
@@ -135,6 +139,8 @@ class Gpt : public LanguageModel {
   GptPart part_;
   std::unique_ptr<parallel::Communicator> own_group_;  // the group of one, when none is given
   parallel::Communicator& model_group_;
+  // The model group's async collectives (overlap_comm with several ranks), else null.
+  std::unique_ptr<parallel::AsyncCollectives> model_async_;
   // Mutable: a forward pass in training draws dropout masks (the layers hold pointers).
   mutable parallel::DropoutStreams dropout_streams_;
   Transformer transformer_;

@@ -4,8 +4,10 @@
 
 namespace tessera {
 
-Mlp::Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group)
-    : c_fc_(cfg.n_embd, 4 * cfg.n_embd, cfg.bias, model_group),
+Mlp::Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group,
+         parallel::AsyncCollectives* async)
+    : c_fc_(cfg.n_embd, 4 * cfg.n_embd, cfg.bias, model_group, /*gather_output=*/false,
+            /*parts=*/1, DType::f32, async),
       c_proj_(4 * cfg.n_embd, cfg.n_embd, cfg.bias, model_group),
       dropout_(cfg.dropout, gen) {
   register_module("c_fc", c_fc_);

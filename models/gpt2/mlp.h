@@ -14,7 +14,10 @@ class Mlp : public Module {
   // Children "c_fc" (column-parallel over `model_group`) and "c_proj" (row-parallel); dropout on
   // the output, which every rank of the group holds whole, draws from `gen` (a replicated
   // stream: Note [Model-parallel dropout] in parallel/tensor/dropout_streams.h).
-  Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group);
+  // With `async` (collectives over the group) c_fc's input gradient is summed under its
+  // weight gradient's product (Note [Overlapped input gradients] in parallel/tensor/layers.h).
+  Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group,
+      parallel::AsyncCollectives* async = nullptr);
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
 
  private:

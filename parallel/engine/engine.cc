@@ -84,7 +84,8 @@ Engine::Engine(const EngineConfig& config, TrainableModel& model,
       executor_ = std::make_unique<pipeline::PipelineExecutor>(
           *groups->pipe, *stage_,
           pipeline::PartitionedTransfers{groups->model.get(), config.pipeline.pipe_partitioned,
-                                         config.pipeline.grad_partitioned});
+                                         config.pipeline.grad_partitioned},
+          config.pipeline.overlap_transfers);
     }
   }
   scheduler_ = std::make_unique<optim::LrScheduler>(

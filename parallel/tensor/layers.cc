@@ -23,10 +23,24 @@ int64_t split_size(const char* layer, const char* what, int64_t n, int64_t block
 
 }  // namespace
 
+Tensor column_parallel_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              Communicator& group, AsyncCollectives* async) {
+  if (async == nullptr || group.size() == 1) {
+    return linear(copy_to_model_parallel(x, group), weight, bias);
+  }
+  TS_CHECK(&async->comm() == &group, "[tensor parallel] expected async collectives over \"",
+           group.name(), "\", found them over \"", async->comm().name(), "\"");
+  // Note [Overlapped input gradients].
+  return linear(x, weight, bias, [async](const Tensor& dx) {
+    const CommHandle sum = async->all_reduce(dx);
+    return std::function<void()>([sum] { sum.wait(); });
+  });
+}
+
 ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_features, bool bias,
                                            Communicator& group, bool gather_output, int64_t parts,
-                                           DType dtype)
-    : group_(group), gather_output_(gather_output), parts_(parts) {
+                                           DType dtype, AsyncCollectives* async)
+    : group_(group), gather_output_(gather_output), parts_(parts), async_(async) {
   const int64_t local =
       split_size("ColumnParallelLinear", "out_features", out_features, parts, group.size());
   const Placement rows{Placement::Kind::sharded, 0, parts};
@@ -39,7 +53,7 @@ ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_feat
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) const {
-  const Tensor y = linear(copy_to_model_parallel(x, group_), weight_, bias_);  // (..., out / size)
+  const Tensor y = column_parallel_linear(x, weight_, bias_, group_, async_);  // (..., out / size)
   if (!gather_output_) return y;
   const Tensor all = gather_from_model_parallel(y, group_);  // rank-major: r0's parts, r1's...
   if (parts_ == 1) return all;

@@ -5,14 +5,32 @@
 // model-parallel size through model_parallel_slice (parallel/tensor/mappings.h). With a
 // group of one they compute exactly what the dense layers compute. Parameters start at
 // zero: models initialize the full logical tensor by name and load each rank's slice.
+//
+// Note [Overlapped input gradients]
+// A column-parallel layer's input is replicated, so its gradient is the sum over the group
+// of each rank's partial x-gradient (Megatron's copy_to_model_parallel_region backward).
+// Given async collectives over the group, the layer's backward starts that all-reduce as
+// soon as its x-gradient is computed and computes the weight's and bias's gradients while
+// it travels, then waits (Megatron-LM's --async-tensor-model-parallel-allreduce,
+// LinearWithGradAccumulationAndAsyncCommunication; autograd's linear() with a
+// StartGradReduction). Nothing else uses the group in between, and the sum is the blocking
+// one, so the gradients are the same bits.
 #pragma once
 
 #include <cstdint>
 
 #include "autograd/module.h"
+#include "parallel/comm/async_collectives.h"
 #include "parallel/comm/communicator.h"
 
 namespace tessera::parallel {
+
+// The product of a replicated input and a row-split weight:
+// linear(copy_to_model_parallel(x, group), weight, bias), or with `async` (collectives over
+// `group`) the same with the input gradient's sum overlapped (Note [Overlapped input
+// gradients]). (..., in), (out / size, in), (out / size) or undefined -> (..., out / size)
+Tensor column_parallel_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              Communicator& group, AsyncCollectives* async);
 
 // y = x W^T + b with W (out, in) split by rows: this rank computes out / size features.
 // `parts` > 1 splits each of that many equal row blocks on its own (a fused q, k, v
@@ -22,9 +40,12 @@ class ColumnParallelLinear : public Layer {
   // Parameters "weight" (out / size, in) and, with `bias`, "bias" (out / size), both sharded
   // on dim 0. Throws unless size * parts divides out. With `gather_output` the forward
   // returns the full (..., out) on every rank, in the dense layout; otherwise this rank's
-  // (..., out / size).
+  // (..., out / size). With `async` (collectives over `group`, which must outlive the
+  // layer) the input gradient's sum over the group travels while backward computes the
+  // weight's gradient (Note [Overlapped input gradients]).
   ColumnParallelLinear(int64_t in_features, int64_t out_features, bool bias, Communicator& group,
-                       bool gather_output = false, int64_t parts = 1, DType dtype = DType::f32);
+                       bool gather_output = false, int64_t parts = 1, DType dtype = DType::f32,
+                       AsyncCollectives* async = nullptr);
 
  protected:
   Tensor forward(const Tensor& x) const override;  // (..., in), the same on every rank -> see above
@@ -33,6 +54,7 @@ class ColumnParallelLinear : public Layer {
   Communicator& group_;
   bool gather_output_;
   int64_t parts_;
+  AsyncCollectives* async_;
   Tensor weight_;
   Tensor bias_;
 };

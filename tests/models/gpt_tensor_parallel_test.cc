@@ -122,6 +122,29 @@ TEST_CASE("tensor-parallel GPT equals the dense GPT: weights, logits, loss, grad
   }
 }
 
+// Note [Overlapped input gradients] in parallel/tensor/layers.h: behind a slow link, so that
+// each sum is still travelling while the weight gradient is computed; a gradient read
+// before its sum arrived would differ.
+TEST_CASE("overlapped input-gradient sums give the blocking gradients' bits",
+          "[tensor_parallel][gpt]") {
+  std::vector<std::map<bool, Result>> got(2);
+  std::mutex mutex;
+  parallel::run_thread_ranks(2, [&](parallel::Communicator& group) {
+    group.set_simulated_link({.gbit_per_s = 1.0, .latency_us = 200});
+    for (const bool overlap : {false, true}) {
+      Gpt model(config(0.0), kSeed, &group, {}, overlap);
+      Result r = run(model);
+      std::lock_guard<std::mutex> lock(mutex);
+      got[group.rank()][overlap] = std::move(r);
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(got[r][true].loss == got[r][false].loss);
+    CHECK(got[r][true].grads == got[r][false].grads);
+  }
+}
+
 TEST_CASE("tensor-parallel GPT refuses sizes that do not split", "[tensor_parallel][gpt]") {
   GptConfig c = config(0.0);
   c.n_head = 3;

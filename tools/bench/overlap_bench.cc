@@ -15,7 +15,14 @@
 // during the next forward: Note [Gathers after the step] in parallel/zero/parameter_store.h),
 // and stage 3 gathers them around every module call in forward and backward (prefetched
 // with overlap), over the same link. The modes' optimizers share the group, so a round ends
-// by waiting for its optimizer's travelling gathers, untimed. The model
+// by waiting for its optimizer's travelling gathers, untimed.
+//
+// The last row is the (pipe, data, model) = (2, 1, 2) layout: the same model as a 2-stage
+// pipeline of 2 tensor slices through the Engine, 4 micro-batches per step, ZeRO-1, with
+// pipeline.overlap_transfers off and on. Its calibration counts rank 0's bytes on the pipe
+// and model groups per step, and the link is set so that they take as long as the step's
+// computation; the tensor-parallel all-reduces sit between the layers' products, so only
+// the stage-to-stage transfers can overlap. The model
 // is a 6-layer GPT (n_embd 256, vocabulary 2048, T 64, 4 sequences per rank); each rank is
 // one thread.
 #include <chrono>
@@ -24,10 +31,15 @@
 
 #include "core/clock.h"
 #include "core/factories.h"
+#include "core/json.h"
 #include "core/parallel.h"
 #include "models/gpt2/gpt.h"
+#include "models/gpt2/spec.h"
 #include "optim/config.h"
 #include "parallel/comm/thread_comm.h"
+#include "parallel/engine/engine.h"
+#include "parallel/engine_config.h"
+#include "parallel/topology.h"
 #include "parallel/zero/zero_optimizer.h"
 #include "tools/bench/stats.h"
 #include "tools/cli/flags.h"
@@ -121,6 +133,85 @@ std::vector<Timing> run(int world, int stage, const parallel::SimulatedLink& lin
   return out;
 }
 
+// The (2, 1, 2) layout's engine config: ZeRO-1, 16 sequences of T in 4 micro-batches.
+parallel::EngineConfig layout_config(bool overlap) {
+  const nlohmann::json doc = {
+      {"train_batch_size", 16},
+      {"gradient_accumulation_steps", 4},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}, {"weight_decay", 0.1}}}}},
+      {"zero_optimization", {{"stage", 1}}},
+      {"pipeline",
+       {{"stages", 2}, {"partition_method", "uniform"}, {"overlap_transfers", overlap}}},
+      {"tensor_parallel", {{"tp_size", 2}, {"overlap_comm", overlap}}}};
+  JsonObjectReader root(doc, "overlap_bench");
+  parallel::EngineConfig c = parallel::parse_engine_config(root);
+  root.finish();
+  parallel::finish_engine_config(c, 4);
+  return c;
+}
+
+struct LayoutTiming {
+  std::vector<double> step;  // rank 0's seconds per timed step
+  int64_t bytes = 0;         // rank 0's bytes on the pipe and model groups per step
+};
+
+// `rounds` x 2 timed steps per mode (overlap_transfers values), alternating by round, each
+// round's first step untimed, on 4 thread ranks laid out as (2, 1, 2).
+std::vector<LayoutTiming> run_layout(const parallel::SimulatedLink& link,
+                                     const std::vector<bool>& modes, int rounds) {
+  std::vector<LayoutTiming> out(modes.size());
+  parallel::run_thread_ranks(4, [&](parallel::Communicator& world) {
+    parallel::ParallelGroups groups =
+        parallel::make_parallel_groups(world, parallel::ProcessGrid::for_world(4, 2, 2));
+    groups.pipe->set_simulated_link(link);
+    groups.model->set_simulated_link(link);
+    const GptSpec spec(model_config());
+    ModelPlacement placement;
+    placement.stages = 2;
+    placement.stage = groups.coord.pipe;
+    placement.partition_method = "uniform";
+    placement.model_group = groups.model.get();
+    std::vector<std::unique_ptr<LanguageModel>> models;
+    std::vector<std::unique_ptr<parallel::Engine>> engines;
+    for (const bool overlap : modes) {
+      placement.overlap_model_comm = overlap;
+      models.push_back(spec.build(1, placement));
+      const parallel::EngineConfig config = layout_config(overlap);
+      engines.push_back(std::make_unique<parallel::Engine>(
+          config, *models.back(),
+          optim::decay_groups(models.back()->named_parameters(), config.optimizer.lr, 0.1, true,
+                              {}),
+          Device::cpu(), *groups.data, &groups));
+    }
+    Generator gen(17);
+    std::vector<parallel::pipeline::MicroBatch> batches;
+    for (int m = 0; m < 4; ++m) {
+      const Tensor x = rand({4, model_config().block_size}, gen, {}, 0.0,
+                            static_cast<double>(model_config().vocab_size))
+                           .to(DType::i64);
+      batches.push_back({x, x});
+    }
+    const auto bytes = [&] {
+      return groups.pipe->stats().total_bytes_sent() + groups.model->stats().total_bytes_sent();
+    };
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t m = 0; m < modes.size(); ++m) {
+        engines[m]->train_batch(batches);
+        for (int s = 0; s < 2; ++s) {
+          const int64_t before = bytes();
+          const auto start = Clock::now();
+          engines[m]->train_batch(batches);
+          if (world.rank() == 0) {
+            out[m].step.push_back(seconds_since(start));
+            out[m].bytes = bytes() - before;
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
 int bench_main(int argc, char** argv) {
   using cli::Flag;
   const cli::Flags flags(
@@ -156,6 +247,19 @@ int bench_main(int argc, char** argv) {
                 static_cast<double>(calibration.reduction_bytes) / 1e6, gbit, blocking * 1e3,
                 overlapped * 1e3, blocking / overlapped);
   }
+  // (2, 1, 2): the link carries rank 0's pipe and model bytes in the step's computing time.
+  const LayoutTiming calibration = run_layout({}, {false}, rounds)[0];
+  const double compute = bench::median(calibration.step);
+  const double gbit = static_cast<double>(calibration.bytes) * 8 / compute / 1e9;
+  const std::vector<LayoutTiming> timed = run_layout({.gbit_per_s = gbit}, {false, true}, rounds);
+  const double blocking = bench::median(timed[0].step);
+  const double overlapped = bench::median(timed[1].step);
+  std::printf("%-5s | %7.1f ms %7.2f MB %5.2f Gb/s | %6.1f ms %6.1f ms %7.3f\n", "2,1,2",
+              compute * 1e3, static_cast<double>(calibration.bytes) / 1e6, gbit, blocking * 1e3,
+              overlapped * 1e3, blocking / overlapped);
+  std::printf(
+      "(stage rows: backward and its reduction bytes; 2,1,2: the whole step and its pipe "
+      "and model bytes)\n");
   return 0;
 }
 

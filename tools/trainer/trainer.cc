@@ -49,6 +49,7 @@ ModelPlacement placement(const RunConfig& cfg, const parallel::ParallelGroups* g
   p.stage = groups->coord.pipe;
   p.partition_method = cfg.engine.pipeline.partition_method;
   if (groups->grid.model_size() > 1) p.model_group = groups->model.get();
+  p.overlap_model_comm = cfg.engine.tensor_parallel.overlap_comm;
   return p;
 }
 

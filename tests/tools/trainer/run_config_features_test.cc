@@ -95,6 +95,16 @@ TEST_CASE("mixed precision is read for CPU and CUDA runs, with fp16's loss-scale
           j["bf16"] = {{"enabled", true}};
           j["zero_optimization"] = {{"stage", 3}};
         }).engine.zero.stage == 3);
+  // So do pipelines and tensor slicing, their groups split from the device group.
+  Json three_d = base_config();
+  three_d["trainer"]["device"] = "cuda";
+  three_d["pipeline"] = {{"stages", 2}, {"overlap_transfers", false}};
+  three_d["tensor_parallel"] = {{"tp_size", 2}};
+  const train::RunConfig sliced = parse(three_d, 4);
+  CHECK(sliced.engine.pipeline.stages == 2);
+  CHECK(sliced.engine.tensor_parallel.tp_size == 2);
+  CHECK_FALSE(sliced.engine.pipeline.overlap_transfers);
+  CHECK(parse(base_config()).engine.pipeline.overlap_transfers);
 }
 
 TEST_CASE("features this build does not have are refused, saying why", "[run_config]") {
