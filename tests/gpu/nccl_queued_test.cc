@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_runtime.h"
 #include "autograd/ops.h"
+#include "core/cuda_runtime.h"
 #include "core/factories.h"
 #include "parallel/comm/async_collectives.h"
 #include "parallel/comm/nccl_comm.h"

@@ -18,9 +18,9 @@
 #include "parallel/comm/host_staged_comm.h"
 #include "parallel/comm/nccl_comm.h"
 #include "parallel/comm/thread_comm.h"
+#include "tests/gpu/cycle_shards.h"
 #include "tests/test_files.h"
 #include "tests/tools/trainer/run_metrics.h"
-#include "tools/data/shard.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/run_config.h"
 #include "tools/trainer/trainer.h"
@@ -31,19 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-constexpr int64_t kVocab = 29;
-
-// Token i is (7 i + offset) mod 29, so the model learns in a few steps.
-void write_shards(const fs::path& dir) {
-  fs::create_directories(dir);
-  auto tokens = [](size_t n, size_t offset) {
-    std::vector<uint16_t> t(n);
-    for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint16_t>((7 * i + offset) % kVocab);
-    return t;
-  };
-  data::write_shard((dir / "train_000000.bin").string(), tokens(4096, 0));
-  data::write_shard((dir / "val_000000.bin").string(), tokens(1024, 3));
-}
+constexpr int64_t kVocab = testing::kCycleVocab;
 
 struct Layout {
   int pipe, data, model, zero;
@@ -167,7 +155,7 @@ void check_follows_cpu(const fs::path& root, const Layout& layout, DeviceGroup h
 TEST_CASE("pipelines, tensor slicing and ZeRO-3 on one GPU follow the CPU", "[gpu][3d]") {
   REQUIRE(cuda::device_count() > 0);
   const fs::path root = testing::fresh_dir("parallel_modes_gpu_staged");
-  write_shards(root / "data");
+  testing::write_cycle_shards(root / "data");
   for (const Layout& l :
        {Layout{2, 1, 2, 1, "fp32"}, Layout{2, 1, 2, 1, "bf16"}, Layout{2, 2, 1, 1, "fp16"},
         Layout{1, 2, 2, 2, "fp32"}, Layout{1, 2, 1, 3, "fp32"}, Layout{1, 2, 1, 3, "bf16"}}) {
@@ -184,7 +172,7 @@ TEST_CASE("a pipeline and tensor slicing over NCCL on two GPUs follow the CPU", 
     return;
   }
   const fs::path root = testing::fresh_dir("parallel_modes_gpu_nccl");
-  write_shards(root / "data");
+  testing::write_cycle_shards(root / "data");
   for (const Layout& l :
        {Layout{2, 1, 1, 0, "fp32"}, Layout{1, 1, 2, 1, "bf16"}, Layout{1, 2, 1, 3, "fp32"}}) {
     DYNAMIC_SECTION("(" << l.pipe << ", " << l.data << ", " << l.model << "), ZeRO " << l.zero
@@ -203,7 +191,7 @@ TEST_CASE("ZeRO's overlapped communication over NCCL gives the blocking run's bi
     return;
   }
   const fs::path root = testing::fresh_dir("parallel_modes_gpu_overlap");
-  write_shards(root / "data");
+  testing::write_cycle_shards(root / "data");
   for (int stage : {1, 2, 3}) {
     DYNAMIC_SECTION("ZeRO stage " << stage) {
       const Layout layout{1, 2, 1, stage, "bf16"};

@@ -16,9 +16,9 @@
 #include "core/cuda_runtime.h"
 #include "parallel/comm/nccl_comm.h"
 #include "parallel/comm/thread_comm.h"
+#include "tests/gpu/cycle_shards.h"
 #include "tests/test_files.h"
 #include "tests/tools/trainer/run_metrics.h"
-#include "tools/data/shard.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/run_config.h"
 #include "tools/trainer/trainer.h"
@@ -29,21 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-constexpr int64_t kVocab = 29;
-
-// Token i is (7 i + offset) mod 29: every token's successor is fixed, so the model has
-// something to learn in a few steps (random tokens would leave the loss at ln 29, where it
-// starts). Training and validation shards follow the same rule from different offsets.
-void write_shards(const fs::path& dir) {
-  fs::create_directories(dir);
-  auto tokens = [](size_t n, size_t offset) {
-    std::vector<uint16_t> t(n);
-    for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint16_t>((7 * i + offset) % kVocab);
-    return t;
-  };
-  data::write_shard((dir / "train_000000.bin").string(), tokens(4096, 0));
-  data::write_shard((dir / "val_000000.bin").string(), tokens(1024, 3));
-}
+constexpr int64_t kVocab = testing::kCycleVocab;
 
 // A run of `steps` AdamW steps (8 sequences of 16 in 2 micro-batches, clipping, a linear
 // warm-up) on `device`, evaluating every 2 steps and checkpointing every 4, in `dir`.
@@ -141,7 +127,7 @@ void check_same(const std::map<std::string, Tensor>& got,
 TEST_CASE("an f32 run on CUDA follows the same run on the CPU", "[gpu][trainer]") {
   REQUIRE(cuda::device_count() > 0);
   const fs::path root = testing::fresh_dir("trainer_gpu_f32");
-  write_shards(root / "data");
+  testing::write_cycle_shards(root / "data");
   const Outcome want = train(run_config(root / "data", root / "cpu", "cpu", 8, 0.0), root / "cpu",
                              ResumeMode::never);
   const Outcome got = train(run_config(root / "data", root / "cuda", "cuda", 8, 0.0), root / "cuda",
@@ -167,7 +153,7 @@ TEST_CASE("an f32 run on CUDA follows the same run on the CPU", "[gpu][trainer]"
 TEST_CASE("ZeRO-3 runs on CUDA follow the same runs on the CPU", "[gpu][trainer][zero]") {
   REQUIRE(cuda::device_count() > 0);
   const fs::path root = testing::fresh_dir("trainer_gpu_zero3");
-  write_shards(root / "data");
+  testing::write_cycle_shards(root / "data");
   // Parameters up to 100 elements stay whole (the norms); the others are gathered around
   // their module calls. The model is built partitioned (Note [Partitioned construction]).
   const Json zero3 = {{"stage", 3}, {"stage3_param_persistence_threshold", 100}};
@@ -197,7 +183,7 @@ TEST_CASE("ZeRO-3 runs on CUDA follow the same runs on the CPU", "[gpu][trainer]
 TEST_CASE("a bf16 run on CUDA trains, with f32 masters in its checkpoint", "[gpu][trainer]") {
   REQUIRE(cuda::device_count() > 0);
   const fs::path root = testing::fresh_dir("trainer_gpu_bf16");
-  write_shards(root / "data");
+  testing::write_cycle_shards(root / "data");
   const Outcome o = train(
       run_config(root / "data", root / "run", "cuda", 8, 0.0, {{"bf16", {{"enabled", true}}}}),
       root / "run", ResumeMode::never);
@@ -220,7 +206,7 @@ TEST_CASE("a bf16 run on CUDA trains, with f32 masters in its checkpoint", "[gpu
 TEST_CASE("an fp16 run on CUDA resumes from its checkpoint bit for bit", "[gpu][trainer]") {
   REQUIRE(cuda::device_count() > 0);
   const fs::path root = testing::fresh_dir("trainer_gpu_fp16_resume");
-  write_shards(root / "data");
+  testing::write_cycle_shards(root / "data");
   // A loss scale window of 1 doubles the scale after every good step, so the run meets
   // overflows and skipped steps on the way: the scaler's state is part of what resumes.
   // Dropout draws masks on the device from the checkpointed stream.
@@ -276,7 +262,7 @@ TEST_CASE("two ranks on two GPUs over NCCL follow the one-GPU run", "[gpu][train
     return;
   }
   const fs::path root = testing::fresh_dir("trainer_gpu_nccl");
-  write_shards(root / "data");
+  testing::write_cycle_shards(root / "data");
   const Outcome want = train(run_config(root / "data", root / "one", "cuda", 8, 0.0), root / "one",
                              ResumeMode::never);
   const fs::path two = root / "two";
