@@ -132,25 +132,37 @@ int train_mpi(int* argc, char*** argv, const std::string& config, tessera::train
 // error (before any thread starts), then by every rank. A CUDA run's ranks all drive the
 // configured device and move its tensors over host staging
 // (parallel/comm/host_staged_comm.h), as NCCL refuses two ranks on one GPU. A rank's error
-// ends the run; its peers stop at their next collective, within --comm-timeout.
+// is printed at once, naming the rank, and ends the run (exit code 1); its peers stop at
+// their next collective, within --comm-timeout, printing theirs.
 int train_thread_ranks(const std::string& config, tessera::train::ResumeMode mode,
                        tessera::parallel::CommOptions options, int ranks) {
   tessera::train::load_run_config(config, ranks);
   const std::vector<std::unique_ptr<Communicator>> staging =
       tessera::parallel::make_thread_group(ranks, options);
-  tessera::parallel::run_thread_ranks(
-      ranks,
-      [&](Communicator& world) {
-        tessera::train::RunConfig cfg = tessera::train::load_run_config(config, ranks);
-        std::unique_ptr<Communicator> device;
-        if (cfg.trainer.device.is_cuda() && ranks > 1) {
-          device = tessera::parallel::host_staged(*staging[world.rank()]);
-        }
-        tessera::train::apply_run_environment(cfg, world, device.get());
-        tessera::train::Trainer trainer(std::move(cfg), mode, world, device.get());
-        trainer.run();
-      },
-      options);
+  try {
+    tessera::parallel::run_thread_ranks(
+        ranks,
+        [&](Communicator& world) {
+          try {
+            tessera::train::RunConfig cfg = tessera::train::load_run_config(config, ranks);
+            std::unique_ptr<Communicator> device;
+            if (cfg.trainer.device.is_cuda() && ranks > 1) {
+              device = tessera::parallel::host_staged(*staging[world.rank()]);
+            }
+            tessera::train::apply_run_environment(cfg, world, device.get());
+            tessera::train::Trainer trainer(std::move(cfg), mode, world, device.get());
+            trainer.run();
+          } catch (const std::exception& e) {
+            // Now, not after the peers' timeouts: theirs would name this rank, not the cause.
+            std::fprintf(stderr, "train: error: [rank %d] %s\n", world.rank(), e.what());
+            std::fflush(stderr);
+            throw;
+          }
+        },
+        options);
+  } catch (const std::exception&) {
+    return 1;  // every failed rank has printed its error
+  }
   return 0;
 }
 
@@ -172,7 +184,8 @@ int train_main(int argc, char** argv) {
   const std::string config = flags.required("config");
   if (flags.has("world") && !flags.has("check-config")) {
     throw tessera::cli::UsageError(
-        "--world is for --check-config; a run's world is the number of mpirun processes");
+        "--world is for --check-config; a run's world is the number of mpirun processes, or "
+        "--thread-ranks");
   }
   if (flags.has("check-config")) {
     for (const char* run_flag : {"resume", "no-resume", "comm-timeout", "thread-ranks"}) {

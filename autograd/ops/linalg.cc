@@ -46,9 +46,19 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
         Tensor dx = rx ? kernels::matmul(g[0], w) : Tensor();  // (..., in)
         const std::function<void()> wait =
             dx.defined() && reduce_input_grad ? reduce_input_grad(dx) : std::function<void()>();
-        Tensor dw = rw ? kernels::matmul(rows_of(g[0]), rows_of(x), true, false)  // (out, in)
-                       : Tensor();
-        Tensor db = has_bias ? kernels::sum(rows_of(g[0]), {0}, false) : Tensor();
+        Tensor dw, db;
+        try {
+          if (rw) dw = kernels::matmul(rows_of(g[0]), rows_of(x), true, false);  // (out, in)
+          if (has_bias) db = kernels::sum(rows_of(g[0]), {0}, false);
+        } catch (...) {
+          if (wait) {
+            try {
+              wait();        // the reduction writes dx: it ends before dx may be dropped
+            } catch (...) {  // the product's error is the one to report
+            }
+          }
+          throw;
+        }
         if (wait) wait();
         return {dx, dw, db};
       });

@@ -19,7 +19,8 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, parallel::Dropout
       resid_dropout_(cfg.dropout, streams.replicated()),
       drops_probabilities_(cfg.attention_probs_dropout() > 0.0) {
   if (cfg.sparse_attention) {
-    // One layout for every block and rank: keyed by the replicated stream's own key.
+    // One layout for every block of this model part and every tensor-parallel rank: keyed
+    // by the replicated stream's own key (a pipeline stage past the first has its own).
     sparse_ = std::make_unique<SparseSelfAttention>(
         *cfg.sparse_attention, n_head_, cfg.block_size,
         hash_name(streams.replicated().seed(), "sparse_attention"));
@@ -64,12 +65,15 @@ Tensor CausalSelfAttention::forward(const Tensor& x) const {
   if (drops_probabilities_ && is_training()) {
     // Note [Attention dropout]: row i sees keys s <= i.
     const int64_t t = x.size(1);
-    std::vector<bool> visible(static_cast<size_t>(t * t));
-    for (int64_t i = 0; i < t; ++i) {
-      for (int64_t s = 0; s <= i; ++s) visible[i * t + s] = true;
+    if (!causal_visible_.defined() || causal_visible_.size(1) != t ||
+        causal_visible_.device() != x.device()) {
+      std::vector<bool> visible(static_cast<size_t>(t * t));
+      for (int64_t i = 0; i < t; ++i) {
+        for (int64_t s = 0; s <= i; ++s) visible[i * t + s] = true;
+      }
+      causal_visible_ = from_vector(visible, {1, t, t}).to(x.device());
     }
-    return merge_heads(
-        attend(qkv[0], qkv[1], qkv[2], from_vector(visible, {1, t, t}).to(x.device())));
+    return merge_heads(attend(qkv[0], qkv[1], qkv[2], causal_visible_));
   }
   return merge_heads(causal_attention(qkv[0], qkv[1], qkv[2]));
 }

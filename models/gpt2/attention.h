@@ -63,7 +63,8 @@ class CausalSelfAttention : public Module {
   Dropout attn_dropout_;
   parallel::RowParallelLinear c_proj_;
   Dropout resid_dropout_;
-  bool drops_probabilities_;  // attention_probs_dropout() > 0
+  bool drops_probabilities_;       // attention_probs_dropout() > 0
+  mutable Tensor causal_visible_;  // (1, T, T) bool: the unfused path's mask, for the last T
 };
 
 }  // namespace tessera

@@ -19,7 +19,9 @@
 // and the head column-parallel over the vocabulary, its loss the vocabulary-parallel
 // cross-entropy (parallel/tensor/cross_entropy.h). LayerNorms, wpe and biases of
 // row-parallel layers are replicated. Every rank draws the whole parameter from the same
-// (seed, name) stream and keeps its slice, so a sliced model equals the dense one.
+// (seed, name) stream and keeps its slice, so a sliced model equals the dense one, except
+// that in training each rank drops its own heads' attention probabilities with masks of
+// its own (Note [Model-parallel dropout] in parallel/tensor/dropout_streams.h).
 //
 // Note [Pipeline GPT]
 // A pipeline stage holds a GptPart (models/gpt2/pipeline_part.h): the first stage the
@@ -62,8 +64,10 @@ class Gpt : public LanguageModel {
   // pipeline stage's layers only (Note [Pipeline GPT]).
   // With `overlap_comm` and a model group of several ranks, the column-parallel products
   // (c_attn, c_fc, the head) sum their input gradients over the group while computing their
-  // weight gradients, on a worker of the model's own (Note [Overlapped input gradients] in
-  // parallel/tensor/layers.h; Megatron's default).
+  // weight gradients, through the model's own async collectives over the group (Note
+  // [Overlapped input gradients] in parallel/tensor/layers.h; Megatron's default): a worker
+  // thread on thread ranks and MPI with MPI_THREAD_MULTIPLE, NCCL's stream on CUDA; host
+  // staging and MPI without it sum at once.
   Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group = nullptr,
       const GptPart& part = {}, bool overlap_comm = true);
 
@@ -110,6 +114,9 @@ class Gpt : public LanguageModel {
   // The dropout streams; the engine keys them per step (Note [Dropout per step] in
   // parallel/engine/engine.h).
   parallel::DropoutStreams& dropout_streams() override { return dropout_streams_; }
+  void wait_for_communication() override {
+    if (model_async_) model_async_->wait_all();
+  }
 
  private:
   // The "transformer" child: embeddings, blocks and the final LayerNorm, those `part` holds

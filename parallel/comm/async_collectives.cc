@@ -38,7 +38,13 @@ void CommHandle::wait() const {
   std::unique_lock<std::mutex> lock(state_->mutex);
   state_->finished.wait(lock, [&] { return state_->done; });
   if (state_->error) std::rethrow_exception(state_->error);
-  if (state_->queued) state_->queued->order_device_after();
+  if (!state_->queued) return;
+  try {
+    state_->queued->order_device_after();
+  } catch (...) {
+    state_->error = std::current_exception();  // every later wait() rethrows it too
+    throw;
+  }
 }
 
 bool CommHandle::done() const {
@@ -49,7 +55,14 @@ bool CommHandle::done() const {
 
 void AsyncCollectives::wait_on_host(const CommHandle& h) {
   h.wait();
-  if (h.state_ && h.state_->queued) h.state_->queued->wait();
+  if (!h.state_ || !h.state_->queued) return;
+  try {
+    h.state_->queued->wait();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(h.state_->mutex);
+    h.state_->error = std::current_exception();  // the handle's wait() rethrows it from now on
+    throw;
+  }
 }
 
 bool CommHandle::failed() const {

@@ -138,6 +138,22 @@ std::string Communicator::where(CommOp op) const {
                  sequence_ - 1);
 }
 
+CommStats Communicator::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  return stats_;
+}
+
+void Communicator::reset_stats() {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  stats_ = CommStats();
+}
+
+void Communicator::mark_broken(const std::string& reason) {
+  if (!broken_reason_.empty()) return;
+  broken_reason_ = reason;
+  on_broken(broken_reason_);
+}
+
 void Communicator::fail(CommOp op, const std::string& reason) {
   throw Error(str_cat(where(op), ": ", reason));
 }
@@ -287,14 +303,16 @@ void Communicator::run(CommOp op, F&& f) {
   try {
     traffic = f();
   } catch (const Error& e) {
-    broken_reason_ = e.what();
-    on_broken(broken_reason_);
+    mark_broken(e.what());
     throw;
   }
   // Note [Simulated link]: the modeled time, less what the operation already took.
   const double modeled =
       link_.seconds(std::max(traffic.sent, traffic.received), ring_steps(op, size_));
-  stats_.add(op, traffic.sent, modeled);
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_.add(op, traffic.sent, modeled);
+  }
   if (modeled > 0) {
     const std::chrono::duration<double> left =
         std::chrono::duration<double>(modeled) - (std::chrono::steady_clock::now() - start);

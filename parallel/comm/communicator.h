@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/tensor.h"
@@ -161,8 +162,10 @@ class Communicator {
   const CommOptions& options() const { return options_; }
   // Operations issued so far on this rank (the sequence number of the next one).
   int64_t sequence() const { return sequence_; }
-  const CommStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = CommStats(); }
+  // A copy: an AsyncCollectives worker may be adding to them (of the operations finished
+  // so far).
+  CommStats stats() const;
+  void reset_stats();
   // Models this rank's network link from the next operation on (Note [Simulated link]);
   // groups split off later inherit it. Throws on a negative or non-finite value, or on a
   // latency without a bandwidth (gbit_per_s 0 switches the model off).
@@ -216,6 +219,9 @@ class Communicator {
   std::string where(CommOp op) const;
   // Fails the current operation with where(op) and a reason; the group is then broken.
   [[noreturn]] void fail(CommOp op, const std::string& reason);
+  // Breaks the group for a failure found outside an operation (a queued one's, found by its
+  // QueuedWork): later operations fail at once, and on_broken() runs once.
+  void mark_broken(const std::string& reason);
 
   virtual void do_all_reduce(const Tensor& t, ReduceOp op) = 0;
   virtual void do_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) = 0;
@@ -257,6 +263,7 @@ class Communicator {
   std::string name_;
   CommOptions options_;
   int64_t sequence_ = 0;
+  mutable std::mutex stats_mutex_;  // guards stats_
   CommStats stats_;
   SimulatedLink link_;
   std::string broken_reason_;

@@ -222,24 +222,40 @@ class NcclCommunicator final : public Communicator {
     cudaEvent_t done() const { return done_; }
 
     void order_device_after() override {
-      comm_.check_not_aborted(last_);
-      comm_.check_cuda(last_.op, "cudaSetDevice", cudaSetDevice(comm_.device_));
-      comm_.check_cuda(last_.op, "cudaStreamWaitEvent",
-                       cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
+      breaking_on_error([this] {
+        comm_.check_not_aborted(last_);
+        comm_.check_cuda(last_.op, "cudaSetDevice", cudaSetDevice(comm_.device_));
+        comm_.check_cuda(last_.op, "cudaStreamWaitEvent",
+                         cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
+      });
     }
     bool finished() override {
       cudaSetDevice(comm_.device_);
       return cudaEventQuery(done_) == cudaSuccess;
     }
     void wait() override {
-      comm_.check_not_aborted(last_);
-      comm_.check_cuda(last_.op, "cudaSetDevice", cudaSetDevice(comm_.device_));
-      comm_.await(
-          last_.op, str_cat(last_.call, " #", last_.sequence, ", queued"),
-          [this] { return cudaEventQuery(done_); }, last_.deadline);
+      breaking_on_error([this] {
+        comm_.check_not_aborted(last_);
+        comm_.check_cuda(last_.op, "cudaSetDevice", cudaSetDevice(comm_.device_));
+        comm_.await(
+            last_.op, str_cat("the queued ", last_.call, " #", last_.sequence),
+            [this] { return cudaEventQuery(done_); }, last_.deadline);
+      });
     }
 
    private:
+    // Runs `f`; an error breaks the group, which aborts the NCCL communicator (so kernels
+    // stuck waiting for a peer end, and the events behind them pass), then propagates.
+    template <class F>
+    void breaking_on_error(F&& f) {
+      try {
+        f();
+      } catch (const Error& e) {
+        comm_.mark_broken(e.what());
+        throw;
+      }
+    }
+
     NcclCommunicator& comm_;
     Queued last_;
     cudaEvent_t done_ = nullptr;
@@ -266,9 +282,9 @@ class NcclCommunicator final : public Communicator {
   // were ended, so its event has passed without results.
   void check_not_aborted(const Queued& queued) {
     if (comm_ != nullptr) return;
-    fail(queued.op, str_cat(queued.call, " #", queued.sequence,
-                            ", queued, did not complete: the NCCL communicator was aborted by "
-                            "a later failure of the group"));
+    fail(queued.op, str_cat("the queued ", queued.call, " #", queued.sequence,
+                            " did not complete: the NCCL communicator was aborted by a later "
+                            "failure of the group"));
   }
 
   // Polls `query` (cudaSuccess: done) and NCCL's asynchronous error until done; fails `op`,

@@ -141,11 +141,13 @@ double Engine::timer_now() const {
 
 void Engine::step_optimizer(StepStats& stats, std::optional<double> local_loss) {
   const double start = timer_now();
+  model_.wait_for_communication();  // its errors surface here, before the step
   stats.grad_norm = optimizer_->clip_grad_norm(config_.gradient_clipping);
   // The loss mean crosses the data group while it is idle: clipping has settled the
   // gradients' reductions, and the step has not yet started the parameters' gathers,
   // which may travel on into the next forward (Note [Gathers after the step] in
-  // parallel/zero/parameter_store.h).
+  // parallel/zero/parameter_store.h). The pipeline path's mean comes after its schedule
+  // and waits for them instead.
   if (local_loss) stats.loss = global_mean(*local_loss);
   stats.attempted_loss_scale = optimizer_->loss_scaler() ? optimizer_->loss_scaler()->scale() : 1.0;
   stats.skipped = !optimizer_->step();

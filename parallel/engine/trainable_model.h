@@ -34,6 +34,11 @@ class TrainableModel : public Module {
   // Recompute layers in backward instead of storing their activations: every `interval`
   // consecutive layers form one checkpoint (0: none), kept and timed as `policy` says.
   virtual void set_activation_checkpointing(int64_t interval, CheckpointPolicy policy = {}) = 0;
+  // Waits on the host for communication the model started itself and may still have
+  // travelling (GPT's tensor-parallel input-gradient sums, which NCCL leaves queued on its
+  // stream: Note [Overlapped input gradients] in parallel/tensor/layers.h), rethrowing its
+  // error. The engine calls it before each optimizer step.
+  virtual void wait_for_communication() {}
 
   // The parallel modes this model supports beyond data parallelism (none by default).
   virtual ModelCapabilities capabilities() const { return {}; }

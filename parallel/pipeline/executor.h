@@ -34,8 +34,10 @@
 // on its worker. The tensors sent are kept (the outputs until their backward) or owned by
 // the handle (gradients, headers, pieces), so none changes while travelling. The loss
 // broadcast at the end of a batch waits for everything first, and so does the optimizer
-// step (a failed send stops the step, as a blocking one did). Backends bound to the
-// caller's thread (NCCL) still block.
+// step (a failed send stops the step, as a blocking one did). NCCL queues them on its
+// stream instead of a worker (Note [Device-queued operations] in
+// parallel/comm/communicator.h); host staging blocks. pipeline.overlap_transfers false
+// (parallel/engine_config.h) makes the engine's executor block.
 #pragma once
 
 #include <functional>

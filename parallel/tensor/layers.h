@@ -14,7 +14,11 @@
 // it travels, then waits (Megatron-LM's --async-tensor-model-parallel-allreduce,
 // LinearWithGradAccumulationAndAsyncCommunication; autograd's linear() with a
 // StartGradReduction). Nothing else uses the group in between, and the sum is the blocking
-// one, so the gradients are the same bits.
+// one, so the gradients are the same bits. On NCCL the sum is queued on the group's stream
+// and the layer's wait orders the compute stream after it (Note [Device-queued operations]
+// in parallel/comm/communicator.h); the model's owner waits on the host before the
+// optimizer step (TrainableModel::wait_for_communication), where a failure surfaces.
+// Backends that cannot overlap (host staging, MPI below MPI_THREAD_MULTIPLE) sum at once.
 #pragma once
 
 #include <cstdint>

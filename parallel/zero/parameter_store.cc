@@ -56,7 +56,7 @@ MasterWeights::MasterWeights(Communicator& dp, const FlatLayout& layout,
 }
 
 MasterWeights::~MasterWeights() {
-  if (model_ != nullptr) model_->set_hooks(nullptr);
+  if (model_ != nullptr && model_->hooks() == hooks_) model_->set_hooks(nullptr);
 }
 
 class MasterWeights::ForwardWaits final : public ModuleHooks {
@@ -72,13 +72,18 @@ class MasterWeights::ForwardWaits final : public ModuleHooks {
 
 void MasterWeights::gather_in_background(AsyncCollectives* async, Module& model) {
   TS_INTERNAL_ASSERT(sharded_ && async != nullptr, "background gathers are for sharded masters");
+  TS_CHECK(model.hooks() == nullptr,
+           "[zero] overlap_comm at stage 1-2 waits for the parameters' gathers through the "
+           "model's module hooks, and the model has hooks already (another optimizer's?); "
+           "expected one optimizer with overlap_comm per model");
   async_ = async;
   model_ = &model;
   gathering_.assign(layout_.blocks.size(), CommHandle());
   for (size_t i = 0; i < params_.size(); ++i) {
     block_of_[params_[i].impl()] = layout_.params[i].block;
   }
-  model.set_hooks(std::make_shared<ForwardWaits>(*this));
+  hooks_ = std::make_shared<ForwardWaits>(*this);
+  model.set_hooks(hooks_);
 }
 
 void MasterWeights::settle_module(const Module& m) {
@@ -101,10 +106,25 @@ void MasterWeights::settle_module(const Module& m) {
 }
 
 void MasterWeights::settle() {
+  std::exception_ptr first;  // every handle is waited for and dropped, then it is rethrown
   for (CommHandle& h : gathering_) {
-    h.wait();
+    try {
+      h.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
     h = CommHandle();
   }
+  if (first) std::rethrow_exception(first);
+}
+
+void MasterWeights::agree_gather_order() {
+  const std::vector<int64_t> mine = gather_order();
+  const Device device = (flat_params_.defined() ? flat_params_ : master_shard_).device();
+  const Tensor order =
+      from_vector(mine, {static_cast<int64_t>(mine.size())}).to(device);  // (blocks) i64
+  dp_.broadcast(order, 0);
+  gather_order_ = order.to(Device::cpu()).to_vector<int64_t>();
 }
 
 std::vector<int64_t> MasterWeights::gather_order() const {
@@ -137,7 +157,7 @@ const std::vector<Tensor>& MasterWeights::masters() const {
 
 void MasterWeights::after_step() {
   settle();  // the last step's gathers have arrived (settle_communication waited already)
-  if (gather_order_.empty()) gather_order_ = gather_order();  // fixed from the first step on
+  if (async_ != nullptr && gather_order_.empty()) agree_gather_order();
   if (sharded_ && !master_shard_.defined()) {
     for (const int64_t b : gather_order()) {
       const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(b)];

@@ -47,22 +47,25 @@ class ParameterStore {
   virtual void grad_ready(int64_t param) {}
   virtual void end_backward() {}
   // Waits for every gather still travelling (started through AsyncCollectives), so that
-  // the caller may use the group or read any parameter.
+  // the caller may use the group or read any parameter through the device's queue (on NCCL
+  // the device, not the host, waits: Note [Device-queued operations]). Every handle is
+  // waited for; the first error is rethrown after.
   virtual void settle() {}
 };
 
 // Note [Gathers after the step]
 // With sharded masters (stages 1-2) every block's updated chunks are all-gathered after the
 // step. With async collectives (gather_in_background: overlap_comm) after_step() starts
-// those gathers and returns: they travel, in block order on the worker, while the next
+// those gathers and returns: they travel, on the worker or NCCL's stream, while the next
 // forward computes. Installed as the model's ModuleHooks, the store waits in each module
 // call's pre_forward for the gathers of the blocks holding that module's own parameters,
 // so no module reads a parameter before its new value has arrived. The gathers are
 // started in the order the forwards before the first step first needed their blocks (the
 // flat layout groups parameters by weight decay, not by use), then the blocks none needed,
-// so the first modules' parameters arrive first. The order is fixed at the first step, when
-// every rank has run the same module calls (a forward only one rank runs later, such as
-// sampling, cannot change it). settle() waits for the
+// so the first modules' parameters arrive first. Rank 0's order is broadcast at the first
+// step and kept, so every rank gathers in the same order whatever forwards only some ranks
+// ran (sampling, say). The engine's pipeline path waits for the gathers before its loss
+// mean, so there they do not reach into the next forward. settle() waits for the
 // rest (parameters no forward reads), and every path that reads parameters outside a
 // forward (saving, loading, another step) goes through it (ZeroOptimizer's
 // settle_communication). The gathers, their order and their values are the blocking ones,
@@ -107,9 +110,13 @@ class MasterWeights final : public ParameterStore {
   void settle_module(const Module& m);
   // all_gather(in, out) of one block after the step: started through async_, or blocking.
   void gather_block(int64_t block, const Tensor& in, const Tensor& out);
-  // The blocks in the order after_step() gathers them: those the forwards before the first
-  // step needed (none without async_), in order of first need, then the others.
+  // The blocks in the order after_step() gathers them: the agreed order once fixed, else
+  // those this rank's forwards needed (none without async_), in order of first need, then
+  // the others.
   std::vector<int64_t> gather_order() const;
+  // Fixes gather_order_ as rank 0 recorded it, broadcast over the group (idle at the step):
+  // every rank gathers in one order whatever forwards only some of them ran.
+  void agree_gather_order();
 
   Communicator& dp_;
   const FlatLayout& layout_;
@@ -124,9 +131,10 @@ class MasterWeights final : public ParameterStore {
   // Note [Gathers after the step]: set by gather_in_background().
   AsyncCollectives* async_ = nullptr;
   Module* model_ = nullptr;
-  std::vector<CommHandle> gathering_;  // per block, since the step
-  std::vector<int64_t> first_needed_;  // blocks in the order module calls first needed them
-  std::vector<int64_t> gather_order_;  // fixed at the first step
+  std::shared_ptr<ModuleHooks> hooks_;  // ForwardWaits, installed on model_
+  std::vector<CommHandle> gathering_;   // per block, since the step
+  std::vector<int64_t> first_needed_;   // blocks in the order module calls first needed them
+  std::vector<int64_t> gather_order_;   // fixed at the first step
   std::unordered_map<const void*, int64_t> block_of_;  // a parameter's impl: its block
   std::unordered_map<const Module*, std::vector<int64_t>> module_blocks_;  // cached
 };

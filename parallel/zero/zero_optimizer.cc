@@ -1,6 +1,8 @@
 #include "parallel/zero/zero_optimizer.h"
 
 #include <cmath>
+#include <exception>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -234,9 +236,19 @@ void ZeroOptimizer::reduce_block(int64_t block) {
 }
 
 void ZeroOptimizer::settle_communication() const {
-  weights_->settle();  // the step's gathers, queued before any reduction
-  gradients_->finish_reductions();
-  if (async_) async_->wait_all();
+  // Each part waits for all of its own; the first error is rethrown after all have.
+  std::exception_ptr first;
+  const auto attempt = [&first](const std::function<void()>& wait) {
+    try {
+      wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  };
+  attempt([this] { weights_->settle(); });  // the step's gathers, queued before any reduction
+  attempt([this] { gradients_->finish_reductions(); });
+  if (async_) attempt([this] { async_->wait_all(); });
+  if (first) std::rethrow_exception(first);
 }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {

@@ -119,7 +119,7 @@ TEST_CASE("a queued NCCL collective whose peer never joins fails wait_all within
     }
   });
   CHECK_THAT(error, Catch::Contains("[comm nccl, rank 0 of 2] all_reduce") &&
-                        Catch::Contains("ncclAllReduce #0, queued, did not complete") &&
+                        Catch::Contains("the queued ncclAllReduce #0 did not complete") &&
                         Catch::Contains("timed out after 2000 ms"));
 }
 

@@ -1,9 +1,10 @@
 // Pipelines, tensor slicing and ZeRO-3 with CUDA tensors, through the trainer, against the
 // same layout on the CPU: several thread ranks share one GPU over host staging
 // (parallel/comm/host_staged_comm.h), as NCCL refuses two ranks on one device; with two
-// GPUs, the same layouts run over NCCL, one GPU per rank, as tools/train does under
-// mpirun. The 3D groups are split from the device group (tools/trainer/trainer.h), so
-// every stage transfer, partial sum and gathered parameter moves CUDA tensors.
+// GPUs, three layouts of two ranks run over NCCL, one GPU per rank, as tools/train does
+// under mpirun, and each overlapped mode there gives its blocking run's bits. The 3D groups are
+// split from the device group (tools/trainer/trainer.h), so every stage transfer, partial sum and
+// gathered parameter moves CUDA tensors.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -182,9 +183,10 @@ TEST_CASE("a pipeline and tensor slicing over NCCL on two GPUs follow the CPU", 
   }
 }
 
-// Note [Device-queued operations]: with overlap_comm the reductions and stage-3 gathers are
-// queued on NCCL's stream while backward and forward go on; same order, same bits.
-TEST_CASE("ZeRO's overlapped communication over NCCL gives the blocking run's bits",
+// Note [Device-queued operations]: overlapped operations are queued on NCCL's stream while
+// backward and forward go on: ZeRO's reductions and gathers (stages 1-3), a pipeline's stage
+// transfers, tensor slicing's input-gradient sums. Same operations, same order, same bits.
+TEST_CASE("overlapped communication over NCCL gives the blocking run's bits",
           "[gpu][zero][nccl][async]") {
   if (cuda::device_count() < 2) {
     WARN("skipped: needs two CUDA devices, found " << cuda::device_count());
@@ -192,14 +194,25 @@ TEST_CASE("ZeRO's overlapped communication over NCCL gives the blocking run's bi
   }
   const fs::path root = testing::fresh_dir("parallel_modes_gpu_overlap");
   testing::write_cycle_shards(root / "data");
-  for (int stage : {1, 2, 3}) {
-    DYNAMIC_SECTION("ZeRO stage " << stage) {
-      const Layout layout{1, 2, 1, stage, "bf16"};
+  struct Case {
+    Layout layout;
+    const char* section;  // whose overlap switch
+    const char* key;
+  };
+  for (const Case& c : {Case{{1, 2, 1, 1, "bf16"}, "zero_optimization", "overlap_comm"},
+                        Case{{1, 2, 1, 2, "bf16"}, "zero_optimization", "overlap_comm"},
+                        Case{{1, 2, 1, 3, "bf16"}, "zero_optimization", "overlap_comm"},
+                        Case{{2, 1, 1, 0, "fp32"}, "pipeline", "overlap_transfers"},
+                        Case{{1, 1, 2, 1, "fp32"}, "tensor_parallel", "overlap_comm"}}) {
+    const Layout& layout = c.layout;
+    DYNAMIC_SECTION("(" << layout.pipe << ", " << layout.data << ", " << layout.model << "), ZeRO "
+                        << layout.zero << ", " << c.section << "." << c.key) {
       std::map<bool, testing::RunMetrics> metrics;
       for (bool overlap : {false, true}) {
-        const fs::path dir = root / ("z" + std::to_string(stage) + (overlap ? "_on" : "_off"));
+        const fs::path dir = root / (std::string(c.section) + std::to_string(layout.zero) +
+                                     (overlap ? "_on" : "_off"));
         Json doc = run_config(root / "data", dir, layout, "cuda");
-        doc["zero_optimization"]["overlap_comm"] = overlap;
+        doc[c.section][c.key] = overlap;
         train(doc, dir, layout.ranks(), DeviceGroup::nccl);
         metrics[overlap] = testing::read_run_metrics(dir);
       }

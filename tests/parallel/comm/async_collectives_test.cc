@@ -108,6 +108,9 @@ TEST_CASE("a backend that queues on its device: wait() orders the device, wait_a
   CHECK_NOTHROW(lost.wait());
   CHECK_THAT(testing::error_of([&] { async.wait_all(); }),
              Catch::Contains("operation 2 lost its peer"));
+  // The handle keeps the failure: its wait() rethrows it from then on.
+  CHECK(lost.failed());
+  CHECK_THAT(testing::error_of([&] { lost.wait(); }), Catch::Contains("operation 2 lost its peer"));
   log.fail_wait = false;
 }
 
