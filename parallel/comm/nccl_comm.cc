@@ -178,9 +178,14 @@ class NcclCommunicator final : public Communicator {
     }
     queue_only_ = false;
     if (!last_queued_) return nullptr;  // nothing reached the device (a group of one)
-    auto work = std::make_unique<Work>(*this, *last_queued_);
-    check_cuda(last_queued_->op, "cudaEventRecord", cudaEventRecord(work->done(), stream_));
-    return work;
+    try {
+      auto work = std::make_unique<Work>(*this, *last_queued_);
+      check_cuda(last_queued_->op, "cudaEventRecord", cudaEventRecord(work->done(), stream_));
+      return work;
+    } catch (const Error& e) {
+      mark_broken(e.what());  // the operations are queued, and nothing could wait for them
+      throw;
+    }
   }
 
   void on_broken(const std::string&) override { abort(); }
