@@ -59,6 +59,10 @@ void read_lamb_coeffs(JsonObjectReader& params, LambOptions* lamb) {
            ": expected min_coeff <= max_coeff (", lamb->max_coeff, "), found ", lamb->min_coeff);
 }
 
+bool same_optimizer_type(const std::string& a, const std::string& b) {
+  return lower(a) == lower(b);
+}
+
 OptimizerConfig parse_optimizer(JsonObjectReader section,
                                 const std::vector<ExternalOptimizerType>& external) {
   OptimizerConfig c;

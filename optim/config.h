@@ -60,6 +60,9 @@ struct ExternalOptimizerType {
 // kept for `max_grad_norm` (use gradient_clipping) and amsgrad.
 OptimizerConfig parse_optimizer(JsonObjectReader section,
                                 const std::vector<ExternalOptimizerType>& external = {});
+// Whether two optimizer type names name the same type (case-insensitively, as
+// parse_optimizer reads them).
+bool same_optimizer_type(const std::string& a, const std::string& b);
 // The optimizer over `groups`; not for external types, which their own code builds.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
                                           std::vector<ParamGroup> groups);

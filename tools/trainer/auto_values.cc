@@ -1,7 +1,6 @@
 #include "tools/trainer/auto_values.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -9,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "optim/config.h"
 
 namespace tessera::train {
 namespace {
@@ -34,11 +34,6 @@ bool same_value(const Json& a, const Json& b) {
 bool same_kind(const Json& a, const Json& b) {
   return (a.is_number() && b.is_number()) || (a.is_boolean() && b.is_boolean()) ||
          (a.is_array() && b.is_array()) || (a.is_string() && b.is_string());
-}
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
 }
 
 // A value Tessera has for a DeepSpeed key: `value` (absent when the config gives none),
@@ -261,7 +256,7 @@ std::optional<Json> fill_optimizer(AutoFiller& f) {
       const std::string client_type = client->contains("type") && (*client)["type"].is_string()
                                           ? (*client)["type"].get<std::string>()
                                           : "";
-      if (lower(ds_type) != lower(client_type)) {
+      if (!optim::same_optimizer_type(ds_type, client_type)) {
         f.problem(str_cat("$.optimizer.type is \"", ds_type,
                           "\" but $.trainer.optimizer.type is \"", client_type,
                           "\"; expected the same type: $.trainer.optimizer fills $.optimizer's "
