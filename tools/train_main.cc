@@ -128,15 +128,15 @@ int train_mpi(int* argc, char*** argv, const std::string& config, tessera::train
   return 0;
 }
 
-// --thread-ranks: `ranks` ranks as threads of this process. The config is read once for the
-// error (before any thread starts), then by every rank. A CUDA run's ranks all drive the
+// --thread-ranks: `ranks` ranks as threads of this process. The config is read once, before
+// any thread starts, and every rank trains a copy of it. A CUDA run's ranks all drive the
 // configured device and move its tensors over host staging
 // (parallel/comm/host_staged_comm.h), as NCCL refuses two ranks on one GPU. A rank's error
 // is printed at once, naming the rank, and ends the run (exit code 1); its peers stop at
 // their next collective, within --comm-timeout, printing theirs.
 int train_thread_ranks(const std::string& config, tessera::train::ResumeMode mode,
                        tessera::parallel::CommOptions options, int ranks) {
-  tessera::train::load_run_config(config, ranks);
+  const tessera::train::RunConfig checked = tessera::train::load_run_config(config, ranks);
   const std::vector<std::unique_ptr<Communicator>> staging =
       tessera::parallel::make_thread_group(ranks, options);
   try {
@@ -144,7 +144,7 @@ int train_thread_ranks(const std::string& config, tessera::train::ResumeMode mod
         ranks,
         [&](Communicator& world) {
           try {
-            tessera::train::RunConfig cfg = tessera::train::load_run_config(config, ranks);
+            tessera::train::RunConfig cfg = checked;
             std::unique_ptr<Communicator> device;
             if (cfg.trainer.device.is_cuda() && ranks > 1) {
               device = tessera::parallel::host_staged(*staging[world.rank()]);

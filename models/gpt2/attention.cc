@@ -16,8 +16,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, parallel::Dropout
               /*parts=*/3, DType::f32, async),
       attn_dropout_(cfg.attention_probs_dropout(), streams.sliced()),
       c_proj_(cfg.n_embd, cfg.n_embd, cfg.bias, model_group, /*input_is_parallel=*/true),
-      resid_dropout_(cfg.dropout, streams.replicated()),
-      drops_probabilities_(cfg.attention_probs_dropout() > 0.0) {
+      resid_dropout_(cfg.dropout, streams.replicated()) {
   if (cfg.sparse_attention) {
     // One layout for every block of this model part and every tensor-parallel rank: keyed
     // by the replicated stream's own key (a pipeline stage past the first has its own).
@@ -59,19 +58,29 @@ Tensor CausalSelfAttention::attend(const Tensor& q, const Tensor& k, const Tenso
   return matmul(attn_dropout_.forward(softmax(scores)), v);  // (B, H, T, D)
 }
 
+Tensor CausalSelfAttention::visible_keys(int64_t t, int64_t start, Device device) const {
+  const int64_t total = start + t;
+  const int64_t heads = sparse_ ? n_head_ : 1;
+  std::vector<bool> mask(static_cast<size_t>(heads * t * total));
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t s = 0; s < total; ++s) {
+        mask[(h * t + i) * total + s] =
+            s <= start + i && (!sparse_ || sparse_->visible(h, start + i, s));
+      }
+    }
+  }
+  return from_vector(mask, {heads, t, total}).to(device);
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
   const std::vector<Tensor> qkv = heads(x);
   if (sparse_) return merge_heads(sparse_->forward(qkv[0], qkv[1], qkv[2], /*causal=*/true));
-  if (drops_probabilities_ && is_training()) {
-    // Note [Attention dropout]: row i sees keys s <= i.
+  if (attn_dropout_.drops()) {  // Note [Attention dropout]
     const int64_t t = x.size(1);
     if (!causal_visible_.defined() || causal_visible_.size(1) != t ||
         causal_visible_.device() != x.device()) {
-      std::vector<bool> visible(static_cast<size_t>(t * t));
-      for (int64_t i = 0; i < t; ++i) {
-        for (int64_t s = 0; s <= i; ++s) visible[i * t + s] = true;
-      }
-      causal_visible_ = from_vector(visible, {1, t, t}).to(x.device());
+      causal_visible_ = visible_keys(t, 0, x.device());
     }
     return merge_heads(attend(qkv[0], qkv[1], qkv[2], causal_visible_));
   }
@@ -89,22 +98,8 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& cache_k, Ten
   const int64_t total = start + t;
   const Tensor k = cache_k.narrow(2, 0, total);  // (B, H, S, D)
   const Tensor v = cache_v.narrow(2, 0, total);  // (B, H, S, D)
-  Tensor visible;  // undefined: a single new row without a layout sees every cached key
-  if (t > 1 || sparse_) {
-    // New row i sits at position start + i and sees keys s <= start + i (and, sparse, those
-    // of its layout: Note [Sparse GPT attention]).
-    const int64_t heads = sparse_ ? n_head_ : 1;
-    std::vector<bool> mask(static_cast<size_t>(heads * t * total));
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t i = 0; i < t; ++i) {
-        for (int64_t s = 0; s < total; ++s) {
-          mask[(h * t + i) * total + s] =
-              s <= start + i && (!sparse_ || sparse_->visible(h, start + i, s));
-        }
-      }
-    }
-    visible = from_vector(mask, {heads, t, total}).to(x.device());
-  }
+  // A single new row without a layout sees every cached key: no mask.
+  const Tensor visible = t > 1 || sparse_ ? visible_keys(t, start, x.device()) : Tensor();
   return merge_heads(attend(qkv[0], k, v, visible));  // (B, H, T, D) -> (B, T, C)
 }
 

@@ -56,6 +56,10 @@ class CausalSelfAttention : public Module {
   // all; else bool (heads or 1, T, S)), its probabilities through attn_dropout_, times v.
   // q (B, H, T, D), k and v (B, H, S, D) -> (B, H, T, D).
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& visible) const;
+  // The keys new rows see, on `device`: row i sits at position start + i and sees keys
+  // s <= start + i (and, sparse, those of its layout: Note [Sparse GPT attention]); bool
+  // (heads or 1, t, start + t).
+  Tensor visible_keys(int64_t t, int64_t start, Device device) const;
 
   int64_t n_head_;                               // this rank's heads
   std::unique_ptr<SparseSelfAttention> sparse_;  // null: dense causal attention
@@ -63,8 +67,7 @@ class CausalSelfAttention : public Module {
   Dropout attn_dropout_;
   parallel::RowParallelLinear c_proj_;
   Dropout resid_dropout_;
-  bool drops_probabilities_;       // attention_probs_dropout() > 0
-  mutable Tensor causal_visible_;  // (1, T, T) bool: the unfused path's mask, for the last T
+  mutable Tensor causal_visible_;  // visible_keys(T, 0) of the last training T, unfused path
 };
 
 }  // namespace tessera

@@ -12,6 +12,8 @@ class Dropout : public Module {
   // that activation checkpointing can rewind it).
   Dropout(double p, Generator& gen);
   Tensor forward(const Tensor& x) const;  // (*) -> (*)
+  // Whether forward() drops anything now: training, with p above 0.
+  bool drops() const { return p_ > 0.0 && is_training(); }
 
  private:
   double p_;

@@ -19,14 +19,16 @@
 //
 // The last row is the (pipe, data, model) = (2, 1, 2) layout: the same model as a 2-stage
 // pipeline of 2 tensor slices through the Engine, 4 micro-batches per step, ZeRO-1, with
-// pipeline.overlap_transfers off and on. Its calibration counts rank 0's bytes on the pipe
-// and model groups per step, and the link is set so that they take as long as the step's
-// computation; the tensor-parallel all-reduces sit between the layers' products, so only
-// the stage-to-stage transfers can overlap. The model
+// pipeline.overlap_transfers and tensor_parallel.overlap_comm off and on. Its calibration
+// counts rank 0's bytes on the pipe and model groups per step, and the link is set so that
+// they take as long as the step's computation; of the tensor-parallel all-reduces only the
+// column-parallel input gradients' can overlap (Note [Overlapped input gradients] in
+// parallel/tensor/layers.h), besides the stage-to-stage transfers. The model
 // is a 6-layer GPT (n_embd 256, vocabulary 2048, T 64, 4 sequences per rank); each rank is
 // one thread.
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "core/clock.h"
@@ -174,9 +176,9 @@ std::vector<LayoutTiming> run_layout(const parallel::SimulatedLink& link,
     std::vector<std::unique_ptr<LanguageModel>> models;
     std::vector<std::unique_ptr<parallel::Engine>> engines;
     for (const bool overlap : modes) {
-      placement.overlap_model_comm = overlap;
-      models.push_back(spec.build(1, placement));
       const parallel::EngineConfig config = layout_config(overlap);
+      placement.overlap_model_comm = config.tensor_parallel.overlap_comm;
+      models.push_back(spec.build(1, placement));
       engines.push_back(std::make_unique<parallel::Engine>(
           config, *models.back(),
           optim::decay_groups(models.back()->named_parameters(), config.optimizer.lr, 0.1, true,
@@ -212,6 +214,15 @@ std::vector<LayoutTiming> run_layout(const parallel::SimulatedLink& link,
   return out;
 }
 
+// One row of the table: what was calibrated (compute time and bytes), the link set from
+// them, both modes' median steps and their ratio.
+void print_row(const std::string& label, double compute_s, int64_t bytes, double gbit,
+               double blocking_s, double overlapped_s) {
+  std::printf("%-5s | %7.1f ms %7.2f MB %5.2f Gb/s | %6.1f ms %6.1f ms %7.3f\n", label.c_str(),
+              compute_s * 1e3, static_cast<double>(bytes) / 1e6, gbit, blocking_s * 1e3,
+              overlapped_s * 1e3, blocking_s / overlapped_s);
+}
+
 int bench_main(int argc, char** argv) {
   using cli::Flag;
   const cli::Flags flags(
@@ -242,10 +253,8 @@ int bench_main(int argc, char** argv) {
         run(world, static_cast<int>(stage), {.gbit_per_s = gbit}, {false, true}, rounds);
     const double blocking = bench::median(timed[0].step);
     const double overlapped = bench::median(timed[1].step);
-    std::printf("%-5lld | %7.1f ms %7.2f MB %5.2f Gb/s | %6.1f ms %6.1f ms %7.3f\n",
-                static_cast<long long>(stage), backward * 1e3,
-                static_cast<double>(calibration.reduction_bytes) / 1e6, gbit, blocking * 1e3,
-                overlapped * 1e3, blocking / overlapped);
+    print_row(std::to_string(stage), backward, calibration.reduction_bytes, gbit, blocking,
+              overlapped);
   }
   // (2, 1, 2): the link carries rank 0's pipe and model bytes in the step's computing time.
   const LayoutTiming calibration = run_layout({}, {false}, rounds)[0];
@@ -254,9 +263,7 @@ int bench_main(int argc, char** argv) {
   const std::vector<LayoutTiming> timed = run_layout({.gbit_per_s = gbit}, {false, true}, rounds);
   const double blocking = bench::median(timed[0].step);
   const double overlapped = bench::median(timed[1].step);
-  std::printf("%-5s | %7.1f ms %7.2f MB %5.2f Gb/s | %6.1f ms %6.1f ms %7.3f\n", "2,1,2",
-              compute * 1e3, static_cast<double>(calibration.bytes) / 1e6, gbit, blocking * 1e3,
-              overlapped * 1e3, blocking / overlapped);
+  print_row("2,1,2", compute, calibration.bytes, gbit, blocking, overlapped);
   std::printf(
       "(stage rows: backward and its reduction bytes; 2,1,2: the whole step and its pipe "
       "and model bytes)\n");
