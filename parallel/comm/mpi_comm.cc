@@ -151,6 +151,8 @@ class MpiCommunicator final : public Communicator {
   // The current operation's deadline, set by its first wait.
   Clock::time_point deadline_;
   int64_t deadline_sequence_ = -1;
+  // Ranks whose roll calls the current operation's wait answered, and where they were.
+  HeardPositions askers_;
 };
 
 std::unique_ptr<Communicator> MpiCommunicator::adopt(MPI_Comm comm, std::string name,
@@ -212,10 +214,11 @@ void MpiCommunicator::wait(CommOp op, const char* call, MPI_Request& request,
   if (deadline_sequence_ != sequence()) {
     deadline_sequence_ = sequence();
     deadline_ = Clock::now() + options().timeout;
+    askers_.clear();
   }
   const CommPosition here{op, sequence() - 1};
-  const PollResult result =
-      poll(request, deadline_, status, [&] { answer_roll_calls(comm_, here, abandoned_); });
+  const PollResult result = poll(request, deadline_, status,
+                                 [&] { answer_roll_calls(comm_, here, askers_, abandoned_); });
   check(op, result.code, call);
   if (result.timed_out) {
     for (Tensor& b : buffers) abandoned_.push_back(std::move(b));
@@ -225,7 +228,8 @@ void MpiCommunicator::wait(CommOp op, const char* call, MPI_Request& request,
                        " (exited, or called a different operation)"));
     }
     const std::chrono::milliseconds listen = std::min(options().timeout, kRollCallListen);
-    fail(op, str_cat(timed_out, ": ", roll_call(comm_, rank(), size(), here, listen, abandoned_)));
+    fail(op, str_cat(timed_out, ": ",
+                     roll_call(comm_, rank(), size(), here, listen, askers_, abandoned_)));
   }
 }
 

@@ -1,6 +1,5 @@
 #include "parallel/comm/mpi_roll_call.h"
 
-#include <map>
 #include <optional>
 #include <thread>
 
@@ -66,18 +65,21 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-void answer_roll_calls(MPI_Comm comm, CommPosition here, std::vector<Tensor>& keep) {
+void answer_roll_calls(MPI_Comm comm, CommPosition here, HeardPositions& askers,
+                       std::vector<Tensor>& keep) {
   while (const std::optional<Received> m = receive(comm)) {
-    if (m->kind == kAsk) post(comm, m->source, kAnswer, here, keep);
+    if (m->kind != kAsk) continue;  // a late answer to an earlier roll call
+    post(comm, m->source, kAnswer, here, keep);
+    askers[m->source] = m->position;
   }
 }
 
 std::string roll_call(MPI_Comm comm, int rank, int size, CommPosition here,
-                      std::chrono::milliseconds listen, std::vector<Tensor>& keep) {
+                      std::chrono::milliseconds listen, HeardPositions heard,
+                      std::vector<Tensor>& keep) {
   for (int r = 0; r < size; ++r) {
     if (r != rank) post(comm, r, kAsk, here, keep);
   }
-  std::map<int, CommPosition> heard;
   const Clock::time_point deadline = Clock::now() + listen;
   while (static_cast<int>(heard.size()) < size - 1 && Clock::now() < deadline) {
     if (const std::optional<Received> m = receive(comm)) {
