@@ -48,9 +48,18 @@ bool overlap(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
+void GradientReducer::set_async(AsyncCollectives* async, int64_t bucket_numel) {
+  async_ = async;
+  int64_t largest_block = 0;
+  for (const FlatLayout::Block& b : layout_.blocks)
+    largest_block = std::max(largest_block, b.numel);
+  max_in_flight_numel_ = static_cast<int64_t>(kMaxInFlight) * std::max(bucket_numel, largest_block);
+}
+
 void GradientReducer::finish_oldest() {
   const InFlight oldest = std::move(in_flight_.front());
   in_flight_.pop_front();
+  in_flight_numel_ -= oldest.numel;
   oldest.handle.wait();
   oldest.finish();
 }
@@ -59,16 +68,26 @@ void GradientReducer::finish_reductions() {
   while (!in_flight_.empty()) finish_oldest();
 }
 
-void GradientReducer::make_room() {
-  if (in_flight_.size() >= kMaxInFlight) finish_oldest();
+void GradientReducer::make_room(int64_t numel) {
+  while (!in_flight_.empty() && in_flight_numel_ + numel > max_in_flight_numel_) finish_oldest();
 }
 
-void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t chunk,
-                                   bool scatter, bool reduce_scatter, bool add) {
+void GradientReducer::average_into(const Tensor& sum, const std::vector<Tensor>& outs,
+                                   int64_t chunk, bool scatter, bool reduce_scatter, bool add) {
+  TS_INTERNAL_ASSERT(add || outs.size() == 1, "only added results go to several outputs");
+  const Tensor& out = outs.front();
+  // Calls f(output, its part of `t`) for each output, in order.
+  const auto each_out = [outs](const Tensor& t, const auto& f) {
+    int64_t offset = 0;
+    for (const Tensor& o : outs) {
+      f(o, t.narrow(0, offset, o.numel()));
+      offset += o.numel();
+    }
+  };
   const int world = dp_.size();
   if (world == 1) {  // nothing crosses a wire, so nothing is rounded to its dtype
     if (add) {
-      kernels::axpy_(out, sum.to(DType::f32));
+      each_out(sum, [](const Tensor& o, const Tensor& s) { kernels::axpy_(o, s.to(DType::f32)); });
     } else if (sum.raw_data() != out.raw_data()) {
       out.copy_(sum);
     }
@@ -98,9 +117,11 @@ void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t
   } else {
     reduced = scatter ? buffer.narrow(0, dp_.rank() * chunk, chunk) : buffer;
   }
-  std::function<void()> finish = [out, reduced, add, post] {
+  std::function<void()> finish = [out, each_out, reduced, add, post] {
     if (add) {
-      kernels::axpy_(out, reduced.to(DType::f32), post);
+      each_out(reduced, [post](const Tensor& o, const Tensor& r) {
+        kernels::axpy_(o, r.to(DType::f32), post);
+      });
       return;
     }
     if (reduced.raw_data() != out.raw_data()) out.copy_(reduced);
@@ -116,10 +137,13 @@ void GradientReducer::average_into(const Tensor& sum, const Tensor& out, int64_t
     return;
   }
   // Note [Overlapped reductions].
-  make_room();
+  make_room(buffer.numel());
   CommHandle handle =
       scattered ? async_->reduce_scatter(buffer, reduced) : async_->all_reduce(buffer);
-  in_flight_.push_back({std::move(handle), std::move(finish)});
+  in_flight_numel_ += buffer.numel();
+  in_flight_.push_back({std::move(handle), buffer.numel(), std::move(finish)});
+  peak_.reductions = std::max(peak_.reductions, static_cast<int64_t>(in_flight_.size()));
+  peak_.numel = std::max(peak_.numel, in_flight_numel_);
 }
 
 FlatGradients::FlatGradients(Communicator& dp, const FlatLayout& layout,
@@ -188,7 +212,7 @@ void AllReduceGradients::reduce_block(int64_t block, bool communicate) {
   const Tensor sum = block_sum(block);
   const Tensor out = averaged_.narrow(0, b.offset, b.numel);
   if (communicate) {
-    average_into(sum, out, b.chunk, false, false, false);
+    average_into(sum, {out}, b.chunk, false, false, false);
   } else if (sum.raw_data() != out.raw_data()) {
     out.copy_(sum);  // the 1-bit optimizer takes local gradients
   }
@@ -232,7 +256,7 @@ Tensor ReduceScatterGradients::own_chunk(int64_t block) const {
 
 void ReduceScatterGradients::reduce_block(int64_t block, bool) {
   NoGradGuard no_grad;
-  average_into(block_sum(block), own_chunk(block), layout_.blocks[block].chunk, true,
+  average_into(block_sum(block), {own_chunk(block)}, layout_.blocks[block].chunk, true,
                reduce_scatter_, false);
 }
 
@@ -244,8 +268,10 @@ int64_t ReduceScatterGradients::bytes() const {
 
 BucketedGradients::BucketedGradients(Communicator& dp, const FlatLayout& layout,
                                      std::vector<Tensor>& params, const Averaging& averaging,
-                                     Device device, bool reduce_scatter)
-    : GradientReducer(dp, layout, params, device, averaging), reduce_scatter_(reduce_scatter) {
+                                     Device device, bool reduce_scatter, int64_t bucket_numel)
+    : GradientReducer(dp, layout, params, device, averaging),
+      reduce_scatter_(reduce_scatter),
+      bucket_numel_(bucket_numel) {
   grad_shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
 }
 
@@ -253,6 +279,8 @@ void BucketedGradients::zero_grad() {
   NoGradGuard no_grad;
   grad_shard_.fill_(0.0);
   for (Tensor& p : params_) p.set_grad(Tensor());
+  collected_.clear();  // left by a backward pass that failed
+  collected_numel_ = 0;
 }
 
 Tensor BucketedGradients::own_chunk(int64_t block) const {
@@ -262,7 +290,39 @@ Tensor BucketedGradients::own_chunk(int64_t block) const {
 
 void BucketedGradients::reduce_block(int64_t block, bool) {
   NoGradGuard no_grad;
-  make_room();
+  const FlatLayout::Block& b = layout_.blocks[block];
+  if (b.numel < bucket_numel_) {  // Note [Coalesced reductions]
+    collected_.emplace_back(block, take_gradient(block));
+    collected_numel_ += b.numel;
+    if (collected_numel_ >= bucket_numel_) reduce_collected();
+    return;
+  }
+  make_room(b.numel);
+  // Added: the shard accumulates over micro-batches, in f32.
+  average_into(take_gradient(block), {own_chunk(block)}, b.chunk, true, reduce_scatter_, true);
+}
+
+void BucketedGradients::reduce_collected() {
+  if (collected_.empty()) return;
+  NoGradGuard no_grad;
+  make_room(collected_numel_);
+  const Tensor buffer = empty({collected_numel_}, {collected_.front().second.dtype(), device_});
+  int64_t offset = 0;
+  for (int r = 0; r < dp_.size(); ++r) {
+    for (const auto& [block, gradient] : collected_) {
+      const int64_t chunk = layout_.blocks[block].chunk;
+      buffer.narrow(0, offset, chunk).copy_(gradient.narrow(0, r * chunk, chunk));
+      offset += chunk;
+    }
+  }
+  std::vector<Tensor> outs;
+  for (const auto& [block, gradient] : collected_) outs.push_back(own_chunk(block));
+  collected_.clear();
+  collected_numel_ = 0;
+  average_into(buffer, outs, offset / dp_.size(), true, reduce_scatter_, true);
+}
+
+Tensor BucketedGradients::take_gradient(int64_t block) {
   const FlatLayout::Block& b = layout_.blocks[block];
   // Gather the block's gradients into one buffer and drop them. Every element is written
   // once: a gradient, or zero (padding, a parameter backward did not reach).
@@ -283,8 +343,7 @@ void BucketedGradients::reduce_block(int64_t block, bool) {
   const FlatLayout::Param& last = layout_.params[b.end_param - 1];
   const int64_t used = last.offset + last.numel - b.offset;
   buffer.narrow(0, used, b.numel - used).fill_(0.0);
-  // Added: the shard accumulates over micro-batches, in f32.
-  average_into(buffer, own_chunk(block), b.chunk, true, reduce_scatter_, true);
+  return buffer;
 }
 
 }  // namespace tessera::parallel

@@ -56,6 +56,10 @@ class GradientReducer {
   // Averages block `block`'s gradient over the group into this rank's part of it;
   // `communicate` false (a 1-bit optimizer's local step, stage 0 only) keeps the local one.
   virtual void reduce_block(int64_t block, bool communicate) = 0;
+  // Starts reducing the blocks reduce_block() collected for one coalesced reduction (Note
+  // [Coalesced reductions]); call after the micro-batch's last reduce_block, before
+  // finish_reductions(). A no-op for the strategies that reduce block by block.
+  virtual void reduce_collected() {}
   // The averaged f32 gradient of this rank's chunk of `block` (what its optimizer steps).
   virtual Tensor own_chunk(int64_t block) const = 0;
   // This rank's share of the squared L2 norm of the averaged gradient: its own elements
@@ -74,30 +78,42 @@ class GradientReducer {
   // collectives' worker and reduce_block returns while it travels: the backward pass goes
   // on computing the next blocks. What follows a reduction (the post-scale, the add into
   // this rank's shard) runs when it is finished, in start order, by finish_reductions() or
-  // before a third block's buffer is made (make_room: at most kMaxInFlight travel at once,
-  // so at most that many blocks' buffers are held besides the one being filled, as
-  // DeepSpeed's double-buffered buckets do). The operations,
+  // before a block's buffer is made that would hold more than two buckets' elements in
+  // flight (make_room: at most kMaxInFlight x reduce_bucket_size elements travel at once,
+  // or two blocks where a block is larger, as DeepSpeed's double-buffered buckets do). At
+  // stage 3, where every parameter is its own block, that lets many small reductions
+  // travel while backward computes; a count of blocks would stall it after two, waiting on
+  // the worker behind the prefetched gathers. The operations,
   // their order and their arithmetic are the blocking ones, so the results are the same
   // bits. Until finish_reductions() returns, nothing else may use the group.
-  void set_async(AsyncCollectives* async) { async_ = async; }
+  // `bucket_numel`: reduce_bucket_size, the elements one bucket holds.
+  void set_async(AsyncCollectives* async, int64_t bucket_numel);
   // Finishes every started reduction (a no-op without async): the gradients are then
   // complete. Rethrows the first failed reduction's error.
   void finish_reductions();
+  // The most reductions, and the most elements of their buffers, travelling at once so far.
+  struct InFlightPeak {
+    int64_t reductions = 0;
+    int64_t numel = 0;
+  };
+  InFlightPeak peak_in_flight() const { return peak_; }
 
  protected:
-  // Finishes the oldest started reduction when kMaxInFlight travel: call before making a
-  // block's buffer, so that no more than kMaxInFlight are held.
-  void make_room();
+  // Finishes the oldest started reductions until `numel` more elements fit in flight (Note
+  // [Overlapped reductions]): call before making a block's buffer of `numel` elements.
+  void make_room(int64_t numel);
   // The squared norm over this rank's chunks (the sharded strategies).
   double chunks_squared_norm(const std::vector<bool>& counted) const;
   void scale_chunks(double factor);
   // Averages `sum` (a block's gradient summed over this rank's micro-batches, `chunk` x
-  // world elements, any floating dtype) over the group into `out` (f32): this rank's chunk
-  // (`scatter`: reduce-scattered, or all-reduced and narrowed when `reduce_scatter` is
-  // false) or the whole block; `add` adds instead of writing. The reduction runs in the
-  // communication dtype: `sum` itself when of that dtype (it is then overwritten), else a
-  // converted copy, scaled as Note [Gradient averaging] says.
-  void average_into(const Tensor& sum, const Tensor& out, int64_t chunk, bool scatter,
+  // world elements, any floating dtype) over the group into `outs` (f32, one tensor): this
+  // rank's chunk (`scatter`: reduce-scattered, or all-reduced and narrowed when
+  // `reduce_scatter` is false) or the whole block; `add` adds instead of writing, and then
+  // `outs` may be several tensors, taking consecutive parts of the `chunk` elements (Note
+  // [Coalesced reductions]). The reduction runs in the communication dtype: `sum` itself
+  // when of that dtype (it is then overwritten), else a converted copy, scaled as Note
+  // [Gradient averaging] says.
+  void average_into(const Tensor& sum, const std::vector<Tensor>& outs, int64_t chunk, bool scatter,
                     bool reduce_scatter, bool add);
 
   Communicator& dp_;
@@ -108,9 +124,10 @@ class GradientReducer {
 
  private:
   static constexpr size_t kMaxInFlight = 2;
-  // A started reduction and what completes it.
+  // A started reduction, its buffer's elements, and what completes it.
   struct InFlight {
     CommHandle handle;
+    int64_t numel = 0;
     std::function<void()> finish;
   };
   // Waits for the oldest started reduction and completes it.
@@ -118,6 +135,9 @@ class GradientReducer {
 
   AsyncCollectives* async_ = nullptr;
   std::deque<InFlight> in_flight_;
+  int64_t in_flight_numel_ = 0;  // the elements of in_flight_'s buffers
+  int64_t max_in_flight_numel_ = 0;
+  InFlightPeak peak_;
 };
 
 // Stages 0-1: backward accumulates into one flat buffer of the layout in the parameters'
@@ -187,13 +207,30 @@ class ReduceScatterGradients final : public FlatGradients {
   Tensor grad_shard_;    // (layout.shard_numel()) f32, with 16-bit parameters
 };
 
+// Note [Coalesced reductions]
+// At stage 3 every parameter is its own block (Note [ZeRO-3 parameters]), so reducing
+// block by block would make one collective per parameter, a hundred small operations per
+// micro-batch for a GPT, each paying the link's latency and a meeting of the ranks. As
+// DeepSpeed's stage 3 collects gradients in its reduce bucket and reduce-scatters them
+// together (deepspeed/runtime/zero/stage3.py, reduce_scatter_coalesced), blocks smaller
+// than reduce_bucket_size are collected as their gradients complete until the bucket is
+// full, or reduce_collected() is called at the end of backward, and go in one operation
+// over a buffer laid out rank by rank,
+//   [rank 0's chunk of each block | rank 1's chunk of each block | ...],
+// so that rank r receives its chunks of all of them, adjacent, and adds each into its
+// shard. Every element is summed over the same ranks as block by block; the operations'
+// order is the order gradients complete, the same on every rank. Blocks of the bucket's
+// size or larger (stages 1-2's) are reduced alone, as they arrive.
 class BucketedGradients final : public GradientReducer {
  public:
+  // `bucket_numel`: reduce_bucket_size (Note [Coalesced reductions]).
   BucketedGradients(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
-                    const Averaging& averaging, Device device, bool reduce_scatter);
+                    const Averaging& averaging, Device device, bool reduce_scatter,
+                    int64_t bucket_numel);
   void zero_grad() override;
   bool reduces_every_micro_batch() const override { return true; }
   void reduce_block(int64_t block, bool communicate) override;
+  void reduce_collected() override;
   Tensor own_chunk(int64_t block) const override;
   double squared_norm(const std::vector<bool>& counted) const override {
     return chunks_squared_norm(counted);
@@ -203,8 +240,16 @@ class BucketedGradients final : public GradientReducer {
   int64_t bytes() const override { return static_cast<int64_t>(grad_shard_.nbytes()); }
 
  private:
+  // Block `block`'s gradient in one buffer (block numel, the wire's dtype), dropped from
+  // the parameters.
+  Tensor take_gradient(int64_t block);
+
   bool reduce_scatter_;
+  int64_t bucket_numel_;
   Tensor grad_shard_;  // (layout.shard_numel()) f32: this rank's chunks, summed over micro-batches
+  // Blocks waiting for a coalesced reduction, with their gradients, and their elements.
+  std::vector<std::pair<int64_t, Tensor>> collected_;
+  int64_t collected_numel_ = 0;
 };
 
 }  // namespace tessera::parallel

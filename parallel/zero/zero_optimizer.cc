@@ -96,8 +96,9 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
       gradients_ = std::make_unique<ReduceScatterGradients>(
           dp_, layout_, params_, dtype, accumulation, averaging, device_, config_.reduce_scatter);
     } else {
-      gradients_ = std::make_unique<BucketedGradients>(dp_, layout_, params_, averaging, device_,
-                                                       config_.reduce_scatter);
+      gradients_ =
+          std::make_unique<BucketedGradients>(dp_, layout_, params_, averaging, device_,
+                                              config_.reduce_scatter, config_.reduce_bucket_size);
     }
     // One optimizer parameter per owned chunk, in its block's group.
     std::vector<optim::ParamGroup> chunks;
@@ -112,7 +113,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
   }
   if (config_.overlap_comm && dp_.size() > 1) {
     async_ = std::make_unique<AsyncCollectives>(dp_);
-    gradients_->set_async(async_.get());
+    gradients_->set_async(async_.get(), config_.reduce_bucket_size);
     if (partitioned_ != nullptr) partitioned_->set_async(async_.get());
     if (config_.stage >= 1 && config_.stage <= 2)
       master_->gather_in_background(async_.get(), model_);
@@ -184,6 +185,7 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     if (!reduced_[b]) reduce_block(static_cast<int64_t>(b));
   }
+  gradients_->reduce_collected();
   gradients_->finish_reductions();
 }
 

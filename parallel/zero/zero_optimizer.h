@@ -194,6 +194,11 @@ class ZeroOptimizer {
   const FlatLayout& layout() const { return layout_; }
   Communicator& comm() const { return dp_; }
   ModelStateBytes model_state_bytes() const;
+  // With overlap_comm: the most gradient reductions, and elements of their buffers, that
+  // travelled at once (Note [Overlapped reductions] in gradient_reducer.h).
+  GradientReducer::InFlightPeak peak_reductions_in_flight() const {
+    return gradients_->peak_in_flight();
+  }
 
   // Whether state_dict() is this rank's shard (stages 1-3) rather than the whole state.
   bool sharded() const { return config_.stage >= 1; }

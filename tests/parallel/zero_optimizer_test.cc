@@ -332,6 +332,53 @@ TEST_CASE("overlapped reductions and gathers give the blocking run's bits", "[ze
   }
 }
 
+// Note [Coalesced reductions] and Note [Overlapped reductions] at stage 3: one-parameter
+// blocks are reduce-scattered a bucket at a time, not one collective each, and the buckets
+// in flight are bounded by elements (two buckets' worth, or two of the largest block), not
+// by count, so that several travel at once behind a slow link.
+TEST_CASE("stage 3 coalesces its reductions and bounds those in flight by elements", "[zero]") {
+  const SimulatedLink slow{.gbit_per_s = 0.2, .latency_us = 50};
+  constexpr int64_t kBucket = 1000;
+  std::vector<GradientReducer::InFlightPeak> peaks(2);
+  std::vector<int64_t> reductions(2);
+  int64_t blocks = 0;
+  int64_t largest_block = 0;
+  run_thread_ranks(2, [&](Communicator& comm) {
+    comm.set_simulated_link(slow);
+    Gpt model(model_config(), 1);
+    ZeroConfig zero = stage3();
+    zero.reduce_bucket_size = kBucket;
+    zero.overlap_comm = true;
+    ZeroOptimizer opt(comm, model, groups_of(model), adamw(), zero);
+    opt.zero_grad();
+    const auto [x, y] = batch(all_rows(), comm.rank() * 2, 2);
+    const int64_t before = comm.stats()[CommOp::reduce_scatter].calls;
+    opt.backward(model.loss(model.forward(x), y), 1.0, true);
+    reductions[static_cast<size_t>(comm.rank())] =
+        comm.stats()[CommOp::reduce_scatter].calls - before;
+    opt.step();
+    opt.wait_for_parameters();
+    peaks[static_cast<size_t>(comm.rank())] = opt.peak_reductions_in_flight();
+    if (comm.rank() == 0) {
+      blocks = static_cast<int64_t>(opt.layout().blocks.size());
+      for (const FlatLayout::Block& b : opt.layout().blocks) {
+        largest_block = std::max(largest_block, b.numel);
+      }
+    }
+  });
+  const int64_t numel = model_config().num_parameters();
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << reductions[r] << " reduce-scatters of " << blocks
+                 << " blocks; peak " << peaks[r].reductions << " reductions, " << peaks[r].numel
+                 << " elements");
+    // Block by block would be one each; the blocks under the bucket's size share some.
+    CHECK(reductions[r] < blocks);
+    CHECK(reductions[r] <= numel / kBucket + 1);
+    CHECK(peaks[r].numel <= 2 * std::max(kBucket, largest_block));
+    CHECK(peaks[r].reductions > 2);  // a bound by count (two) would stall backward
+  }
+}
+
 // Stage 3 with gathers in flight (a slow link) through everything that moves them:
 // prefetches released by stage3_max_live_parameters before use, the recomputation of
 // activation checkpointing, and persistent parameters beside gathered ones.

@@ -5,17 +5,18 @@
 //
 //   bazel run //tools/bench:overlap_bench -- [--world 4] [--stages 0,1,2] [--steps 6]
 //
-// Per stage: first a calibration without a link times the backward pass on rank 0 and counts
-// the bytes its gradient reductions send per step (CommStats). The link is then set so
-// that those reductions alone take as long as that backward pass (communication equal to
-// the computation it can hide behind), and the step runs with overlap_comm off and on, in
-// alternating rounds of an untimed step and two timed ones per mode, so that each timed
-// step also waits for what the step before it left travelling; the medians and their ratio
-// are printed. Stages 1-2 also all-gather the parameters after the step (with overlap,
-// during the next forward: Note [Gathers after the step] in parallel/zero/parameter_store.h),
-// and stage 3 gathers them around every module call in forward and backward (prefetched
-// with overlap), over the same link. The modes' optimizers share the group, so a round ends
-// by waiting for its optimizer's travelling gathers, untimed.
+// Per stage: first a calibration without a link times rank 0's step (forward, backward,
+// clipping and the optimizer step) and counts every byte it sends per step (CommStats):
+// the gradient reductions, and at stages 1-2 the parameters' all-gather after the step, at
+// stage 3 the gathers around every module call in forward and backward. The link is then
+// set so that those bytes take as long as the step computes (communication equal to
+// computation), and the step runs with overlap_comm off and on, in alternating rounds of an
+// untimed step and two timed ones per mode, so that each timed step also waits for what the
+// step before it left travelling; the medians and their ratio are printed. With overlap the
+// reductions travel during backward (Note [Overlapped reductions]), stages 1-2's gathers
+// during the next forward (Note [Gathers after the step] in parallel/zero/parameter_store.h)
+// and stage 3's ahead of their modules (prefetch). The modes' optimizers share the group,
+// so a round ends by waiting for its optimizer's travelling gathers, untimed.
 //
 // The last row is the (pipe, data, model) = (2, 1, 2) layout: the same model as a 2-stage
 // pipeline of 2 tensor slices through the Engine, 4 micro-batches per step, ZeRO-1, with
@@ -26,6 +27,7 @@
 // parallel/tensor/layers.h), besides the stage-to-stage transfers. The model
 // is a 6-layer GPT (n_embd 256, vocabulary 2048, T 64, 4 sequences per rank); each rank is
 // one thread.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -51,8 +53,8 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: overlap_bench [--world N] [--stages LIST] [--steps N]
 
-ZeRO step time with overlap_comm off and on, behind a simulated link as slow as the
-backward pass; thread ranks.
+ZeRO step time with overlap_comm off and on, behind a simulated link on which the step's
+communication takes as long as its computation; thread ranks.
 
   --world N      ranks (default 4)
   --stages LIST  comma-separated ZeRO stages among 0-3 (default 0,1,2,3)
@@ -72,10 +74,30 @@ GptConfig model_config() {
   return c;
 }
 
+// Rank 0's timed steps. The phases: forward (with the loss), backward (with the blocking
+// reductions), and the rest (clipping and the optimizer step, with stages 1-2's blocking
+// gathers).
 struct Timing {
-  std::vector<double> step, backward;  // rank 0's seconds per timed step
-  int64_t reduction_bytes = 0;         // rank 0's reduce-scatter and all-reduce bytes per step
+  std::vector<double> step, forward, backward, rest;              // seconds per timed step
+  int64_t forward_bytes = 0, backward_bytes = 0, rest_bytes = 0;  // sent per step, every op
+  int64_t bytes() const { return forward_bytes + backward_bytes + rest_bytes; }
 };
+
+// Note [Ideal overlap]
+// The step time if every byte travelled while computation went on wherever it may: the
+// forward hides what it gathers itself (stage 3) and what the step before left travelling
+// (stages 1-2's gathers after the step); backward hides its own gathers and reductions;
+// clipping and the step hide nothing. From the calibration's phase times without a link
+// and its bytes per phase on the link:
+//   max(F, link(forward + rest bytes)) + max(B, link(backward bytes)) + R.
+// Blocking over this is the best ratio any overlap can reach at that link.
+double ideal_step(const Timing& calibration, double gbit) {
+  const auto link = [&](int64_t bytes) { return static_cast<double>(bytes) * 8 / (gbit * 1e9); };
+  return std::max(bench::median(calibration.forward),
+                  link(calibration.forward_bytes + calibration.rest_bytes)) +
+         std::max(bench::median(calibration.backward), link(calibration.backward_bytes)) +
+         bench::median(calibration.rest);
+}
 
 // `rounds` x 2 timed steps per mode in `modes` (overlap_comm values), alternating by round,
 // each round's first step untimed.
@@ -108,20 +130,25 @@ std::vector<Timing> run(int world, int stage, const parallel::SimulatedLink& lin
       parallel::ZeroOptimizer& opt = *opts[m];
       opt.zero_grad();
       const auto start = Clock::now();
+      const int64_t sent_before = comm.stats().total_bytes_sent();
       const Tensor loss = models[m]->loss(models[m]->forward(x), x);
       const auto backward_start = Clock::now();
-      const auto sent_before = comm.stats()[parallel::CommOp::reduce_scatter].bytes_sent +
-                               comm.stats()[parallel::CommOp::all_reduce].bytes_sent;
+      const int64_t sent_forward = comm.stats().total_bytes_sent();
       opt.backward(loss, 1.0, true);
-      const double backward = seconds_since(backward_start);
-      const auto sent = comm.stats()[parallel::CommOp::reduce_scatter].bytes_sent +
-                        comm.stats()[parallel::CommOp::all_reduce].bytes_sent - sent_before;
+      const auto rest_start = Clock::now();
+      const int64_t sent_backward = comm.stats().total_bytes_sent();
       opt.clip_grad_norm(1.0);
       opt.step();
       if (timing != nullptr && comm.rank() == 0) {
-        timing->step.push_back(seconds_since(start));
-        timing->backward.push_back(backward);
-        timing->reduction_bytes = sent;
+        const auto end = Clock::now();
+        const auto s = [](auto d) { return std::chrono::duration<double>(d).count(); };
+        timing->step.push_back(s(end - start));
+        timing->forward.push_back(s(backward_start - start));
+        timing->backward.push_back(s(rest_start - backward_start));
+        timing->rest.push_back(s(end - rest_start));
+        timing->forward_bytes = sent_forward - sent_before;
+        timing->backward_bytes = sent_backward - sent_forward;
+        timing->rest_bytes = comm.stats().total_bytes_sent() - sent_backward;
       }
     };
     for (int round = 0; round < rounds; ++round) {
@@ -215,12 +242,17 @@ std::vector<LayoutTiming> run_layout(const parallel::SimulatedLink& link,
 }
 
 // One row of the table: what was calibrated (compute time and bytes), the link set from
-// them, both modes' median steps and their ratio.
+// them, both modes' median steps, their ratio, and the ideal ratio (0: not computed).
 void print_row(const std::string& label, double compute_s, int64_t bytes, double gbit,
-               double blocking_s, double overlapped_s) {
-  std::printf("%-5s | %7.1f ms %7.2f MB %5.2f Gb/s | %6.1f ms %6.1f ms %7.3f\n", label.c_str(),
+               double blocking_s, double overlapped_s, double ideal_s) {
+  std::printf("%-5s | %7.1f ms %7.2f MB %5.2f Gb/s | %6.1f ms %6.1f ms %7.3f", label.c_str(),
               compute_s * 1e3, static_cast<double>(bytes) / 1e6, gbit, blocking_s * 1e3,
               overlapped_s * 1e3, blocking_s / overlapped_s);
+  if (ideal_s > 0) {
+    std::printf(" %7.3f\n", blocking_s / ideal_s);
+  } else {
+    std::printf(" %7s\n", "-");
+  }
 }
 
 int bench_main(int argc, char** argv) {
@@ -242,19 +274,19 @@ int bench_main(int argc, char** argv) {
   set_num_threads(1);  // ranks are threads already
   std::printf("overlap_bench: GPT %lld parameters, %d thread ranks; medians of %d steps per mode\n",
               static_cast<long long>(model_config().num_parameters()), world, 2 * rounds);
-  std::printf("%-5s | %9s %10s %9s | %9s %9s %7s\n", "stage", "backward", "reduced", "link",
-              "blocking", "overlap", "ratio");
+  std::printf("%-5s | %9s %10s %9s | %9s %9s %7s %7s\n", "stage", "compute", "sent", "link",
+              "blocking", "overlap", "ratio", "ideal");
   for (const int64_t stage : stages) {
     const Timing calibration = run(world, static_cast<int>(stage), {}, {false}, rounds)[0];
-    const double backward = bench::median(calibration.backward);
-    // Gbit/s at which the reductions take `backward` seconds.
-    const double gbit = static_cast<double>(calibration.reduction_bytes) * 8 / backward / 1e9;
+    const double compute = bench::median(calibration.step);
+    // Gbit/s at which the step's bytes take `compute` seconds.
+    const double gbit = static_cast<double>(calibration.bytes()) * 8 / compute / 1e9;
     const std::vector<Timing> timed =
         run(world, static_cast<int>(stage), {.gbit_per_s = gbit}, {false, true}, rounds);
     const double blocking = bench::median(timed[0].step);
     const double overlapped = bench::median(timed[1].step);
-    print_row(std::to_string(stage), backward, calibration.reduction_bytes, gbit, blocking,
-              overlapped);
+    print_row(std::to_string(stage), compute, calibration.bytes(), gbit, blocking, overlapped,
+              ideal_step(calibration, gbit));
   }
   // (2, 1, 2): the link carries rank 0's pipe and model bytes in the step's computing time.
   const LayoutTiming calibration = run_layout({}, {false}, rounds)[0];
@@ -263,10 +295,11 @@ int bench_main(int argc, char** argv) {
   const std::vector<LayoutTiming> timed = run_layout({.gbit_per_s = gbit}, {false, true}, rounds);
   const double blocking = bench::median(timed[0].step);
   const double overlapped = bench::median(timed[1].step);
-  print_row("2,1,2", compute, calibration.bytes, gbit, blocking, overlapped);
+  print_row("2,1,2", compute, calibration.bytes, gbit, blocking, overlapped, 0);
   std::printf(
-      "(stage rows: backward and its reduction bytes; 2,1,2: the whole step and its pipe "
-      "and model bytes)\n");
+      "(compute: rank 0's step without a link; sent: its bytes per step, at 2,1,2 on the pipe "
+      "and model groups; ideal: blocking over the step with every byte hidden where it can "
+      "be, Note [Ideal overlap])\n");
   return 0;
 }
 
