@@ -108,6 +108,7 @@ void AsyncCollectives::work() {
       next = std::move(queue_.front());
       queue_.pop_front();
     }
+    comm_.set_issued_at(next->started);
     run_one(*next);
   }
 }
@@ -116,6 +117,7 @@ CommHandle AsyncCollectives::start(std::function<void()> run) {
   std::erase_if(started_, [](const CommHandle& h) { return h.done() && !h.failed(); });
   auto state = std::make_shared<CommHandle::State>();
   state->run = std::move(run);
+  state->started = std::chrono::steady_clock::now();
   CommHandle handle(state);
   if (!overlaps()) {
     queue_one(*state);

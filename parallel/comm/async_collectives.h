@@ -29,6 +29,7 @@
 // - The communicator's stats() are updated by the worker: read them after wait_all().
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -59,7 +60,8 @@ class CommHandle {
  private:
   friend class AsyncCollectives;
   struct State {
-    std::function<void()> run;  // the blocking call, with its tensors
+    std::function<void()> run;                      // the blocking call, with its tensors
+    std::chrono::steady_clock::time_point started;  // for the simulated link
     // Set when the backend left the operation queued on a device; `run` then keeps its
     // tensors alive for as long as the state lives.
     std::unique_ptr<QueuedWork> queued;

@@ -293,12 +293,14 @@ Traffic both_ways(int64_t bytes) { return {bytes, bytes}; }
 
 template <class F>
 void Communicator::run(CommOp op, F&& f) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point issued = issued_at_.value_or(Clock::now());
+  issued_at_.reset();
   ++sequence_;
   if (!broken_reason_.empty()) {
     throw Error(
         str_cat(where(op), ": the group is unusable after an earlier failure: ", broken_reason_));
   }
-  const auto start = std::chrono::steady_clock::now();
   Traffic traffic;
   try {
     traffic = f();
@@ -314,9 +316,12 @@ void Communicator::run(CommOp op, F&& f) {
     stats_.add(op, traffic.sent, modeled);
   }
   if (modeled > 0) {
-    const std::chrono::duration<double> left =
-        std::chrono::duration<double>(modeled) - (std::chrono::steady_clock::now() - start);
-    if (left.count() > 0) std::this_thread::sleep_for(left);
+    const Clock::time_point link_done =
+        std::max(issued, link_free_at_) +
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(modeled));
+    const Clock::time_point returned = Clock::now();
+    link_free_at_ = std::max(link_done, returned);
+    if (link_done > returned) std::this_thread::sleep_until(link_done);
   }
 }
 

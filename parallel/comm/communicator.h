@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -140,10 +141,16 @@ class QueuedWork {
 //     latency_us * 1e-6 * steps + bytes * 8 / (gbit_per_s * 1e9)
 // seconds, where bytes are those of Note [Bytes sent], or, for a rank that only receives
 // (recv, and broadcast on a non-root rank), the bytes it receives: data cannot arrive
-// faster than its sender's link puts it out. The real elapsed time of the operation (the
-// backend's work and any wait for peers) counts toward the modeled time, and the rank
-// sleeps only the remainder, so on one machine the delay is that of the simulated network
-// rather than in addition to the in-memory copy. Ranks sleep concurrently: a run with one
+// faster than its sender's link puts it out. The link carries one operation at a time,
+// from when the operation was issued or the link finished the one before, whichever is
+// later; the operation ends when the link is done with it or when the backend returned,
+// whichever is later, and the rank sleeps until then. So the real elapsed time (the
+// backend's work and any wait for peers) counts toward the modeled time, and on one
+// machine the delay is that of the simulated network rather than in addition to the
+// in-memory copy. An operation an AsyncCollectives worker runs was issued when it was
+// started (set_issued_at): the link does not wait for the worker thread to wake, as a NIC
+// or NCCL's kernels go on without the host, so on a busy machine a late wake-up is not
+// added to every operation of a backlog. Ranks sleep concurrently: a run with one
 // thread per rank sees the delay once per collective, not once per rank. A rank that
 // arrives early counts its wait for late peers as link time, so under skew the model is a
 // lower bound for the early ranks and exact for the last to arrive, which sets the pace.
@@ -171,6 +178,10 @@ class Communicator {
   // latency without a bandwidth (gbit_per_s 0 switches the model off).
   void set_simulated_link(const SimulatedLink& link);
   const SimulatedLink& simulated_link() const { return link_; }
+  // The next operation was issued at `t`, before it is called: an AsyncCollectives worker
+  // runs operations started earlier (Note [Simulated link]). Applies to the next operation
+  // only, and only to the simulated link's timing.
+  void set_issued_at(std::chrono::steady_clock::time_point t) { issued_at_ = t; }
   // Whether the operations may run on a thread other than the one that made the group, one
   // thread at a time (Note [Asynchronous collectives] in async_collectives.h).
   virtual bool runs_on_any_thread() const { return true; }
@@ -266,6 +277,10 @@ class Communicator {
   mutable std::mutex stats_mutex_;  // guards stats_
   CommStats stats_;
   SimulatedLink link_;
+  // Note [Simulated link]: when the next operation was issued (unset: when it is called),
+  // and when the link is done with the operations it was given.
+  std::optional<std::chrono::steady_clock::time_point> issued_at_;
+  std::chrono::steady_clock::time_point link_free_at_{};
   std::string broken_reason_;
 };
 

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/clock.h"
@@ -69,6 +70,41 @@ TEST_CASE("an all_reduce lasts at least its bytes' time on the link", "[comm][si
     CHECK(sums[r] == 3);  // the data is still right
     CHECK(seen[r].elapsed >= modeled);
     CHECK(seen[r].simulated == Approx(modeled).epsilon(1e-12));
+  }
+}
+
+// Note [Simulated link]: the link carries one operation at a time, each from when it was
+// issued or the link finished the one before. Two operations issued at the same moment
+// (as an AsyncCollectives worker runs them, set_issued_at) end one link time apart; an
+// operation issued long ago on an idle link ends as soon as the backend returns.
+TEST_CASE("the link carries operations one at a time from when they were issued",
+          "[comm][simulated_link]") {
+  const int n = 2;
+  const SimulatedLink link{0.1, 0};
+  const int64_t numel = 250'000;  // 1 MB of f32: 0.08 s for an all_reduce at 0.1 Gbit/s
+  const double modeled = 2.0 * (n - 1) / n * (numel * 4) * 8 / (link.gbit_per_s * 1e9);
+  std::vector<double> both(n), stale(n);
+  run_thread_ranks(n, [&](Communicator& comm) {
+    comm.set_simulated_link(link);
+    Tensor t = zeros({numel});
+    comm.barrier();
+    const Clock::time_point issued = Clock::now();
+    comm.set_issued_at(issued);
+    comm.all_reduce(t);
+    comm.set_issued_at(issued);  // issued with the first: it waits for the link
+    comm.all_reduce(t);
+    both[comm.rank()] = seconds_since(issued);
+    comm.barrier();
+    std::this_thread::sleep_for(std::chrono::duration<double>(2 * modeled));  // the link idles
+    const Clock::time_point start = Clock::now();
+    comm.set_issued_at(start - std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(2 * modeled)));
+    comm.all_reduce(t);
+    stale[comm.rank()] = seconds_since(start);
+  });
+  for (int r = 0; r < n; ++r) {
+    CHECK(both[r] >= 2 * modeled);    // the second waited for the link
+    CHECK(stale[r] < 0.5 * modeled);  // its link time passed before the call
   }
 }
 
