@@ -1,0 +1,85 @@
+// TensorSwapper: host storages whose bytes live in a swap file between uses, the NVMe
+// side of ZeRO-Infinity (DeepSpeed's swap_tensor/, partitioned_optimizer_swapper.py and
+// partitioned_param_swapper.py).
+//
+// Note [Swapped storages]
+// Each storage added gets a region of one swap file (core/direct_file.h), at an offset and
+// of a length rounded up to kDirectIoAlignment. Every transfer is staged through a pool of
+// `buffer_count` aligned buffers of `buffer_size` bytes (DeepSpeed's buffer_count and
+// buffer_size), so the storages need no alignment of their own, a tail shorter than a
+// page is written padded, and what the swapper itself holds is bounded by the pool.
+// swap_out() copies a storage's bytes into free buffers, starts their writes and releases
+// the storage (Storage::release: every tensor viewing it sees nbytes 0); it returns with
+// the last writes in flight, so the caller computes while they travel, and a buffer is
+// reused only after its write completed. swap_in() reallocates the storages and fills
+// them: a region's reads start after every write in flight has completed (a region may
+// still be on its way out), each buffer's bytes are copied out once its read completed,
+// and it returns when all are filled. A failed write is reported by the next call: the
+// storage's bytes are then lost, as the swap file survives nothing; the durable state is
+// the checkpoint (Note [Atomic checkpoints] in tools/trainer/checkpoint.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/direct_file.h"
+#include "core/storage.h"
+
+namespace tessera::parallel {
+
+class TensorSwapper {
+ public:
+  // Creates the swap file `path`; the pool holds `buffer_count` (>= 1) buffers of
+  // `buffer_size` bytes (>= 1, rounded up to kDirectIoAlignment).
+  TensorSwapper(std::string path, const AioConfig& aio, int buffer_count, int64_t buffer_size);
+  TensorSwapper(const TensorSwapper&) = delete;
+  TensorSwapper& operator=(const TensorSwapper&) = delete;
+
+  // Gives `storage` (host memory, allocated) a region of the swap file; returns its id.
+  // The storage's size is fixed from now on.
+  int64_t add(const Storage& storage);
+  // Writes the storages' bytes to their regions and releases them (Note [Swapped
+  // storages]). Each must be allocated.
+  void swap_out(const std::vector<int64_t>& ids);
+  // Reallocates the storages and fills them from their regions. Each must be released
+  // and swapped out before.
+  void swap_in(const std::vector<int64_t>& ids);
+  // Waits for the writes in flight; throws the first failure since the last report.
+  void wait();
+
+  // Whether storage `id` holds its bytes (false: they are in the file).
+  bool resident(int64_t id) const { return entries_[static_cast<size_t>(id)].resident; }
+  // Bytes of the swap file's regions, and of the buffer pool.
+  int64_t file_bytes() const { return file_bytes_; }
+  int64_t pool_bytes() const;
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  struct Entry {
+    Storage storage;
+    int64_t bytes = 0;   // the storage's
+    int64_t offset = 0;  // of its region
+    bool resident = true;
+    bool written = false;  // its region holds its bytes
+  };
+  // A read into a buffer, to be copied into `target` once complete.
+  struct PendingCopy {
+    int buffer = 0;
+    char* target = nullptr;
+    int64_t bytes = 0;
+  };
+  // A free buffer, waiting for the file (and finishing pending copies) when none is.
+  int take_buffer(std::vector<PendingCopy>& copies);
+  // Waits for the file, copies completed reads out, and frees every buffer.
+  void settle(std::vector<PendingCopy>& copies);
+
+  DirectFile file_;
+  std::vector<AlignedBuffer> pool_;
+  std::vector<int> free_;  // buffer indices
+  std::vector<Entry> entries_;
+  int64_t file_bytes_ = 0;
+};
+
+}  // namespace tessera::parallel
