@@ -15,6 +15,11 @@ bool Adam::set_momentum(double beta1) {
 }
 
 void Adam::step() {
+  update_part([](const NamedParameter&) { return true; });
+  advance();
+}
+
+void Adam::update_part(const ParamSelection& selected) {
   const int64_t t = step_count() + 1;
   for (const ParamGroup& g : groups_) {
     const kernels::AdamWParams ap{
@@ -24,12 +29,11 @@ void Adam::step() {
     std::vector<kernels::AdamWTensors> tensors;
     for (const NamedParameter& p : g.params) {
       const Tensor grad = p.tensor.grad();
-      if (!grad.defined()) continue;
+      if (!grad.defined() || !selected(p)) continue;
       tensors.push_back({p.tensor, grad.contiguous(), state("exp_avg", p), state("exp_avg_sq", p)});
     }
-    kernels::adamw_step(tensors, ap);
+    if (!tensors.empty()) kernels::adamw_step(tensors, ap);
   }
-  advance();
 }
 
 }  // namespace tessera::optim

@@ -19,6 +19,8 @@ class Adam final : public Optimizer {
  public:
   Adam(std::vector<ParamGroup> groups, AdamOptions options);
   void step() override;
+  bool supports_parts() const override { return true; }
+  void update_part(const ParamSelection& selected) override;
   std::string name() const override { return options_.adam_w_mode ? "AdamW" : "Adam"; }
   bool set_momentum(double beta1) override;
   const AdamOptions& options() const { return options_; }

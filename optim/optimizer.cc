@@ -37,6 +37,12 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
   }
 }
 
+void Optimizer::update_part(const ParamSelection&) {
+  TS_CHECK(false, "[optimizer] ", name(),
+           " updates all its parameters together; expected an optimizer that steps in parts "
+           "(Adam, AdamW, SGD, LAMB)");
+}
+
 void Optimizer::zero_grad() {
   for (const ParamGroup& g : groups_) {
     for (const NamedParameter& p : g.params) p.tensor.set_grad(Tensor());

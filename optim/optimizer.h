@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,6 +35,21 @@ class Optimizer {
 
   // One update of every parameter from its .grad(); parameters without a grad are skipped.
   virtual void step() = 0;
+
+  // Note [A step in parts]
+  // NVMe offload streams the optimizer's state through memory a few parameters at a time
+  // (parallel/offload/), so it takes a step in parts: update_part(selected) updates the
+  // parameters `selected` accepts as step() would, at the step count of the step in
+  // progress, and finish_step() ends the step. Parts that select every parameter once give
+  // step()'s bits: a parameter's update reads only its own gradient and state, and the
+  // step's scalars (the step count, each group's hyperparameters) do not change between
+  // the parts. Optimizers whose step is not per parameter (the 1-bit ones compress all
+  // their gradients together) do not support it.
+  using ParamSelection = std::function<bool(const NamedParameter&)>;
+  virtual bool supports_parts() const { return false; }
+  // Throws unless supports_parts().
+  virtual void update_part(const ParamSelection& selected);
+  void finish_step() { advance(); }
   virtual std::string name() const = 0;
 
   // Drops every parameter's gradient.

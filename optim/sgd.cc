@@ -13,10 +13,15 @@ bool Sgd::set_momentum(double momentum) {
 }
 
 void Sgd::step() {
+  update_part([](const NamedParameter&) { return true; });
+  advance();
+}
+
+void Sgd::update_part(const ParamSelection& selected) {
   for (const ParamGroup& g : groups_) {
     for (const NamedParameter& p : g.params) {
       const Tensor grad = p.tensor.grad();
-      if (!grad.defined()) continue;
+      if (!grad.defined() || !selected(p)) continue;
       kernels::SgdParams sp{g.lr,           options_.momentum, options_.dampening,
                             g.weight_decay, options_.nesterov, false};
       Tensor buffer;
@@ -27,7 +32,6 @@ void Sgd::step() {
       kernels::sgd_step(p.tensor, grad.contiguous(), buffer, sp);
     }
   }
-  advance();
 }
 
 }  // namespace tessera::optim

@@ -15,6 +15,8 @@ class Sgd final : public Optimizer {
  public:
   Sgd(std::vector<ParamGroup> groups, SgdOptions options);
   void step() override;
+  bool supports_parts() const override { return true; }
+  void update_part(const ParamSelection& selected) override;
   std::string name() const override { return "SGD"; }
   bool set_momentum(double momentum) override;
 
