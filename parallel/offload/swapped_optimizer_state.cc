@@ -1,0 +1,98 @@
+#include "parallel/offload/swapped_optimizer_state.h"
+
+#include <set>
+#include <utility>
+
+#include "core/error.h"
+#include "core/grad_mode.h"
+
+namespace tessera::parallel {
+
+SwappedOptimizerState::SwappedOptimizerState(optim::Optimizer& optimizer,
+                                             std::vector<SubGroup> sub_groups,
+                                             TensorSwapper& swapper)
+    : optimizer_(optimizer), swapper_(swapper) {
+  TS_CHECK(optimizer_.supports_parts(), "[offload] ", optimizer_.name(),
+           " updates all its parameters together, so its state cannot be swapped a sub-group "
+           "at a time; expected Adam, AdamW, SGD or LAMB");
+  std::set<std::string> all;
+  for (const optim::ParamGroup& g : optimizer_.groups()) {
+    for (const NamedParameter& p : g.params) all.insert(p.name);
+  }
+  for (SubGroup& s : sub_groups) {
+    for (const std::string& name : s.params) {
+      TS_CHECK(all.erase(name) == 1, "[offload] sub-group parameter \"", name,
+               "\": expected a parameter of the optimizer in one sub-group only");
+    }
+    Group g;
+    for (const Storage& storage : s.storages) g.ids.push_back(swapper_.add(storage));
+    g.storage_ids = g.ids.size();
+    g.given = std::move(s);
+    groups_.push_back(std::move(g));
+  }
+  TS_CHECK(all.empty(), "[offload] parameter \"", all.empty() ? "" : *all.begin(),
+           "\" of the optimizer is in no sub-group; expected every parameter in one");
+  for (const Group& g : groups_) swapper_.swap_out(g.ids);
+}
+
+void SwappedOptimizerState::add_state(Group& g) {
+  // Keys are "<kind>.<parameter name>" with kinds free of dots (optim::Optimizer).
+  const std::set<std::string> names(g.given.params.begin(), g.given.params.end());
+  for (const auto& [key, t] : optimizer_.state_dict()) {
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos || names.count(key.substr(dot + 1)) == 0) continue;
+    g.ids.push_back(swapper_.add(t.storage()));
+  }
+  g.state_known = true;
+}
+
+std::vector<int64_t> SwappedOptimizerState::swapped_out(const Group& g) const {
+  std::vector<int64_t> out;
+  for (const int64_t id : g.ids) {
+    if (!swapper_.resident(id)) out.push_back(id);
+  }
+  return out;
+}
+
+void SwappedOptimizerState::step(const std::function<void(size_t)>& after) {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    Group& g = groups_[i];
+    swapper_.swap_in(swapped_out(g));
+    const std::set<std::string> names(g.given.params.begin(), g.given.params.end());
+    optimizer_.update_part([&](const NamedParameter& p) { return names.count(p.name) > 0; });
+    if (!g.state_known) add_state(g);
+    if (after) after(i);
+    swapper_.swap_out(g.ids);
+  }
+  optimizer_.finish_step();
+}
+
+void SwappedOptimizerState::make_resident() {
+  for (const Group& g : groups_) swapper_.swap_in(swapped_out(g));
+}
+
+void SwappedOptimizerState::state_replaced() {
+  for (Group& g : groups_) {
+    for (size_t i = 0; i < g.storage_ids; ++i) {
+      TS_CHECK(swapper_.resident(g.ids[i]),
+               "[offload] state_replaced() expects the sub-groups "
+               "in memory (make_resident() first)");
+    }
+    g.ids.resize(g.storage_ids);  // the old state's regions stay unused in the file
+    g.state_known = false;
+  }
+}
+
+int64_t SwappedOptimizerState::resident_bytes() const {
+  int64_t bytes = 0;
+  for (const Group& g : groups_) {
+    for (const Storage& s : g.given.storages) bytes += static_cast<int64_t>(s.nbytes());
+  }
+  for (const auto& [key, t] : optimizer_.state_dict()) {
+    if (key != "step") bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return bytes;
+}
+
+}  // namespace tessera::parallel

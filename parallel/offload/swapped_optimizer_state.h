@@ -1,0 +1,73 @@
+// SwappedOptimizerState: an optimizer whose state lives in a swap file between steps and
+// comes into memory one sub-group at a time, ZeRO-Infinity's optimizer swapper
+// (deepspeed/runtime/swap_tensor/partitioned_optimizer_swapper.py).
+//
+// Note [Offloaded optimizer state]
+// The optimizer's parameters are split into sub-groups (DeepSpeed's sub_group_size tiles of
+// the fp32 partition). Between steps every sub-group's state (Adam's moments, SGD's
+// momentum) and the storages given with it (its f32 masters, where they have storages of
+// their own) are in the swap file (parallel/offload/tensor_swapper.h). step() goes sub-group
+// by sub-group: swap in, update (Note [A step in parts] in optim/optimizer.h), call the
+// caller's `after` while the sub-group is in memory (to round its masters into the 16-bit
+// model), swap out; then the step ends. So besides the swapper's buffers at most one
+// sub-group's state is in memory, and the parameters come out as step()'s bits. The
+// optimizer makes a state tensor at its first use, so the first step swaps each sub-group's
+// new state out after updating it; the given storages go out at construction. Anything
+// else that reads or writes the state (a checkpoint's save or load) first calls
+// make_resident(), which holds the whole state in memory until the next step swaps each
+// sub-group out again.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/storage.h"
+#include "optim/optimizer.h"
+#include "parallel/offload/tensor_swapper.h"
+
+namespace tessera::parallel {
+
+class SwappedOptimizerState {
+ public:
+  struct SubGroup {
+    std::vector<std::string> params;  // names of the optimizer's parameters
+    std::vector<Storage> storages;    // swapped with their state: host, allocated
+  };
+  // `optimizer` (supports_parts()) and the swapper must outlive this; every parameter of
+  // the optimizer is in exactly one sub-group. Swaps the sub-groups' storages out.
+  SwappedOptimizerState(optim::Optimizer& optimizer, std::vector<SubGroup> sub_groups,
+                        TensorSwapper& swapper);
+
+  // One optimizer step, a sub-group at a time (Note [Offloaded optimizer state]);
+  // `after(g)` runs while sub-group g is in memory, after its update.
+  void step(const std::function<void(size_t)>& after);
+  // Brings every sub-group's state and storages into memory, until the next step.
+  void make_resident();
+  // The optimizer's state tensors were replaced (Optimizer::load_state_dict makes new ones,
+  // in memory): call after make_resident() and the load; the next step swaps them out.
+  void state_replaced();
+  // Bytes of the sub-groups' state and storages in memory now.
+  int64_t resident_bytes() const;
+  size_t sub_groups() const { return groups_.size(); }
+
+ private:
+  struct Group {
+    SubGroup given;
+    std::vector<int64_t> ids;  // swapper ids: the storages, then the state once it exists
+    size_t storage_ids = 0;    // how many of ids are the given storages'
+    bool state_known = false;
+  };
+  // Registers the state tensors the optimizer made for group g.
+  void add_state(Group& g);
+  // The swapper ids of group g that are out.
+  std::vector<int64_t> swapped_out(const Group& g) const;
+
+  optim::Optimizer& optimizer_;
+  TensorSwapper& swapper_;
+  std::vector<Group> groups_;
+};
+
+}  // namespace tessera::parallel

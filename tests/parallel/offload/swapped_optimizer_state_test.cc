@@ -1,0 +1,152 @@
+// SwappedOptimizerState (Note [Offloaded optimizer state] in
+// parallel/offload/swapped_optimizer_state.h): Adam and SGD stepped a sub-group at a time
+// with their state (and the masters, where they have storages of their own) in the swap
+// file give the in-memory optimizer's bits, step after step and across a state reload;
+// between steps nothing of the state is in memory, and during a sub-group's turn only it.
+#include "parallel/offload/swapped_optimizer_state.h"
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/factories.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+#include "tests/test_files.h"
+#include "tests/testing.h"
+
+namespace tessera::parallel {
+namespace {
+
+// Five f32 parameters with storages of their own (as 16-bit runs' master chunks are), in
+// two groups, the same values for the same seed.
+std::vector<optim::ParamGroup> groups(uint64_t seed) {
+  Generator gen(seed);
+  std::vector<optim::ParamGroup> out = {{{}, 1e-2, 0.1}, {{}, 1e-2, 0.0}};
+  const std::vector<int64_t> sizes = {3000, 17, 1025, 1, 4096};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    Tensor t = randn({sizes[i]}, gen);
+    t.set_requires_grad(true);
+    out[i % 2].params.push_back({"chunk." + std::to_string(i), t, {}});
+  }
+  return out;
+}
+
+void set_grads(const std::vector<optim::ParamGroup>& gs, int step) {
+  Generator gen(100 + static_cast<uint64_t>(step));
+  for (const optim::ParamGroup& g : gs) {
+    for (const NamedParameter& p : g.params) p.tensor.set_grad(randn(p.tensor.shape(), gen));
+  }
+}
+
+std::unique_ptr<optim::Optimizer> make(bool adam, std::vector<optim::ParamGroup> gs) {
+  if (adam) return std::make_unique<optim::Adam>(std::move(gs), optim::AdamOptions{});
+  optim::SgdOptions o;
+  o.momentum = 0.9;
+  return std::make_unique<optim::Sgd>(std::move(gs), o);
+}
+
+const NamedParameter& find(const std::vector<optim::ParamGroup>& gs, const std::string& name) {
+  for (const optim::ParamGroup& g : gs) {
+    for (const NamedParameter& p : g.params) {
+      if (p.name == name) return p;
+    }
+  }
+  FAIL("no parameter " << name);
+  throw;
+}
+
+std::vector<std::vector<float>> values(const std::vector<optim::ParamGroup>& gs) {
+  std::vector<std::vector<float>> out;
+  for (const optim::ParamGroup& g : gs) {
+    for (const NamedParameter& p : g.params) out.push_back(p.tensor.to_vector<float>());
+  }
+  return out;
+}
+
+TEST_CASE("an optimizer stepped with its state swapped gives the in-memory bits", "[offload]") {
+  const auto dir = testing::fresh_dir("swapped_optimizer_state");
+  for (const bool adam : {true, false}) {
+    for (const bool masters : {true, false}) {
+      DYNAMIC_SECTION((adam ? "Adam" : "SGD") << (masters ? ", masters swapped" : "")) {
+        const std::vector<optim::ParamGroup> plain_groups = groups(3), swapped_groups = groups(3);
+        const auto plain = make(adam, plain_groups);
+        const auto swapped = make(adam, swapped_groups);
+        // Sub-groups: {0, 3}, {1}, {2, 4}; some params in another group than their order.
+        const std::vector<std::vector<std::string>> names = {
+            {"chunk.0", "chunk.3"}, {"chunk.1"}, {"chunk.2", "chunk.4"}};
+        std::vector<SwappedOptimizerState::SubGroup> subs;
+        std::vector<int64_t> group_bytes;
+        for (const auto& n : names) {
+          SwappedOptimizerState::SubGroup s{n, {}};
+          int64_t bytes = 0;
+          for (const std::string& name : n) {
+            const Tensor& t = find(swapped_groups, name).tensor;
+            if (masters) s.storages.push_back(t.storage());
+            bytes += static_cast<int64_t>(t.nbytes()) * ((adam ? 2 : 1) + (masters ? 1 : 0));
+          }
+          subs.push_back(s);
+          group_bytes.push_back(bytes);
+        }
+        AioConfig aio;
+        aio.queue_depth = 4;
+        TensorSwapper swapper((dir / "state.swp").string(), aio, 2, 8192);
+        SwappedOptimizerState state(*swapped, subs, swapper);
+        if (masters) CHECK(state.resident_bytes() == 0);  // the masters went out at once
+        std::vector<int64_t> seen;
+        for (int step = 0; step < 4; ++step) {
+          set_grads(plain_groups, step);
+          set_grads(swapped_groups, step);
+          plain->step();
+          seen.clear();
+          state.step([&](size_t g) { seen.push_back(state.resident_bytes() - group_bytes[g]); });
+          CHECK(state.resident_bytes() == 0);  // all out between steps
+          // Only the group's turn is in, except in the step after a reload: the loaded state
+          // is in memory until its group's turn.
+          if (step != 2) {
+            for (const int64_t other : seen) CHECK(other == 0);
+          }
+          CHECK(swapped->step_count() == plain->step_count());
+          if (step == 1) {
+            // A checkpoint's round trip: everything in, the state saved and loaded back.
+            state.make_resident();
+            CHECK(values(swapped_groups) == values(plain_groups));
+            StateDict saved;
+            for (const auto& [k, t] : swapped->state_dict()) saved.emplace_back(k, t.clone());
+            swapped->load_state_dict(saved);
+            state.state_replaced();
+          }
+        }
+        state.make_resident();
+        CHECK(values(swapped_groups) == values(plain_groups));
+        const StateDict a = plain->state_dict(), b = swapped->state_dict();
+        REQUIRE(a.size() == b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+          INFO(a[i].first);
+          CHECK(a[i].first == b[i].first);
+          CHECK(a[i].second.to(DType::f64).to_vector<double>() ==
+                b[i].second.to(DType::f64).to_vector<double>());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("swapped optimizer state names bad sub-groups and optimizers", "[offload]") {
+  const auto dir = testing::fresh_dir("swapped_optimizer_state_errors");
+  TensorSwapper swapper((dir / "s.swp").string(), AioConfig{}, 1, 4096);
+  const std::vector<optim::ParamGroup> gs = groups(1);
+  optim::Adam adam(gs, {});
+  CHECK_THROWS_WITH(
+      SwappedOptimizerState(adam, {{{"chunk.0", "chunk.1", "chunk.2", "chunk.3"}, {}}}, swapper),
+      "[offload] parameter \"chunk.4\" of the optimizer is in no sub-group; "
+      "expected every parameter in one");
+  CHECK_THROWS_WITH(
+      SwappedOptimizerState(adam, {{{"chunk.0", "chunk.0"}, {}}}, swapper),
+      "[offload] sub-group parameter \"chunk.0\": expected a parameter of the optimizer in "
+      "one sub-group only");
+}
+
+}  // namespace
+}  // namespace tessera::parallel
