@@ -13,6 +13,34 @@ namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
+// NVMe offload's I/O settings (deepspeed/runtime/swap_tensor/aio_config.py; core/direct_file.h).
+AioConfig read_aio(JsonObjectReader& root) {
+  JsonObjectReader s = root.object("aio");
+  AioConfig c;
+  c.block_size = s.get_in_range<int64_t>("block_size", c.block_size, 1, kMax);
+  c.queue_depth = s.get_in_range<int>("queue_depth", c.queue_depth, 1, 1024);
+  // DeepSpeed's documentation calls it thread_count and its code reads
+  // intra_op_parallelism: either spelling, and both must agree.
+  c.intra_op_parallelism = s.get_in_range<int>("intra_op_parallelism", 1, 1, 64);
+  if (s.has("thread_count")) {
+    const int threads = s.get_in_range<int>("thread_count", 1, 1, 64);
+    TS_CHECK(!s.has("intra_op_parallelism") || threads == c.intra_op_parallelism, "[config] ",
+             s.key_path("thread_count"),
+             ": the documented name of intra_op_parallelism; "
+             "expected the same value, found ",
+             threads, " and ", c.intra_op_parallelism);
+    c.intra_op_parallelism = threads;
+  }
+  c.single_submit = s.get<bool>("single_submit", c.single_submit);
+  c.overlap_events = s.get<bool>("overlap_events", c.overlap_events);
+  TS_CHECK(!s.get<bool>("use_gds", false), "[config] ", s.key_path("use_gds"),
+           ": GPUDirect Storage is not implemented; expected false");
+  TS_CHECK(c.block_size % kDirectIoAlignment == 0, "[config] ", s.key_path("block_size"),
+           ": direct I/O moves whole blocks of ", kDirectIoAlignment,
+           " bytes; expected a multiple of it, found ", c.block_size);
+  return c;
+}
+
 // DeepSpeed sections of features Tessera does not have (configs/README.md lists them):
 // accepted when they say "enabled": false, as real configs often carry them; otherwise
 // errors that say why, never "unknown key" and never silently ignored.
@@ -220,16 +248,6 @@ EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& c
   for (const auto& [key, why] : kNotSupported) refuse_unless_disabled(root, key, why);
   // Without effect (configs/README.md, "Accepted but without effect").
   root.get<bool>("zero_allow_untested_optimizer", false);
-  // NVMe offload's I/O settings (deepspeed/runtime/swap_tensor/aio_config.py): type-checked,
-  // read by nothing while NVMe offload is refused.
-  JsonObjectReader aio = root.object("aio");
-  aio.get_in_range<int64_t>("block_size", 1 << 20, 1, kMax);
-  aio.get_in_range<int64_t>("queue_depth", 8, 1, kMax);
-  aio.get_in_range<int64_t>("thread_count", 1, 1, kMax);
-  aio.get_in_range<int64_t>("intra_op_parallelism", 1, 1, kMax);
-  aio.get<bool>("single_submit", false);
-  aio.get<bool>("overlap_events", true);
-  aio.get<bool>("use_gds", false);
   // Where the average divides (Note [Gradient averaging] in parallel/zero/gradient_reducer.h).
   const bool prescale = root.get<bool>("prescale_gradients", false);
   const double predivide = root.get_in_range<double>("gradient_predivide_factor", 1.0, 1e-30, 1e30);
@@ -254,6 +272,7 @@ EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& c
   c.mixed_precision.dtype = fp16 ? DType::f16 : bf16 ? DType::bf16 : DType::f32;
 
   c.zero = parse_zero_config(root.object("zero_optimization"));
+  c.zero.aio = read_aio(root);
   c.zero.prescale_gradients = prescale;
   c.zero.gradient_predivide_factor = predivide;
   const DType dtype = c.mixed_precision.dtype;

@@ -11,15 +11,17 @@ namespace tessera::parallel {
 MasterWeights::MasterWeights(Communicator& dp, const FlatLayout& layout,
                              std::vector<Tensor>& params, DType dtype, Device device, bool sharded,
                              const optim::LossScalerConfig& scaler)
-    : dp_(dp), layout_(layout), params_(params), sharded_(sharded) {
+    : dp_(dp), layout_(layout), params_(params), sharded_(sharded), device_(device) {
   NoGradGuard no_grad;
   const bool mixed = dtype != DType::f32;
   if (dtype == DType::f16) scaler_ = std::make_unique<optim::LossScaler>(scaler);
   // Parameters become views of the flat buffer: of the 16-bit model buffer when mixed, with
-  // the f32 masters whole in flat_params_ (stage 0) or sharded in master_shard_.
+  // the f32 masters whole in flat_params_ (stage 0) or sharded in master_chunks_.
   if (mixed) flat_model_ = zeros({layout.numel}, {dtype, device});
   if (mixed && sharded) {
-    master_shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
+    for (const FlatLayout::Block& b : layout_.blocks) {
+      master_chunks_.push_back(zeros({b.chunk}, {DType::f32, device}));
+    }
   } else {
     flat_params_ = zeros({layout.numel}, {DType::f32, device});
   }
@@ -120,9 +122,8 @@ void MasterWeights::settle() {
 
 void MasterWeights::agree_gather_order() {
   const std::vector<int64_t> mine = gather_order();
-  const Device device = (flat_params_.defined() ? flat_params_ : master_shard_).device();
   const Tensor order =
-      from_vector(mine, {static_cast<int64_t>(mine.size())}).to(device);  // (blocks) i64
+      from_vector(mine, {static_cast<int64_t>(mine.size())}).to(device_);  // (blocks) i64
   dp_.broadcast(order, 0);
   gather_order_ = order.to(Device::cpu()).to_vector<int64_t>();
 }
@@ -146,19 +147,19 @@ void MasterWeights::gather_block(int64_t block, const Tensor& in, const Tensor& 
 
 Tensor MasterWeights::own_chunk(int64_t block) const {
   const FlatLayout::Block& b = layout_.blocks[block];
-  if (master_shard_.defined()) return master_shard_.narrow(0, b.shard_offset, b.chunk);
+  if (!master_chunks_.empty()) return master_chunks_[static_cast<size_t>(block)];
   return flat_params_.narrow(0, layout_.chunk_offset(block, dp_.rank()), b.chunk);
 }
 
 const std::vector<Tensor>& MasterWeights::masters() const {
-  TS_INTERNAL_ASSERT(!master_shard_.defined(), "sharded masters have no whole views");
+  TS_INTERNAL_ASSERT(master_chunks_.empty(), "sharded masters have no whole views");
   return masters_.empty() ? params_ : masters_;
 }
 
 void MasterWeights::after_step() {
   settle();  // the last step's gathers have arrived (settle_communication waited already)
   if (async_ != nullptr && gather_order_.empty()) agree_gather_order();
-  if (sharded_ && !master_shard_.defined()) {
+  if (sharded_ && master_chunks_.empty()) {
     for (const int64_t b : gather_order()) {
       const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(b)];
       // The input must not overlap the output.
@@ -169,14 +170,14 @@ void MasterWeights::after_step() {
 }
 
 std::vector<Tensor> MasterWeights::whole() {
-  if (!master_shard_.defined()) return masters();
+  if (master_chunks_.empty()) return masters();
   NoGradGuard no_grad;
   // On the host, one block at a time on the device: the device never holds the whole
   // masters that sharding saves it.
   const Tensor all = empty({layout_.numel}, {DType::f32, Device::cpu()});
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     const FlatLayout::Block& blk = layout_.blocks[b];
-    const Tensor gathered = empty({blk.numel}, {DType::f32, master_shard_.device()});
+    const Tensor gathered = empty({blk.numel}, {DType::f32, device_});
     dp_.all_gather(own_chunk(static_cast<int64_t>(b)), gathered);
     all.narrow(0, blk.offset, blk.numel).copy_(gathered);
   }
@@ -190,7 +191,7 @@ std::vector<Tensor> MasterWeights::whole() {
 void MasterWeights::load(const std::vector<Tensor>& whole) {
   NoGradGuard no_grad;
   settle();  // no gather may still write the parameters
-  if (!master_shard_.defined()) {
+  if (master_chunks_.empty()) {
     const std::vector<Tensor>& targets = masters();
     for (size_t i = 0; i < whole.size(); ++i) targets[i].copy_(whole[i]);
     round_into_model();
@@ -202,19 +203,43 @@ void MasterWeights::load(const std::vector<Tensor>& whole) {
     named.emplace_back(layout_.params[i].name, whole[i]);
     params_[i].copy_(whole[i]);
   }
-  master_shard_.copy_(parallel::shard(layout_, dp_.rank(), named));
+  const Tensor mine = parallel::shard(layout_, dp_.rank(), named);  // (layout.shard_numel())
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+    const FlatLayout::Block& blk = layout_.blocks[b];
+    master_chunks_[b].copy_(mine.narrow(0, blk.shard_offset, blk.chunk));
+  }
+}
+
+Tensor MasterWeights::shard() const {
+  if (master_chunks_.empty()) return {};
+  const Tensor out = empty({layout_.shard_numel()}, {DType::f32, device_});
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+    const FlatLayout::Block& blk = layout_.blocks[b];
+    out.narrow(0, blk.shard_offset, blk.chunk).copy_(master_chunks_[b]);
+  }
+  return out;
+}
+
+void MasterWeights::round_chunks_in_step() {
+  TS_INTERNAL_ASSERT(!master_chunks_.empty(), "only sharded masters are rounded in the step");
+  chunks_rounded_in_step_ = true;
+}
+
+void MasterWeights::round_chunk(int64_t block) {
+  const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(block)];
+  flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), blk.chunk).copy_(own_chunk(block));
 }
 
 void MasterWeights::round_into_model() {
   if (!flat_model_.defined()) return;
-  if (!master_shard_.defined()) {
+  if (master_chunks_.empty()) {
     flat_model_.copy_(flat_params_);
     return;
   }
   for (const int64_t block : gather_order()) {
     const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(block)];
     const Tensor mine = flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), blk.chunk);
-    mine.copy_(own_chunk(block));
+    if (!chunks_rounded_in_step_) round_chunk(block);
     // 16 bits on the wire; the input must not overlap the output.
     gather_block(block, mine.clone(), flat_model_.narrow(0, blk.offset, blk.numel));
   }
@@ -222,9 +247,10 @@ void MasterWeights::round_into_model() {
 
 int64_t MasterWeights::bytes() const {
   int64_t n = 0;
-  for (const Tensor* t : {&flat_params_, &master_shard_, &flat_model_}) {
+  for (const Tensor* t : {&flat_params_, &flat_model_}) {
     if (t->defined()) n += static_cast<int64_t>(t->nbytes());
   }
+  for (const Tensor& t : master_chunks_) n += static_cast<int64_t>(t.storage().nbytes());
   return n;
 }
 

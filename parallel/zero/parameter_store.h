@@ -88,7 +88,8 @@ class MasterWeights final : public ParameterStore {
   std::vector<Tensor> whole() override;
   void load(const std::vector<Tensor>& whole) override;
   int64_t bytes() const override;
-  Tensor shard() const override { return master_shard_; }
+  // With sharded masters, a copy of them in one (layout.shard_numel()) tensor.
+  Tensor shard() const override;
 
   // Per parameter, the f32 tensor the optimizer steps: the f32 master's view (f16/bf16), or
   // the parameter itself (f32). Not with sharded masters.
@@ -96,6 +97,13 @@ class MasterWeights final : public ParameterStore {
   // Rounds the f32 masters into the 16-bit model buffer (nothing at f32); with sharded
   // masters, this rank's chunks, then all-gathers them (collective).
   void round_into_model();
+  // NVMe offload keeps the sharded masters in the swap file and steps them a sub-group at
+  // a time (Note [Offloaded optimizer state] in parallel/offload/swapped_optimizer_state.h):
+  // from now on the step rounds each chunk with round_chunk() while it is in memory, and
+  // after_step() only gathers.
+  void round_chunks_in_step();
+  // Rounds this rank's chunk of `block` into the 16-bit model buffer (sharded masters).
+  void round_chunk(int64_t block);
   // The f16 loss scaler (null for f32 and bf16).
   optim::LossScaler* scaler() const { return scaler_.get(); }
   // Sharded masters only: after_step() starts its gathers through `async` and `model` waits
@@ -122,11 +130,14 @@ class MasterWeights final : public ParameterStore {
   const FlatLayout& layout_;
   std::vector<Tensor>& params_;
   bool sharded_;
-  Tensor flat_params_;           // (layout.numel) f32: the parameters, or their masters at stage 0
-  Tensor master_shard_;          // (layout.shard_numel()) f32 masters of this rank's chunks; 16-bit
-                                 // parameters at stages 1-2 only
-  Tensor flat_model_;            // (layout.numel) f16/bf16 model weights; mixed only
-  std::vector<Tensor> masters_;  // f32 views of flat_params_; mixed stage 0 only
+  Tensor flat_params_;  // (layout.numel) f32: the parameters, or their masters at stage 0
+  // Per block, (chunk) f32 masters of this rank's chunk, each a storage of its own (so that
+  // NVMe offload can swap them a sub-group at a time); 16-bit parameters at stages 1-2 only.
+  std::vector<Tensor> master_chunks_;
+  Device device_;
+  bool chunks_rounded_in_step_ = false;
+  Tensor flat_model_;                          // (layout.numel) f16/bf16 model weights; mixed only
+  std::vector<Tensor> masters_;                // f32 views of flat_params_; mixed stage 0 only
   std::unique_ptr<optim::LossScaler> scaler_;  // f16 only
   // Note [Gathers after the step]: set by gather_in_background().
   AsyncCollectives* async_ = nullptr;

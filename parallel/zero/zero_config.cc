@@ -12,34 +12,68 @@ namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
-// ZeRO-Offload's keys (deepspeed/runtime/zero/offload_config.py), which real configs often
-// carry switched off: accepted, with their keys checked, when they keep everything on the
-// device ("device": "none", the deprecated booleans false); an error otherwise.
-void read_offload_switched_off(JsonObjectReader& s) {
-  const char* why = "ZeRO-Offload is not implemented yet; expected \"device\": \"none\"";
-  for (const char* key : {"offload_optimizer", "offload_param"}) {
-    if (!s.has(key)) continue;
-    JsonObjectReader o = s.object(key);
+// offload_optimizer (deepspeed/runtime/zero/offload_config.py), and DeepSpeed's deprecated
+// cpu_offload for its device "cpu".
+OffloadOptimizerConfig read_offload_optimizer(JsonObjectReader& s, int stage) {
+  OffloadOptimizerConfig c;
+  const bool cpu_offload = s.get<bool>("cpu_offload", false);
+  s.get<bool>("cpu_offload_use_pin_memory", false);  // pinning: see pin_memory below
+  if (cpu_offload) c.device = OffloadOptimizerConfig::Device::cpu;
+  if (s.has("offload_optimizer")) {
+    JsonObjectReader o = s.object("offload_optimizer");
+    const std::string device = o.get_one_of("device", "none", {"none", "cpu", "nvme"});
+    TS_CHECK(!cpu_offload || device == "cpu", "[config] ", s.key_path("cpu_offload"),
+             ": the deprecated spelling of offload_optimizer.device \"cpu\"; expected it to "
+             "agree with offload_optimizer.device, found \"",
+             device, "\"");
+    if (device == "cpu") c.device = OffloadOptimizerConfig::Device::cpu;
+    if (device == "nvme") c.device = OffloadOptimizerConfig::Device::nvme;
+    c.nvme_path = o.get<std::string>("nvme_path", "");
+    c.buffer_count = o.get_in_range<int64_t>("buffer_count", 4, 1, 1024);
+    // Pinned host memory speeds transfers between a GPU and the host; the state of a run on
+    // the CPU is host memory already.
+    o.get<bool>("pin_memory", false);
+    for (const char* key : {"pipeline_read", "pipeline_write"}) {
+      TS_CHECK(!o.get<bool>(key, false), "[config] ", o.key_path(key),
+               ": a sub-group's reads and writes are not yet overlapped with its neighbours' "
+               "updates; expected false");
+    }
+    TS_CHECK(!o.get<bool>("fast_init", false), "[config] ", o.key_path("fast_init"),
+             ": the optimizer's state is created at the first step and swapped out after it; "
+             "expected false");
+    const double ratio = o.get_in_range<double>("ratio", 1.0, 0.0, 1.0);
+    TS_CHECK(ratio == 1.0, "[config] ", o.key_path("ratio"),
+             ": partial offload is not implemented; expected 1.0, found ", ratio);
+    TS_CHECK(c.device != OffloadOptimizerConfig::Device::nvme || !c.nvme_path.empty(), "[config] ",
+             o.key_path("nvme_path"),
+             ": expected the directory of the swap files with device "
+             "\"nvme\", found none");
+  }
+  TS_CHECK(c.device == OffloadOptimizerConfig::Device::none || stage >= 1, "[config] ",
+           s.key_path("offload_optimizer"),
+           ": offloading the optimizer's state needs it partitioned; expected ZeRO stage 1-3, "
+           "found stage ",
+           stage);
+  return c;
+}
+
+// offload_param, which real configs often carry switched off: accepted, with its keys
+// checked, when it keeps the parameters on the device; an error otherwise.
+void read_offload_param_switched_off(JsonObjectReader& s) {
+  if (s.has("offload_param")) {
+    JsonObjectReader o = s.object("offload_param");
     const std::string device = o.get<std::string>("device", "none");
-    TS_CHECK(device == "none", "[config] ", o.key_path("device"), ": ", why, ", found \"", device,
+    TS_CHECK(device == "none", "[config] ", o.key_path("device"),
+             ": parameter offload is not implemented yet; expected \"none\", found \"", device,
              "\"");
     o.get<std::string>("nvme_path", "");
     o.get_in_range<int64_t>("buffer_count", 5, 0, kMax);
     o.get<bool>("pin_memory", false);
-    if (std::string(key) == "offload_optimizer") {
-      o.get<bool>("pipeline_read", false);
-      o.get<bool>("pipeline_write", false);
-      o.get<bool>("fast_init", false);
-      o.get_in_range<double>("ratio", 1.0, 0.0, 1.0);
-    } else {
-      o.get_in_range<double>("buffer_size", 1e8, 0, 9e18);
-      o.get_in_range<double>("max_in_cpu", 1e9, 0, 9e18);
-    }
+    o.get_in_range<double>("buffer_size", 1e8, 0, 9e18);
+    o.get_in_range<double>("max_in_cpu", 1e9, 0, 9e18);
   }
-  for (const char* key : {"cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory"}) {
-    TS_CHECK(!s.get<bool>(key, false), "[config] ", s.key_path(key),
-             ": ZeRO-Offload is not implemented yet; expected false");
-  }
+  TS_CHECK(!s.get<bool>("cpu_offload_param", false), "[config] ", s.key_path("cpu_offload_param"),
+           ": parameter offload is not implemented yet; expected false");
 }
 
 // DeepSpeed keys of features Tessera does not have: present, they are errors.
@@ -99,11 +133,12 @@ ZeroConfig parse_zero_config(JsonObjectReader s) {
   s.get<bool>("load_from_fp32_weights", true);  // the weights are fp32 already
   s.get<bool>("ignore_unused_parameters", true);
   s.get<bool>("round_robin_gradients", false);
-  s.get_in_range<double>("sub_group_size", 1e9, 1, 9e18);
+  c.sub_group_size = read_count(s, "sub_group_size", c.sub_group_size, 1);
   TS_CHECK(!s.get<bool>("legacy_stage1", false), "[config] ", s.key_path("legacy_stage1"),
            ": legacy_stage1 was removed from DeepSpeed; expected false");
   for (const auto& [key, why] : kUnsupported) s.unsupported(key, why);
-  read_offload_switched_off(s);
+  c.offload_optimizer = read_offload_optimizer(s, c.stage);
+  read_offload_param_switched_off(s);
   s.get_in_range<double>("stage3_model_persistence_threshold", 9e18, 0, 9e18);
   s.deprecated_alias("stage3_gather_fp16_weights_on_model_save",
                      "stage3_gather_16bit_weights_on_model_save");

@@ -3,10 +3,22 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "core/direct_file.h"
 #include "core/json.h"
 
 namespace tessera::parallel {
+
+// zero_optimization.offload_optimizer (deepspeed/runtime/zero/offload_config.py): where the
+// optimizer's state lives between steps (Note [Offloaded optimizer state] in
+// parallel/offload/swapped_optimizer_state.h).
+struct OffloadOptimizerConfig {
+  enum class Device { none, cpu, nvme };
+  Device device = Device::none;
+  std::string nvme_path;     // the directory of the swap files (nvme)
+  int64_t buffer_count = 4;  // staging buffers of the swapper
+};
 
 struct ZeroConfig {
   int stage = 0;  // 0 plain data parallelism; 1 optimizer state; 2 + gradients; 3 + parameters
@@ -31,6 +43,13 @@ struct ZeroConfig {
   int64_t stage3_max_live_parameters = 1'000'000'000;
   int64_t stage3_max_reuse_distance = 1'000'000'000;
 
+  // Elements of the optimizer's fp32 partition stepped together when its state is
+  // offloaded to NVMe (DeepSpeed's sub-groups): consecutive blocks' chunks up to this many.
+  int64_t sub_group_size = 1'000'000'000;
+  OffloadOptimizerConfig offload_optimizer;
+  // DeepSpeed's top-level `aio` section, here because NVMe offload's swap files use it.
+  AioConfig aio;
+
   // DeepSpeed's top-level prescale_gradients and gradient_predivide_factor, here because
   // ZeRO's reductions apply them (Note [Gradient averaging] in gradient_reducer.h).
   bool prescale_gradients = false;
@@ -40,8 +59,8 @@ struct ZeroConfig {
   int64_t block_numel() const;
 };
 
-// Reads `section` ($.zero_optimization). Features Tessera does not have (offload, ZeRO++,
-// MiCS) are errors that say so.
+// Reads `section` ($.zero_optimization). Features Tessera does not have (parameter offload,
+// ZeRO++, MiCS) are errors that say so.
 ZeroConfig parse_zero_config(JsonObjectReader section);
 
 }  // namespace tessera::parallel

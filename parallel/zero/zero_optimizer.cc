@@ -110,6 +110,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
       chunks[layout_.blocks[b].group].params.push_back({chunk_name(block), chunk, {}});
     }
     inner_ = optim::make_optimizer(optimizer, std::move(chunks));
+    start_offload();
   }
   if (config_.overlap_comm && dp_.size() > 1) {
     async_ = std::make_unique<AsyncCollectives>(dp_);
@@ -125,6 +126,25 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
                                   [this, i](Tensor&) { on_grad_ready(static_cast<int64_t>(i)); });
   }
   zero_grad();
+}
+
+void ZeroOptimizer::start_offload() {
+  using Device = OffloadOptimizerConfig::Device;
+  const Device where = config_.offload_optimizer.device;
+  TS_CHECK(where == Device::none || device_.type == DeviceType::cpu,
+           "[zero] offload_optimizer: offloading a GPU run's optimizer state is not implemented "
+           "yet; expected \"device\": \"none\" on ",
+           device_.str());
+  // On the CPU, "cpu" is where the state is already.
+  if (where != Device::nvme) return;
+  std::vector<Tensor> masters;
+  if (master_ != nullptr && precision_.dtype != DType::f32) {
+    for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+      masters.push_back(master_->own_chunk(static_cast<int64_t>(b)));
+    }
+    master_->round_chunks_in_step();
+  }
+  offload_ = std::make_unique<ZeroOffload>(config_, layout_, *inner_, masters, dp_);
 }
 
 std::unique_ptr<optim::Optimizer> ZeroOptimizer::make_inner(const optim::OptimizerConfig& config,
@@ -292,9 +312,20 @@ bool ZeroOptimizer::step() {
     scaler_->update(overflow_);
     if (overflow_) return false;  // DeepSpeed skips the step and keeps the parameters
   }
-  inner_->step();
+  if (offload_) {
+    const bool round = master_ != nullptr && precision_.dtype != DType::f32;
+    offload_->step([&](int64_t block) {
+      if (round) master_->round_chunk(block);
+    });
+  } else {
+    inner_->step();
+  }
   weights_->after_step();
   return true;
+}
+
+void ZeroOptimizer::make_resident() const {
+  if (offload_) offload_->make_resident();
 }
 
 bool ZeroOptimizer::full_precision_reduction() const {
@@ -334,13 +365,14 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
   ModelStateBytes m;
   m.params = weights_->bytes();
   m.grads = gradients_->bytes();
-  for (const auto& [key, t] : inner_->state_dict()) {
-    if (key != "step") m.optimizer += static_cast<int64_t>(t.nbytes());
+  for (const auto& [key, t] : inner_->state_dict()) {  // in memory: offloaded state is not
+    if (key != "step") m.optimizer += static_cast<int64_t>(t.storage().nbytes());
   }
   return m;
 }
 
 StateDict ZeroOptimizer::state_dict() const {
+  make_resident();
   StateDict inner = inner_->state_dict();
   return sharded() ? chunks_to_shard(inner, layout_) : inner;
 }
@@ -367,11 +399,14 @@ StateDict ZeroOptimizer::whole_state_dict() const {
 
 void ZeroOptimizer::load_whole_state(const StateDict& whole) {
   settle_communication();
+  make_resident();
   inner_->load_state_dict(sharded() ? whole_to_chunks(whole, layout_, dp_.rank()) : whole);
+  if (offload_) offload_->state_replaced();
 }
 
 StateDict ZeroOptimizer::whole_parameters() {
   settle_communication();
+  make_resident();
   StateDict out;
   const std::vector<Tensor> values = weights_->whole();
   for (size_t i = 0; i < values.size(); ++i) out.emplace_back(layout_.params[i].name, values[i]);
@@ -379,6 +414,7 @@ StateDict ZeroOptimizer::whole_parameters() {
 }
 
 Tensor ZeroOptimizer::parameter_shard() const {
+  make_resident();
   const Tensor shard = weights_->shard();
   TS_CHECK(shard.defined(),
            "[zero] parameter_shard() is for stage 3 and for 16-bit parameters at stages 1-2; this "
@@ -391,6 +427,7 @@ bool ZeroOptimizer::shards_parameters() const { return weights_->shard().defined
 
 void ZeroOptimizer::load_parameters(const StateDict& whole) {
   settle_communication();
+  make_resident();
   std::map<std::string, Tensor> given(whole.begin(), whole.end());
   std::vector<Tensor> ordered;
   for (const FlatLayout::Param& p : layout_.params) {

@@ -115,6 +115,7 @@
 #include "parallel/zero/parameter_store.h"
 #include "parallel/zero/partitioned_params.h"
 #include "parallel/zero/zero_config.h"
+#include "parallel/zero/zero_offload.h"
 #include "parallel/zero/zero_state.h"
 
 namespace tessera::parallel {
@@ -254,6 +255,11 @@ class ZeroOptimizer {
   bool full_precision_reduction() const;
   void on_grad_ready(int64_t param);
   void reduce_block(int64_t block);
+  // Sets up offload_optimizer (stages 1-3, after inner_ is made).
+  void start_offload();
+  // Brings offloaded state and masters into memory before they are read or written
+  // otherwise than by the step (Note [Offloaded optimizer state]).
+  void make_resident() const;
 
   Communicator& dp_;
   Module& model_;
@@ -275,6 +281,7 @@ class ZeroOptimizer {
   bool overflow_ = false;                    // found by clip_grad_norm
   std::unique_ptr<optim::Optimizer> inner_;  // over the parameters (0) or the chunks (1-3)
   OneBitOptimizer* onebit_ = nullptr;        // inner_ when it is a 1-bit optimizer
+  std::unique_ptr<ZeroOffload> offload_;     // inner_'s state in NVMe swap files, or null
   std::vector<int64_t> pending_;             // per block: parameters whose hook has not run
   std::vector<bool> reduced_;                // per block, in the current micro-batch
   bool reducing_ = false;                    // whether this micro-batch reduces

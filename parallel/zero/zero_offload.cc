@@ -1,0 +1,66 @@
+#include "parallel/zero/zero_offload.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include "core/error.h"
+#include "parallel/zero/zero_state.h"
+
+namespace tessera::parallel {
+namespace {
+
+// Each rank's swap file, unique among the live optimizers of every process on the host.
+std::string swap_path(const std::string& dir, const Communicator& dp, const void* owner) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  TS_CHECK(!error, "[offload] cannot create the swap directory ", dir, ": ", error.message());
+  char object[32];
+  std::snprintf(object, sizeof(object), "%p", owner);
+  return str_cat(dir, "/tessera_optimizer_", ::getpid(), "_", dp.rank(), "_", object, ".swp");
+}
+
+}  // namespace
+
+ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,
+                         optim::Optimizer& inner, const std::vector<Tensor>& masters,
+                         const Communicator& dp) {
+  // Staging buffers that keep one context's queue full.
+  const int64_t buffer_size = config.aio.block_size * config.aio.queue_depth;
+  swapper_ = std::make_unique<TensorSwapper>(
+      swap_path(config.offload_optimizer.nvme_path, dp, this), config.aio,
+      static_cast<int>(config.offload_optimizer.buffer_count), buffer_size);
+  std::vector<SwappedOptimizerState::SubGroup> groups;
+  int64_t numel = 0;
+  for (size_t b = 0; b < layout.blocks.size(); ++b) {
+    if (groups.empty() || numel + layout.blocks[b].chunk > config.sub_group_size) {
+      groups.emplace_back();
+      blocks_.emplace_back();
+      numel = 0;
+    }
+    const int64_t block = static_cast<int64_t>(b);
+    groups.back().params.push_back(chunk_name(block));
+    if (!masters.empty()) groups.back().storages.push_back(masters[b].storage());
+    blocks_.back().push_back(block);
+    numel += layout.blocks[b].chunk;
+  }
+  state_ = std::make_unique<SwappedOptimizerState>(inner, std::move(groups), *swapper_);
+}
+
+ZeroOffload::~ZeroOffload() {
+  const std::string path = swapper_->path();
+  state_.reset();
+  swapper_.reset();  // closes the file
+  std::error_code ignored;
+  std::filesystem::remove(path, ignored);
+}
+
+void ZeroOffload::step(const std::function<void(int64_t block)>& after_block) {
+  state_->step([&](size_t g) {
+    for (const int64_t b : blocks_[g]) after_block(b);
+  });
+}
+
+}  // namespace tessera::parallel
