@@ -50,7 +50,7 @@ OffloadOptimizerConfig read_offload_optimizer(JsonObjectReader& s, int stage) {
              "\"nvme\", found none");
   }
   TS_CHECK(c.device == OffloadOptimizerConfig::Device::none || stage >= 1, "[config] ",
-           s.key_path("offload_optimizer"),
+           s.key_path(s.has("offload_optimizer") ? "offload_optimizer" : "cpu_offload"),
            ": offloading the optimizer's state needs it partitioned; expected ZeRO stage 1-3, "
            "found stage ",
            stage);

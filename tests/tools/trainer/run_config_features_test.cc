@@ -126,16 +126,19 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
         }) ==
         "[config] $.zero_optimization.reduce_bucket_size: expected a whole number of elements, "
         "found 2.5");
-  CHECK(error_after([](Json& d) {
+  CHECK(parse_edited([](Json& d) {
           d["zero_optimization"] = {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}};
-        }) ==
-        "[config] $.zero_optimization.offload_optimizer.device: ZeRO-Offload is not "
-        "implemented yet; expected \"device\": \"none\", found \"cpu\"");
+        }).engine.zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::cpu);
   CHECK(error_after([](Json& d) {
           d["zero_optimization"] = {{"cpu_offload", true}};
         }) ==
-        "[config] $.zero_optimization.cpu_offload: ZeRO-Offload is not implemented yet; "
-        "expected false");
+        "[config] $.zero_optimization.cpu_offload: offloading the optimizer's state needs it "
+        "partitioned; expected ZeRO stage 1-3, found stage 0");
+  CHECK(error_after([](Json& d) {
+          d["zero_optimization"] = {{"stage", 1}, {"offload_param", {{"device", "nvme"}}}};
+        }) ==
+        "[config] $.zero_optimization.offload_param.device: parameter offload is not "
+        "implemented yet; expected \"none\", found \"nvme\"");
   // fp16's loss-scale keys under bf16: checked, and one warning that they do nothing.
   const RunConfig copied = parse_edited([](Json& d) {
     d["bf16"] = {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16}};
@@ -166,6 +169,19 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
   CHECK(error_after([](Json& d) {
           d["aio"] = {{"block_size", "1M"}};
         }) == "[config] $.aio.block_size: expected integer, found string \"1M\"");
+  CHECK(error_after([](Json& d) {
+          d["aio"] = {{"block_size", 1000}};
+        }) ==
+        "[config] $.aio.block_size: direct I/O moves whole blocks of 4096 bytes; expected "
+        "a multiple of it, found 1000");
+  CHECK(error_after([](Json& d) {
+          d["aio"] = {{"thread_count", 2}, {"intra_op_parallelism", 3}};
+        }) ==
+        "[config] $.aio.thread_count: the documented name of intra_op_parallelism; "
+        "expected the same value, found 2 and 3");
+  CHECK(parse_edited([](Json& d) {
+          d["aio"] = {{"thread_count", 2}, {"queue_depth", 16}};
+        }).engine.zero.aio.intra_op_parallelism == 2);
   const RunConfig averaged = parse_edited([](Json& d) {
     d["prescale_gradients"] = true;
     d["gradient_predivide_factor"] = 4.0;
