@@ -15,6 +15,11 @@
 namespace tessera::kernels::cpu {
 namespace {
 
+// A 16-bit row's f32 values: aligned as tensors are, so that Eigen's exp takes the same
+// path for every element whatever the heap hands out (Note [Aligned scratch] in widen.h).
+template <class A>
+using RowBuffer = std::vector<A, Eigen::aligned_allocator<A>>;
+
 // Rows per parallel_for chunk, so that each chunk touches at least ~32K elements.
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 32768 / cols); }
 
@@ -53,7 +58,7 @@ int64_t row_stride(const Tensor& logits) {
 // A row of n logits as acc_t<T> values: the row itself for f32 and f64, its values widened
 // into `buffer` for f16 and bf16 (Note [16-bit math on the CPU]).
 template <class T>
-const acc_t<T>* row_values(const T* row, int64_t n, std::vector<acc_t<T>>& buffer) {
+const acc_t<T>* row_values(const T* row, int64_t n, RowBuffer<acc_t<T>>& buffer) {
   if constexpr (!kIsHalf<T>) {
     return row;
   } else {
@@ -66,7 +71,7 @@ const acc_t<T>* row_values(const T* row, int64_t n, std::vector<acc_t<T>>& buffe
 // Where a row of n results is computed: the output row itself for f32 and f64, `buffer`
 // for f16 and bf16 (stored rounded afterwards).
 template <class T>
-acc_t<T>* out_row(T* row, int64_t n, std::vector<acc_t<T>>& buffer) {
+acc_t<T>* out_row(T* row, int64_t n, RowBuffer<acc_t<T>>& buffer) {
   if constexpr (!kIsHalf<T>) {
     return row;
   } else {
@@ -103,7 +108,7 @@ CrossEntropyOutput cross_entropy(const Tensor& logits_in, const Tensor& targets_
     const T* px = logits.data_ptr<T>();
     A* plse = out.lse.data_ptr<A>();
     parallel_for(rows, row_grain(vocab), [&](int64_t r0, int64_t r1) {
-      std::vector<A> buffer;
+      RowBuffer<A> buffer;
       for (int64_t r = r0; r < r1; ++r) {
         const ConstArrayMap<A> xr(row_values(px + r * ld, vocab, buffer), vocab);
         const A max = xr.maxCoeff();
@@ -140,7 +145,7 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits_in,
     T* pdx = dlogits.data_ptr<T>();
     const A s = static_cast<A>(scale);
     parallel_for(rows, row_grain(vocab), [&](int64_t r0, int64_t r1) {
-      std::vector<A> buffer, drow;  // 16-bit rows: the logits and dlogits in f32
+      RowBuffer<A> buffer, drow;  // 16-bit rows: the logits and dlogits in f32
       for (int64_t r = r0; r < r1; ++r) {
         T* out = pdx + r * cols;
         std::fill(out + vocab, out + cols, convert<T>(0.0));

@@ -45,7 +45,9 @@ inline constexpr int64_t kHalfChunk = 512;
 // kCpuAlignment), so that is fixed for a given shape; a buffer on the stack is not, and its
 // address follows the stack depth (down to the length of the config file's path, which
 // the kernel copies onto the stack at exec). A run must not depend on that: the f32 chunk
-// buffers of the 16-bit loops are aligned as tensors are, with alignas(kCpuAlignment).
+// buffers of the 16-bit loops are aligned as tensors are, with alignas(kCpuAlignment), and
+// so are buffers on the heap (cross_entropy's rows, with Eigen's aligned allocator), whose
+// address follows every allocation before them.
 
 // out[i] = float(p[i * stride]) for i < n, `stride` in bytes (0: one value broadcast); in
 // bulk when p is contiguous.
