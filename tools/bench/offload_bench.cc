@@ -65,7 +65,8 @@ struct Disk {
 };
 
 Disk measure_disk(const fs::path& dir, int64_t bytes) {
-  const std::string path = (dir / ("offload_bench_" + std::to_string(::getpid()) + ".tmp")).string();
+  const std::string path =
+      (dir / ("offload_bench_" + std::to_string(::getpid()) + ".tmp")).string();
   AlignedBuffer buffer(bytes);
   std::vector<double> writes, reads;
   {
@@ -180,8 +181,8 @@ int bench_main(int argc, char** argv) {
   set_num_threads(threads);
 
   const Disk disk = measure_disk(dir, disk_mb << 20);
-  std::printf("disk (%s, direct I/O, aio defaults): write %.2f GB/s, read %.2f GB/s\n",
-              dir.c_str(), disk.write_gbs, disk.read_gbs);
+  std::printf("disk (%s, direct I/O, aio defaults): write %.2f GB/s, read %.2f GB/s\n", dir.c_str(),
+              disk.write_gbs, disk.read_gbs);
 
   const double ours = adamw_params_per_s(adam_params, 5);
   std::printf("CPU AdamW, %lld f32 parameters, %d threads: Tessera %.0f M params/s",
