@@ -7,6 +7,8 @@
 #     within 1.5e-2;
 #   - overlap_comm at stages 0-2 (the reductions, and at stages 1-2 the gathers after the
 #     step, on a worker thread under MPI_THREAD_MULTIPLE) gives the blocking runs' bits;
+#   - the optimizer state offloaded to NVMe swap files at stages 1-3 gives the in-memory
+#     runs' bits;
 #   - log lines carry the rank and only rank 0 reports progress, with the communication
 #     summary at the end;
 #   - 2-rank stage-2 and stage-3 runs resumed at 2 ranks from their checkpoints end bit for
@@ -88,6 +90,21 @@ for stage in 0 1 2; do
   "$COMPARE" "s${stage}_np2" "$name" 0 || fail "$name differs from the blocking run s${stage}_np2"
 done
 echo "ok: overlap_comm at stages 0-2 under mpirun gives the blocking runs' bits"
+
+# The optimizer state in NVMe swap files (Note [ZeRO's offloaded state]), saved in the
+# checkpoint at step 3 and swapped out again: the in-memory runs' bits; the swap files go
+# with the ranks.
+for stage in 1 2 3; do
+  name="s${stage}_np2_nvme"
+  ZERO_KEYS=", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$WORK/swap\"}, \"sub_group_size\": 2000"
+  config "$name" "$stage" 6
+  unset ZERO_KEYS
+  mpi 240 2 --config "$name.json" --comm-timeout 60 >"$name.log" 2>&1 ||
+    fail "$name failed: $(tail -n 5 "$name.log")"
+  "$COMPARE" "s${stage}_np2" "$name" 0 || fail "$name differs from the in-memory run s${stage}_np2"
+  [ -z "$(ls -A "$WORK/swap")" ] || fail "$name left swap files: $(ls "$WORK/swap")"
+done
+echo "ok: NVMe offload at stages 1-3 under mpirun gives the in-memory runs' bits"
 
 # bf16 and fp16 at 3 ranks (Note [Mixed precision] in parallel/zero/zero_optimizer.h),
 # stages 0-3, against the single-process run in the same precision. The runs round in 16
