@@ -217,11 +217,14 @@ void Trainer::log_run(double peak_flops) const {
   const bool on_cuda = cfg_.trainer.device.is_cuda();
   log_info(
       "model: {}; {} steps of {} tokens; {} data-parallel rank(s) x {} pipeline stage(s) x {} "
-      "tensor-parallel rank(s), ZeRO stage {}, {} on {}; {}",
+      "tensor-parallel rank(s), ZeRO stage {}{}, {} on {}; {}",
       cfg_.model->describe(), total_steps_, cfg_.engine.batch.train_batch_size * cfg_.data.seq_len,
       dp_.size(), cfg_.engine.pipeline.stages, cfg_.engine.tensor_parallel.tp_size,
-      engine_->optimizer().stage(), dtype_name(engine_->optimizer().precision()),
-      cfg_.trainer.device.str(),
+      engine_->optimizer().stage(),
+      cfg_.engine.zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::nvme
+          ? " (optimizer state on NVMe in " + cfg_.engine.zero.offload_optimizer.nvme_path + ")"
+          : "",
+      dtype_name(engine_->optimizer().precision()), cfg_.trainer.device.str(),
       !on_cuda ? fmt::format("{} peak {:.0f} GFLOP/s on {} threads per rank",
                              cpu_bf16() ? "bf16 GEMM" : "FMA", peak_flops / world_.size() / 1e9,
                              num_threads())
