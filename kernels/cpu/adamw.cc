@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
+#include "core/allocator.h"
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
@@ -16,8 +18,13 @@ namespace {
 // keeps the seven streams (read p, g, m, v; write p, m, v) at one pass over memory. Blocks
 // start at multiples of kBlock in their tensor and the threads split whole blocks, so which
 // elements take Eigen's vector path (and so the rounding) does not depend on the thread
-// count. A multi-tensor step lays the blocks of all its tensors end to end: one parallel
-// region for the whole list, and a thread's range may span several tensors.
+// count. Nor on where the tensors lie: Eigen computes the elements before its destination's
+// first 64-byte boundary on its scalar path, so a block whose parameter or moments are not
+// aligned is staged through aligned buffers (Note [Aligned scratch] in widen.h); the
+// gradient is only read, in place. ZeRO's master chunks are views at any offset of a flat
+// shard, or storages of their own, and the same values must step to the same bits in both.
+// A multi-tensor step lays the blocks of all its tensors end to end: one parallel region for
+// the whole list, and a thread's range may span several tensors.
 constexpr int64_t kBlock = 1024;
 constexpr int64_t kGrainBlocks = 64;  // blocks per thread, at least
 
@@ -41,6 +48,29 @@ struct Coefficients {
   }
 };
 
+bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kCpuAlignment == 0; }
+
+// One block of `len` elements, in place.
+template <class T>
+void update_block(T* pp, const T* pg, T* pm, T* pv, int64_t len, const Coefficients<T>& c) {
+  ArrayMap<T> w(pp, len);
+  ArrayMap<T> m(pm, len);
+  ArrayMap<T> v(pv, len);
+  const ConstArrayMap<T> g(pg, len);
+  if (c.l2) {
+    // L2 mode folds the decay into the gradient.
+    const auto g_l2 = g + c.wd * w;
+    m = c.beta1 * m + (1 - c.beta1) * g_l2;
+    v = c.beta2 * v + (1 - c.beta2) * g_l2.square();
+    w -= c.lr * ((m * c.inv_bc1) / ((v * c.inv_bc2).sqrt() + c.eps));
+  } else {
+    // AdamW mode decays the parameter in the update, decoupled from the moments.
+    m = c.beta1 * m + (1 - c.beta1) * g;
+    v = c.beta2 * v + (1 - c.beta2) * g.square();
+    w -= c.lr * ((m * c.inv_bc1) / ((v * c.inv_bc2).sqrt() + c.eps) + c.wd * w);
+  }
+}
+
 // Elements [begin, end) of one parameter's tensors.
 template <class T>
 void update(const AdamWTensors& t, int64_t begin, int64_t end, const Coefficients<T>& c) {
@@ -50,22 +80,20 @@ void update(const AdamWTensors& t, int64_t begin, int64_t end, const Coefficient
   T* pv = t.exp_avg_sq.data_ptr<T>();
   for (int64_t b = begin; b < end; b += kBlock) {
     const int64_t len = std::min(kBlock, end - b);
-    ArrayMap<T> w(pp + b, len);
-    ArrayMap<T> m(pm + b, len);
-    ArrayMap<T> v(pv + b, len);
-    const ConstArrayMap<T> g(pg + b, len);
-    if (c.l2) {
-      // L2 mode folds the decay into the gradient.
-      const auto g_l2 = g + c.wd * w;
-      m = c.beta1 * m + (1 - c.beta1) * g_l2;
-      v = c.beta2 * v + (1 - c.beta2) * g_l2.square();
-      w -= c.lr * ((m * c.inv_bc1) / ((v * c.inv_bc2).sqrt() + c.eps));
-    } else {
-      // AdamW mode decays the parameter in the update, decoupled from the moments.
-      m = c.beta1 * m + (1 - c.beta1) * g;
-      v = c.beta2 * v + (1 - c.beta2) * g.square();
-      w -= c.lr * ((m * c.inv_bc1) / ((v * c.inv_bc2).sqrt() + c.eps) + c.wd * w);
+    // Eigen peels to the destination's alignment; the gradient is only read.
+    if (aligned(pp + b) && aligned(pm + b) && aligned(pv + b)) {
+      update_block<T>(pp + b, pg + b, pm + b, pv + b, len, c);
+      continue;
     }
+    alignas(kCpuAlignment) T w[kBlock], m[kBlock], v[kBlock];
+    const auto n = static_cast<size_t>(len);
+    std::copy_n(pp + b, n, w);
+    std::copy_n(pm + b, n, m);
+    std::copy_n(pv + b, n, v);
+    update_block<T>(w, pg + b, m, v, len, c);
+    std::copy_n(w, n, pp + b);
+    std::copy_n(m, n, pm + b);
+    std::copy_n(v, n, pv + b);
   }
 }
 
