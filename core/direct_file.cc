@@ -37,9 +37,10 @@ int64_t round_up_to_direct_io(int64_t bytes) {
 }
 
 void check_aio_config(const AioConfig& config, const std::string& context) {
-  TS_CHECK(config.block_size > 0 && config.block_size % kDirectIoAlignment == 0, context,
-           " block_size: expected a positive multiple of ", kDirectIoAlignment, " bytes, found ",
-           config.block_size);
+  TS_CHECK(config.block_size > 0 && config.block_size % kDirectIoAlignment == 0 &&
+               config.block_size <= kMaxBlockSize,
+           context, " block_size: expected a positive multiple of ", kDirectIoAlignment,
+           " bytes up to ", kMaxBlockSize, ", found ", config.block_size);
   TS_CHECK(config.queue_depth >= 1 && config.queue_depth <= 1024, context,
            " queue_depth: expected 1 to 1024, found ", config.queue_depth);
   TS_CHECK(config.intra_op_parallelism >= 1 && config.intra_op_parallelism <= 64, context,
@@ -71,9 +72,11 @@ struct DirectFile::Context {
 DirectFile::DirectFile(std::string path, const AioConfig& config)
     : path_(std::move(path)), config_(config) {
   check_aio_config(config_, "[aio]");
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+  // O_EXCL: never someone else's file, so a failure below may remove what it created.
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
   if (fd_ < 0) {
     const int error = errno;
+    if (error != EEXIST) ::unlink(path_.c_str());  // O_DIRECT refused after the creation
     TS_CHECK(error != EINVAL, "[aio] ", path_,
              ": expected a file system that takes direct I/O (O_DIRECT), found one that "
              "does not (tmpfs before Linux 6.6, some overlay and network file systems)");
@@ -81,21 +84,26 @@ DirectFile::DirectFile(std::string path, const AioConfig& config)
   }
   try {
     for (int i = 0; i < config_.intra_op_parallelism; ++i) {
-      auto c = std::make_unique<Context>();
-      if (aio_setup(static_cast<unsigned>(config_.queue_depth), &c->ctx) < 0) {
+      contexts_.push_back(std::make_unique<Context>());
+      Context& c = *contexts_.back();
+      if (aio_setup(static_cast<unsigned>(config_.queue_depth), &c.ctx) < 0) {
+        const int error = errno;
+        c.ctx = 0;
         TS_CHECK(false, "[aio] io_setup of ", config_.queue_depth,
-                 " requests failed: ", system_reason(errno),
+                 " requests failed: ", system_reason(error),
                  "; expected fs.aio-max-nr to allow it");
       }
-      c->slots.resize(static_cast<size_t>(config_.queue_depth));
-      c->requests.resize(c->slots.size());
-      c->events.resize(c->slots.size());
-      for (int s = config_.queue_depth - 1; s >= 0; --s) c->free.push_back(s);
-      contexts_.push_back(std::move(c));
+      c.slots.resize(static_cast<size_t>(config_.queue_depth));
+      c.requests.resize(c.slots.size());
+      c.events.resize(c.slots.size());
+      for (int s = config_.queue_depth - 1; s >= 0; --s) c.free.push_back(s);
     }
   } catch (...) {
-    for (const auto& c : contexts_) aio_destroy(c->ctx);
+    for (const auto& c : contexts_) {
+      if (c->ctx != 0) aio_destroy(c->ctx);
+    }
     ::close(fd_);
+    ::unlink(path_.c_str());
     throw;
   }
 }
@@ -180,7 +188,8 @@ void DirectFile::reap(Context& c, int64_t min) {
   while (c.in_flight > 0 && reaped < std::max<int64_t>(min, 1)) {
     const long got = aio_getevents(c.ctx, 1, static_cast<long>(c.in_flight), c.events.data());
     if (got < 0) {
-      TS_CHECK(errno == EINTR, "[aio] ", path_, ": io_getevents failed: ", system_reason(errno));
+      const int error = errno;
+      TS_CHECK(error == EINTR, "[aio] ", path_, ": io_getevents failed: ", system_reason(error));
       continue;
     }
     for (long e = 0; e < got; ++e) {

@@ -40,13 +40,15 @@ struct AioConfig {
 
 // Buffer addresses, file offsets and lengths of direct I/O are multiples of this.
 constexpr int64_t kDirectIoAlignment = 4096;
+// The largest request: one GiB (the kernel splits far smaller requests anyway).
+constexpr int64_t kMaxBlockSize = int64_t{1} << 30;
 
 // `bytes` rounded up to a multiple of kDirectIoAlignment.
 int64_t round_up_to_direct_io(int64_t bytes);
 
 // Throws unless `config` is usable: a block size that is a positive multiple of
-// kDirectIoAlignment, a queue depth of 1-1024 and 1-64 contexts. `context` starts the
-// message ("[aio]").
+// kDirectIoAlignment up to kMaxBlockSize, a queue depth of 1-1024 and 1-64 contexts.
+// `context` starts the message ("[aio]").
 void check_aio_config(const AioConfig& config, const std::string& context);
 
 // Host memory aligned for direct I/O, zero-filled.
@@ -68,8 +70,10 @@ class AlignedBuffer {
 
 class DirectFile {
  public:
-  // Creates `path` (truncating a file there) for direct reads and writes. Throws when the
-  // file cannot be opened, or the file system does not take O_DIRECT.
+  // Creates `path`, which must not exist, for direct reads and writes. Throws when the file
+  // cannot be created or the file system does not take O_DIRECT (removing what it made).
+  // The file stays when the object goes; it may be unlinked at any time (the open file
+  // lives on).
   DirectFile(std::string path, const AioConfig& config);
   // Waits for the requests in flight (their errors are dropped) and closes the file.
   ~DirectFile();
@@ -86,6 +90,7 @@ class DirectFile {
   // Requests started and not yet reaped.
   int64_t in_flight() const;
 
+  // The path it was created at (for messages: the file may be unlinked since).
   const std::string& path() const { return path_; }
 
  private:

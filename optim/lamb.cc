@@ -27,25 +27,18 @@ kernels::LambParams lamb_kernel_params(const LambOptions& options, const ParamGr
 }
 
 void Lamb::step() {
-  update_part([](const NamedParameter&) { return true; });
-  advance();
-}
-
-void Lamb::update_part(const ParamSelection& selected) {
   const int64_t t = step_count() + 1;
-  if (coeffs_step_ != t) {  // the step's first part
-    coeffs_.clear();
-    coeffs_step_ = t;
-  }
+  coeffs_.clear();
   for (const ParamGroup& g : groups_) {
     const kernels::LambParams lp = lamb_kernel_params(options_, g, t);
     for (const NamedParameter& p : g.params) {
       const Tensor grad = p.tensor.grad();
-      if (!grad.defined() || !selected(p)) continue;
+      if (!grad.defined()) continue;
       coeffs_.push_back(kernels::lamb_step(p.tensor, grad.contiguous(), state("exp_avg", p),
                                            state("exp_avg_sq", p), lp));
     }
   }
+  advance();
 }
 
 }  // namespace tessera::optim

@@ -25,12 +25,10 @@ class Lamb final : public Optimizer {
  public:
   Lamb(std::vector<ParamGroup> groups, LambOptions options);
   void step() override;
-  bool supports_parts() const override { return true; }
-  void update_part(const ParamSelection& selected) override;
   std::string name() const override { return "Lamb"; }
   bool set_momentum(double beta1) override;
   // The trust ratio of each parameter at the last step, in group order (DeepSpeed's
-  // get_lamb_coeffs()); of a step in parts, each part's in the parts' order.
+  // get_lamb_coeffs()).
   const std::vector<double>& lamb_coeffs() const { return coeffs_; }
 
  protected:
@@ -39,7 +37,6 @@ class Lamb final : public Optimizer {
  private:
   LambOptions options_;
   std::vector<double> coeffs_;
-  int64_t coeffs_step_ = 0;  // the step coeffs_ belong to
 };
 
 }  // namespace tessera::optim

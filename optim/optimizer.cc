@@ -39,8 +39,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
 
 void Optimizer::update_part(const ParamSelection&) {
   TS_CHECK(false, "[optimizer] ", name(),
-           " updates all its parameters together; expected an optimizer that steps in parts "
-           "(Adam, AdamW, SGD, LAMB)");
+           " does not step in parts; expected an optimizer that does (Adam, AdamW, SGD)");
 }
 
 void Optimizer::zero_grad() {

@@ -43,8 +43,8 @@ class Optimizer {
   // progress, and finish_step() ends the step. Parts that select every parameter once give
   // step()'s bits: a parameter's update reads only its own gradient and state, and the
   // step's scalars (the step count, each group's hyperparameters) do not change between
-  // the parts. Optimizers whose step is not per parameter (the 1-bit ones compress all
-  // their gradients together) do not support it.
+  // the parts. Adam, AdamW and SGD support it. The 1-bit optimizers compress all their
+  // gradients together; LAMB could, but needs ZeRO stage 0, where nothing is offloaded.
   using ParamSelection = std::function<bool(const NamedParameter&)>;
   virtual bool supports_parts() const { return false; }
   // Throws unless supports_parts().

@@ -17,7 +17,7 @@ constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 AioConfig read_aio(JsonObjectReader& root) {
   JsonObjectReader s = root.object("aio");
   AioConfig c;
-  c.block_size = s.get_in_range<int64_t>("block_size", c.block_size, 1, kMax);
+  c.block_size = s.get_in_range<int64_t>("block_size", c.block_size, 1, kMaxBlockSize);
   c.queue_depth = s.get_in_range<int>("queue_depth", c.queue_depth, 1, 1024);
   // DeepSpeed's documentation calls it thread_count and its code reads
   // intra_op_parallelism: either spelling, and both must agree.

@@ -19,8 +19,9 @@ namespace {
 // start at multiples of kBlock in their tensor and the threads split whole blocks, so which
 // elements take Eigen's vector path (and so the rounding) does not depend on the thread
 // count. Nor on where the tensors lie: Eigen computes the elements before its destination's
-// first 64-byte boundary on its scalar path, so a block whose parameter or moments are not
-// aligned is staged through aligned buffers (Note [Aligned scratch] in widen.h); the
+// first packet boundary (64 bytes with AVX-512, 32 with AVX2) on its scalar path, so a
+// block whose parameter or moments are not 64-byte aligned is staged through buffers that
+// are (Note [Aligned scratch] in widen.h); the
 // gradient is only read, in place. ZeRO's master chunks are views at any offset of a flat
 // shard, or storages of their own, and the same values must step to the same bits in both.
 // A multi-tensor step lays the blocks of all its tensors end to end: one parallel region for

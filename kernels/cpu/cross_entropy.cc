@@ -15,8 +15,9 @@
 namespace tessera::kernels::cpu {
 namespace {
 
-// A 16-bit row's f32 values: aligned as tensors are, so that Eigen's exp takes the same
-// path for every element whatever the heap hands out (Note [Aligned scratch] in widen.h).
+// A 16-bit row's f32 values, aligned to Eigen's largest packet (EIGEN_MAX_ALIGN_BYTES), so
+// that its exp takes the same path for every element whatever the heap hands out (Note
+// [Aligned scratch] in widen.h).
 template <class A>
 using RowBuffer = std::vector<A, Eigen::aligned_allocator<A>>;
 

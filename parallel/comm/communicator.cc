@@ -308,7 +308,7 @@ void Communicator::run(CommOp op, F&& f) {
     mark_broken(e.what());
     throw;
   }
-  // Note [Simulated link]: the modeled time, less what the operation already took.
+  // Note [Simulated link]: the link's time for the operation, on this rank's timeline.
   const double modeled =
       link_.seconds(std::max(traffic.sent, traffic.received), ring_steps(op, size_));
   {

@@ -14,7 +14,7 @@ SwappedOptimizerState::SwappedOptimizerState(optim::Optimizer& optimizer,
     : optimizer_(optimizer), swapper_(swapper) {
   TS_CHECK(optimizer_.supports_parts(), "[offload] ", optimizer_.name(),
            " updates all its parameters together, so its state cannot be swapped a sub-group "
-           "at a time; expected Adam, AdamW, SGD or LAMB");
+           "at a time; expected Adam, AdamW or SGD");
   std::set<std::string> all;
   for (const optim::ParamGroup& g : optimizer_.groups()) {
     for (const NamedParameter& p : g.params) all.insert(p.name);
@@ -79,7 +79,10 @@ void SwappedOptimizerState::state_replaced() {
                "[offload] state_replaced() expects the sub-groups "
                "in memory (make_resident() first)");
     }
-    g.ids.resize(g.storage_ids);  // the old state's regions stay unused in the file
+    // The old state: its memory goes, its regions stay unused in the file.
+    swapper_.drop(
+        std::vector<int64_t>(g.ids.begin() + static_cast<ptrdiff_t>(g.storage_ids), g.ids.end()));
+    g.ids.resize(g.storage_ids);
     g.state_known = false;
   }
 }

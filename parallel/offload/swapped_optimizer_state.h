@@ -51,7 +51,6 @@ class SwappedOptimizerState {
   void state_replaced();
   // Bytes of the sub-groups' state and storages in memory now.
   int64_t resident_bytes() const;
-  size_t sub_groups() const { return groups_.size(); }
 
  private:
   struct Group {

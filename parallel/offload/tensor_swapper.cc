@@ -21,7 +21,38 @@ TensorSwapper::TensorSwapper(std::string path, const AioConfig& aio, int buffer_
   }
 }
 
+TensorSwapper::~TensorSwapper() {
+  try {
+    file_.wait();
+  } catch (...) {  // the owner is going away: nobody is left to report to
+  }
+}
+
+void TensorSwapper::check_usable() const {
+  if (!failure_.empty()) {
+    throw Error(
+        str_cat("[swap] ", file_.path(), " is unusable after an earlier failure: ", failure_));
+  }
+}
+
+TensorSwapper::Entry& TensorSwapper::entry(int64_t id) {
+  TS_CHECK(id >= 0 && id < static_cast<int64_t>(entries_.size()) &&
+               !entries_[static_cast<size_t>(id)].dropped,
+           "[swap] ", file_.path(), ": expected the id of a storage added and not dropped, found ",
+           id);
+  return entries_[static_cast<size_t>(id)];
+}
+
+void TensorSwapper::drop(const std::vector<int64_t>& ids) {
+  for (const int64_t id : ids) {
+    Entry& e = entry(id);
+    e.storage = Storage();
+    e.dropped = true;
+  }
+}
+
 int64_t TensorSwapper::add(const Storage& storage) {
+  check_usable();
   TS_CHECK(storage.defined() && storage.device().type == DeviceType::cpu && storage.nbytes() > 0,
            "[swap] ", file_.path(), ": expected an allocated host storage to swap, found ",
            storage.defined() ? str_cat(storage.nbytes(), " bytes on ", storage.device().str())
@@ -41,21 +72,18 @@ int64_t TensorSwapper::pool_bytes() const {
 
 void TensorSwapper::settle(std::vector<PendingCopy>& copies) {
   std::vector<PendingCopy> done = std::exchange(copies, {});
-  const auto free_all = [&] {
-    free_.clear();
-    for (int b = static_cast<int>(pool_.size()) - 1; b >= 0; --b) free_.push_back(b);
-  };
   try {
     file_.wait();
-  } catch (...) {
-    free_all();
+  } catch (const Error& e) {
+    failure_ = e.what();  // requests may still be in flight: the buffers stay taken
     throw;
   }
   for (const PendingCopy& c : done) {
     std::memcpy(c.target, pool_[static_cast<size_t>(c.buffer)].data(),
                 static_cast<size_t>(c.bytes));
   }
-  free_all();
+  free_.clear();
+  for (int b = static_cast<int>(pool_.size()) - 1; b >= 0; --b) free_.push_back(b);
 }
 
 int TensorSwapper::take_buffer(std::vector<PendingCopy>& copies) {
@@ -66,9 +94,10 @@ int TensorSwapper::take_buffer(std::vector<PendingCopy>& copies) {
 }
 
 void TensorSwapper::swap_out(const std::vector<int64_t>& ids) {
+  check_usable();
   std::vector<PendingCopy> none;
   for (const int64_t id : ids) {
-    Entry& e = entries_.at(static_cast<size_t>(id));
+    Entry& e = entry(id);
     TS_CHECK(e.resident && static_cast<int64_t>(e.storage.nbytes()) == e.bytes, "[swap] ",
              file_.path(), ": storage ", id, " of ", e.bytes, " bytes is not resident (found ",
              e.storage.nbytes(), " bytes); expected it swapped in before swapping it out");
@@ -88,28 +117,40 @@ void TensorSwapper::swap_out(const std::vector<int64_t>& ids) {
 }
 
 void TensorSwapper::swap_in(const std::vector<int64_t>& ids) {
-  std::vector<PendingCopy> copies;
-  if (file_.in_flight() > 0) settle(copies);  // a region may still be on its way out
+  check_usable();
   for (const int64_t id : ids) {
-    Entry& e = entries_.at(static_cast<size_t>(id));
+    const Entry& e = entry(id);
     TS_CHECK(!e.resident && e.written, "[swap] ", file_.path(), ": storage ", id,
              " is resident; expected it swapped out before swapping it in");
-    e.storage.reallocate(static_cast<size_t>(e.bytes));
-    e.resident = true;
-    auto* target = static_cast<char*>(e.storage.data());
-    for (int64_t at = 0; at < e.bytes;) {
-      const int b = take_buffer(copies);
-      AlignedBuffer& buffer = pool_[static_cast<size_t>(b)];
-      const int64_t piece = std::min(buffer.bytes(), e.bytes - at);
-      file_.start_read(e.offset + at, buffer.data(), round_up_to_direct_io(piece));
-      copies.push_back({b, target + at, piece});
-      at += piece;
-    }
   }
-  settle(copies);
+  std::vector<PendingCopy> copies;
+  std::vector<Entry*> filling;
+  try {
+    if (file_.in_flight() > 0) settle(copies);  // a region may still be on its way out
+    for (const int64_t id : ids) {
+      Entry& e = entry(id);
+      e.storage.reallocate(static_cast<size_t>(e.bytes));
+      filling.push_back(&e);
+      auto* target = static_cast<char*>(e.storage.data());
+      for (int64_t at = 0; at < e.bytes;) {
+        const int b = take_buffer(copies);
+        AlignedBuffer& buffer = pool_[static_cast<size_t>(b)];
+        const int64_t piece = std::min(buffer.bytes(), e.bytes - at);
+        file_.start_read(e.offset + at, buffer.data(), round_up_to_direct_io(piece));
+        copies.push_back({b, target + at, piece});
+        at += piece;
+      }
+    }
+    settle(copies);
+  } catch (...) {
+    for (Entry* e : filling) e->storage.release();  // not filled: nobody may read them
+    throw;
+  }
+  for (Entry* e : filling) e->resident = true;
 }
 
 void TensorSwapper::wait() {
+  check_usable();
   std::vector<PendingCopy> none;
   settle(none);
 }

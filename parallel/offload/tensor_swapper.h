@@ -9,14 +9,17 @@
 // buffer_size), so the storages need no alignment of their own, a tail shorter than a
 // page is written padded, and what the swapper itself holds is bounded by the pool.
 // swap_out() copies a storage's bytes into free buffers, starts their writes and releases
-// the storage (Storage::release: every tensor viewing it sees nbytes 0); it returns with
+// the storage (Storage::release: its storage().nbytes() is 0 for every tensor viewing it,
+// and reading it is an error); it returns with
 // the last writes in flight, so the caller computes while they travel, and a buffer is
 // reused only after its write completed. swap_in() reallocates the storages and fills
 // them: a region's reads start after every write in flight has completed (a region may
 // still be on its way out), each buffer's bytes are copied out once its read completed,
-// and it returns when all are filled. A failed write is reported by the next call: the
-// storage's bytes are then lost, as the swap file survives nothing; the durable state is
-// the checkpoint (Note [Atomic checkpoints] in tools/trainer/checkpoint.h).
+// and it returns when all are filled. A failed read or write is reported by the next call
+// that waits, and every call after it reports it again: the swapper is then unusable, the
+// storages it was filling released, and the bytes of those in the file lost, as the swap
+// file survives nothing; the durable state is the checkpoint (Note [Atomic checkpoints] in
+// tools/trainer/checkpoint.h).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +37,8 @@ class TensorSwapper {
   // Creates the swap file `path`; the pool holds `buffer_count` (>= 1) buffers of
   // `buffer_size` bytes (>= 1, rounded up to kDirectIoAlignment).
   TensorSwapper(std::string path, const AioConfig& aio, int buffer_count, int64_t buffer_size);
+  // Waits for the writes in flight, whose buffers the pool holds.
+  ~TensorSwapper();
   TensorSwapper(const TensorSwapper&) = delete;
   TensorSwapper& operator=(const TensorSwapper&) = delete;
 
@@ -46,8 +51,11 @@ class TensorSwapper {
   // Reallocates the storages and fills them from their regions. Each must be released
   // and swapped out before.
   void swap_in(const std::vector<int64_t>& ids);
-  // Waits for the writes in flight; throws the first failure since the last report.
+  // Waits for the writes in flight; throws the failure, if one happened.
   void wait();
+  // Forgets storages `ids` (their bytes, in memory or in the file, are no longer wanted):
+  // the swapper drops its handles, and their regions stay unused.
+  void drop(const std::vector<int64_t>& ids);
 
   // Whether storage `id` holds its bytes (false: they are in the file).
   bool resident(int64_t id) const { return entries_[static_cast<size_t>(id)].resident; }
@@ -63,6 +71,7 @@ class TensorSwapper {
     int64_t offset = 0;  // of its region
     bool resident = true;
     bool written = false;  // its region holds its bytes
+    bool dropped = false;
   };
   // A read into a buffer, to be copied into `target` once complete.
   struct PendingCopy {
@@ -72,14 +81,19 @@ class TensorSwapper {
   };
   // A free buffer, waiting for the file (and finishing pending copies) when none is.
   int take_buffer(std::vector<PendingCopy>& copies);
-  // Waits for the file, copies completed reads out, and frees every buffer.
+  // Waits for the file, copies completed reads out, and frees every buffer. On a failure
+  // the swapper is unusable from then on (failure_), its buffers kept.
   void settle(std::vector<PendingCopy>& copies);
+  // Throws the failure that made the swapper unusable, if any.
+  void check_usable() const;
+  Entry& entry(int64_t id);
 
   DirectFile file_;
   std::vector<AlignedBuffer> pool_;
   std::vector<int> free_;  // buffer indices
   std::vector<Entry> entries_;
   int64_t file_bytes_ = 0;
+  std::string failure_;  // why the swapper is unusable; empty while it is not
 };
 
 }  // namespace tessera::parallel

@@ -50,10 +50,7 @@ bool overlap(const Tensor& a, const Tensor& b) {
 
 void GradientReducer::set_async(AsyncCollectives* async, int64_t bucket_numel) {
   async_ = async;
-  int64_t largest_block = 0;
-  for (const FlatLayout::Block& b : layout_.blocks)
-    largest_block = std::max(largest_block, b.numel);
-  max_in_flight_numel_ = static_cast<int64_t>(kMaxInFlight) * std::max(bucket_numel, largest_block);
+  bucket_numel_ = bucket_numel;
 }
 
 void GradientReducer::finish_oldest() {
@@ -69,12 +66,14 @@ void GradientReducer::finish_reductions() {
 }
 
 void GradientReducer::make_room(int64_t numel) {
-  while (!in_flight_.empty() && in_flight_numel_ + numel > max_in_flight_numel_) finish_oldest();
+  const int64_t limit = static_cast<int64_t>(kMaxInFlight) * std::max(bucket_numel_, numel);
+  while (!in_flight_.empty() && in_flight_numel_ + numel > limit) finish_oldest();
 }
 
 void GradientReducer::average_into(const Tensor& sum, const std::vector<Tensor>& outs,
                                    int64_t chunk, bool scatter, bool reduce_scatter, bool add) {
-  TS_INTERNAL_ASSERT(add || outs.size() == 1, "only added results go to several outputs");
+  TS_INTERNAL_ASSERT(add || outs.size() == 1, "only added results go to several outputs; found ",
+                     outs.size(), " outputs to write");
   const Tensor& out = outs.front();
   // Calls f(output, its part of `t`) for each output, in order.
   const auto each_out = [outs](const Tensor& t, const auto& f) {
@@ -268,10 +267,10 @@ int64_t ReduceScatterGradients::bytes() const {
 
 BucketedGradients::BucketedGradients(Communicator& dp, const FlatLayout& layout,
                                      std::vector<Tensor>& params, const Averaging& averaging,
-                                     Device device, bool reduce_scatter, int64_t bucket_numel)
+                                     Device device, bool reduce_scatter, int64_t coalesce_below)
     : GradientReducer(dp, layout, params, device, averaging),
       reduce_scatter_(reduce_scatter),
-      bucket_numel_(bucket_numel) {
+      coalesce_below_(coalesce_below) {
   grad_shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
 }
 
@@ -279,8 +278,7 @@ void BucketedGradients::zero_grad() {
   NoGradGuard no_grad;
   grad_shard_.fill_(0.0);
   for (Tensor& p : params_) p.set_grad(Tensor());
-  collected_.clear();  // left by a backward pass that failed
-  collected_numel_ = 0;
+  drop_collected();
 }
 
 Tensor BucketedGradients::own_chunk(int64_t block) const {
@@ -291,10 +289,10 @@ Tensor BucketedGradients::own_chunk(int64_t block) const {
 void BucketedGradients::reduce_block(int64_t block, bool) {
   NoGradGuard no_grad;
   const FlatLayout::Block& b = layout_.blocks[block];
-  if (b.numel < bucket_numel_) {  // Note [Coalesced reductions]
+  if (b.numel < coalesce_below_) {  // Note [Coalesced reductions]
     collected_.emplace_back(block, take_gradient(block));
     collected_numel_ += b.numel;
-    if (collected_numel_ >= bucket_numel_) reduce_collected();
+    if (collected_numel_ >= coalesce_below_) reduce_collected();
     return;
   }
   make_room(b.numel);
@@ -307,19 +305,26 @@ void BucketedGradients::reduce_collected() {
   NoGradGuard no_grad;
   make_room(collected_numel_);
   const Tensor buffer = empty({collected_numel_}, {collected_.front().second.dtype(), device_});
-  int64_t offset = 0;
-  for (int r = 0; r < dp_.size(); ++r) {
-    for (const auto& [block, gradient] : collected_) {
-      const int64_t chunk = layout_.blocks[block].chunk;
-      buffer.narrow(0, offset, chunk).copy_(gradient.narrow(0, r * chunk, chunk));
-      offset += chunk;
-    }
-  }
+  const int64_t per_rank = collected_numel_ / dp_.size();  // every block's numel is W chunks
   std::vector<Tensor> outs;
-  for (const auto& [block, gradient] : collected_) outs.push_back(own_chunk(block));
+  int64_t at = 0;  // where this block's chunks go in each rank's part
+  for (auto& [block, gradient] : collected_) {
+    const int64_t chunk = layout_.blocks[block].chunk;
+    for (int r = 0; r < dp_.size(); ++r) {
+      buffer.narrow(0, r * per_rank + at, chunk).copy_(gradient.narrow(0, r * chunk, chunk));
+    }
+    gradient = Tensor();  // copied: its memory goes now
+    outs.push_back(own_chunk(block));
+    at += chunk;
+  }
   collected_.clear();
   collected_numel_ = 0;
-  average_into(buffer, outs, offset / dp_.size(), true, reduce_scatter_, true);
+  average_into(buffer, outs, per_rank, true, reduce_scatter_, true);
+}
+
+void BucketedGradients::drop_collected() {
+  collected_.clear();
+  collected_numel_ = 0;
 }
 
 Tensor BucketedGradients::take_gradient(int64_t block) {

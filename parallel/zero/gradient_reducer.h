@@ -60,6 +60,9 @@ class GradientReducer {
   // [Coalesced reductions]); call after the micro-batch's last reduce_block, before
   // finish_reductions(). A no-op for the strategies that reduce block by block.
   virtual void reduce_collected() {}
+  // Forgets the collected blocks of a backward pass that failed: they were never started,
+  // on this rank or (the failure being theirs too, or the group broken) on the others.
+  virtual void drop_collected() {}
   // The averaged f32 gradient of this rank's chunk of `block` (what its optimizer steps).
   virtual Tensor own_chunk(int64_t block) const = 0;
   // This rank's share of the squared L2 norm of the averaged gradient: its own elements
@@ -80,7 +83,8 @@ class GradientReducer {
   // this rank's shard) runs when it is finished, in start order, by finish_reductions() or
   // before a block's buffer is made that would hold more than two buckets' elements in
   // flight (make_room: at most kMaxInFlight x reduce_bucket_size elements travel at once,
-  // or two blocks where a block is larger, as DeepSpeed's double-buffered buckets do). At
+  // with the new one, or it and one other where it is larger, as DeepSpeed's
+  // double-buffered buckets do). At
   // stage 3, where every parameter is its own block, that lets many small reductions
   // travel while backward computes; a count of blocks would stall it after two, waiting on
   // the worker behind the prefetched gathers. The operations,
@@ -136,7 +140,7 @@ class GradientReducer {
   AsyncCollectives* async_ = nullptr;
   std::deque<InFlight> in_flight_;
   int64_t in_flight_numel_ = 0;  // the elements of in_flight_'s buffers
-  int64_t max_in_flight_numel_ = 0;
+  int64_t bucket_numel_ = 0;     // reduce_bucket_size
   InFlightPeak peak_;
 };
 
@@ -220,17 +224,21 @@ class ReduceScatterGradients final : public FlatGradients {
 // so that rank r receives its chunks of all of them, adjacent, and adds each into its
 // shard. Every element is summed over the same ranks as block by block; the operations'
 // order is the order gradients complete, the same on every rank. Blocks of the bucket's
-// size or larger (stages 1-2's) are reduced alone, as they arrive.
+// size or larger are reduced alone, as they arrive, and so are all of stage 2's, whose
+// blocks are cut at the bucket's size already. The cost: the collected gradients and, for
+// a moment, their rank-major copy (each freed as it is copied): up to twice the bucket.
 class BucketedGradients final : public GradientReducer {
  public:
-  // `bucket_numel`: reduce_bucket_size (Note [Coalesced reductions]).
+  // Blocks of fewer than `coalesce_below` elements are coalesced (Note [Coalesced
+  // reductions]): reduce_bucket_size at stage 3, 0 (none) at stage 2.
   BucketedGradients(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
                     const Averaging& averaging, Device device, bool reduce_scatter,
-                    int64_t bucket_numel);
+                    int64_t coalesce_below);
   void zero_grad() override;
   bool reduces_every_micro_batch() const override { return true; }
   void reduce_block(int64_t block, bool communicate) override;
   void reduce_collected() override;
+  void drop_collected() override;
   Tensor own_chunk(int64_t block) const override;
   double squared_norm(const std::vector<bool>& counted) const override {
     return chunks_squared_norm(counted);
@@ -245,7 +253,7 @@ class BucketedGradients final : public GradientReducer {
   Tensor take_gradient(int64_t block);
 
   bool reduce_scatter_;
-  int64_t bucket_numel_;
+  int64_t coalesce_below_;
   Tensor grad_shard_;  // (layout.shard_numel()) f32: this rank's chunks, summed over micro-batches
   // Blocks waiting for a coalesced reduction, with their gradients, and their elements.
   std::vector<std::pair<int64_t, Tensor>> collected_;

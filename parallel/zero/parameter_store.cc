@@ -212,7 +212,7 @@ void MasterWeights::load(const std::vector<Tensor>& whole) {
 
 Tensor MasterWeights::shard() const {
   if (master_chunks_.empty()) return {};
-  const Tensor out = empty({layout_.shard_numel()}, {DType::f32, device_});
+  const Tensor out = empty({layout_.shard_numel()}, {DType::f32, Device::cpu()});
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     const FlatLayout::Block& blk = layout_.blocks[b];
     out.narrow(0, blk.shard_offset, blk.chunk).copy_(master_chunks_[b]);

@@ -38,9 +38,12 @@ class ParameterStore {
   virtual void load(const std::vector<Tensor>& whole) = 0;
   // Bytes of the parameter buffers this rank holds.
   virtual int64_t bytes() const = 0;
-  // This rank's f32 shard of the parameters (layout.shard_numel() elements, the live buffer)
-  // where the store keeps them sharded (stage 3; 16-bit parameters at stages 1-2), else
-  // undefined: what a checkpoint saves per rank.
+  // Whether the store keeps the f32 parameters sharded (stage 3; the masters of 16-bit
+  // parameters at stages 1-2).
+  virtual bool sharded_parameters() const { return false; }
+  // Then this rank's f32 shard of them (layout.shard_numel() elements: stage 3's live
+  // buffer, a host copy of the masters at stages 1-2), else undefined: what a checkpoint
+  // saves per rank.
   virtual Tensor shard() const { return {}; }
   // Backward's progress, for stores that gather parameters (stage 3).
   virtual void begin_backward() {}
@@ -88,7 +91,8 @@ class MasterWeights final : public ParameterStore {
   std::vector<Tensor> whole() override;
   void load(const std::vector<Tensor>& whole) override;
   int64_t bytes() const override;
-  // With sharded masters, a copy of them in one (layout.shard_numel()) tensor.
+  bool sharded_parameters() const override { return !master_chunks_.empty(); }
+  // With sharded masters, a host copy of them in one (layout.shard_numel()) tensor.
   Tensor shard() const override;
 
   // Per parameter, the f32 tensor the optimizer steps: the f32 master's view (f16/bf16), or
@@ -168,6 +172,7 @@ class PartitionedWeights final : public ParameterStore {
   void grad_ready(int64_t param) override { partitioned_->grad_ready(param); }
   void end_backward() override { partitioned_->end_backward(); }
 
+  bool sharded_parameters() const override { return true; }
   // This rank's shard of the parameters (layout.shard_numel() elements, the live buffer).
   Tensor shard() const override { return shard_; }
   const PartitionedParams& partitioned() const { return *partitioned_; }

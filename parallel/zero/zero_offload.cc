@@ -35,7 +35,7 @@ ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,
   std::vector<SwappedOptimizerState::SubGroup> groups;
   int64_t numel = 0;
   for (size_t b = 0; b < layout.blocks.size(); ++b) {
-    if (groups.empty() || numel + layout.blocks[b].chunk > config.sub_group_size) {
+    if (groups.empty() || numel >= config.sub_group_size) {  // DeepSpeed's rule
       groups.emplace_back();
       blocks_.emplace_back();
       numel = 0;
@@ -46,15 +46,11 @@ ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,
     blocks_.back().push_back(block);
     numel += layout.blocks[b].chunk;
   }
-  state_ = std::make_unique<SwappedOptimizerState>(inner, std::move(groups), *swapper_);
-}
-
-ZeroOffload::~ZeroOffload() {
-  const std::string path = swapper_->path();
-  state_.reset();
-  swapper_.reset();  // closes the file
+  // Gone from the directory at once: the open file lives until the swapper closes it, and
+  // a process that dies leaves nothing behind.
   std::error_code ignored;
-  std::filesystem::remove(path, ignored);
+  std::filesystem::remove(swapper_->path(), ignored);
+  state_ = std::make_unique<SwappedOptimizerState>(inner, std::move(groups), *swapper_);
 }
 
 void ZeroOffload::step(const std::function<void(int64_t block)>& after_block) {

@@ -3,15 +3,16 @@
 // state] in parallel/offload/swapped_optimizer_state.h).
 //
 // Note [ZeRO's offloaded state]
-// The sub-groups are runs of consecutive blocks whose chunks hold up to sub_group_size
-// elements (a larger chunk alone). What goes to the file with a sub-group's optimizer
-// state: at stages 1-2 with 16-bit parameters, its blocks' f32 master chunks (each a
-// storage of its own: MasterWeights), which the step rounds into the model while they are
-// in memory; with f32 parameters the chunks are the model's own parameters and stay, and
-// at stage 3 the f32 shard stays too (the gathers read it with f32 parameters; a
+// The sub-groups are runs of consecutive blocks, each closed once its chunks hold
+// sub_group_size elements or more (DeepSpeed's rule, deepspeed/runtime/zero/stage3.py). What goes
+// to the file with a sub-group's optimizer state: at stages 1-2 with 16-bit parameters, its blocks'
+// f32 master chunks (each a storage of its own: MasterWeights), which the step rounds into the
+// model while they are in memory; with f32 parameters the chunks are the model's own parameters and
+// stay, and at stage 3 the f32 shard stays too (the gathers read it with f32 parameters; a
 // per-sub-group shard for 16-bit ones is to come). Each rank writes its own file,
-// <nvme_path>/tessera_optimizer_<pid>_<rank>_<object>.swp, removed with the optimizer;
-// checkpoints, not swap files, are what survives the process.
+// <nvme_path>/tessera_optimizer_<pid>_<rank>_<object>.swp, unlinked as soon as it is open,
+// so that nothing is left when the process ends, however it ends; checkpoints, not swap
+// files, are what survives it.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +38,6 @@ class ZeroOffload {
   // `layout` must outlive this.
   ZeroOffload(const ZeroConfig& config, const FlatLayout& layout, optim::Optimizer& inner,
               const std::vector<Tensor>& masters, const Communicator& dp);
-  // Removes the swap file.
-  ~ZeroOffload();
   ZeroOffload(const ZeroOffload&) = delete;
   ZeroOffload& operator=(const ZeroOffload&) = delete;
 
@@ -50,9 +49,6 @@ class ZeroOffload {
   void state_replaced() { state_->state_replaced(); }
   // Bytes of the optimizer state and masters in memory now.
   int64_t resident_bytes() const { return state_->resident_bytes(); }
-  // The sub-groups' blocks, in order.
-  const std::vector<std::vector<int64_t>>& sub_groups() const { return blocks_; }
-  const std::string& path() const { return swapper_->path(); }
 
  private:
   std::vector<std::vector<int64_t>> blocks_;  // per sub-group

@@ -96,9 +96,9 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
       gradients_ = std::make_unique<ReduceScatterGradients>(
           dp_, layout_, params_, dtype, accumulation, averaging, device_, config_.reduce_scatter);
     } else {
-      gradients_ =
-          std::make_unique<BucketedGradients>(dp_, layout_, params_, averaging, device_,
-                                              config_.reduce_scatter, config_.reduce_bucket_size);
+      gradients_ = std::make_unique<BucketedGradients>(
+          dp_, layout_, params_, averaging, device_, config_.reduce_scatter,
+          config_.stage == 3 ? config_.reduce_bucket_size : 0);
     }
     // One optimizer parameter per owned chunk, in its block's group.
     std::vector<optim::ParamGroup> chunks;
@@ -188,6 +188,7 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
       weights_->end_backward();
     } catch (...) {  // the backward pass's error is the one to report
     }
+    gradients_->drop_collected();
     try {
       gradients_->finish_reductions();  // the started ones still pair with the peers'
     } catch (...) {                     // the backward pass's error is the one to report
@@ -423,7 +424,7 @@ Tensor ZeroOptimizer::parameter_shard() const {
   return shard;
 }
 
-bool ZeroOptimizer::shards_parameters() const { return weights_->shard().defined(); }
+bool ZeroOptimizer::shards_parameters() const { return weights_->sharded_parameters(); }
 
 void ZeroOptimizer::load_parameters(const StateDict& whole) {
   settle_communication();

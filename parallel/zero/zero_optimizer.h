@@ -219,8 +219,8 @@ class ZeroOptimizer {
   // Whether the f32 parameters are sharded over dp: stage 3, and the f32 masters of 16-bit
   // parameters at stages 1-2.
   bool shards_parameters() const;
-  // Then this rank's shard of them (layout().shard_numel() elements, the live buffer), which
-  // a checkpoint saves per rank.
+  // Then this rank's shard of them (layout().shard_numel() elements: stage 3's live buffer,
+  // a host copy of the masters at stages 1-2), which a checkpoint saves per rank.
   Tensor parameter_shard() const;
   // Sets every parameter (and f32 master) from whole f32 tensors (name -> tensor, like
   // Module::state_dict(); exactly the trainable parameters), all checked before any

@@ -142,11 +142,17 @@ TEST_CASE("direct I/O refuses unaligned transfers and bad settings, naming them"
   AioConfig bad;
   bad.block_size = 1000;
   CHECK_THROWS_WITH(DirectFile((path.parent_path() / "b.swp").string(), bad),
-                    "[aio] block_size: expected a positive multiple of 4096 bytes, found 1000");
+                    "[aio] block_size: expected a positive multiple of 4096 bytes up to "
+                    "1073741824, found 1000");
   bad = AioConfig{};
   bad.queue_depth = 0;
   CHECK_THROWS_WITH(check_aio_config(bad, "[aio]"),
                     "[aio] queue_depth: expected 1 to 1024, found 0");
+  // Someone else's file is neither opened nor removed.
+  testing::write_bytes(path.parent_path() / "theirs.swp", "keep");
+  CHECK_THROWS_WITH(DirectFile((path.parent_path() / "theirs.swp").string(), AioConfig{}),
+                    Catch::EndsWith("File exists (errno 17)"));
+  CHECK(testing::read_bytes(path.parent_path() / "theirs.swp") == "keep");
   CHECK_THROWS_WITH(DirectFile("/nonexistent-dir/x.swp", AioConfig{}),
                     "[aio] cannot create the swap file /nonexistent-dir/x.swp: No such file or "
                     "directory (errno 2)");

@@ -147,27 +147,30 @@ TEST_CASE("the multi-tensor adamw_step equals one step per tensor", "[adamw]") {
 // Note [AdamW in cache-sized blocks]: the same values step to the same bits wherever the
 // tensors lie. Views at offsets 1-15 elements into larger buffers (so no operand starts on
 // a 64-byte boundary, and each block's first elements would take Eigen's scalar path) step
-// as aligned copies do, in both modes, over several steps.
+// as aligned copies do, in both modes and dtypes, over several steps.
 TEST_CASE("adamw_step does not depend on where its tensors lie", "[adamw]") {
   const int64_t n = 5000;
-  for (const bool adamw : {true, false}) {
-    for (const int64_t offset : {1, 3, 7, 15}) {
-      Generator gen(static_cast<uint64_t>(offset));
-      const Tensor p0 = randn({n}, gen), g0 = randn({n}, gen);
-      const Tensor p = p0.clone(), m = zeros({n}), v = zeros({n});  // aligned
-      const Tensor wp = zeros({n + offset}), wm = zeros({n + offset}), wv = zeros({n + offset});
-      const Tensor q = wp.narrow(0, offset, n), mq = wm.narrow(0, offset, n),
-                   vq = wv.narrow(0, offset, n);
-      q.copy_(p0);
-      for (int step = 1; step <= 3; ++step) {
-        const AdamWParams hp{1e-2, 0.9, 0.999, 1e-8, 0.1, step, true, adamw};
-        adamw_step(p, g0, m, v, hp);
-        adamw_step(q, g0, mq, vq, hp);
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    for (const bool adamw : {true, false}) {
+      for (const int64_t offset : {1, 3, 7, 15}) {
+        Generator gen(static_cast<uint64_t>(offset));
+        const Tensor p0 = randn({n}, gen, {dtype}), g0 = randn({n}, gen, {dtype});
+        const Tensor p = p0.clone(), m = zeros({n}, {dtype}), v = zeros({n}, {dtype});  // aligned
+        const Tensor wp = zeros({n + offset}, {dtype}), wm = zeros({n + offset}, {dtype}),
+                     wv = zeros({n + offset}, {dtype});
+        const Tensor q = wp.narrow(0, offset, n), mq = wm.narrow(0, offset, n),
+                     vq = wv.narrow(0, offset, n);
+        q.copy_(p0);
+        for (int step = 1; step <= 3; ++step) {
+          const AdamWParams hp{1e-2, 0.9, 0.999, 1e-8, 0.1, step, true, adamw};
+          adamw_step(p, g0, m, v, hp);
+          adamw_step(q, g0, mq, vq, hp);
+        }
+        INFO(dtype_name(dtype) << ", offset " << offset << ", adam_w_mode " << adamw);
+        CHECK(q.to_vector<double>() == p.to_vector<double>());
+        CHECK(mq.to_vector<double>() == m.to_vector<double>());
+        CHECK(vq.to_vector<double>() == v.to_vector<double>());
       }
-      INFO("offset " << offset << ", adam_w_mode " << adamw);
-      CHECK(q.to_vector<float>() == p.to_vector<float>());
-      CHECK(mq.to_vector<float>() == m.to_vector<float>());
-      CHECK(vq.to_vector<float>() == v.to_vector<float>());
     }
   }
 }
