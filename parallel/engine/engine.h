@@ -156,6 +156,9 @@ class Engine {
   // This rank's part of a checkpoint (Note [Data-parallel engine], Note [3D checkpoints]).
   // Collective.
   EngineCheckpoint save_state();
+  // The checkpoint save_state() returned is written: what it brought into memory from NVMe
+  // swap files goes back (ZeroOptimizer::swap_out_offloaded).
+  void checkpoint_written() { optimizer_->swap_out_offloaded(); }
   // The counters state.json records: step, schedule position, grid, ZeRO stage and layout,
   // loss scale.
   nlohmann::json state_json() const;

@@ -42,8 +42,8 @@ void SwappedOptimizerState::add_state(Group& g) {
     const size_t dot = key.find('.');
     if (dot == std::string::npos || names.count(key.substr(dot + 1)) == 0) continue;
     g.ids.push_back(swapper_.add(t.storage()));
+    g.state_known = true;  // none yet (before the first step; SGD without momentum): later
   }
-  g.state_known = true;
 }
 
 std::vector<int64_t> SwappedOptimizerState::swapped_out(const Group& g) const {
@@ -70,6 +70,17 @@ void SwappedOptimizerState::step(const std::function<void(size_t)>& after) {
 
 void SwappedOptimizerState::make_resident() {
   for (const Group& g : groups_) swapper_.swap_in(swapped_out(g));
+}
+
+void SwappedOptimizerState::swap_out_resident() {
+  for (Group& g : groups_) {
+    if (!g.state_known) add_state(g);  // a loaded state, in memory since
+    std::vector<int64_t> in_memory;
+    for (const int64_t id : g.ids) {
+      if (swapper_.resident(id)) in_memory.push_back(id);
+    }
+    swapper_.swap_out(in_memory);
+  }
 }
 
 void SwappedOptimizerState::state_replaced() {

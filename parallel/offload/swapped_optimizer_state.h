@@ -14,8 +14,8 @@
 // optimizer makes a state tensor at its first use, so the first step swaps each sub-group's
 // new state out after updating it; the given storages go out at construction. Anything
 // else that reads or writes the state (a checkpoint's save or load) first calls
-// make_resident(), which holds the whole state in memory until the next step swaps each
-// sub-group out again.
+// make_resident(), which holds the whole state in memory until swap_out_resident() or the
+// next step swaps each sub-group out again.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +44,11 @@ class SwappedOptimizerState {
   // One optimizer step, a sub-group at a time (Note [Offloaded optimizer state]);
   // `after(g)` runs while sub-group g is in memory, after its update.
   void step(const std::function<void(size_t)>& after);
-  // Brings every sub-group's state and storages into memory, until the next step.
+  // Brings every sub-group's state and storages into memory, until the next step or
+  // swap_out_resident().
   void make_resident();
+  // Sends what is in memory back to the swap file (after a checkpoint is written, say).
+  void swap_out_resident();
   // The optimizer's state tensors were replaced (Optimizer::load_state_dict makes new ones,
   // in memory): call after make_resident() and the load; the next step swaps them out.
   void state_replaced();

@@ -66,6 +66,14 @@ int64_t TensorSwapper::add(const Storage& storage) {
   return static_cast<int64_t>(entries_.size()) - 1;
 }
 
+int64_t TensorSwapper::swapped_bytes() const {
+  int64_t bytes = 0;
+  for (const Entry& e : entries_) {
+    if (!e.resident && !e.dropped) bytes += e.bytes;
+  }
+  return bytes;
+}
+
 int64_t TensorSwapper::pool_bytes() const {
   return pool_.empty() ? 0 : pool_.front().bytes() * static_cast<int64_t>(pool_.size());
 }

@@ -59,6 +59,8 @@ class TensorSwapper {
 
   // Whether storage `id` holds its bytes (false: they are in the file).
   bool resident(int64_t id) const { return entries_[static_cast<size_t>(id)].resident; }
+  // Bytes of the storages that are in the file only (swapped out, not dropped).
+  int64_t swapped_bytes() const;
   // Bytes of the swap file's regions, and of the buffer pool.
   int64_t file_bytes() const { return file_bytes_; }
   int64_t pool_bytes() const;

@@ -44,11 +44,13 @@ class ZeroOffload {
   // One optimizer step, a sub-group at a time; `after_block(b)` runs for each of a
   // sub-group's blocks while it is in memory, after its update.
   void step(const std::function<void(int64_t block)>& after_block);
-  // SwappedOptimizerState::make_resident and state_replaced.
+  // SwappedOptimizerState::make_resident, swap_out_resident and state_replaced.
   void make_resident() { state_->make_resident(); }
+  void swap_out_resident() { state_->swap_out_resident(); }
   void state_replaced() { state_->state_replaced(); }
-  // Bytes of the optimizer state and masters in memory now.
+  // Bytes of the optimizer state and masters in memory now, and in the swap file only.
   int64_t resident_bytes() const { return state_->resident_bytes(); }
+  int64_t swapped_bytes() const { return swapper_->swapped_bytes(); }
 
  private:
   std::vector<std::vector<int64_t>> blocks_;  // per sub-group

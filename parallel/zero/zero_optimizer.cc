@@ -369,6 +369,7 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
   for (const auto& [key, t] : inner_->state_dict()) {  // in memory: offloaded state is not
     if (key != "step") m.optimizer += static_cast<int64_t>(t.storage().nbytes());
   }
+  if (offload_) m.on_nvme = offload_->swapped_bytes();
   return m;
 }
 

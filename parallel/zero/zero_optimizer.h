@@ -126,6 +126,8 @@ struct ModelStateBytes {
   int64_t grads = 0;
   int64_t optimizer = 0;
   int64_t total() const { return params + grads + optimizer; }
+  // Not in memory: the optimizer state and masters in NVMe swap files (offload_optimizer).
+  int64_t on_nvme = 0;
 };
 
 class ZeroOptimizer {
@@ -177,6 +179,12 @@ class ZeroOptimizer {
   // module by module; before reading the parameters any other way, or using the data
   // group directly, call wait_for_parameters().
   bool step();
+  // With NVMe offload (Note [ZeRO's offloaded state]): sends the state and masters that a
+  // checkpoint's save or load brought into memory back to the swap file. Call once the
+  // checkpoint is written; a no-op otherwise.
+  void swap_out_offloaded() {
+    if (offload_) offload_->swap_out_resident();
+  }
   // Waits for every operation this optimizer still has travelling on the data group: the
   // parameters are then current, and the group free for direct use.
   void wait_for_parameters() const { settle_communication(); }

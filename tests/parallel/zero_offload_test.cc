@@ -30,7 +30,9 @@ struct Run {
   std::vector<float> masters;        // whole_parameters(), flat
   std::vector<int64_t> state_bytes;  // the optimizer state in memory after each step
   std::vector<int64_t> param_bytes;  // the parameter buffers in memory after each step
+  std::vector<int64_t> nvme_bytes;   // the state and masters in the swap file after each step
   std::vector<float> state;          // the state_dict's tensors, flat, at the end
+  ModelStateBytes after_load;        // after step 1's round trip and swap_out_offloaded()
 };
 
 // `world` ranks train the test GPT in `dtype` at `zero`; after step 1 each rank saves its
@@ -66,12 +68,15 @@ std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype) {
       opt.wait_for_parameters();
       run.state_bytes.push_back(opt.model_state_bytes().optimizer);
       run.param_bytes.push_back(opt.model_state_bytes().params);
+      run.nvme_bytes.push_back(opt.model_state_bytes().on_nvme);
       if (s == 1) {
         StateDict state, params;
         for (const auto& [k, t] : opt.whole_state_dict()) state.emplace_back(k, t.clone());
         for (const auto& [k, t] : opt.whole_parameters()) params.emplace_back(k, t.clone());
         opt.load_parameters(params);
         opt.load_whole_state(state);
+        opt.swap_out_offloaded();  // what the round trip brought in goes back out
+        run.after_load = opt.model_state_bytes();
       }
     }
     const StateDict whole = opt.whole_parameters();
@@ -116,10 +121,14 @@ TEST_CASE("ZeRO with its optimizer state on NVMe equals the in-memory run bitwis
                 INFO("step " << s);
                 CHECK(memory[r].state_bytes[s] > 0);
                 CHECK(nvme[r].state_bytes[s] == 0);  // all of it in the swap file
+                CHECK(memory[r].nvme_bytes[s] == 0);
+                CHECK(nvme[r].nvme_bytes[s] >= memory[r].state_bytes[s]);
                 // The 16-bit runs' f32 masters at stages 1-2 went with it.
                 const bool masters_out = dtype != DType::f32 && stage <= 2;
                 CHECK((nvme[r].param_bytes[s] < memory[r].param_bytes[s]) == masters_out);
               }
+              CHECK(nvme[r].after_load.optimizer == 0);
+              CHECK(nvme[r].after_load.on_nvme == nvme[r].nvme_bytes[1]);
             }
             CHECK(std::filesystem::is_empty(dir / "swap"));  // the files went with the runs
           }

@@ -1,5 +1,6 @@
 #include "tools/trainer/progress.h"
 
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,10 +84,15 @@ void log_communication(const parallel::Communicator& gradients,
                        const parallel::ParallelGroups* groups,
                        const parallel::ZeroOptimizer& optimizer, int64_t steps) {
   const double per_step = static_cast<double>(gradients.stats().total_bytes_sent()) / steps / 1e6;
+  const parallel::ModelStateBytes m = optimizer.model_state_bytes();
+  if (gradients.size() > 1 || m.on_nvme > 0) {
+    log_info(
+        "rank 0 model state: {:.1f} MB in memory (params {:.1f}, grads {:.1f}, optimizer "
+        "{:.1f}){}",
+        m.total() / 1e6, m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6,
+        m.on_nvme > 0 ? fmt::format(", {:.1f} MB on NVMe", m.on_nvme / 1e6) : std::string());
+  }
   if (gradients.size() > 1) {
-    const parallel::ModelStateBytes m = optimizer.model_state_bytes();
-    log_info("rank 0 model state: {:.1f} MB (params {:.1f}, grads {:.1f}, optimizer {:.1f})",
-             m.total() / 1e6, m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6);
     log_info("rank 0 communication, {} steps: {:.2f} MB sent per step", steps, per_step);
     std::istringstream lines(gradients.stats().summary());
     for (std::string line; std::getline(lines, line);) log_info("  {}", line);

@@ -192,6 +192,7 @@ void Trainer::save_checkpoint() {
     c.state["config"] = cfg_.json;
   }
   const std::string dir = checkpoints_->save(engine_->global_steps(), c, &world_);
+  engine_->checkpoint_written();
   if (leader()) log_info("checkpoint {}", dir);
 }
 
