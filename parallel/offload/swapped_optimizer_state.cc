@@ -27,7 +27,8 @@ SwappedOptimizerState::SwappedOptimizerState(optim::Optimizer& optimizer,
     Group g;
     for (const Storage& storage : s.storages) g.ids.push_back(swapper_.add(storage));
     g.storage_ids = g.ids.size();
-    g.given = std::move(s);
+    g.params.insert(s.params.begin(), s.params.end());
+    g.storages = std::move(s.storages);
     groups_.push_back(std::move(g));
   }
   TS_CHECK(all.empty(), "[offload] parameter \"", all.empty() ? "" : *all.begin(),
@@ -37,10 +38,9 @@ SwappedOptimizerState::SwappedOptimizerState(optim::Optimizer& optimizer,
 
 void SwappedOptimizerState::add_state(Group& g) {
   // Keys are "<kind>.<parameter name>" with kinds free of dots (optim::Optimizer).
-  const std::set<std::string> names(g.given.params.begin(), g.given.params.end());
   for (const auto& [key, t] : optimizer_.state_dict()) {
     const size_t dot = key.find('.');
-    if (dot == std::string::npos || names.count(key.substr(dot + 1)) == 0) continue;
+    if (dot == std::string::npos || g.params.count(key.substr(dot + 1)) == 0) continue;
     g.ids.push_back(swapper_.add(t.storage()));
     g.state_known = true;  // none yet (before the first step; SGD without momentum): later
   }
@@ -59,8 +59,7 @@ void SwappedOptimizerState::step(const std::function<void(size_t)>& after) {
   for (size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
     swapper_.swap_in(swapped_out(g));
-    const std::set<std::string> names(g.given.params.begin(), g.given.params.end());
-    optimizer_.update_part([&](const NamedParameter& p) { return names.count(p.name) > 0; });
+    optimizer_.update_part([&](const NamedParameter& p) { return g.params.count(p.name) > 0; });
     if (!g.state_known) add_state(g);
     if (after) after(i);
     swapper_.swap_out(g.ids);
@@ -101,7 +100,7 @@ void SwappedOptimizerState::state_replaced() {
 int64_t SwappedOptimizerState::resident_bytes() const {
   int64_t bytes = 0;
   for (const Group& g : groups_) {
-    for (const Storage& s : g.given.storages) bytes += static_cast<int64_t>(s.nbytes());
+    for (const Storage& s : g.storages) bytes += static_cast<int64_t>(s.nbytes());
   }
   for (const auto& [key, t] : optimizer_.state_dict()) {
     if (key != "step") bytes += static_cast<int64_t>(t.storage().nbytes());

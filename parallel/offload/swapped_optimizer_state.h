@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,10 @@ class SwappedOptimizerState {
 
  private:
   struct Group {
-    SubGroup given;
-    std::vector<int64_t> ids;  // swapper ids: the storages, then the state once it exists
-    size_t storage_ids = 0;    // how many of ids are the given storages'
+    std::set<std::string> params;   // the sub-group's parameter names
+    std::vector<Storage> storages;  // given with it
+    std::vector<int64_t> ids;       // swapper ids: the storages, then the state once it exists
+    size_t storage_ids = 0;         // how many of ids are the given storages'
     bool state_known = false;
   };
   // Registers the state tensors the optimizer made for group g.

@@ -137,8 +137,8 @@ void ZeroOptimizer::start_offload() {
            device_.str());
   // On the CPU, "cpu" is where the state is already.
   if (where != Device::nvme) return;
-  std::vector<Tensor> masters;
-  if (master_ != nullptr && precision_.dtype != DType::f32) {
+  std::vector<Tensor> masters;  // the sharded f32 masters of 16-bit parameters, if any
+  if (master_ != nullptr && master_->sharded_parameters()) {
     for (size_t b = 0; b < layout_.blocks.size(); ++b) {
       masters.push_back(master_->own_chunk(static_cast<int64_t>(b)));
     }
@@ -314,7 +314,7 @@ bool ZeroOptimizer::step() {
     if (overflow_) return false;  // DeepSpeed skips the step and keeps the parameters
   }
   if (offload_) {
-    const bool round = master_ != nullptr && precision_.dtype != DType::f32;
+    const bool round = master_ != nullptr && master_->sharded_parameters();
     offload_->step([&](int64_t block) {
       if (round) master_->round_chunk(block);
     });

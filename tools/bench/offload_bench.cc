@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/direct_file.h"
 #include "core/factories.h"
 #include "core/parallel.h"
@@ -59,10 +60,6 @@ PyTorch's, and a bf16 step with its optimizer state on disk against in memory.
   --no-torch           skip the PyTorch reference
   --help               print this and exit
 )";
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 struct Disk {
   double write_gbs = 0, read_gbs = 0;  // 1e9 bytes per second

@@ -78,16 +78,21 @@ for stage in 0 1 2 3; do
   done
 done
 
+# same_bits_as_np2 NAME STAGE KEYS: a 2-rank run with KEYS spliced into zero_optimization
+# must give the bits of the plain 2-rank run s<STAGE>_np2.
+same_bits_as_np2() {
+  ZERO_KEYS=$3
+  config "$1" "$2" 6
+  unset ZERO_KEYS
+  mpi 240 2 --config "$1.json" --comm-timeout 60 >"$1.log" 2>&1 ||
+    fail "$1 failed: $(tail -n 5 "$1.log")"
+  "$COMPARE" "s${2}_np2" "$1" 0 || fail "$1 differs from s${2}_np2"
+}
+
 # Overlapped communication (Note [Overlapped reductions], Note [Gathers after the step]):
 # the same operations in the same order, so the blocking runs' bits.
 for stage in 0 1 2; do
-  name="s${stage}_np2_overlap"
-  ZERO_KEYS=', "overlap_comm": true'
-  config "$name" "$stage" 6
-  unset ZERO_KEYS
-  mpi 240 2 --config "$name.json" --comm-timeout 60 >"$name.log" 2>&1 ||
-    fail "$name failed: $(tail -n 5 "$name.log")"
-  "$COMPARE" "s${stage}_np2" "$name" 0 || fail "$name differs from the blocking run s${stage}_np2"
+  same_bits_as_np2 "s${stage}_np2_overlap" "$stage" ', "overlap_comm": true'
 done
 echo "ok: overlap_comm at stages 0-2 under mpirun gives the blocking runs' bits"
 
@@ -95,14 +100,9 @@ echo "ok: overlap_comm at stages 0-2 under mpirun gives the blocking runs' bits"
 # checkpoint at step 3 and swapped out again: the in-memory runs' bits; the swap files go
 # with the ranks.
 for stage in 1 2 3; do
-  name="s${stage}_np2_nvme"
-  ZERO_KEYS=", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$WORK/swap\"}, \"sub_group_size\": 2000"
-  config "$name" "$stage" 6
-  unset ZERO_KEYS
-  mpi 240 2 --config "$name.json" --comm-timeout 60 >"$name.log" 2>&1 ||
-    fail "$name failed: $(tail -n 5 "$name.log")"
-  "$COMPARE" "s${stage}_np2" "$name" 0 || fail "$name differs from the in-memory run s${stage}_np2"
-  [ -z "$(ls -A "$WORK/swap")" ] || fail "$name left swap files: $(ls "$WORK/swap")"
+  same_bits_as_np2 "s${stage}_np2_nvme" "$stage" \
+    ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$WORK/swap\"}, \"sub_group_size\": 2000"
+  [ -z "$(ls -A "$WORK/swap")" ] || fail "s${stage}_np2_nvme left swap files: $(ls "$WORK/swap")"
 done
 echo "ok: NVMe offload at stages 1-3 under mpirun gives the in-memory runs' bits"
 
