@@ -125,7 +125,7 @@ Operand column_major(const Tensor& x, bool trans) {
     // Column-major (R, C) with leading dim s_c is x itself: op(x)^T needs the flip.
     if (s_r == 1 && s_c >= std::max<int64_t>(r, 1)) return {x, !trans, r, c, s_c, batch_stride};
   }
-  const Tensor dense = x.contiguous();
+  const Tensor dense = x.detach().contiguous();  // a raw copy of the operand
   return {dense, trans, c, r, std::max<int64_t>(c, 1), x.dim() == 2 ? 0 : r * c};
 }
 
