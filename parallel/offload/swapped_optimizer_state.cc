@@ -25,15 +25,15 @@ SwappedOptimizerState::SwappedOptimizerState(optim::Optimizer& optimizer,
                "\": expected a parameter of the optimizer in one sub-group only");
     }
     Group g;
-    for (const Storage& storage : s.storages) g.ids.push_back(swapper_.add(storage));
+    g.ids = std::move(s.storages);
     g.storage_ids = g.ids.size();
+    g.gradients = std::move(s.gradients);
     g.params.insert(s.params.begin(), s.params.end());
-    g.storages = std::move(s.storages);
     groups_.push_back(std::move(g));
   }
   TS_CHECK(all.empty(), "[offload] parameter \"", all.empty() ? "" : *all.begin(),
            "\" of the optimizer is in no sub-group; expected every parameter in one");
-  for (const Group& g : groups_) swapper_.swap_out(g.ids);
+  swap_out_resident();
 }
 
 void SwappedOptimizerState::add_state(Group& g) {
@@ -46,29 +46,35 @@ void SwappedOptimizerState::add_state(Group& g) {
   }
 }
 
-std::vector<int64_t> SwappedOptimizerState::swapped_out(const Group& g) const {
+std::vector<int64_t> SwappedOptimizerState::swapped_out(const std::vector<int64_t>& ids) const {
   std::vector<int64_t> out;
-  for (const int64_t id : g.ids) {
+  for (const int64_t id : ids) {
     if (!swapper_.resident(id)) out.push_back(id);
   }
   return out;
 }
 
-void SwappedOptimizerState::step(const std::function<void(size_t)>& after) {
+void SwappedOptimizerState::step(const std::function<void(size_t)>& before,
+                                 const std::function<void(size_t)>& after) {
   NoGradGuard no_grad;
   for (size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
-    swapper_.swap_in(swapped_out(g));
+    std::vector<int64_t> in = swapped_out(g.ids);
+    const std::vector<int64_t> gradients = swapped_out(g.gradients);
+    in.insert(in.end(), gradients.begin(), gradients.end());
+    swapper_.swap_in(in);
+    if (before) before(i);
     optimizer_.update_part([&](const NamedParameter& p) { return g.params.count(p.name) > 0; });
     if (!g.state_known) add_state(g);
     if (after) after(i);
     swapper_.swap_out(g.ids);
+    swapper_.discard(g.gradients);
   }
   optimizer_.finish_step();
 }
 
 void SwappedOptimizerState::make_resident() {
-  for (const Group& g : groups_) swapper_.swap_in(swapped_out(g));
+  for (const Group& g : groups_) swapper_.swap_in(swapped_out(g.ids));
 }
 
 void SwappedOptimizerState::swap_out_resident() {
@@ -100,7 +106,9 @@ void SwappedOptimizerState::state_replaced() {
 int64_t SwappedOptimizerState::resident_bytes() const {
   int64_t bytes = 0;
   for (const Group& g : groups_) {
-    for (const Storage& s : g.storages) bytes += static_cast<int64_t>(s.nbytes());
+    for (size_t i = 0; i < g.storage_ids; ++i) {
+      if (swapper_.resident(g.ids[i])) bytes += swapper_.bytes(g.ids[i]);
+    }
   }
   for (const auto& [key, t] : optimizer_.state_dict()) {
     if (key != "step") bytes += static_cast<int64_t>(t.storage().nbytes());

@@ -6,13 +6,15 @@
 // The optimizer's parameters are split into sub-groups (DeepSpeed's sub_group_size tiles of
 // the fp32 partition). Between steps every sub-group's state (Adam's moments, SGD's
 // momentum) and the storages given with it (its f32 masters, where they have storages of
-// their own) are in the swap file (parallel/offload/tensor_swapper.h). step() goes sub-group
-// by sub-group: swap in, update (Note [A step in parts] in optim/optimizer.h), call the
-// caller's `after` while the sub-group is in memory (to round its masters into the 16-bit
-// model), swap out; then the step ends. So besides the swapper's buffers at most one
-// sub-group's state is in memory, and the parameters come out as step()'s bits. The
-// optimizer makes a state tensor at its first use, so the first step swaps each sub-group's
-// new state out after updating it; the given storages go out at construction. Anything
+// their own) are in the swap file (parallel/offload/tensor_swapper.h), and so may be its
+// gradients, which their owner writes there. step() goes sub-group by sub-group: swap in
+// (the gradients too), call the caller's `before` (to scale the gradients), update (Note [A
+// step in parts] in optim/optimizer.h), call its `after` while the sub-group is in memory
+// (to round its masters into the 16-bit model), swap the state out and discard the
+// gradients; then the step ends. So besides the swapper's buffers at most one sub-group's
+// state is in memory, and the parameters come out as step()'s bits. The optimizer makes a
+// state tensor at its first use, so the first step swaps each sub-group's new state out
+// after updating it; the given storages in memory go out at construction. Anything
 // else that reads or writes the state (a checkpoint's save or load) first calls
 // make_resident(), which holds the whole state in memory until swap_out_resident() or the
 // next step swaps each sub-group out again.
@@ -25,7 +27,6 @@
 #include <string>
 #include <vector>
 
-#include "core/storage.h"
 #include "optim/optimizer.h"
 #include "parallel/offload/tensor_swapper.h"
 
@@ -35,16 +36,21 @@ class SwappedOptimizerState {
  public:
   struct SubGroup {
     std::vector<std::string> params;  // names of the optimizer's parameters
-    std::vector<Storage> storages;    // swapped with their state: host, allocated
+    // Swapper ids: storages swapped with the state (f32 masters), and the gradients the
+    // update reads, discarded after it.
+    std::vector<int64_t> storages;
+    std::vector<int64_t> gradients;
   };
   // `optimizer` (supports_parts()) and the swapper must outlive this; every parameter of
-  // the optimizer is in exactly one sub-group. Swaps the sub-groups' storages out.
+  // the optimizer is in exactly one sub-group. Swaps the sub-groups' storages out where
+  // they are in memory.
   SwappedOptimizerState(optim::Optimizer& optimizer, std::vector<SubGroup> sub_groups,
                         TensorSwapper& swapper);
 
   // One optimizer step, a sub-group at a time (Note [Offloaded optimizer state]);
-  // `after(g)` runs while sub-group g is in memory, after its update.
-  void step(const std::function<void(size_t)>& after);
+  // `before(g)` and `after(g)` run while sub-group g is in memory, before and after its
+  // update.
+  void step(const std::function<void(size_t)>& before, const std::function<void(size_t)>& after);
   // Brings every sub-group's state and storages into memory, until the next step or
   // swap_out_resident().
   void make_resident();
@@ -53,21 +59,21 @@ class SwappedOptimizerState {
   // The optimizer's state tensors were replaced (Optimizer::load_state_dict makes new ones,
   // in memory): call after make_resident() and the load; the next step swaps them out.
   void state_replaced();
-  // Bytes of the sub-groups' state and storages in memory now.
+  // Bytes of the sub-groups' state and storages in memory now (not the gradients).
   int64_t resident_bytes() const;
 
  private:
   struct Group {
-    std::set<std::string> params;   // the sub-group's parameter names
-    std::vector<Storage> storages;  // given with it
-    std::vector<int64_t> ids;       // swapper ids: the storages, then the state once it exists
-    size_t storage_ids = 0;         // how many of ids are the given storages'
+    std::set<std::string> params;  // the sub-group's parameter names
+    std::vector<int64_t> ids;      // swapper ids: the storages, then the state once it exists
+    size_t storage_ids = 0;        // how many of ids are the given storages'
+    std::vector<int64_t> gradients;
     bool state_known = false;
   };
   // Registers the state tensors the optimizer made for group g.
   void add_state(Group& g);
-  // The swapper ids of group g that are out.
-  std::vector<int64_t> swapped_out(const Group& g) const;
+  // Those of `ids` that are out of memory.
+  std::vector<int64_t> swapped_out(const std::vector<int64_t>& ids) const;
 
   optim::Optimizer& optimizer_;
   TensorSwapper& swapper_;

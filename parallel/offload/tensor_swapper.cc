@@ -51,6 +51,15 @@ void TensorSwapper::drop(const std::vector<int64_t>& ids) {
   }
 }
 
+void TensorSwapper::discard(const std::vector<int64_t>& ids) {
+  for (const int64_t id : ids) {
+    Entry& e = entry(id);
+    e.storage.release();
+    e.resident = false;
+    e.written = false;
+  }
+}
+
 int64_t TensorSwapper::add(const Storage& storage) {
   check_usable();
   TS_CHECK(storage.defined() && storage.device().type == DeviceType::cpu && storage.nbytes() > 0,
@@ -69,7 +78,7 @@ int64_t TensorSwapper::add(const Storage& storage) {
 int64_t TensorSwapper::swapped_bytes() const {
   int64_t bytes = 0;
   for (const Entry& e : entries_) {
-    if (!e.resident && !e.dropped) bytes += e.bytes;
+    if (!e.resident && e.written && !e.dropped) bytes += e.bytes;
   }
   return bytes;
 }
@@ -126,20 +135,26 @@ void TensorSwapper::swap_out(const std::vector<int64_t>& ids) {
 
 void TensorSwapper::swap_in(const std::vector<int64_t>& ids) {
   check_usable();
+  bool reads = false;
   for (const int64_t id : ids) {
     const Entry& e = entry(id);
-    TS_CHECK(!e.resident && e.written, "[swap] ", file_.path(), ": storage ", id,
-             " is resident; expected it swapped out before swapping it in");
+    reads = reads || e.written;
+    TS_CHECK(!e.resident, "[swap] ", file_.path(), ": storage ", id,
+             " is resident; expected it swapped out or discarded before swapping it in");
   }
   std::vector<PendingCopy> copies;
   std::vector<Entry*> filling;
   try {
-    if (file_.in_flight() > 0) settle(copies);  // a region may still be on its way out
+    if (reads && file_.in_flight() > 0) settle(copies);  // a region may still be on its way out
     for (const int64_t id : ids) {
       Entry& e = entry(id);
       e.storage.reallocate(static_cast<size_t>(e.bytes));
       filling.push_back(&e);
       auto* target = static_cast<char*>(e.storage.data());
+      if (!e.written) {  // discarded: zeros
+        std::memset(target, 0, static_cast<size_t>(e.bytes));
+        continue;
+      }
       for (int64_t at = 0; at < e.bytes;) {
         const int b = take_buffer(copies);
         AlignedBuffer& buffer = pool_[static_cast<size_t>(b)];
@@ -149,7 +164,7 @@ void TensorSwapper::swap_in(const std::vector<int64_t>& ids) {
         at += piece;
       }
     }
-    settle(copies);
+    if (reads) settle(copies);
   } catch (...) {
     for (Entry* e : filling) e->storage.release();  // not filled: nobody may read them
     throw;

@@ -15,8 +15,10 @@
 // reused only after its write completed. swap_in() reallocates the storages and fills
 // them: a region's reads start after every write in flight has completed (a region may
 // still be on its way out), each buffer's bytes are copied out once its read completed,
-// and it returns when all are filled. A failed read or write is reported by the next call
-// that waits, and every call after it reports it again: the swapper is then unusable, the
+// and it returns when all are filled. discard() drops a storage's bytes wherever they are
+// (a gradient once the step has read it): its memory is released, its region kept, and
+// the next swap_in() gives it zeros without reading. A failed read or write is reported by the next
+// call that waits, and every call after it reports it again: the swapper is then unusable, the
 // storages it was filling released, and the bytes of those in the file lost, as the swap
 // file survives nothing; the durable state is the checkpoint (Note [Atomic checkpoints] in
 // tools/trainer/checkpoint.h).
@@ -48,9 +50,12 @@ class TensorSwapper {
   // Writes the storages' bytes to their regions and releases them (Note [Swapped
   // storages]). Each must be allocated.
   void swap_out(const std::vector<int64_t>& ids);
-  // Reallocates the storages and fills them from their regions. Each must be released
-  // and swapped out before.
+  // Reallocates the storages and fills them from their regions, or with zeros where they
+  // were discarded. Each must be released: swapped out or discarded.
   void swap_in(const std::vector<int64_t>& ids);
+  // Releases the storages and forgets their bytes, in memory or in the file; the next
+  // swap_in() fills them with zeros. Their regions stay theirs.
+  void discard(const std::vector<int64_t>& ids);
   // Waits for the writes in flight; throws the failure, if one happened.
   void wait();
   // Forgets storages `ids` (their bytes, in memory or in the file, are no longer wanted):
@@ -61,6 +66,8 @@ class TensorSwapper {
   bool resident(int64_t id) const { return entries_[static_cast<size_t>(id)].resident; }
   // Bytes of the storages that are in the file only (swapped out, not dropped).
   int64_t swapped_bytes() const;
+  // Bytes of storage `id`, in memory or not.
+  int64_t bytes(int64_t id) const { return entries_[static_cast<size_t>(id)].bytes; }
   // Bytes of the swap file's regions, and of the buffer pool.
   int64_t file_bytes() const { return file_bytes_; }
   int64_t pool_bytes() const;

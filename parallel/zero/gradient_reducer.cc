@@ -8,6 +8,18 @@
 
 namespace tessera::parallel {
 
+void GradientReducer::each_param_piece(int64_t block, const Tensor& own,
+                                       const std::function<void(int64_t, const Tensor&)>& f) const {
+  const FlatLayout::Block& blk = layout_.blocks[block];
+  const int64_t chunk_begin = layout_.chunk_offset(block, dp_.rank());
+  for (int64_t i = blk.first_param; i < blk.end_param; ++i) {
+    const FlatLayout::Param& p = layout_.params[i];
+    const int64_t begin = std::max(p.offset, chunk_begin);
+    const int64_t end = std::min(p.offset + p.numel, chunk_begin + blk.chunk);
+    if (end > begin) f(i, own.narrow(0, begin - chunk_begin, end - begin));
+  }
+}
+
 double GradientReducer::chunks_squared_norm(const std::vector<bool>& counted) const {
   double sq = 0.0;
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
@@ -17,16 +29,9 @@ double GradientReducer::chunks_squared_norm(const std::vector<bool>& counted) co
       continue;
     }
     // The counted parameters' elements inside this rank's chunk of the block.
-    const FlatLayout::Block& blk = layout_.blocks[b];
-    const int64_t chunk_begin = layout_.chunk_offset(static_cast<int64_t>(b), dp_.rank());
-    for (int64_t i = blk.first_param; i < blk.end_param; ++i) {
-      const FlatLayout::Param& p = layout_.params[i];
-      const int64_t begin = std::max(p.offset, chunk_begin);
-      const int64_t end = std::min(p.offset + p.numel, chunk_begin + blk.chunk);
-      if (counted[i] && end > begin) {
-        sq += kernels::squared_norm(own.narrow(0, begin - chunk_begin, end - begin));
-      }
-    }
+    each_param_piece(static_cast<int64_t>(b), own, [&](int64_t i, const Tensor& piece) {
+      if (counted[i]) sq += kernels::squared_norm(piece);
+    });
   }
   return sq;
 }
@@ -71,7 +76,8 @@ void GradientReducer::make_room(int64_t numel) {
 }
 
 void GradientReducer::average_into(const Tensor& sum, const std::vector<Tensor>& outs,
-                                   int64_t chunk, bool scatter, bool reduce_scatter, bool add) {
+                                   int64_t chunk, bool scatter, bool reduce_scatter, bool add,
+                                   const std::function<void()>& then) {
   TS_INTERNAL_ASSERT(add || outs.size() == 1, "only added results go to several outputs; found ",
                      outs.size(), " outputs to write");
   const Tensor& out = outs.front();
@@ -90,6 +96,7 @@ void GradientReducer::average_into(const Tensor& sum, const std::vector<Tensor>&
     } else if (sum.raw_data() != out.raw_data()) {
       out.copy_(sum);
     }
+    if (then) then();
     return;
   }
   // The reduction's buffer, in the communication dtype: `sum` itself, or `out` when it is
@@ -116,15 +123,16 @@ void GradientReducer::average_into(const Tensor& sum, const std::vector<Tensor>&
   } else {
     reduced = scatter ? buffer.narrow(0, dp_.rank() * chunk, chunk) : buffer;
   }
-  std::function<void()> finish = [out, each_out, reduced, add, post] {
+  std::function<void()> finish = [out, each_out, reduced, add, post, then] {
     if (add) {
       each_out(reduced, [post](const Tensor& o, const Tensor& r) {
         kernels::axpy_(o, r.to(DType::f32), post);
       });
-      return;
+    } else {
+      if (reduced.raw_data() != out.raw_data()) out.copy_(reduced);
+      if (post != 1.0) kernels::scale_(out, post);
     }
-    if (reduced.raw_data() != out.raw_data()) out.copy_(reduced);
-    if (post != 1.0) kernels::scale_(out, post);
+    if (then) then();
   };
   if (async_ == nullptr) {
     if (scattered) {
@@ -267,23 +275,98 @@ int64_t ReduceScatterGradients::bytes() const {
 
 BucketedGradients::BucketedGradients(Communicator& dp, const FlatLayout& layout,
                                      std::vector<Tensor>& params, const Averaging& averaging,
-                                     Device device, bool reduce_scatter, int64_t coalesce_below)
+                                     Device device, bool reduce_scatter, int64_t coalesce_below,
+                                     TensorSwapper* swapper)
     : GradientReducer(dp, layout, params, device, averaging),
       reduce_scatter_(reduce_scatter),
-      coalesce_below_(coalesce_below) {
-  grad_shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
+      coalesce_below_(coalesce_below),
+      swapper_(swapper) {
+  if (swapper_ == nullptr) {
+    grad_shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
+    return;
+  }
+  TS_CHECK(device.is_cpu(), "[zero] gradients swapped to NVMe must be host tensors, found ",
+           device.str());
+  for (const FlatLayout::Block& b : layout.blocks) {
+    // One chunk in memory at a time: it goes at once, to come back as zeros.
+    chunks_.push_back(empty({b.chunk}));
+    swap_ids_.push_back(swapper_->add(chunks_.back().storage()));
+    swapper_->discard({swap_ids_.back()});
+  }
+  squares_.resize(layout.blocks.size());
 }
 
 void BucketedGradients::zero_grad() {
   NoGradGuard no_grad;
-  grad_shard_.fill_(0.0);
+  if (swapper_ != nullptr) {
+    swapper_->discard(swap_ids_);
+    squares_.assign(squares_.size(), Squares{});
+    pending_scales_.clear();
+  } else {
+    grad_shard_.fill_(0.0);
+  }
   for (Tensor& p : params_) p.set_grad(Tensor());
   drop_collected();
 }
 
 Tensor BucketedGradients::own_chunk(int64_t block) const {
+  if (swapper_ != nullptr) return chunks_[static_cast<size_t>(block)];
   const FlatLayout::Block& b = layout_.blocks[block];
   return grad_shard_.narrow(0, b.shard_offset, b.chunk);
+}
+
+std::function<void()> BucketedGradients::bring_in(const std::vector<int64_t>& blocks) {
+  if (swapper_ == nullptr) return nullptr;
+  std::vector<int64_t> ids;
+  for (const int64_t b : blocks) ids.push_back(swap_ids_[static_cast<size_t>(b)]);
+  swapper_->swap_in(ids);
+  return [this, blocks, ids] {
+    for (const int64_t b : blocks) {
+      Squares& s = squares_[static_cast<size_t>(b)];
+      const Tensor& own = chunks_[static_cast<size_t>(b)];
+      s.whole = kernels::squared_norm(own);
+      s.pieces.clear();
+      each_param_piece(b, own, [&](int64_t i, const Tensor& piece) {
+        s.pieces.emplace_back(i, kernels::squared_norm(piece));
+      });
+    }
+    swapper_->swap_out(ids);
+  };
+}
+
+double BucketedGradients::squared_norm(const std::vector<bool>& counted) const {
+  if (swapper_ == nullptr) return chunks_squared_norm(counted);
+  // chunks_squared_norm's sum, from the squares taken as each chunk was written.
+  double sq = 0.0;
+  for (const Squares& s : squares_) {
+    if (counted.empty()) {
+      sq += s.whole;
+      continue;
+    }
+    for (const auto& [i, squares] : s.pieces) {
+      if (counted[i]) sq += squares;
+    }
+  }
+  return sq;
+}
+
+void BucketedGradients::scale(double factor) {
+  if (swapper_ == nullptr) {
+    scale_chunks(factor);
+  } else {
+    pending_scales_.push_back(factor);
+  }
+}
+
+void BucketedGradients::prepare_chunk(int64_t block) {
+  for (const double factor : pending_scales_) kernels::scale_(own_chunk(block), factor);
+}
+
+int64_t BucketedGradients::bytes() const {
+  if (swapper_ == nullptr) return static_cast<int64_t>(grad_shard_.nbytes());
+  int64_t n = 0;
+  for (const Tensor& c : chunks_) n += static_cast<int64_t>(c.storage().nbytes());
+  return n;
 }
 
 void BucketedGradients::reduce_block(int64_t block, bool) {
@@ -297,7 +380,9 @@ void BucketedGradients::reduce_block(int64_t block, bool) {
   }
   make_room(b.numel);
   // Added: the shard accumulates over micro-batches, in f32.
-  average_into(take_gradient(block), {own_chunk(block)}, b.chunk, true, reduce_scatter_, true);
+  const Tensor gradient = take_gradient(block);
+  average_into(gradient, {own_chunk(block)}, b.chunk, true, reduce_scatter_, true,
+               bring_in({block}));
 }
 
 void BucketedGradients::reduce_collected() {
@@ -307,6 +392,7 @@ void BucketedGradients::reduce_collected() {
   const Tensor buffer = empty({collected_numel_}, {collected_.front().second.dtype(), device_});
   const int64_t per_rank = collected_numel_ / dp_.size();  // every block's numel is W chunks
   std::vector<Tensor> outs;
+  std::vector<int64_t> blocks;
   int64_t at = 0;  // where this block's chunks go in each rank's part
   for (auto& [block, gradient] : collected_) {
     const int64_t chunk = layout_.blocks[block].chunk;
@@ -315,11 +401,13 @@ void BucketedGradients::reduce_collected() {
     }
     gradient = Tensor();  // copied: its memory goes now
     outs.push_back(own_chunk(block));
+    blocks.push_back(block);
     at += chunk;
   }
   collected_.clear();
   collected_numel_ = 0;
-  average_into(buffer, outs, per_rank, true, reduce_scatter_, true);
+  const std::function<void()> write_back = bring_in(blocks);
+  average_into(buffer, outs, per_rank, true, reduce_scatter_, true, write_back);
 }
 
 void BucketedGradients::drop_collected() {

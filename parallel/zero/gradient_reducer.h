@@ -12,11 +12,13 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
 #include "parallel/comm/async_collectives.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/offload/tensor_swapper.h"
 #include "parallel/zero/flat_layout.h"
 #include "parallel/zero/zero_config.h"
 
@@ -71,6 +73,12 @@ class GradientReducer {
   virtual double squared_norm(const std::vector<bool>& counted) const = 0;
   // Multiplies this rank's averaged gradient by `factor`.
   virtual void scale(double factor) = 0;
+  // Call before the optimizer reads own_chunk(block): a swapped gradient (BucketedGradients
+  // with NVMe offload) takes the factors scale() left for it.
+  virtual void prepare_chunk(int64_t /*block*/) {}
+  // Per block, the swapper id of its gradient chunk where the gradients live in a swap file
+  // (Note [Swapped gradients]), else empty.
+  virtual std::vector<int64_t> swap_ids() const { return {}; }
   // Whether a rank holds only its chunks of the averaged gradient (norms add over ranks).
   virtual bool sharded() const = 0;
   // Bytes of the gradient buffers this rank holds.
@@ -109,6 +117,10 @@ class GradientReducer {
   // The squared norm over this rank's chunks (the sharded strategies).
   double chunks_squared_norm(const std::vector<bool>& counted) const;
   void scale_chunks(double factor);
+  // Calls f(i, piece) for each parameter i of `block` with elements in this rank's chunk
+  // `own` of it, `piece` being those elements.
+  void each_param_piece(int64_t block, const Tensor& own,
+                        const std::function<void(int64_t, const Tensor&)>& f) const;
   // Averages `sum` (a block's gradient summed over this rank's micro-batches, `chunk` x
   // world elements, any floating dtype) over the group into `outs` (f32, one tensor): this
   // rank's chunk (`scatter`: reduce-scattered, or all-reduced and narrowed when
@@ -116,9 +128,9 @@ class GradientReducer {
   // `outs` may be several tensors, taking consecutive parts of the `chunk` elements (Note
   // [Coalesced reductions]). The reduction runs in the communication dtype: `sum` itself
   // when of that dtype (it is then overwritten), else a converted copy, scaled as Note
-  // [Gradient averaging] says.
+  // [Gradient averaging] says. `then`, if given, runs once `outs` hold the result.
   void average_into(const Tensor& sum, const std::vector<Tensor>& outs, int64_t chunk, bool scatter,
-                    bool reduce_scatter, bool add);
+                    bool reduce_scatter, bool add, const std::function<void()>& then = nullptr);
 
   Communicator& dp_;
   const FlatLayout& layout_;
@@ -227,34 +239,60 @@ class ReduceScatterGradients final : public FlatGradients {
 // size or larger are reduced alone, as they arrive, and so are all of stage 2's, whose
 // blocks are cut at the bucket's size already. The cost: the collected gradients and, for
 // a moment, their rank-major copy (each freed as it is copied): up to twice the bucket.
+//
+// Note [Swapped gradients]
+// With NVMe offload each block's chunk of the shard is a storage of its own in the optimizer
+// state's swap file (Note [ZeRO's offloaded state] in parallel/zero/zero_offload.h): a
+// reduction brings its blocks' chunks in (zeros after zero_grad(), without reading), adds
+// and writes them back, keeping the squares of what it wrote for squared_norm(), which sums
+// them as it would have summed the chunks. scale() records its factor; prepare_chunk()
+// applies the recorded factors to a chunk the step brought in. The same arithmetic in the
+// same order, so the step sees the in-memory run's bits.
 class BucketedGradients final : public GradientReducer {
  public:
   // Blocks of fewer than `coalesce_below` elements are coalesced (Note [Coalesced
-  // reductions]): reduce_bucket_size at stage 3, 0 (none) at stage 2.
+  // reductions]): reduce_bucket_size at stage 3, 0 (none) at stage 2. With `swapper` (host
+  // gradients only; it must outlive this) the shard lives in its file (Note [Swapped
+  // gradients]).
   BucketedGradients(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
                     const Averaging& averaging, Device device, bool reduce_scatter,
-                    int64_t coalesce_below);
+                    int64_t coalesce_below, TensorSwapper* swapper = nullptr);
   void zero_grad() override;
   bool reduces_every_micro_batch() const override { return true; }
   void reduce_block(int64_t block, bool communicate) override;
   void reduce_collected() override;
   void drop_collected() override;
   Tensor own_chunk(int64_t block) const override;
-  double squared_norm(const std::vector<bool>& counted) const override {
-    return chunks_squared_norm(counted);
-  }
-  void scale(double factor) override { scale_chunks(factor); }
+  double squared_norm(const std::vector<bool>& counted) const override;
+  void scale(double factor) override;
+  void prepare_chunk(int64_t block) override;
   bool sharded() const override { return true; }
-  int64_t bytes() const override { return static_cast<int64_t>(grad_shard_.nbytes()); }
+  int64_t bytes() const override;
+  std::vector<int64_t> swap_ids() const override { return swap_ids_; }
 
  private:
   // Block `block`'s gradient in one buffer (block numel, the wire's dtype), dropped from
   // the parameters.
   Tensor take_gradient(int64_t block);
+  // Swapped gradients: brings `blocks`' chunks in for a reduction into them, and the
+  // function that writes them back once it is done.
+  std::function<void()> bring_in(const std::vector<int64_t>& blocks);
 
   bool reduce_scatter_;
   int64_t coalesce_below_;
   Tensor grad_shard_;  // (layout.shard_numel()) f32: this rank's chunks, summed over micro-batches
+  // Swapped gradients (Note [Swapped gradients]), else empty: per block its chunk (f32, a
+  // storage of its own), its swapper id, and the squares of its chunk as last written,
+  // whole and per parameter piece (each_param_piece's order); the factors scale() left.
+  TensorSwapper* swapper_ = nullptr;
+  std::vector<Tensor> chunks_;
+  std::vector<int64_t> swap_ids_;
+  struct Squares {
+    double whole = 0.0;
+    std::vector<std::pair<int64_t, double>> pieces;  // (parameter, squares)
+  };
+  std::vector<Squares> squares_;
+  std::vector<double> pending_scales_;
   // Blocks waiting for a coalesced reduction, with their gradients, and their elements.
   std::vector<std::pair<int64_t, Tensor>> collected_;
   int64_t collected_numel_ = 0;

@@ -256,24 +256,57 @@ int64_t MasterWeights::bytes() const {
 
 PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layout,
                                        const std::vector<Tensor>& params, Module& model,
-                                       const ZeroConfig& config, const ParameterInit& init)
+                                       const ZeroConfig& config, const ParameterInit& init,
+                                       TensorSwapper* swapper)
     : layout_(layout), model_(model) {
   // f32 on the parameters' device (CPU or CUDA: Note [ZeRO-3 parameters]).
-  shard_ = zeros({layout.shard_numel()},
-                 {DType::f32, params.empty() ? Device::cpu() : params.front().device()});
-  partitioned_ = std::make_shared<PartitionedParams>(dp, layout, params, shard_, config, init);
+  const Device device = params.empty() ? Device::cpu() : params.front().device();
+  ShardWrites writes;
+  if (swapper == nullptr) {
+    shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
+    for (const FlatLayout::Block& b : layout.blocks) {
+      chunks_.push_back(shard_.narrow(0, b.shard_offset, b.chunk));
+    }
+  } else {
+    TS_CHECK(device.is_cpu() && !params.empty() && is_half(params.front().dtype()),
+             "[zero] stage 3 swaps the f32 masters of 16-bit host parameters only; found ",
+             params.empty() ? std::string("none") : params.front().str());
+    // Each chunk is in memory only while construction writes it.
+    for (const FlatLayout::Block& b : layout.blocks) {
+      chunks_.push_back(empty({b.chunk}));
+      swap_ids_.push_back(swapper->add(chunks_.back().storage()));
+      swapper->discard({swap_ids_.back()});
+    }
+    writes.before = [this, swapper](int64_t i) { swapper->swap_in({swap_ids_[i]}); };
+    writes.after = [this, swapper](int64_t i) { swapper->swap_out({swap_ids_[i]}); };
+  }
+  partitioned_ =
+      std::make_shared<PartitionedParams>(dp, layout, params, chunks_, config, init, writes);
+  if (swapper != nullptr) partitioned_->round_chunks_in_step();
   model_.set_hooks(partitioned_);
+}
+
+Tensor PartitionedWeights::shard() const {
+  if (shard_.defined()) return shard_;
+  const Tensor out = empty({layout_.shard_numel()}, {DType::f32, Device::cpu()});
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+    const FlatLayout::Block& blk = layout_.blocks[b];
+    out.narrow(0, blk.shard_offset, blk.chunk).copy_(chunks_[b]);
+  }
+  return out;
 }
 
 PartitionedWeights::~PartitionedWeights() { model_.set_hooks(nullptr); }
 
 Tensor PartitionedWeights::own_chunk(int64_t block) const {
-  const FlatLayout::Block& b = layout_.blocks[block];
-  return shard_.narrow(0, b.shard_offset, b.chunk);
+  return chunks_[static_cast<size_t>(block)];
 }
 
 int64_t PartitionedWeights::bytes() const {
-  return static_cast<int64_t>(shard_.nbytes()) + partitioned_->bytes();
+  int64_t n = partitioned_->bytes();
+  if (shard_.defined()) return n + static_cast<int64_t>(shard_.nbytes());
+  for (const Tensor& c : chunks_) n += static_cast<int64_t>(c.storage().nbytes());
+  return n;
 }
 
 }  // namespace tessera::parallel

@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "optim/loss_scaler.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/offload/tensor_swapper.h"
 #include "parallel/zero/flat_layout.h"
 #include "parallel/zero/partitioned_params.h"
 #include "parallel/zero/zero_config.h"
@@ -159,8 +160,12 @@ class PartitionedWeights final : public ParameterStore {
   // Partitions `params` (on one device, flat order of `layout`, one block per parameter)
   // and installs the gathering hooks on `model`; the destructor removes them. `layout` and
   // `model` must outlive this. `init` fills the parameters that are not materialized.
+  // With `swapper` (16-bit host parameters; it must outlive this) each f32 master chunk is
+  // a storage of its own, written to its file as soon as it is made (Note [ZeRO's
+  // offloaded state] in parallel/zero/zero_offload.h), and the step rounds it.
   PartitionedWeights(Communicator& dp, const FlatLayout& layout, const std::vector<Tensor>& params,
-                     Module& model, const ZeroConfig& config, const ParameterInit& init);
+                     Module& model, const ZeroConfig& config, const ParameterInit& init,
+                     TensorSwapper* swapper = nullptr);
   ~PartitionedWeights() override;
 
   Tensor own_chunk(int64_t block) const override;
@@ -173,8 +178,13 @@ class PartitionedWeights final : public ParameterStore {
   void end_backward() override { partitioned_->end_backward(); }
 
   bool sharded_parameters() const override { return true; }
-  // This rank's shard of the parameters (layout.shard_numel() elements, the live buffer).
-  Tensor shard() const override { return shard_; }
+  // This rank's shard of the parameters (layout.shard_numel() elements): the live buffer,
+  // or a host copy of the swapped chunks.
+  Tensor shard() const override;
+  // Per block, the swapper id of its master chunk; empty without a swapper.
+  const std::vector<int64_t>& swap_ids() const { return swap_ids_; }
+  // Rounds block `block`'s master chunk into the 16-bit shard (with a swapper, in the step).
+  void round_chunk(int64_t block) { partitioned_->round_chunk(block); }
   const PartitionedParams& partitioned() const { return *partitioned_; }
   // Gathers through `async` from now on (PartitionedParams::set_async).
   void set_async(AsyncCollectives* async) { partitioned_->set_async(async); }
@@ -184,7 +194,9 @@ class PartitionedWeights final : public ParameterStore {
  private:
   const FlatLayout& layout_;
   Module& model_;
-  Tensor shard_;
+  Tensor shard_;                // (layout.shard_numel()) f32, unless swapped
+  std::vector<Tensor> chunks_;  // per block, (chunk) f32: views of shard_, or own storages
+  std::vector<int64_t> swap_ids_;
   std::shared_ptr<PartitionedParams> partitioned_;  // the model's hooks
 };
 

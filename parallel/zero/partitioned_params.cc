@@ -11,19 +11,24 @@
 namespace tessera::parallel {
 
 PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
-                                     std::vector<Tensor> params, Tensor shard,
-                                     const ZeroConfig& config, const ParameterInit& init)
-    : dp_(dp), layout_(layout), config_(config), params_(std::move(params)), shard_(shard) {
+                                     std::vector<Tensor> params, std::vector<Tensor> shard,
+                                     const ZeroConfig& config, const ParameterInit& init,
+                                     const ShardWrites& writes)
+    : dp_(dp),
+      layout_(layout),
+      config_(config),
+      params_(std::move(params)),
+      shard_(std::move(shard)) {
   NoGradGuard no_grad;
   const size_t n = params_.size();
-  TS_INTERNAL_ASSERT(layout_.blocks.size() == n && layout_.params.size() == n,
-                     "stage 3 expects one block per parameter");
+  TS_INTERNAL_ASSERT(layout_.blocks.size() == n && layout_.params.size() == n && shard_.size() == n,
+                     "stage 3 expects one block and one shard chunk per parameter");
   persistent_.assign(n, false);
   live_.assign(n, false);
   forward_pins_.assign(n, 0);
   backward_pinned_.assign(n, false);
   const DType dtype = n > 0 ? params_[0].dtype() : DType::f32;
-  const Device device = shard_.device();
+  const Device device = n > 0 ? params_[0].device() : Device::cpu();
   if (is_half(dtype)) model_shard_ = zeros({layout_.shard_numel()}, {dtype, device});
   for (size_t i = 0; i < n; ++i) {
     const FlatLayout::Param& p = layout_.params[i];
@@ -45,7 +50,9 @@ PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
       padded.narrow(0, 0, p.numel).copy_(whole.reshape({p.numel}));
     }
     const Tensor mine = padded.narrow(0, dp_.rank() * b.chunk, b.chunk);
-    shard_.narrow(0, b.shard_offset, b.chunk).copy_(mine);
+    if (writes.before) writes.before(static_cast<int64_t>(i));
+    shard_[i].copy_(mine);
+    if (writes.after) writes.after(static_cast<int64_t>(i));
     if (model_shard_.defined()) model_shard_.narrow(0, b.shard_offset, b.chunk).copy_(mine);
     params_[i].set_data(padded.narrow(0, 0, p.numel).view(p.shape));
     gather_.push_back(padded);
@@ -272,13 +279,20 @@ void PartitionedParams::end_backward() {
 
 Tensor PartitionedParams::source_chunk(int64_t i) const {
   const FlatLayout::Block& b = layout_.blocks[i];
-  return (model_shard_.defined() ? model_shard_ : shard_).narrow(0, b.shard_offset, b.chunk);
+  return model_shard_.defined() ? model_shard_.narrow(0, b.shard_offset, b.chunk) : shard_[i];
+}
+
+void PartitionedParams::round_chunk(int64_t i) {
+  const FlatLayout::Block& b = layout_.blocks[i];
+  model_shard_.narrow(0, b.shard_offset, b.chunk).copy_(shard_[i]);
 }
 
 void PartitionedParams::after_step() {
   NoGradGuard no_grad;
   settle_all();
-  if (model_shard_.defined()) model_shard_.copy_(shard_);  // rounds the f32 masters
+  if (model_shard_.defined() && !rounded_in_step_) {  // rounds the f32 masters
+    for (size_t i = 0; i < params_.size(); ++i) round_chunk(static_cast<int64_t>(i));
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (persistent_[i]) {
       dp_.all_gather(source_chunk(static_cast<int64_t>(i)), gather_[i]);
@@ -300,7 +314,7 @@ void PartitionedParams::load(const std::vector<Tensor>& whole) {
     const FlatLayout::Block& b = layout_.blocks[i];
     const int64_t begin = dp_.rank() * b.chunk;  // this rank's chunk, clipped to the parameter
     const int64_t end = std::min(begin + b.chunk, p.numel);
-    const Tensor chunk = shard_.narrow(0, b.shard_offset, b.chunk);
+    const Tensor& chunk = shard_[i];
     chunk.fill_(0.0);
     if (end > begin) {
       chunk.narrow(0, 0, end - begin)
@@ -312,7 +326,9 @@ void PartitionedParams::load(const std::vector<Tensor>& whole) {
       release(static_cast<int64_t>(i));
     }
   }
-  if (model_shard_.defined()) model_shard_.copy_(shard_);
+  if (model_shard_.defined()) {
+    for (size_t i = 0; i < params_.size(); ++i) round_chunk(static_cast<int64_t>(i));
+  }
 }
 
 std::vector<Tensor> PartitionedParams::gather_all() {
@@ -322,8 +338,8 @@ std::vector<Tensor> PartitionedParams::gather_all() {
   for (size_t i = 0; i < params_.size(); ++i) {
     const FlatLayout::Param& p = layout_.params[i];
     const FlatLayout::Block& b = layout_.blocks[i];
-    const Tensor whole = empty({b.numel}, {DType::f32, shard_.device()});
-    dp_.all_gather(shard_.narrow(0, b.shard_offset, b.chunk), whole);
+    const Tensor whole = empty({b.numel}, {DType::f32, shard_[i].device()});
+    dp_.all_gather(shard_[i], whole);
     out.push_back(whole.narrow(0, 0, p.numel).view(p.shape));
   }
   return out;

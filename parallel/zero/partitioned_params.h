@@ -50,17 +50,28 @@ namespace tessera::parallel {
 // init_parameter (Note [Partitioned construction] in autograd/module.h).
 using ParameterInit = std::function<void(const std::string& name, const Tensor& out)>;
 
+// Calls around construction's write of parameter i's f32 chunk: `before(i)` makes it
+// writable, `after(i)` takes it once written (NVMe offload brings it into memory and swaps
+// it out: Note [ZeRO's offloaded state] in parallel/zero/zero_offload.h). Either may be
+// empty.
+struct ShardWrites {
+  std::function<void(int64_t)> before;
+  std::function<void(int64_t)> after;
+};
+
 class PartitionedParams final : public ModuleHooks {
  public:
   // `params` in the flat order of `layout` (one block per parameter), of one dtype (f32,
-  // f16 or bf16), holding the same values on every rank. Copies this rank's chunks into
-  // `shard` (f32, layout.shard_numel() elements; with 16-bit parameters their f32 masters,
-  // rounded into a 16-bit shard that the gathers send) and points each parameter at its
-  // gather storage: persistent ones gathered, the others released. Parameters that are not
-  // materialized (built under a DeferredInitGuard) take their values from `init`, one at a
-  // time, on every rank alike; the others are rank 0's.
+  // f16 or bf16), holding the same values on every rank. Copies this rank's chunk of
+  // parameter i into `shard[i]` (f32, block i's chunk elements; with 16-bit parameters their
+  // f32 masters, rounded into a 16-bit shard that the gathers send), with `writes` around
+  // each copy, and points each parameter at its gather storage: persistent ones gathered,
+  // the others released. Parameters that are not materialized (built under a
+  // DeferredInitGuard) take their values from `init`, one at a time, on every rank alike;
+  // the others are rank 0's.
   PartitionedParams(Communicator& dp, const FlatLayout& layout, std::vector<Tensor> params,
-                    Tensor shard, const ZeroConfig& config, const ParameterInit& init);
+                    std::vector<Tensor> shard, const ZeroConfig& config, const ParameterInit& init,
+                    const ShardWrites& writes = {});
 
   void pre_forward(const Module& m) override;
   void post_forward(const Module& m) noexcept override;
@@ -73,7 +84,14 @@ class PartitionedParams final : public ModuleHooks {
   // Backward is over: every non-persistent parameter is released.
   void end_backward();
   // The shard was updated: persistent parameters are gathered again, the others released.
+  // With 16-bit parameters the f32 masters are rounded into the 16-bit shard first, unless
+  // round_chunks_in_step() moved that into the step.
   void after_step();
+  // 16-bit parameters: the step rounds each updated chunk itself, with round_chunk(i), while
+  // it is in memory (NVMe offload), and after_step() rounds none.
+  void round_chunks_in_step() { rounded_in_step_ = true; }
+  // Rounds parameter i's f32 master chunk into the 16-bit shard.
+  void round_chunk(int64_t i);
   // Replaces every parameter's value from whole tensors (flat order), on every rank alike.
   void load(const std::vector<Tensor>& whole);
   // The whole value of every parameter (flat order), gathered one at a time. Collective.
@@ -123,8 +141,10 @@ class PartitionedParams final : public ModuleHooks {
   const FlatLayout& layout_;
   ZeroConfig config_;
   std::vector<Tensor> params_;
-  Tensor shard_;                // (layout.shard_numel()) f32: the parameters, or their masters
-  Tensor model_shard_;          // (layout.shard_numel()) f16/bf16, with 16-bit parameters only
+  // Per parameter, (its block's chunk) f32: its chunk, or its master's.
+  std::vector<Tensor> shard_;
+  Tensor model_shard_;  // (layout.shard_numel()) f16/bf16, with 16-bit parameters only
+  bool rounded_in_step_ = false;
   std::vector<Tensor> gather_;  // per parameter: (block numel), sharing the parameter's storage
   std::vector<bool> persistent_;
   std::vector<bool> live_;

@@ -24,14 +24,25 @@ std::string swap_path(const std::string& dir, const Communicator& dp, const void
 
 }  // namespace
 
-ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,
-                         optim::Optimizer& inner, const std::vector<Tensor>& masters,
-                         const Communicator& dp) {
+std::unique_ptr<TensorSwapper> make_offload_swapper(const ZeroConfig& config,
+                                                    const Communicator& dp, const void* owner) {
   // Staging buffers that keep one context's queue full.
   const int64_t buffer_size = config.aio.block_size * config.aio.queue_depth;
-  swapper_ = std::make_unique<TensorSwapper>(
-      swap_path(config.offload_optimizer.nvme_path, dp, this), config.aio,
+  auto swapper = std::make_unique<TensorSwapper>(
+      swap_path(config.offload_optimizer.nvme_path, dp, owner), config.aio,
       static_cast<int>(config.offload_optimizer.buffer_count), buffer_size);
+  // Gone from the directory at once: the open file lives until the swapper closes it, and
+  // a process that dies leaves nothing behind.
+  std::error_code ignored;
+  std::filesystem::remove(swapper->path(), ignored);
+  return swapper;
+}
+
+ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,
+                         optim::Optimizer& inner, TensorSwapper& swapper,
+                         const std::vector<int64_t>& master_ids,
+                         const std::vector<int64_t>& gradient_ids)
+    : swapper_(swapper) {
   std::vector<SwappedOptimizerState::SubGroup> groups;
   int64_t numel = 0;
   for (size_t b = 0; b < layout.blocks.size(); ++b) {
@@ -42,21 +53,23 @@ ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,
     }
     const int64_t block = static_cast<int64_t>(b);
     groups.back().params.push_back(chunk_name(block));
-    if (!masters.empty()) groups.back().storages.push_back(masters[b].storage());
+    if (!master_ids.empty()) groups.back().storages.push_back(master_ids[b]);
+    if (!gradient_ids.empty()) groups.back().gradients.push_back(gradient_ids[b]);
     blocks_.back().push_back(block);
     numel += layout.blocks[b].chunk;
   }
-  // Gone from the directory at once: the open file lives until the swapper closes it, and
-  // a process that dies leaves nothing behind.
-  std::error_code ignored;
-  std::filesystem::remove(swapper_->path(), ignored);
-  state_ = std::make_unique<SwappedOptimizerState>(inner, std::move(groups), *swapper_);
+  state_ = std::make_unique<SwappedOptimizerState>(inner, std::move(groups), swapper_);
 }
 
-void ZeroOffload::step(const std::function<void(int64_t block)>& after_block) {
-  state_->step([&](size_t g) {
-    for (const int64_t b : blocks_[g]) after_block(b);
-  });
+void ZeroOffload::step(const std::function<void(int64_t block)>& before_block,
+                       const std::function<void(int64_t block)>& after_block) {
+  state_->step(
+      [&](size_t g) {
+        for (const int64_t b : blocks_[g]) before_block(b);
+      },
+      [&](size_t g) {
+        for (const int64_t b : blocks_[g]) after_block(b);
+      });
 }
 
 }  // namespace tessera::parallel

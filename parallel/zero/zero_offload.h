@@ -4,12 +4,21 @@
 //
 // Note [ZeRO's offloaded state]
 // The sub-groups are runs of consecutive blocks, each closed once its chunks hold
-// sub_group_size elements or more (DeepSpeed's rule, deepspeed/runtime/zero/stage3.py). What goes
-// to the file with a sub-group's optimizer state: at stages 1-2 with 16-bit parameters, its blocks'
-// f32 master chunks (each a storage of its own: MasterWeights), which the step rounds into the
-// model while they are in memory; with f32 parameters the chunks are the model's own parameters and
-// stay, and at stage 3 the f32 shard stays too (the gathers read it with f32 parameters; a
-// per-sub-group shard for 16-bit ones is to come). Each rank writes its own file,
+// sub_group_size elements or more (DeepSpeed's rule, deepspeed/runtime/zero/stage3.py). What
+// goes to the file with a sub-group's optimizer state:
+//   - with 16-bit parameters, its blocks' f32 master chunks (each a storage of its own:
+//     MasterWeights at stages 1-2, PartitionedWeights at 3, which writes each to the file as
+//     soon as construction has made it), rounded into the model by the step while they are
+//     in memory. f32 parameters are their own masters and stay: the model reads them;
+//   - at stages 2-3, its blocks' f32 gradient chunks (BucketedGradients): each reduction
+//     brings its chunks in (zeros at a step's first micro-batch, no read), adds and writes
+//     them back, and the step reads them with the state and discards them. clip_grad_norm's
+//     scale waits for that read (GradientReducer::prepare_chunk), and the norm is summed from
+//     each chunk's squares taken as it was written. Stage 1 keeps its f32 gradient shard.
+// What stays in memory at stage 3 with 16-bit parameters is then the 16-bit shard (2 bytes
+// a parameter at world 1, where DeepSpeed's 16 bytes of Adam model states are), the swapper's
+// buffers, the gathered parameters and a block's gradient while it is reduced.
+// Each rank writes its own file,
 // <nvme_path>/tessera_optimizer_<pid>_<rank>_<object>.swp, unlinked as soon as it is open,
 // so that nothing is left when the process ends, however it ends; checkpoints, not swap
 // files, are what survives it.
@@ -31,30 +40,39 @@
 
 namespace tessera::parallel {
 
+// The swap file of `dp`'s rank for the optimizer at `owner` (Note [ZeRO's offloaded
+// state]), with the buffers config.offload_optimizer and config.aio ask for; gone from the
+// directory when this returns.
+std::unique_ptr<TensorSwapper> make_offload_swapper(const ZeroConfig& config,
+                                                    const Communicator& dp, const void* owner);
+
 class ZeroOffload {
  public:
-  // `inner` steps one parameter per block, named chunk_name(b) (zero_state.h); `masters`
-  // holds block b's f32 master chunk to swap with its state, or is empty. `inner` and
-  // `layout` must outlive this.
+  // `inner` steps one parameter per block, named chunk_name(b) (zero_state.h).
+  // `master_ids` and `gradient_ids` hold, per block, the swapper id of its f32 master chunk
+  // and of its f32 gradient chunk, or are empty (none swapped). `inner`, `layout` and
+  // `swapper` must outlive this.
   ZeroOffload(const ZeroConfig& config, const FlatLayout& layout, optim::Optimizer& inner,
-              const std::vector<Tensor>& masters, const Communicator& dp);
+              TensorSwapper& swapper, const std::vector<int64_t>& master_ids,
+              const std::vector<int64_t>& gradient_ids);
   ZeroOffload(const ZeroOffload&) = delete;
   ZeroOffload& operator=(const ZeroOffload&) = delete;
 
-  // One optimizer step, a sub-group at a time; `after_block(b)` runs for each of a
-  // sub-group's blocks while it is in memory, after its update.
-  void step(const std::function<void(int64_t block)>& after_block);
+  // One optimizer step, a sub-group at a time; `before_block(b)` and `after_block(b)` run
+  // for each of a sub-group's blocks while it is in memory, before and after its update.
+  void step(const std::function<void(int64_t block)>& before_block,
+            const std::function<void(int64_t block)>& after_block);
   // SwappedOptimizerState::make_resident, swap_out_resident and state_replaced.
   void make_resident() { state_->make_resident(); }
   void swap_out_resident() { state_->swap_out_resident(); }
   void state_replaced() { state_->state_replaced(); }
   // Bytes of the optimizer state and masters in memory now, and in the swap file only.
   int64_t resident_bytes() const { return state_->resident_bytes(); }
-  int64_t swapped_bytes() const { return swapper_->swapped_bytes(); }
+  int64_t swapped_bytes() const { return swapper_.swapped_bytes(); }
 
  private:
   std::vector<std::vector<int64_t>> blocks_;  // per sub-group
-  std::unique_ptr<TensorSwapper> swapper_;
+  TensorSwapper& swapper_;
   std::unique_ptr<SwappedOptimizerState> state_;
 };
 

@@ -59,11 +59,14 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
   }
   // Stage 3 gives every parameter a block of its own (Note [ZeRO-3 parameters]).
   layout_ = make_flat_layout(infos, dp_.size(), config_.stage == 3 ? 1 : config_.block_numel());
+  make_swapper();
 
   // The parts, chosen once (Note [ZeRO stages]): where the parameters live ...
   if (config_.stage == 3) {
-    auto partitioned =
-        std::make_unique<PartitionedWeights>(dp_, layout_, params_, model_, config_, init);
+    // 16-bit parameters' masters go to the swap file as they are made.
+    TensorSwapper* masters_swapper = is_half(dtype) ? swapper_.get() : nullptr;
+    auto partitioned = std::make_unique<PartitionedWeights>(dp_, layout_, params_, model_, config_,
+                                                            init, masters_swapper);
     partitioned_ = partitioned.get();
     weights_ = std::move(partitioned);
   } else {
@@ -98,7 +101,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     } else {
       gradients_ = std::make_unique<BucketedGradients>(
           dp_, layout_, params_, averaging, device_, config_.reduce_scatter,
-          config_.stage == 3 ? config_.reduce_bucket_size : 0);
+          config_.stage == 3 ? config_.reduce_bucket_size : 0, swapper_.get());
     }
     // One optimizer parameter per owned chunk, in its block's group.
     std::vector<optim::ParamGroup> chunks;
@@ -128,7 +131,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
   zero_grad();
 }
 
-void ZeroOptimizer::start_offload() {
+void ZeroOptimizer::make_swapper() {
   using Device = OffloadOptimizerConfig::Device;
   const Device where = config_.offload_optimizer.device;
   TS_CHECK(where == Device::none || device_.type == DeviceType::cpu,
@@ -136,15 +139,25 @@ void ZeroOptimizer::start_offload() {
            "yet; expected \"device\": \"none\" on ",
            device_.str());
   // On the CPU, "cpu" is where the state is already.
-  if (where != Device::nvme) return;
-  std::vector<Tensor> masters;  // the sharded f32 masters of 16-bit parameters, if any
+  if (where == Device::nvme && config_.stage >= 1) {
+    swapper_ = make_offload_swapper(config_, dp_, this);
+  }
+}
+
+void ZeroOptimizer::start_offload() {
+  if (swapper_ == nullptr) return;
+  // Per block, the swapper ids of the sharded f32 masters of 16-bit parameters and of the
+  // gradient chunks, where they are swapped (Note [ZeRO's offloaded state]).
+  std::vector<int64_t> masters;
   if (master_ != nullptr && master_->sharded_parameters()) {
     for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-      masters.push_back(master_->own_chunk(static_cast<int64_t>(b)));
+      masters.push_back(swapper_->add(master_->own_chunk(static_cast<int64_t>(b)).storage()));
     }
     master_->round_chunks_in_step();
   }
-  offload_ = std::make_unique<ZeroOffload>(config_, layout_, *inner_, masters, dp_);
+  if (partitioned_ != nullptr) masters = partitioned_->swap_ids();
+  offload_ = std::make_unique<ZeroOffload>(config_, layout_, *inner_, *swapper_, masters,
+                                           gradients_->swap_ids());
 }
 
 std::unique_ptr<optim::Optimizer> ZeroOptimizer::make_inner(const optim::OptimizerConfig& config,
@@ -314,10 +327,13 @@ bool ZeroOptimizer::step() {
     if (overflow_) return false;  // DeepSpeed skips the step and keeps the parameters
   }
   if (offload_) {
-    const bool round = master_ != nullptr && master_->sharded_parameters();
-    offload_->step([&](int64_t block) {
-      if (round) master_->round_chunk(block);
-    });
+    const bool round_master = master_ != nullptr && master_->sharded_parameters();
+    const bool round_partitioned = partitioned_ != nullptr && !partitioned_->swap_ids().empty();
+    offload_->step([&](int64_t block) { gradients_->prepare_chunk(block); },
+                   [&](int64_t block) {
+                     if (round_master) master_->round_chunk(block);
+                     if (round_partitioned) partitioned_->round_chunk(block);
+                   });
   } else {
     inner_->step();
   }

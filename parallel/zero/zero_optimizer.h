@@ -263,7 +263,10 @@ class ZeroOptimizer {
   bool full_precision_reduction() const;
   void on_grad_ready(int64_t param);
   void reduce_block(int64_t block);
-  // Sets up offload_optimizer (stages 1-3, after inner_ is made).
+  // Makes swapper_ where offload_optimizer puts the state on NVMe (stages 1-3), before
+  // the parts that swap their storages; refuses offloading a GPU run.
+  void make_swapper();
+  // Sets up offload_ (after inner_ is made).
   void start_offload();
   // Brings offloaded state and masters into memory before they are read or written
   // otherwise than by the step (Note [Offloaded optimizer state]).
@@ -277,6 +280,9 @@ class ZeroOptimizer {
   std::vector<optim::ParamGroup> groups_;
   std::vector<Tensor> params_;  // flat order
   FlatLayout layout_;
+  // The swap file of NVMe offload (Note [ZeRO's offloaded state]), or null; before the
+  // parts whose storages it holds, so that it outlives them.
+  std::unique_ptr<TensorSwapper> swapper_;
   // The parts (Note [ZeRO stages]): where the parameters live and how the gradients are
   // reduced, chosen at construction.
   std::unique_ptr<ParameterStore> weights_;

@@ -1,9 +1,10 @@
 // ZeRO with its optimizer state offloaded to NVMe swap files (Note [ZeRO's offloaded state]
 // in parallel/zero/zero_offload.h) on thread ranks: f32 and bf16 at stages 1-3, one and
-// three ranks, sub-groups of one block and of several, equal the in-memory run bitwise;
-// between steps the state (and the 16-bit runs' f32 masters at stages 1-2) is out of
-// memory; a checkpoint's save and load round trip continues bitwise; the swap file goes
-// with the optimizer.
+// three ranks, sub-groups of one block and of several, two micro-batches a step, clipped,
+// equal the in-memory run bitwise; between steps the state and the 16-bit runs' f32 masters
+// are out of memory, and at stages 2-3 the gradients are too once backward is over; a
+// checkpoint's save and load round trip continues bitwise; the swap file goes with the
+// optimizer.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
@@ -30,6 +31,7 @@ struct Run {
   std::vector<float> masters;        // whole_parameters(), flat
   std::vector<int64_t> state_bytes;  // the optimizer state in memory after each step
   std::vector<int64_t> param_bytes;  // the parameter buffers in memory after each step
+  std::vector<int64_t> grad_bytes;   // the gradient buffers in memory after each backward
   std::vector<int64_t> nvme_bytes;   // the state and masters in the swap file after each step
   std::vector<float> state;          // the state_dict's tensors, flat, at the end
   ModelStateBytes after_load;        // after step 1's round trip and swap_out_offloaded()
@@ -63,7 +65,8 @@ std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype) {
         opt.backward(l, 1.0 / kGas, m == kGas - 1);
       }
       run.losses.push_back(loss);
-      run.norms.push_back(opt.clip_grad_norm(1.0));
+      run.grad_bytes.push_back(opt.model_state_bytes().grads);
+      run.norms.push_back(opt.clip_grad_norm(1e-2));  // clips: the gradients are scaled
       opt.step();
       opt.wait_for_parameters();
       run.state_bytes.push_back(opt.model_state_bytes().optimizer);
@@ -123,9 +126,11 @@ TEST_CASE("ZeRO with its optimizer state on NVMe equals the in-memory run bitwis
                 CHECK(nvme[r].state_bytes[s] == 0);  // all of it in the swap file
                 CHECK(memory[r].nvme_bytes[s] == 0);
                 CHECK(nvme[r].nvme_bytes[s] >= memory[r].state_bytes[s]);
-                // The 16-bit runs' f32 masters at stages 1-2 went with it.
-                const bool masters_out = dtype != DType::f32 && stage <= 2;
+                // The 16-bit runs' f32 masters went with it, and stages 2-3's gradients.
+                const bool masters_out = dtype != DType::f32;
                 CHECK((nvme[r].param_bytes[s] < memory[r].param_bytes[s]) == masters_out);
+                CHECK(memory[r].grad_bytes[s] > 0);
+                CHECK((nvme[r].grad_bytes[s] == 0) == (stage >= 2));
               }
               CHECK(nvme[r].after_load.optimizer == 0);
               CHECK(nvme[r].after_load.on_nvme == nvme[r].nvme_bytes[1]);

@@ -1,8 +1,9 @@
 // SwappedOptimizerState (Note [Offloaded optimizer state] in
 // parallel/offload/swapped_optimizer_state.h): Adam and SGD stepped a sub-group at a time
-// with their state (and the masters, where they have storages of their own) in the swap
-// file give the in-memory optimizer's bits, step after step and across a state reload;
-// between steps nothing of the state is in memory, and during a sub-group's turn only it.
+// with their state (and the masters, where they have storages of their own, and the
+// gradients, scaled in the sub-group's turn) in the swap file give the in-memory optimizer's
+// bits, step after step and across a state reload; between steps nothing of the state is in
+// memory, and during a sub-group's turn only it; the gradients are discarded by the step.
 #include "parallel/offload/swapped_optimizer_state.h"
 
 #include <catch2/catch.hpp>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "kernels/blas1.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "tests/test_files.h"
@@ -69,64 +71,104 @@ TEST_CASE("an optimizer stepped with its state swapped gives the in-memory bits"
   const auto dir = testing::fresh_dir("swapped_optimizer_state");
   for (const bool adam : {true, false}) {
     for (const bool masters : {true, false}) {
-      DYNAMIC_SECTION((adam ? "Adam" : "SGD") << (masters ? ", masters swapped" : "")) {
-        const std::vector<optim::ParamGroup> plain_groups = groups(3), swapped_groups = groups(3);
-        const auto plain = make(adam, plain_groups);
-        const auto swapped = make(adam, swapped_groups);
-        // Sub-groups: {0, 3}, {1}, {2, 4}; some params in another group than their order.
-        const std::vector<std::vector<std::string>> names = {
-            {"chunk.0", "chunk.3"}, {"chunk.1"}, {"chunk.2", "chunk.4"}};
-        std::vector<SwappedOptimizerState::SubGroup> subs;
-        std::vector<int64_t> group_bytes;
-        for (const auto& n : names) {
-          SwappedOptimizerState::SubGroup s{n, {}};
-          int64_t bytes = 0;
-          for (const std::string& name : n) {
-            const Tensor& t = find(swapped_groups, name).tensor;
-            if (masters) s.storages.push_back(t.storage());
-            bytes += static_cast<int64_t>(t.nbytes()) * ((adam ? 2 : 1) + (masters ? 1 : 0));
+      for (const bool swapped_grads : {false, true}) {
+        DYNAMIC_SECTION((adam ? "Adam" : "SGD") << (masters ? ", masters swapped" : "")
+                                                << (swapped_grads ? ", gradients swapped" : "")) {
+          const std::vector<optim::ParamGroup> plain_groups = groups(3), swapped_groups = groups(3);
+          const auto plain = make(adam, plain_groups);
+          const auto swapped = make(adam, swapped_groups);
+          // Sub-groups: {0, 3}, {1}, {2, 4}; some params in another group than their order.
+          const std::vector<std::vector<std::string>> names = {
+              {"chunk.0", "chunk.3"}, {"chunk.1"}, {"chunk.2", "chunk.4"}};
+          AioConfig aio;
+          aio.queue_depth = 4;
+          TensorSwapper swapper((dir / "state.swp").string(), aio, 2, 8192);
+          std::vector<SwappedOptimizerState::SubGroup> subs;
+          std::vector<int64_t> group_bytes;
+          std::vector<Tensor> grads;  // swapped ones: one storage each for the whole run
+          std::vector<int64_t> grad_ids;
+          for (const auto& n : names) {
+            SwappedOptimizerState::SubGroup s{n, {}, {}};
+            int64_t bytes = 0;
+            for (const std::string& name : n) {
+              const Tensor& t = find(swapped_groups, name).tensor;
+              if (masters) s.storages.push_back(swapper.add(t.storage()));
+              if (swapped_grads) {
+                grads.push_back(zeros(t.shape()));
+                t.set_grad(grads.back());
+                grad_ids.push_back(swapper.add(grads.back().storage()));
+                s.gradients.push_back(grad_ids.back());
+              }
+              bytes += static_cast<int64_t>(t.nbytes()) * ((adam ? 2 : 1) + (masters ? 1 : 0));
+            }
+            subs.push_back(s);
+            group_bytes.push_back(bytes);
           }
-          subs.push_back(s);
-          group_bytes.push_back(bytes);
-        }
-        AioConfig aio;
-        aio.queue_depth = 4;
-        TensorSwapper swapper((dir / "state.swp").string(), aio, 2, 8192);
-        SwappedOptimizerState state(*swapped, subs, swapper);
-        if (masters) CHECK(state.resident_bytes() == 0);  // the masters went out at once
-        std::vector<int64_t> seen;
-        for (int step = 0; step < 4; ++step) {
-          set_grads(plain_groups, step);
-          set_grads(swapped_groups, step);
-          plain->step();
-          seen.clear();
-          state.step([&](size_t g) { seen.push_back(state.resident_bytes() - group_bytes[g]); });
-          CHECK(state.resident_bytes() == 0);  // all out between steps
-          // Only the group's turn is in, except in the step after a reload: the loaded state
-          // is in memory until its group's turn.
-          if (step != 2) {
-            for (const int64_t other : seen) CHECK(other == 0);
+          if (swapped_grads) swapper.discard(grad_ids);
+          SwappedOptimizerState state(*swapped, subs, swapper);
+          if (masters) CHECK(state.resident_bytes() == 0);  // the masters went out at once
+          std::vector<int64_t> seen;
+          for (int step = 0; step < 4; ++step) {
+            set_grads(plain_groups, step);
+            if (swapped_grads) {
+              // Written to the file, as a reduction does, and scaled in the sub-group's turn.
+              swapper.swap_in(grad_ids);  // zeros: discarded by the last step
+              for (const Tensor& g : grads)
+                CHECK(g.to_vector<float>() == std::vector<float>(g.numel(), 0.0f));
+              set_grads(swapped_groups, step);
+              size_t k = 0;
+              for (const auto& n : names) {
+                for (const std::string& name : n) {
+                  const NamedParameter& p = find(swapped_groups, name);
+                  grads[k].copy_(p.tensor.grad());
+                  p.tensor.set_grad(grads[k++]);
+                }
+              }
+              swapper.swap_out(grad_ids);
+              for (const optim::ParamGroup& pg : plain_groups) {
+                for (const NamedParameter& p : pg.params) kernels::scale_(p.tensor.grad(), 0.5);
+              }
+            } else {
+              set_grads(swapped_groups, step);
+            }
+            plain->step();
+            seen.clear();
+            state.step(
+                [&](size_t g) {
+                  if (!swapped_grads) return;
+                  for (const std::string& name : names[g]) {
+                    kernels::scale_(find(swapped_groups, name).tensor.grad(), 0.5);
+                  }
+                },
+                [&](size_t g) { seen.push_back(state.resident_bytes() - group_bytes[g]); });
+            CHECK(state.resident_bytes() == 0);  // all out between steps
+            for (const int64_t id : grad_ids) CHECK_FALSE(swapper.resident(id));  // discarded
+            // Only the group's turn is in, except in the step after a reload: the loaded state
+            // is in memory until its group's turn.
+            if (step != 2) {
+              for (const int64_t other : seen) CHECK(other == 0);
+            }
+            CHECK(swapped->step_count() == plain->step_count());
+            if (step == 1) {
+              // A checkpoint's round trip: everything in, the state saved and loaded back.
+              state.make_resident();
+              CHECK(values(swapped_groups) == values(plain_groups));
+              StateDict saved;
+              for (const auto& [k, t] : swapped->state_dict()) saved.emplace_back(k, t.clone());
+              swapped->load_state_dict(saved);
+              state.state_replaced();
+            }
           }
-          CHECK(swapped->step_count() == plain->step_count());
-          if (step == 1) {
-            // A checkpoint's round trip: everything in, the state saved and loaded back.
-            state.make_resident();
-            CHECK(values(swapped_groups) == values(plain_groups));
-            StateDict saved;
-            for (const auto& [k, t] : swapped->state_dict()) saved.emplace_back(k, t.clone());
-            swapped->load_state_dict(saved);
-            state.state_replaced();
+          state.make_resident();
+          CHECK(values(swapped_groups) == values(plain_groups));
+          const StateDict a = plain->state_dict(), b = swapped->state_dict();
+          REQUIRE(a.size() == b.size());
+          for (size_t i = 0; i < a.size(); ++i) {
+            INFO(a[i].first);
+            CHECK(a[i].first == b[i].first);
+            CHECK(a[i].second.to(DType::f64).to_vector<double>() ==
+                  b[i].second.to(DType::f64).to_vector<double>());
           }
-        }
-        state.make_resident();
-        CHECK(values(swapped_groups) == values(plain_groups));
-        const StateDict a = plain->state_dict(), b = swapped->state_dict();
-        REQUIRE(a.size() == b.size());
-        for (size_t i = 0; i < a.size(); ++i) {
-          INFO(a[i].first);
-          CHECK(a[i].first == b[i].first);
-          CHECK(a[i].second.to(DType::f64).to_vector<double>() ==
-                b[i].second.to(DType::f64).to_vector<double>());
         }
       }
     }

@@ -2,7 +2,8 @@
 // random sizes, unaligned tails included, swapped out and in through pools smaller and
 // larger than they are, at queue depths 1-32, come back with their bytes; the file holds
 // exactly those bytes where a blocking read finds them; released storages free their
-// memory; misuse and file errors are named.
+// memory; discarded ones come back as zeros, in memory or out, without disturbing the
+// others' regions; misuse and file errors are named.
 #include "parallel/offload/tensor_swapper.h"
 
 #include <fcntl.h>
@@ -95,6 +96,38 @@ TEST_CASE("swapped storages come back with their bytes at every pool and queue d
   }
 }
 
+TEST_CASE("discarded storages come back as zeros and keep their regions", "[swap]") {
+  const auto dir = testing::fresh_dir("tensor_swapper_discard");
+  AioConfig aio;
+  aio.queue_depth = 2;
+  TensorSwapper swapper((dir / "d.swp").string(), aio, 2, 4096);
+  std::vector<std::vector<unsigned char>> want;
+  std::vector<Storage> storages;
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    want.push_back(random_bytes(5000 + 999 * i, 10 + static_cast<unsigned>(i)));
+    storages.push_back(storage_with(want.back()));
+    ids.push_back(swapper.add(storages.back()));
+  }
+  swapper.swap_out({ids[0], ids[1]});
+  swapper.discard({ids[1], ids[2]});  // one out, one in memory
+  CHECK(storages[2].nbytes() == 0);
+  CHECK(swapper.swapped_bytes() == static_cast<int64_t>(want[0].size()));
+  swapper.swap_in({ids[2], ids[1], ids[0]});
+  CHECK(bytes_of(storages[0]) == want[0]);
+  for (int i : {1, 2}) {
+    CHECK(bytes_of(storages[i]) == std::vector<unsigned char>(want[i].size(), 0));
+  }
+  // Written again, a discarded storage's region holds its new bytes.
+  want[1] = random_bytes(static_cast<int64_t>(want[1].size()), 42);
+  std::memcpy(storages[1].data(), want[1].data(), want[1].size());
+  swapper.swap_out({ids[1], ids[0]});
+  swapper.swap_in({ids[0], ids[1]});
+  CHECK(bytes_of(storages[0]) == want[0]);
+  CHECK(bytes_of(storages[1]) == want[1]);
+  CHECK_THROWS_WITH(swapper.swap_in({ids[2]}), Catch::Contains("storage 2 is resident"));
+}
+
 TEST_CASE("swapping names misuse and the file's errors", "[swap]") {
   const auto dir = testing::fresh_dir("tensor_swapper_errors");
   const std::string path = (dir / "a.swp").string();
@@ -104,7 +137,8 @@ TEST_CASE("swapping names misuse and the file's errors", "[swap]") {
   const int64_t id = swapper.add(s);
   CHECK_THROWS_WITH(
       swapper.swap_in({id}),
-      "[swap] " + path + ": storage 0 is resident; expected it swapped out before swapping it in");
+      "[swap] " + path +
+          ": storage 0 is resident; expected it swapped out or discarded before swapping it in");
   swapper.swap_out({id});
   CHECK_THROWS_WITH(swapper.swap_out({id}),
                     "[swap] " + path +
