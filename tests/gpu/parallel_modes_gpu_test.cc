@@ -6,6 +6,7 @@
 // split from the device group (tools/trainer/trainer.h), so every stage transfer, partial sum and
 // gathered parameter moves CUDA tensors.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -86,25 +87,31 @@ enum class DeviceGroup { host_staged, nccl };
 
 // Trains `doc` on `ranks` thread ranks. A CUDA run's ranks get a device group over the
 // same ranks: host staging over a thread group of its own (all ranks on cuda:0), or NCCL
-// with rank r on cuda:r.
+// with rank r on cuda:r. A rank that waits 60 s for its peers fails, naming the operation
+// and the group (these runs take seconds), so that a hang is reported, not timed out.
 void train(const Json& doc, const fs::path& dir, int ranks, DeviceGroup how) {
+  parallel::CommOptions options;
+  options.timeout = std::chrono::seconds(60);
   const std::vector<std::unique_ptr<parallel::Communicator>> staging =
-      parallel::make_thread_group(ranks);
-  parallel::run_thread_ranks(ranks, [&](parallel::Communicator& world) {
-    RunConfig cfg = parse_run_config(doc, "test", dir.string(), ranks);
-    std::unique_ptr<parallel::Communicator> device;
-    if (cfg.trainer.device.is_cuda() && ranks > 1) {
-      if (how == DeviceGroup::nccl) {
-        cfg.trainer.device = Device::cuda(world.rank());
-        device = parallel::nccl_group(world, world.rank(), {});
-      } else {
-        device = parallel::host_staged(*staging[world.rank()]);
-      }
-    }
-    apply_run_environment(cfg, world, device.get());
-    Trainer trainer(std::move(cfg), ResumeMode::never, world, device.get());
-    trainer.run();
-  });
+      parallel::make_thread_group(ranks, options);
+  parallel::run_thread_ranks(
+      ranks,
+      [&](parallel::Communicator& world) {
+        RunConfig cfg = parse_run_config(doc, "test", dir.string(), ranks);
+        std::unique_ptr<parallel::Communicator> device;
+        if (cfg.trainer.device.is_cuda() && ranks > 1) {
+          if (how == DeviceGroup::nccl) {
+            cfg.trainer.device = Device::cuda(world.rank());
+            device = parallel::nccl_group(world, world.rank(), {});
+          } else {
+            device = parallel::host_staged(*staging[world.rank()]);
+          }
+        }
+        apply_run_environment(cfg, world, device.get());
+        Trainer trainer(std::move(cfg), ResumeMode::never, world, device.get());
+        trainer.run();
+      },
+      options);
 }
 
 // The CUDA run of `layout` follows its CPU run: every training and validation loss within
