@@ -33,7 +33,7 @@ TrainerConfig read_trainer(JsonObjectReader t, const std::string& run_dir) {
   c.seed = static_cast<uint64_t>(t.get_in_range<int64_t>("seed", 1337, 0, kMax));
   c.log_dir = t.get<std::string>("log_dir", run_dir);
   c.checkpoint_dir = t.get<std::string>("checkpoint_dir", run_dir + "/checkpoints");
-  c.checkpoint_interval = t.get_in_range<int64_t>("checkpoint_interval", 0, 0, kMax);
+  c.checkpoint_interval = t.get_in_range<int64_t>("checkpoint_interval", 0, -1, kMax);
   c.keep_last = t.get_in_range<int64_t>("keep_last", c.keep_last, 0, kMax);
   c.threads = t.get_in_range<int64_t>("threads", 0, 0, 4096);
   const std::string device = t.get<std::string>("device", "cpu");

@@ -52,13 +52,15 @@ struct TrainerConfig {
   int64_t eval_interval = 0;  // 0: only at the end
   int64_t eval_batches = 20;
   uint64_t seed = 1337;
-  std::string log_dir;              // metrics.jsonl, metrics.csv
-  std::string checkpoint_dir;       // empty: no checkpoints
-  int64_t checkpoint_interval = 0;  // 0: only at the end
-  int64_t keep_last = 3;            // 0: keep every checkpoint
-  int64_t threads = 0;              // 0: all cores
-  Device device = Device::cpu();    // where the model trains: "cpu", "cuda" or "cuda:N"
-  bool no_decay_1d = true;          // no weight decay on biases and norm weights
+  std::string log_dir;         // metrics.jsonl, metrics.csv
+  std::string checkpoint_dir;  // empty: no checkpoints
+  // Steps between checkpoints; 0: only at the end; -1: never (a run whose offloaded state
+  // exceeds memory, until checkpoints stream).
+  int64_t checkpoint_interval = 0;
+  int64_t keep_last = 3;          // 0: keep every checkpoint
+  int64_t threads = 0;            // 0: all cores
+  Device device = Device::cpu();  // where the model trains: "cpu", "cuda" or "cuda:N"
+  bool no_decay_1d = true;        // no weight decay on biases and norm weights
   std::vector<std::string> no_decay_names;
   SampleConfig sample;
 };

@@ -307,7 +307,8 @@ TrainResult Trainer::run() {
         log_info("step {}: val loss {:.4f}", step, *result.val_loss);
       }
     }
-    if ((t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) || last) {
+    if ((t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) ||
+        (last && t.checkpoint_interval >= 0)) {
       save_checkpoint();
     }
   }

@@ -1,5 +1,6 @@
 // The training loop's arithmetic: gradient accumulation equals the larger batch, and
-// activation checkpointing (with dropout) changes nothing but memory.
+// activation checkpointing (with dropout) changes nothing but memory; checkpoint_interval
+// -1 saves no checkpoint.
 #include "tools/trainer/trainer.h"
 
 #include <map>
@@ -27,36 +28,44 @@ void write_random_shard(const fs::path& dir) {
   data::write_shard((dir / "train_000000.bin").string(), tokens);
 }
 
-// Trains 3 steps in `dir` with `micro` x `accumulation` sequences per step and returns the
-// final parameters. SGD, unlike Adam, is not invariant to the gradient's scale, so a wrong
-// accumulation factor shows.
-std::map<std::string, Tensor> train(const fs::path& dir, int64_t micro, int64_t accumulation,
-                                    double dropout, bool checkpoint_activations) {
-  const Json doc = {{"train_batch_size", micro * accumulation},
-                    {"train_micro_batch_size_per_gpu", micro},
-                    {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.5}, {"momentum", 0.9}}}}},
-                    {"model",
-                     {{"type", "gpt2"},
-                      {"vocab_size", 20},
-                      {"block_size", 8},
-                      {"n_layer", 2},
-                      {"n_head", 2},
-                      {"n_embd", 16},
-                      {"dropout", dropout},
-                      {"checkpoint_activations", checkpoint_activations}}},
-                    {"data",
-                     {{"train", (dir.parent_path() / "data" / "train_*.bin").string()},
-                      {"sampling", "sequential"}}},
-                    {"trainer",
-                     {{"steps", 3},
-                      {"threads", 1},
-                      {"log_dir", dir.string()},
-                      {"checkpoint_dir", (dir / "ckpt").string()}}}};
+// 3 SGD steps in `dir` with `micro` x `accumulation` sequences per step. SGD, unlike Adam,
+// is not invariant to the gradient's scale, so a wrong accumulation factor shows.
+Json run_doc(const fs::path& dir, int64_t micro, int64_t accumulation, double dropout,
+             bool checkpoint_activations) {
+  return Json{{"train_batch_size", micro * accumulation},
+              {"train_micro_batch_size_per_gpu", micro},
+              {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.5}, {"momentum", 0.9}}}}},
+              {"model",
+               {{"type", "gpt2"},
+                {"vocab_size", 20},
+                {"block_size", 8},
+                {"n_layer", 2},
+                {"n_head", 2},
+                {"n_embd", 16},
+                {"dropout", dropout},
+                {"checkpoint_activations", checkpoint_activations}}},
+              {"data",
+               {{"train", (dir.parent_path() / "data" / "train_*.bin").string()},
+                {"sampling", "sequential"}}},
+              {"trainer",
+               {{"steps", 3},
+                {"threads", 1},
+                {"log_dir", dir.string()},
+                {"checkpoint_dir", (dir / "ckpt").string()}}}};
+}
+
+void run(const Json& doc, const fs::path& dir) {
   const auto single = parallel::make_thread_group(1);
   RunConfig cfg = parse_run_config(doc, "test", dir.string());
   apply_run_environment(cfg, *single[0]);
   Trainer trainer(std::move(cfg), ResumeMode::never, *single[0]);
   trainer.run();
+}
+
+// Trains run_doc() in `dir` and returns the final parameters.
+std::map<std::string, Tensor> train(const fs::path& dir, int64_t micro, int64_t accumulation,
+                                    double dropout, bool checkpoint_activations) {
+  run(run_doc(dir, micro, accumulation, dropout, checkpoint_activations), dir);
   const std::optional<std::string> last = CheckpointDir((dir / "ckpt").string(), 0).latest();
   REQUIRE(last.has_value());
   std::map<std::string, Tensor> params;
@@ -90,6 +99,19 @@ TEST_CASE("activation checkpointing with dropout reproduces the stored-activatio
     // The recomputation replays the same kernels on the same dropout masks: bit for bit.
     CHECK(recomputed.at(name).to_vector<double>() == t.to_vector<double>());
   }
+}
+
+TEST_CASE("checkpoint_interval -1 saves no checkpoint", "[trainer]") {
+  const fs::path root = testing::fresh_dir("no_checkpoint");
+  fs::create_directories(root / "data");
+  write_random_shard(root / "data");
+  Json doc = run_doc(root / "run", 2, 1, 0.0, false);
+  doc["trainer"]["checkpoint_interval"] = -1;
+  run(doc, root / "run");
+  CHECK_FALSE(CheckpointDir((root / "run" / "ckpt").string(), 0).latest().has_value());
+  doc["trainer"]["checkpoint_interval"] = -2;
+  CHECK_THROWS_WITH(parse_run_config(doc, "test", (root / "run").string()),
+                    Catch::Contains("checkpoint_interval"));
 }
 
 }  // namespace
