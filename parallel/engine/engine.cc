@@ -24,6 +24,17 @@ Tensor to_device(const Tensor& host, Device device) {
   return host.pin_memory().to(device, /*non_blocking=*/true);
 }
 
+// The micro-batches on the training device, for the pipeline executor, which feeds them to
+// the stage as they are.
+std::vector<pipeline::MicroBatch> to_device(const std::vector<pipeline::MicroBatch>& batches,
+                                            Device device) {
+  std::vector<pipeline::MicroBatch> out;
+  for (const pipeline::MicroBatch& b : batches) {
+    out.push_back({to_device(b.inputs, device), to_device(b.labels, device)});
+  }
+  return out;
+}
+
 // Adds a loss to the running sum `total` (f64 on the loss's device). Losses stay on the
 // device until the end of the step: reading each one would make the host wait for the
 // device after every micro-batch.
@@ -122,7 +133,7 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
       stepped = true;
       step_optimizer(stats, std::nullopt);
     };
-    loss = executor_->train_batch(micro_batches, hooks);
+    loss = executor_->train_batch(to_device(micro_batches, device_), hooks);
     TS_INTERNAL_ASSERT(stepped, "the training schedule ended without an optimizer step");
     stats.loss = global_mean(loss);
   } else {
@@ -182,7 +193,7 @@ double Engine::eval_batch(const std::vector<pipeline::MicroBatch>& micro_batches
   model_.eval();
   double loss = 0;
   if (executor_) {
-    loss = executor_->eval_batch(micro_batches);
+    loss = executor_->eval_batch(to_device(micro_batches, device_));
   } else {
     Tensor total;  // f64, on the device
     for (const pipeline::MicroBatch& b : micro_batches) {
