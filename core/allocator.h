@@ -30,6 +30,9 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
   virtual AllocatorStats stats() const = 0;
   virtual void reset_peak() = 0;
+  // Returns the blocks a caching allocator keeps for reuse to the system
+  // (torch.cuda.empty_cache); nothing for the others.
+  virtual void release_cached() {}
 };
 
 inline constexpr size_t kCpuAlignment = 64;
@@ -37,5 +40,11 @@ inline constexpr size_t kCpuAlignment = 64;
 // The allocator of a device. The CPU allocator always exists; asking for a CUDA device
 // throws when Tessera was built without CUDA or no such device is present.
 Allocator& allocator_for(Device device);
+
+// Host memory that goes back to the system the moment it is freed: each block is an
+// anonymous mapping of its own, page-aligned, uncached. For storages whose point is to
+// leave memory when released (NVMe offload's swapped storages), where the CPU allocator
+// would keep them cached.
+Allocator& mapped_host_allocator();
 
 }  // namespace tessera

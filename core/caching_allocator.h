@@ -41,7 +41,7 @@ class CachingAllocator final : public Allocator {
   AllocatorStats stats() const override;
   void reset_peak() override;
   // Returns every cached block to the system.
-  void release_cached();
+  void release_cached() override;
 
  private:
   size_t round_size(size_t n) const;

@@ -43,9 +43,12 @@ void Storage::release() const {
 }
 
 void Storage::reallocate(size_t nbytes) const {
+  if (block_) reallocate(nbytes, allocator_for(block_->device));
+}
+
+void Storage::reallocate(size_t nbytes, Allocator& alloc) const {
   if (!block_) return;
   block_->reset();
-  Allocator& alloc = allocator_for(block_->device);
   block_->data = alloc.allocate(nbytes);
   block_->nbytes = nbytes;
   block_->free = returning_to(alloc, nbytes);

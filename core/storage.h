@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 
+#include "core/allocator.h"
 #include "core/device.h"
 
 namespace tessera {
@@ -35,8 +36,9 @@ class Storage {
   // tensor over a released storage is an error (Tensor::raw_data).
   void release() const;
   // Replaces the memory with `nbytes` fresh, uninitialized bytes from
-  // allocator_for(device()), for every handle.
+  // allocator_for(device()), or from `allocator` (memory of device()), for every handle.
   void reallocate(size_t nbytes) const;
+  void reallocate(size_t nbytes, Allocator& allocator) const;
 
  private:
   struct Block {

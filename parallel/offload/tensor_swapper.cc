@@ -148,7 +148,7 @@ void TensorSwapper::swap_in(const std::vector<int64_t>& ids) {
     if (reads && file_.in_flight() > 0) settle(copies);  // a region may still be on its way out
     for (const int64_t id : ids) {
       Entry& e = entry(id);
-      e.storage.reallocate(static_cast<size_t>(e.bytes));
+      e.storage.reallocate(static_cast<size_t>(e.bytes), mapped_host_allocator());
       filling.push_back(&e);
       auto* target = static_cast<char*>(e.storage.data());
       if (!e.written) {  // discarded: zeros

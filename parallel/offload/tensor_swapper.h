@@ -12,7 +12,9 @@
 // the storage (Storage::release: its storage().nbytes() is 0 for every tensor viewing it,
 // and reading it is an error); it returns with
 // the last writes in flight, so the caller computes while they travel, and a buffer is
-// reused only after its write completed. swap_in() reallocates the storages and fills
+// reused only after its write completed. swap_in() reallocates the storages (from
+// mapped_host_allocator(), so that their memory leaves the process when they are swapped
+// out again, where the CPU allocator would keep it cached) and fills
 // them: a region's reads start after every write in flight has completed (a region may
 // still be on its way out), each buffer's bytes are copied out once its read completed,
 // and it returns when all are filled. discard() drops a storage's bytes wherever they are

@@ -158,6 +158,8 @@ void ZeroOptimizer::start_offload() {
   if (partitioned_ != nullptr) masters = partitioned_->swap_ids();
   offload_ = std::make_unique<ZeroOffload>(config_, layout_, *inner_, *swapper_, masters,
                                            gradients_->swap_ids());
+  // The blocks swapped out so far came from the CPU allocator, which keeps them cached.
+  allocator_for(Device::cpu()).release_cached();
 }
 
 std::unique_ptr<optim::Optimizer> ZeroOptimizer::make_inner(const optim::OptimizerConfig& config,
@@ -327,6 +329,9 @@ bool ZeroOptimizer::step() {
     if (overflow_) return false;  // DeepSpeed skips the step and keeps the parameters
   }
   if (offload_) {
+    // Backward's buffers, cached by the CPU allocator, would hold the room the sub-groups
+    // need: they go back to the system, and the next backward maps them afresh.
+    allocator_for(Device::cpu()).release_cached();
     const bool round_master = master_ != nullptr && master_->sharded_parameters();
     const bool round_partitioned = partitioned_ != nullptr && !partitioned_->swap_ids().empty();
     offload_->step([&](int64_t block) { gradients_->prepare_chunk(block); },
