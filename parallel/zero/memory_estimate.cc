@@ -33,6 +33,15 @@ int64_t fp32_model_state_bytes(int stage, int64_t params, int world) {
   }
 }
 
+int64_t nvme_model_state_bytes(int stage, int64_t params, int world, bool half_precision) {
+  const int64_t shard = checked_shard(stage, params, world);
+  TS_CHECK(stage >= 1, "[estimate_memory] offload_optimizer needs ZeRO stage 1 to 3, found ",
+           stage);
+  const int64_t masters = half_precision ? 4 : 0;
+  const int64_t gradients = stage >= 2 ? 4 : 0;
+  return (8 + masters + gradients) * shard;
+}
+
 int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_accumulation) {
   const int64_t shard = checked_shard(stage, params, world);
   switch (stage) {

@@ -28,6 +28,17 @@ int64_t fp32_model_state_bytes(int stage, int64_t params, int world);
 // Stage 3's persistent parameters and gathered ones come on top.
 int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_accumulation);
 
+// Note [Offloaded model states]
+// With offload_optimizer "nvme" (stages 1-3; Note [ZeRO's offloaded state] in
+// parallel/zero/zero_offload.h) part of the bytes above lives in the swap file: the Adam
+// moments (8 S), with 16-bit parameters the f32 masters (4 S), and at stages 2-3 the f32
+// gradient shard (4 S):
+//   16-bit: stage 1: 12 S    stages 2-3: 16 S
+//   f32:    stage 1:  8 S    stages 2-3: 12 S  (f32 parameters are their own masters)
+// What stays in memory is the rest (16-bit at stage 3: 2 S). A step brings one sub-group
+// of it in at a time (sub_group_size elements: 16 bytes each with 16-bit parameters).
+int64_t nvme_model_state_bytes(int stage, int64_t params, int world, bool half_precision);
+
 // Device and host bytes, as DeepSpeed's estimators report them.
 struct DeviceHostBytes {
   double device = 0;

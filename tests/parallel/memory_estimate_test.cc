@@ -37,6 +37,21 @@ TEST_CASE("16-bit model states per rank follow Note [16-bit model states]", "[ze
     REQUIRE(mixed_model_state_bytes(2, p, world, true) == 2 * p + 16 * shard);
     REQUIRE(mixed_model_state_bytes(3, p, world, true) == 18 * shard);
   }
+  // Note [Offloaded model states].
+  for (const int world : {1, 3, 8}) {
+    const int64_t p = 1000003, shard = (p + world - 1) / world;
+    REQUIRE(nvme_model_state_bytes(1, p, world, true) == 12 * shard);
+    REQUIRE(nvme_model_state_bytes(2, p, world, true) == 16 * shard);
+    REQUIRE(nvme_model_state_bytes(3, p, world, true) == 16 * shard);
+    REQUIRE(nvme_model_state_bytes(1, p, world, false) == 8 * shard);
+    REQUIRE(nvme_model_state_bytes(3, p, world, false) == 12 * shard);
+    // 16-bit stage 3 keeps its 16-bit shard in memory.
+    REQUIRE(mixed_model_state_bytes(3, p, world, false) -
+                nvme_model_state_bytes(3, p, world, true) ==
+            2 * shard);
+  }
+  REQUIRE(testing::error_of([] { nvme_model_state_bytes(0, 10, 1, true); }) ==
+          "[estimate_memory] offload_optimizer needs ZeRO stage 1 to 3, found 0");
   REQUIRE(testing::error_of([] { mixed_model_state_bytes(4, 10, 1, false); }) ==
           "[estimate_memory] expected a ZeRO stage in 0..3, found 4");
 }

@@ -62,7 +62,12 @@ std::vector<std::string> describe_run_config(const RunConfig& c, int64_t world_s
   const int64_t state =
       is_half(dtype) ? parallel::mixed_model_state_bytes(stage, part, dp_size, f32_accumulation)
                      : parallel::fp32_model_state_bytes(stage, part, dp_size);
-  lines.push_back(str_cat("model states per rank: ", mib(state), " (", part,
+  std::string where;
+  if (e.zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::nvme) {
+    const int64_t nvme = parallel::nvme_model_state_bytes(stage, part, dp_size, is_half(dtype));
+    where = str_cat(": ", mib(state - nvme), " in memory, ", mib(nvme), " in the NVMe swap file");
+  }
+  lines.push_back(str_cat("model states per rank: ", mib(state), where, " (", part,
                           " parameters per stage and slice; activations and buckets come on top)"));
   lines.push_back(str_cat("training: ",
                           c.trainer.epochs ? str_cat(*c.trainer.epochs, " epoch(s)")
