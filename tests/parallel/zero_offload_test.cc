@@ -5,11 +5,13 @@
 // are out of memory, and at stages 2-3 the gradients are too once backward is over; a
 // checkpoint's save and load round trip continues bitwise; the swap file goes with the
 // optimizer.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
 
 #include "autograd/engine.h"
+#include "core/allocator.h"
 #include "core/factories.h"
 #include "models/gpt2/gpt.h"
 #include "parallel/comm/thread_comm.h"
@@ -32,9 +34,13 @@ struct Run {
   std::vector<int64_t> state_bytes;  // the optimizer state in memory after each step
   std::vector<int64_t> param_bytes;  // the parameter buffers in memory after each step
   std::vector<int64_t> grad_bytes;   // the gradient buffers in memory after each backward
-  std::vector<int64_t> nvme_bytes;   // the state and masters in the swap file after each step
-  std::vector<float> state;          // the state_dict's tensors, flat, at the end
-  ModelStateBytes after_load;        // after step 1's round trip and swap_out_offloaded()
+  // The most bytes of swapped storages in memory during each step (mapped_host_allocator:
+  // world 1 only, as thread ranks share it), and the bound: the largest sub-group's.
+  std::vector<int64_t> step_swap_peak;
+  int64_t largest_sub_group = 0;
+  std::vector<int64_t> nvme_bytes;  // the state and masters in the swap file after each step
+  std::vector<float> state;         // the state_dict's tensors, flat, at the end
+  ModelStateBytes after_load;       // after step 1's round trip and swap_out_offloaded()
 };
 
 // `world` ranks train the test GPT in `dtype` at `zero`; after step 1 each rank saves its
@@ -53,6 +59,14 @@ std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype) {
         optim::decay_groups(model.named_parameters(), adamw.lr, adamw.weight_decay, true, {}),
         adamw, zero, precision);
     Run& run = runs[static_cast<size_t>(comm.rank())];
+    // Note [Offloaded model states]: what a sub-group brings in, per element of its chunks.
+    const int64_t per_element = 8 + (dtype == DType::f32 ? 0 : 4) + (zero.stage >= 2 ? 4 : 0);
+    int64_t group_numel = 0;
+    for (const FlatLayout::Block& b : opt.layout().blocks) {
+      if (group_numel >= zero.sub_group_size) group_numel = 0;  // a new sub-group
+      group_numel += b.chunk;
+      run.largest_sub_group = std::max(run.largest_sub_group, group_numel * per_element);
+    }
     const int64_t micro = kGlobalRows / kGas / world;
     for (int s = 0; s < kSteps; ++s) {
       opt.zero_grad();
@@ -67,7 +81,9 @@ std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype) {
       run.losses.push_back(loss);
       run.grad_bytes.push_back(opt.model_state_bytes().grads);
       run.norms.push_back(opt.clip_grad_norm(1e-2));  // clips: the gradients are scaled
+      mapped_host_allocator().reset_peak();
       opt.step();
+      run.step_swap_peak.push_back(mapped_host_allocator().stats().peak_allocated);
       opt.wait_for_parameters();
       run.state_bytes.push_back(opt.model_state_bytes().optimizer);
       run.param_bytes.push_back(opt.model_state_bytes().params);
@@ -131,6 +147,13 @@ TEST_CASE("ZeRO with its optimizer state on NVMe equals the in-memory run bitwis
                 CHECK((nvme[r].param_bytes[s] < memory[r].param_bytes[s]) == masters_out);
                 CHECK(memory[r].grad_bytes[s] > 0);
                 CHECK((nvme[r].grad_bytes[s] == 0) == (stage >= 2));
+                if (world == 1) {
+                  // One sub-group in memory at a time, whole in its turn.
+                  CHECK(nvme[r].step_swap_peak[s] <= nvme[r].largest_sub_group);
+                  // The state is the optimizer's own memory until it has been swapped once.
+                  if (s == kSteps - 1)
+                    CHECK(nvme[r].step_swap_peak[s] >= nvme[r].largest_sub_group / 2);
+                }
               }
               CHECK(nvme[r].after_load.optimizer == 0);
               CHECK(nvme[r].after_load.on_nvme == nvme[r].nvme_bytes[1]);
