@@ -113,6 +113,22 @@ int body(int argc, char** argv) {
               gib(4.0 * static_cast<double>(params)));
 
   std::printf(
+      "\nThe same with offload_optimizer \"nvme\", in memory / in the swap file, GiB per rank\n"
+      "(Note [Offloaded model states]: moments, masters and, at stages 2-3, f32 gradients on\n"
+      "NVMe; a step brings one sub-group in):\n");
+  std::printf("%8s %17s %17s %17s\n", "world", "stage 1", "stage 2", "stage 3");
+  for (const int world : worlds) {
+    std::printf("%8d", world);
+    for (int stage = 1; stage <= 3; ++stage) {
+      const int64_t total = parallel::mixed_model_state_bytes(stage, params, world, false);
+      const int64_t nvme = parallel::nvme_model_state_bytes(stage, params, world, true);
+      std::printf(" %8.3f / %6.3f", gib(static_cast<double>(total - nvme)),
+                  gib(static_cast<double>(nvme)));
+    }
+    std::printf("\n");
+  }
+
+  std::printf(
       "\nDeepSpeed's estimators (fp16 training, buffer factor 1.5), device / host GiB per "
       "GPU:\n");
   std::printf("%8s %8s %17s %17s %17s %17s %17s\n", "GPUs", "nodes", "Z2 cpu offload", "Z2",
