@@ -42,9 +42,9 @@ inline constexpr size_t kCpuAlignment = 64;
 Allocator& allocator_for(Device device);
 
 // Host memory that goes back to the system the moment it is freed: each block is an
-// anonymous mapping of its own, page-aligned, uncached. For storages whose point is to
-// leave memory when released (NVMe offload's swapped storages), where the CPU allocator
-// would keep them cached.
+// anonymous mapping of its own, page-aligned, uncached, and zero-filled. For storages whose point
+// is to leave memory when released (NVMe offload's swapped storages), where the CPU allocator would
+// keep them cached.
 Allocator& mapped_host_allocator();
 
 }  // namespace tessera

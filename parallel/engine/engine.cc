@@ -29,6 +29,7 @@ Tensor to_device(const Tensor& host, Device device) {
 std::vector<pipeline::MicroBatch> to_device(const std::vector<pipeline::MicroBatch>& batches,
                                             Device device) {
   std::vector<pipeline::MicroBatch> out;
+  out.reserve(batches.size());
   for (const pipeline::MicroBatch& b : batches) {
     out.push_back({to_device(b.inputs, device), to_device(b.labels, device)});
   }

@@ -52,6 +52,13 @@ void TensorSwapper::drop(const std::vector<int64_t>& ids) {
 }
 
 void TensorSwapper::discard(const std::vector<int64_t>& ids) {
+  check_usable();
+  bool writing = false;
+  for (const int64_t id : ids) writing = writing || entry(id).writing;
+  if (writing) {  // the region's next write must not race its last one
+    std::vector<PendingCopy> none;
+    settle(none);
+  }
   for (const int64_t id : ids) {
     Entry& e = entry(id);
     e.storage.release();
@@ -101,6 +108,7 @@ void TensorSwapper::settle(std::vector<PendingCopy>& copies) {
   }
   free_.clear();
   for (int b = static_cast<int>(pool_.size()) - 1; b >= 0; --b) free_.push_back(b);
+  for (Entry& e : entries_) e.writing = false;
 }
 
 int TensorSwapper::take_buffer(std::vector<PendingCopy>& copies) {
@@ -130,6 +138,7 @@ void TensorSwapper::swap_out(const std::vector<int64_t>& ids) {
     e.storage.release();
     e.resident = false;
     e.written = true;
+    e.writing = true;
   }
 }
 
@@ -151,10 +160,7 @@ void TensorSwapper::swap_in(const std::vector<int64_t>& ids) {
       e.storage.reallocate(static_cast<size_t>(e.bytes), mapped_host_allocator());
       filling.push_back(&e);
       auto* target = static_cast<char*>(e.storage.data());
-      if (!e.written) {  // discarded: zeros
-        std::memset(target, 0, static_cast<size_t>(e.bytes));
-        continue;
-      }
+      if (!e.written) continue;  // discarded: a fresh mapping's zeros
       for (int64_t at = 0; at < e.bytes;) {
         const int b = take_buffer(copies);
         AlignedBuffer& buffer = pool_[static_cast<size_t>(b)];

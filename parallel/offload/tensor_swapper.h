@@ -19,7 +19,9 @@
 // still be on its way out), each buffer's bytes are copied out once its read completed,
 // and it returns when all are filled. discard() drops a storage's bytes wherever they are
 // (a gradient once the step has read it): its memory is released, its region kept, and
-// the next swap_in() gives it zeros without reading. A failed read or write is reported by the next
+// the next swap_in() gives it zeros without reading (fresh mappings are zeros); a write to
+// its region still in flight is waited for first, so that no two writes to one region are
+// ever in flight together. A failed read or write is reported by the next
 // call that waits, and every call after it reports it again: the swapper is then unusable, the
 // storages it was filling released, and the bytes of those in the file lost, as the swap
 // file survives nothing; the durable state is the checkpoint (Note [Atomic checkpoints] in
@@ -64,9 +66,9 @@ class TensorSwapper {
   // the swapper drops its handles, and their regions stay unused.
   void drop(const std::vector<int64_t>& ids);
 
-  // Whether storage `id` holds its bytes (false: they are in the file).
+  // Whether storage `id` is in memory (false: its bytes are in the file, or discarded).
   bool resident(int64_t id) const { return entries_[static_cast<size_t>(id)].resident; }
-  // Bytes of the storages that are in the file only (swapped out, not dropped).
+  // Bytes of the storages that are in the file only (swapped out, not discarded or dropped).
   int64_t swapped_bytes() const;
   // Bytes of storage `id`, in memory or not.
   int64_t bytes(int64_t id) const { return entries_[static_cast<size_t>(id)].bytes; }
@@ -82,6 +84,7 @@ class TensorSwapper {
     int64_t offset = 0;  // of its region
     bool resident = true;
     bool written = false;  // its region holds its bytes
+    bool writing = false;  // a write to its region may be in flight
     bool dropped = false;
   };
   // A read into a buffer, to be copied into `target` once complete.

@@ -36,7 +36,8 @@ int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_a
 //   16-bit: stage 1: 12 S    stages 2-3: 16 S
 //   f32:    stage 1:  8 S    stages 2-3: 12 S  (f32 parameters are their own masters)
 // What stays in memory is the rest (16-bit at stage 3: 2 S). A step brings one sub-group
-// of it in at a time (sub_group_size elements: 16 bytes each with 16-bit parameters).
+// of it in at a time (sub_group_size elements, with the bytes per element above). The
+// gradients are in the file from backward to the step only.
 int64_t nvme_model_state_bytes(int stage, int64_t params, int world, bool half_precision);
 
 // Device and host bytes, as DeepSpeed's estimators report them.

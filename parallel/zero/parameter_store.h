@@ -43,8 +43,8 @@ class ParameterStore {
   // parameters at stages 1-2).
   virtual bool sharded_parameters() const { return false; }
   // Then this rank's f32 shard of them (layout.shard_numel() elements: stage 3's live
-  // buffer, a host copy of the masters at stages 1-2), else undefined: what a checkpoint
-  // saves per rank.
+  // buffer or, with swapped masters, a host copy; a host copy of the masters at stages
+  // 1-2), else undefined: what a checkpoint saves per rank.
   virtual Tensor shard() const { return {}; }
   // Backward's progress, for stores that gather parameters (stage 3).
   virtual void begin_backward() {}

@@ -4,7 +4,8 @@
 // Note [ZeRO-3 parameters]
 // The layout has one block per parameter (make_flat_layout with block_numel 1): every
 // parameter is padded to a multiple of W and rank r owns chunk r of it, in this rank's
-// flat fp32 shard. With 16-bit parameters that shard holds their f32 masters, and a 16-bit
+// fp32 shard (one chunk per parameter: views of one buffer, or storages of their own that
+// NVMe offload swaps). With 16-bit parameters that shard holds their f32 masters, and a 16-bit
 // copy of it, rounded after each step, is what the gathers send (DeepSpeed's ds_tensor). Each
 // parameter tensor views its own gather storage (core/storage.h), the padded parameter, which is
 // allocated and all-gathered from the shards when the parameter is needed and released after;

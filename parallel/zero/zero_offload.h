@@ -17,7 +17,8 @@
 //     each chunk's squares taken as it was written. Stage 1 keeps its f32 gradient shard.
 // What stays in memory at stage 3 with 16-bit parameters is then the 16-bit shard (2 bytes
 // a parameter at world 1, where DeepSpeed's 16 bytes of Adam model states are), the swapper's
-// buffers, the gathered parameters and a block's gradient while it is reduced.
+// buffers, the gathered parameters and the gradients of the reductions in flight (with
+// overlap_comm, up to two buckets' worth: Note [Overlapped reductions]) with their chunks.
 // Each rank writes its own file,
 // <nvme_path>/tessera_optimizer_<pid>_<rank>_<object>.swp, unlinked as soon as it is open,
 // so that nothing is left when the process ends, however it ends; checkpoints, not swap
@@ -66,7 +67,8 @@ class ZeroOffload {
   void make_resident() { state_->make_resident(); }
   void swap_out_resident() { state_->swap_out_resident(); }
   void state_replaced() { state_->state_replaced(); }
-  // Bytes of the optimizer state and masters in memory now, and in the swap file only.
+  // Bytes of the optimizer state and masters in memory now; bytes in the swap file only
+  // (with the gradients written since backward, until the step discards them).
   int64_t resident_bytes() const { return state_->resident_bytes(); }
   int64_t swapped_bytes() const { return swapper_.swapped_bytes(); }
 

@@ -339,6 +339,9 @@ bool ZeroOptimizer::step() {
                      if (round_master) master_->round_chunk(block);
                      if (round_partitioned) partitioned_->round_chunk(block);
                    });
+    // The step discarded swapped gradients: they read as zeros now, and their norm and
+    // scale go with them, as zero_grad() leaves them.
+    if (!gradients_->swap_ids().empty()) gradients_->zero_grad();
   } else {
     inner_->step();
   }

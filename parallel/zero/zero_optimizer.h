@@ -126,7 +126,8 @@ struct ModelStateBytes {
   int64_t grads = 0;
   int64_t optimizer = 0;
   int64_t total() const { return params + grads + optimizer; }
-  // Not in memory: the optimizer state and masters in NVMe swap files (offload_optimizer).
+  // Not in memory: what the NVMe swap files hold (offload_optimizer): the optimizer state
+  // and masters, and from backward to the step the gradients at stages 2-3.
   int64_t on_nvme = 0;
 };
 
@@ -228,7 +229,8 @@ class ZeroOptimizer {
   // parameters at stages 1-2.
   bool shards_parameters() const;
   // Then this rank's shard of them (layout().shard_numel() elements: stage 3's live buffer,
-  // a host copy of the masters at stages 1-2), which a checkpoint saves per rank.
+  // or a host copy where its masters are swapped, and a host copy of the masters at stages
+  // 1-2), which a checkpoint saves per rank.
   Tensor parameter_shard() const;
   // Sets every parameter (and f32 master) from whole f32 tensors (name -> tensor, like
   // Module::state_dict(); exactly the trainable parameters), all checked before any
