@@ -68,7 +68,7 @@ std::vector<std::vector<float>> train(int steps, bool churn) {
 }
 
 TEST_CASE("bf16 training does not depend on what the heap holds", "[zero][mixed]") {
-  const auto quiet = train(150, false), churned = train(150, true);
+  const auto quiet = train(60, false), churned = train(60, true);
   for (size_t s = 0; s < quiet.size(); ++s) {
     INFO("step " << s);
     REQUIRE(churned[s] == quiet[s]);
