@@ -9,6 +9,7 @@
 #   --parts LIST       comma-separated; they run in this order (default all):
 #                        probe     versions, devices, libraries, one kernel per device
 #                        tests     every gpu test; a failing one again under CUDA_LAUNCH_BLOCKING=1
+#                                  (not one that timed out)
 #                        bench     cuda_kernels_bench, gpt2_gpu_bench (with PyTorch's reference)
 #                        train     the README's CUDA run (configs/shakespeare_char_cuda.json)
 #                                  its ZeRO-3 twin (shakespeare_char_cuda_zero3.json) and its
@@ -173,9 +174,14 @@ if wants tests; then
         failed=$((failed + 1)); failures+=" $name"
         what=$([[ $rc == 137 ]] && echo "timed out after $test_timeout s" || echo "exit $rc")
         say "  $name: FAILED ($what); first failure: $(grep -m1 -E 'FAILED|error|terminate' "$log.last" | cut -c1-200)"
-        rm -rf "$tmp"; tmp=$(mktemp -d)
-        TEST_TMPDIR=$tmp CUDA_LAUNCH_BLOCKING=1 run_one "$name (CUDA_LAUNCH_BLOCKING=1)" "$log" "$test_timeout" "$b"
-        say "    again under CUDA_LAUNCH_BLOCKING=1: exit $?"
+        if ((rc == 137)); then
+          # A hang would hang again: the rerun would only spend the device's time.
+          say "    not rerun under CUDA_LAUNCH_BLOCKING=1 (it timed out)"
+        else
+          rm -rf "$tmp"; tmp=$(mktemp -d)
+          TEST_TMPDIR=$tmp CUDA_LAUNCH_BLOCKING=1 run_one "$name (CUDA_LAUNCH_BLOCKING=1)" "$log" "$test_timeout" "$b"
+          say "    again under CUDA_LAUNCH_BLOCKING=1: exit $?"
+        fi
       fi
       rm -rf "$tmp"
     done
