@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/factories.h"
 
 namespace tessera::parallel {
 
@@ -67,6 +68,13 @@ void TensorSwapper::discard(const std::vector<int64_t>& ids) {
   }
 }
 
+Tensor TensorSwapper::add_zeros(int64_t numel, int64_t& id) {
+  const Tensor t = empty({numel});
+  id = add(t.storage());
+  discard({id});
+  return t;
+}
+
 int64_t TensorSwapper::add(const Storage& storage) {
   check_usable();
   TS_CHECK(storage.defined() && storage.device().type == DeviceType::cpu && storage.nbytes() > 0,
@@ -108,7 +116,8 @@ void TensorSwapper::settle(std::vector<PendingCopy>& copies) {
   }
   free_.clear();
   for (int b = static_cast<int>(pool_.size()) - 1; b >= 0; --b) free_.push_back(b);
-  for (Entry& e : entries_) e.writing = false;
+  for (const int64_t id : writing_) entries_[static_cast<size_t>(id)].writing = false;
+  writing_.clear();
 }
 
 int TensorSwapper::take_buffer(std::vector<PendingCopy>& copies) {
@@ -138,6 +147,7 @@ void TensorSwapper::swap_out(const std::vector<int64_t>& ids) {
     e.storage.release();
     e.resident = false;
     e.written = true;
+    if (!e.writing) writing_.push_back(id);
     e.writing = true;
   }
 }

@@ -35,6 +35,7 @@
 
 #include "core/direct_file.h"
 #include "core/storage.h"
+#include "core/tensor.h"
 
 namespace tessera::parallel {
 
@@ -51,6 +52,9 @@ class TensorSwapper {
   // Gives `storage` (host memory, allocated) a region of the swap file; returns its id.
   // The storage's size is fixed from now on.
   int64_t add(const Storage& storage);
+  // A (numel) f32 host tensor whose storage is added and discarded: no memory until its
+  // first swap_in(), which gives zeros. Sets `id` to the storage's id.
+  Tensor add_zeros(int64_t numel, int64_t& id);
   // Writes the storages' bytes to their regions and releases them (Note [Swapped
   // storages]). Each must be allocated.
   void swap_out(const std::vector<int64_t>& ids);
@@ -106,6 +110,7 @@ class TensorSwapper {
   std::vector<AlignedBuffer> pool_;
   std::vector<int> free_;  // buffer indices
   std::vector<Entry> entries_;
+  std::vector<int64_t> writing_;  // the entries whose `writing` is set
   int64_t file_bytes_ = 0;
   std::string failure_;  // why the swapper is unusable; empty while it is not
 };

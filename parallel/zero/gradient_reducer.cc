@@ -8,6 +8,11 @@
 
 namespace tessera::parallel {
 
+const std::vector<int64_t>& GradientReducer::swap_ids() const {
+  static const std::vector<int64_t> kNone;
+  return kNone;
+}
+
 void GradientReducer::each_param_piece(int64_t block, const Tensor& own,
                                        const std::function<void(int64_t, const Tensor&)>& f) const {
   const FlatLayout::Block& blk = layout_.blocks[block];
@@ -288,10 +293,9 @@ BucketedGradients::BucketedGradients(Communicator& dp, const FlatLayout& layout,
   TS_CHECK(device.is_cpu(), "[zero] gradients swapped to NVMe must be host tensors, found ",
            device.str());
   for (const FlatLayout::Block& b : layout.blocks) {
-    // One chunk in memory at a time: it goes at once, to come back as zeros.
-    chunks_.push_back(empty({b.chunk}));
-    swap_ids_.push_back(swapper_->add(chunks_.back().storage()));
-    swapper_->discard({swap_ids_.back()});
+    int64_t id = 0;
+    chunks_.push_back(swapper_->add_zeros(b.chunk, id));
+    swap_ids_.push_back(id);
   }
   squares_.resize(layout.blocks.size());
 }

@@ -78,7 +78,7 @@ class GradientReducer {
   virtual void prepare_chunk(int64_t /*block*/) {}
   // Per block, the swapper id of its gradient chunk where the gradients live in a swap file
   // (Note [Swapped gradients]), else empty.
-  virtual std::vector<int64_t> swap_ids() const { return {}; }
+  virtual const std::vector<int64_t>& swap_ids() const;
   // Whether a rank holds only its chunks of the averaged gradient (norms add over ranks).
   virtual bool sharded() const = 0;
   // Bytes of the gradient buffers this rank holds.
@@ -268,7 +268,7 @@ class BucketedGradients final : public GradientReducer {
   void prepare_chunk(int64_t block) override;
   bool sharded() const override { return true; }
   int64_t bytes() const override;
-  std::vector<int64_t> swap_ids() const override { return swap_ids_; }
+  const std::vector<int64_t>& swap_ids() const override { return swap_ids_; }
 
  private:
   // Block `block`'s gradient in one buffer (block numel, the wire's dtype), dropped from

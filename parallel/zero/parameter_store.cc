@@ -7,6 +7,19 @@
 #include "core/grad_mode.h"
 
 namespace tessera::parallel {
+namespace {
+
+// One host (layout.shard_numel()) f32 tensor of per-block chunks (chunks[b]: block b's).
+Tensor host_shard(const FlatLayout& layout, const std::vector<Tensor>& chunks) {
+  const Tensor out = empty({layout.shard_numel()}, {DType::f32, Device::cpu()});
+  for (size_t b = 0; b < layout.blocks.size(); ++b) {
+    const FlatLayout::Block& blk = layout.blocks[b];
+    out.narrow(0, blk.shard_offset, blk.chunk).copy_(chunks[b]);
+  }
+  return out;
+}
+
+}  // namespace
 
 MasterWeights::MasterWeights(Communicator& dp, const FlatLayout& layout,
                              std::vector<Tensor>& params, DType dtype, Device device, bool sharded,
@@ -211,13 +224,7 @@ void MasterWeights::load(const std::vector<Tensor>& whole) {
 }
 
 Tensor MasterWeights::shard() const {
-  if (master_chunks_.empty()) return {};
-  const Tensor out = empty({layout_.shard_numel()}, {DType::f32, Device::cpu()});
-  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-    const FlatLayout::Block& blk = layout_.blocks[b];
-    out.narrow(0, blk.shard_offset, blk.chunk).copy_(master_chunks_[b]);
-  }
-  return out;
+  return master_chunks_.empty() ? Tensor() : host_shard(layout_, master_chunks_);
 }
 
 void MasterWeights::round_chunks_in_step() {
@@ -273,9 +280,9 @@ PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layou
              params.empty() ? std::string("none") : params.front().str());
     // Each chunk is in memory only while construction writes it.
     for (const FlatLayout::Block& b : layout.blocks) {
-      chunks_.push_back(empty({b.chunk}));
-      swap_ids_.push_back(swapper->add(chunks_.back().storage()));
-      swapper->discard({swap_ids_.back()});
+      int64_t id = 0;
+      chunks_.push_back(swapper->add_zeros(b.chunk, id));
+      swap_ids_.push_back(id);
     }
     writes.before = [this, swapper](int64_t i) { swapper->swap_in({swap_ids_[i]}); };
     writes.after = [this, swapper](int64_t i) { swapper->swap_out({swap_ids_[i]}); };
@@ -287,13 +294,7 @@ PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layou
 }
 
 Tensor PartitionedWeights::shard() const {
-  if (shard_.defined()) return shard_;
-  const Tensor out = empty({layout_.shard_numel()}, {DType::f32, Device::cpu()});
-  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-    const FlatLayout::Block& blk = layout_.blocks[b];
-    out.narrow(0, blk.shard_offset, blk.chunk).copy_(chunks_[b]);
-  }
-  return out;
+  return shard_.defined() ? shard_ : host_shard(layout_, chunks_);
 }
 
 PartitionedWeights::~PartitionedWeights() { model_.set_hooks(nullptr); }

@@ -46,6 +46,12 @@ class ParameterStore {
   // buffer or, with swapped masters, a host copy; a host copy of the masters at stages
   // 1-2), else undefined: what a checkpoint saves per rank.
   virtual Tensor shard() const { return {}; }
+  // Whether the optimizer step rounds each updated f32 master chunk into the 16-bit
+  // parameters itself, with round_chunk() while the chunk is in memory (NVMe offload swaps
+  // the masters: Note [ZeRO's offloaded state] in parallel/zero/zero_offload.h), so that
+  // after_step() does not.
+  virtual bool rounds_in_step() const { return false; }
+  virtual void round_chunk(int64_t block) {}
   // Backward's progress, for stores that gather parameters (stage 3).
   virtual void begin_backward() {}
   virtual void grad_ready(int64_t param) {}
@@ -107,8 +113,9 @@ class MasterWeights final : public ParameterStore {
   // from now on the step rounds each chunk with round_chunk() while it is in memory, and
   // after_step() only gathers.
   void round_chunks_in_step();
+  bool rounds_in_step() const override { return chunks_rounded_in_step_; }
   // Rounds this rank's chunk of `block` into the 16-bit model buffer (sharded masters).
-  void round_chunk(int64_t block);
+  void round_chunk(int64_t block) override;
   // The f16 loss scaler (null for f32 and bf16).
   optim::LossScaler* scaler() const { return scaler_.get(); }
   // Sharded masters only: after_step() starts its gathers through `async` and `model` waits
@@ -183,8 +190,9 @@ class PartitionedWeights final : public ParameterStore {
   Tensor shard() const override;
   // Per block, the swapper id of its master chunk; empty without a swapper.
   const std::vector<int64_t>& swap_ids() const { return swap_ids_; }
+  bool rounds_in_step() const override { return !swap_ids_.empty(); }
   // Rounds block `block`'s master chunk into the 16-bit shard (with a swapper, in the step).
-  void round_chunk(int64_t block) { partitioned_->round_chunk(block); }
+  void round_chunk(int64_t block) override { partitioned_->round_chunk(block); }
   const PartitionedParams& partitioned() const { return *partitioned_; }
   // Gathers through `async` from now on (PartitionedParams::set_async).
   void set_async(AsyncCollectives* async) { partitioned_->set_async(async); }

@@ -332,12 +332,10 @@ bool ZeroOptimizer::step() {
     // Backward's buffers, cached by the CPU allocator, would hold the room the sub-groups
     // need: they go back to the system, and the next backward maps them afresh.
     allocator_for(Device::cpu()).release_cached();
-    const bool round_master = master_ != nullptr && master_->sharded_parameters();
-    const bool round_partitioned = partitioned_ != nullptr && !partitioned_->swap_ids().empty();
+    const bool round = weights_->rounds_in_step();
     offload_->step([&](int64_t block) { gradients_->prepare_chunk(block); },
                    [&](int64_t block) {
-                     if (round_master) master_->round_chunk(block);
-                     if (round_partitioned) partitioned_->round_chunk(block);
+                     if (round) weights_->round_chunk(block);
                    });
     // The step discarded swapped gradients: they read as zeros now, and their norm and
     // scale go with them, as zero_grad() leaves them.

@@ -49,18 +49,11 @@ std::vector<Run> train(int world, const ZeroConfig& zero, const MixedPrecision& 
         optim::decay_groups(model.named_parameters(), adamw().lr, adamw().weight_decay, true, {}),
         adamw(), zero, precision);
     Run& run = runs[static_cast<size_t>(comm.rank())];
-    const int64_t micro = kGlobalRows / kGas / world;
     for (int s = 0; s < kSteps; ++s) {
       opt.zero_grad();
-      double loss = 0;
       const int64_t before = comm.stats().total_bytes_sent();
-      for (int64_t m = 0; m < kGas; ++m) {
-        const auto [x, y] = testing::zero_test_batch(
-            rows, s * kGlobalRows + (m * world + comm.rank()) * micro, micro);
-        const Tensor l = model.loss(model.forward(x), y);
-        loss += l.item<double>() / kGas;
-        opt.backward(l, 1.0 / kGas, m == kGas - 1);
-      }
+      const double loss =
+          testing::zero_test_backward(opt, model, rows, s, kGlobalRows, kGas, world, comm.rank());
       run.gradient_bytes += comm.stats().total_bytes_sent() - before;
       const Tensor total = scalar_tensor(loss, {DType::f64});
       comm.all_reduce(total);

@@ -73,18 +73,10 @@ std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype) {
       group_numel += b.chunk;
       run.largest_sub_group = std::max(run.largest_sub_group, group_numel * per_element);
     }
-    const int64_t micro = kGlobalRows / kGas / world;
     for (int s = 0; s < kSteps; ++s) {
       opt.zero_grad();
-      double loss = 0;
-      for (int64_t m = 0; m < kGas; ++m) {
-        const auto [x, y] = testing::zero_test_batch(
-            rows, s * kGlobalRows + (m * world + comm.rank()) * micro, micro);
-        const Tensor l = model.loss(model.forward(x), y);
-        loss += l.item<double>() / kGas;
-        opt.backward(l, 1.0 / kGas, m == kGas - 1);
-      }
-      run.losses.push_back(loss);
+      run.losses.push_back(
+          testing::zero_test_backward(opt, model, rows, s, kGlobalRows, kGas, world, comm.rank()));
       run.grad_bytes.push_back(opt.model_state_bytes().grads);
       run.norms.push_back(opt.clip_grad_norm(1e-2));  // clips: the gradients are scaled
       mapped_host_allocator().reset_peak();
