@@ -42,9 +42,15 @@ inline constexpr size_t kCpuAlignment = 64;
 Allocator& allocator_for(Device device);
 
 // Host memory that goes back to the system the moment it is freed: each block is an
-// anonymous mapping of its own, page-aligned, uncached, and zero-filled. For storages whose point
-// is to leave memory when released (NVMe offload's swapped storages), where the CPU allocator would
-// keep them cached.
+// anonymous mapping of its own, page-aligned, whole pages, uncached, and zero-filled. For
+// storages whose point is to leave memory when released (NVMe offload's swapped storages),
+// where the CPU allocator would keep them cached. Its pages are mapped where first touched,
+// or by a direct read into them (which maps them in bulk), or by populate_pages().
 Allocator& mapped_host_allocator();
+
+// Maps the pages of [data, data + nbytes) now, in one call to the kernel, where first
+// touches would fault a page at a time (madvise's MADV_POPULATE_WRITE, Linux 5.14; a no-op
+// on older kernels, whose pages then fault on first touch).
+void populate_pages(void* data, size_t nbytes);
 
 }  // namespace tessera

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/aio_abi.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <utility>
 
 #include "core/error.h"
@@ -21,9 +23,6 @@ long aio_setup(unsigned n, aio_context_t* ctx) { return syscall(SYS_io_setup, n,
 long aio_destroy(aio_context_t ctx) { return syscall(SYS_io_destroy, ctx); }
 long aio_submit(aio_context_t ctx, long n, iocb** cbs) {
   return syscall(SYS_io_submit, ctx, n, cbs);
-}
-long aio_getevents(aio_context_t ctx, long min, long max, io_event* events) {
-  return syscall(SYS_io_getevents, ctx, min, max, events, nullptr);
 }
 
 std::string system_reason(int error) {
@@ -59,6 +58,7 @@ AlignedBuffer::AlignedBuffer(int64_t bytes) : bytes_(round_up_to_direct_io(bytes
 }
 
 // One AIO context: its request slots, those queued for submission, and those in flight.
+// Only the I/O thread touches it, under mutex_.
 struct DirectFile::Context {
   aio_context_t ctx = 0;
   std::vector<iocb> slots;        // (queue_depth)
@@ -67,6 +67,7 @@ struct DirectFile::Context {
   std::vector<iocb*> queued;      // filled, not yet submitted
   std::vector<io_event> events;   // (queue_depth)
   int64_t in_flight = 0;          // submitted, not yet reaped
+  bool draining = false;          // without overlap_events: full, taking nothing until empty
 };
 
 DirectFile::DirectFile(std::string path, const AioConfig& config)
@@ -83,6 +84,8 @@ DirectFile::DirectFile(std::string path, const AioConfig& config)
     TS_CHECK(false, "[aio] cannot create the swap file ", path_, ": ", system_reason(error));
   }
   try {
+    event_fd_ = ::eventfd(0, EFD_CLOEXEC);
+    TS_CHECK(event_fd_ >= 0, "[aio] eventfd failed: ", system_reason(errno));
     for (int i = 0; i < config_.intra_op_parallelism; ++i) {
       contexts_.push_back(std::make_unique<Context>());
       Context& c = *contexts_.back();
@@ -98,10 +101,12 @@ DirectFile::DirectFile(std::string path, const AioConfig& config)
       c.events.resize(c.slots.size());
       for (int s = config_.queue_depth - 1; s >= 0; --s) c.free.push_back(s);
     }
+    thread_ = std::thread([this] { work(); });
   } catch (...) {
     for (const auto& c : contexts_) {
       if (c->ctx != 0) aio_destroy(c->ctx);
     }
+    if (event_fd_ >= 0) ::close(event_fd_);
     ::close(fd_);
     ::unlink(path_.c_str());
     throw;
@@ -113,47 +118,95 @@ DirectFile::~DirectFile() {
     wait();
   } catch (...) {  // the owner is going away: nobody is left to report to
   }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake();
+  thread_.join();
   for (const auto& c : contexts_) aio_destroy(c->ctx);
+  ::close(event_fd_);
   ::close(fd_);
 }
 
-void DirectFile::start_write(int64_t offset, const void* buffer, int64_t bytes) {
-  start(true, offset, const_cast<void*>(buffer), bytes);
+int64_t DirectFile::start_write(int64_t offset, const void* buffer, int64_t bytes,
+                                std::shared_ptr<const void> keep) {
+  return start(true, offset, const_cast<void*>(buffer), bytes, std::move(keep));
 }
 
-void DirectFile::start_read(int64_t offset, void* buffer, int64_t bytes) {
-  start(false, offset, buffer, bytes);
+int64_t DirectFile::start_read(int64_t offset, void* buffer, int64_t bytes) {
+  return start(false, offset, buffer, bytes, nullptr);
 }
 
-void DirectFile::start(bool write, int64_t offset, void* buffer, int64_t bytes) {
+int64_t DirectFile::start(bool write, int64_t offset, void* buffer, int64_t bytes,
+                          std::shared_ptr<const void> keep) {
   const auto address = reinterpret_cast<uintptr_t>(buffer);
   TS_CHECK(address % kDirectIoAlignment == 0 && offset % kDirectIoAlignment == 0 &&
                bytes % kDirectIoAlignment == 0 && offset >= 0 && bytes >= 0,
            "[aio] ", path_, ": expected the buffer address, offset and length of a direct ",
            write ? "write" : "read", " to be multiples of ", kDirectIoAlignment, ", found address ",
            address, ", offset ", offset, ", length ", bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
   for (int64_t done = 0; done < bytes;) {
     const int64_t piece = std::min(config_.block_size, bytes - done);
-    Context& c = *contexts_[next_context_++ % contexts_.size()];
-    if (c.free.empty()) {
-      submit(c);
-      reap(c, config_.overlap_events ? 1 : c.in_flight);
+    pending_.push_back({write, offset + done, piece, static_cast<char*>(buffer) + done, started_});
+    outstanding_.insert(started_++);
+    done += piece;
+  }
+  if (keep && !done_locked(started_)) keep_.emplace_back(started_, std::move(keep));
+  wake();
+  return started_;
+}
+
+void DirectFile::wake() const {
+  const uint64_t one = 1;
+  while (::write(event_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+  }
+}
+
+void DirectFile::work() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    for (const auto& c : contexts_) reap_ready(*c);
+    fill();
+    // Memory handed over with writes that have completed goes before a waiter sees them
+    // done, so that a caller's memory figures after a wait are settled.
+    while (!keep_.empty() && done_locked(keep_.front().first)) keep_.pop_front();
+    completed_.notify_all();
+    if (stopping_ && outstanding_.empty()) return;
+    lock.unlock();
+    uint64_t events = 0;  // completions and wake-ups since the last read
+    while (::read(event_fd_, &events, sizeof(events)) < 0 && errno == EINTR) {
     }
+    lock.lock();
+  }
+}
+
+void DirectFile::fill() {
+  while (!pending_.empty()) {
+    Context* target = nullptr;
+    for (size_t tried = 0; tried < contexts_.size() && target == nullptr; ++tried) {
+      Context& c = *contexts_[next_context_++ % contexts_.size()];
+      if (!c.free.empty() && !c.draining) target = &c;
+    }
+    if (target == nullptr) break;  // every context is full: completions will wake us
+    Context& c = *target;
     const int slot = c.free.back();
     c.free.pop_back();
+    const Request& r = c.requests[static_cast<size_t>(slot)] = pending_.front();
+    pending_.pop_front();
     iocb& cb = c.slots[static_cast<size_t>(slot)];
     std::memset(&cb, 0, sizeof(cb));
     cb.aio_data = static_cast<uint64_t>(slot);
-    cb.aio_lio_opcode = write ? IOCB_CMD_PWRITE : IOCB_CMD_PREAD;
+    cb.aio_lio_opcode = r.write ? IOCB_CMD_PWRITE : IOCB_CMD_PREAD;
     cb.aio_fildes = static_cast<uint32_t>(fd_);
-    cb.aio_buf = static_cast<uint64_t>(address + static_cast<uintptr_t>(done));
-    cb.aio_nbytes = static_cast<uint64_t>(piece);
-    cb.aio_offset = offset + done;
-    c.requests[static_cast<size_t>(slot)] = {write, offset + done, piece,
-                                             static_cast<char*>(buffer) + done};
+    cb.aio_buf = reinterpret_cast<uint64_t>(r.buffer);
+    cb.aio_nbytes = static_cast<uint64_t>(r.bytes);
+    cb.aio_offset = r.offset;
+    cb.aio_flags = IOCB_FLAG_RESFD;
+    cb.aio_resfd = static_cast<uint32_t>(event_fd_);
     c.queued.push_back(&cb);
-    if (config_.single_submit) submit(c);
-    done += piece;
+    if (c.free.empty() && !config_.overlap_events) c.draining = true;
   }
   for (const auto& c : contexts_) submit(*c);
 }
@@ -168,44 +221,57 @@ void DirectFile::submit(Context& c) {
       continue;
     }
     const int error = submitted < 0 ? errno : EAGAIN;
-    if ((error == EAGAIN || error == EINTR) && c.in_flight > 0) {
-      reap(c, 1);  // the kernel's queue is full: make room
-      continue;
-    }
     if (error == EINTR) continue;
+    if (error == EAGAIN && c.in_flight > 0) return;  // the kernel's queue is full: later
     // Refused outright: the queued requests fail with the reason.
-    for (iocb* cb : c.queued) {
-      const int slot = static_cast<int>(cb->aio_data);
-      record_failure(c.requests[static_cast<size_t>(slot)], -error);
-      c.free.push_back(slot);
-    }
-    c.queued.clear();
+    std::vector<iocb*> refused = std::exchange(c.queued, {});
+    for (iocb* cb : refused) complete(c, static_cast<int>(cb->aio_data), -error);
   }
 }
 
-void DirectFile::reap(Context& c, int64_t min) {
-  int64_t reaped = 0;
-  while (c.in_flight > 0 && reaped < std::max<int64_t>(min, 1)) {
-    const long got = aio_getevents(c.ctx, 1, static_cast<long>(c.in_flight), c.events.data());
+void DirectFile::reap_ready(Context& c) {
+  while (c.in_flight > 0) {
+    timespec now{0, 0};
+    const long got =
+        syscall(SYS_io_getevents, c.ctx, 0, static_cast<long>(c.in_flight), c.events.data(), &now);
+    if (got < 0 && errno == EINTR) continue;
     if (got < 0) {
-      const int error = errno;
-      TS_CHECK(error == EINTR, "[aio] ", path_, ": io_getevents failed: ", system_reason(error));
-      continue;
-    }
-    for (long e = 0; e < got; ++e) {
-      const int slot = static_cast<int>(c.events[static_cast<size_t>(e)].data);
-      const Request& r = c.requests[static_cast<size_t>(slot)];
-      const long result = static_cast<long>(c.events[static_cast<size_t>(e)].res);
-      if (result < 0) {
-        record_failure(r, result);
-      } else if (result < r.bytes) {
-        finish_short(r, result);
+      // Only bad arguments fail here. Settle the context's requests (io_destroy cancels or
+      // waits for them) so that nobody waits forever, and start it afresh.
+      const long error = -errno;
+      aio_destroy(c.ctx);
+      c.ctx = 0;
+      for (int slot = 0; slot < config_.queue_depth; ++slot) {
+        if (std::find(c.free.begin(), c.free.end(), slot) == c.free.end() &&
+            std::find(c.queued.begin(), c.queued.end(), &c.slots[static_cast<size_t>(slot)]) ==
+                c.queued.end()) {
+          complete(c, slot, error);
+        }
       }
-      c.free.push_back(slot);
+      c.in_flight = 0;
+      c.draining = false;
+      if (aio_setup(static_cast<unsigned>(config_.queue_depth), &c.ctx) < 0) c.ctx = 0;
+      return;
     }
+    if (got == 0) return;
     c.in_flight -= got;
-    reaped += got;
+    for (long e = 0; e < got; ++e) {
+      const io_event& event = c.events[static_cast<size_t>(e)];
+      complete(c, static_cast<int>(event.data), static_cast<long>(event.res));
+    }
   }
+}
+
+void DirectFile::complete(Context& c, int slot, long result) {
+  const Request& r = c.requests[static_cast<size_t>(slot)];
+  if (result < 0) {
+    record_failure(r, result);
+  } else if (result < r.bytes) {
+    finish_short(r, result);
+  }
+  outstanding_.erase(r.seq);
+  c.free.push_back(slot);
+  if (c.draining && c.in_flight == 0 && c.queued.empty()) c.draining = false;
 }
 
 void DirectFile::finish_short(const Request& r, int64_t done) {
@@ -232,18 +298,33 @@ void DirectFile::record_failure(const Request& r, long result) {
                                         r.write ? "" : " (the file ends before)");
 }
 
-void DirectFile::wait() {
-  for (const auto& c : contexts_) {
-    submit(*c);
-    reap(*c, c->in_flight);
-  }
+bool DirectFile::done_locked(int64_t ticket) const {
+  return outstanding_.empty() || *outstanding_.begin() >= ticket;
+}
+
+bool DirectFile::done(int64_t ticket) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_locked(ticket);
+}
+
+void DirectFile::wait_for(int64_t ticket) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  completed_.wait(lock, [&] { return done_locked(ticket); });
   if (!first_failure_.empty()) throw Error(std::exchange(first_failure_, std::string()));
 }
 
+void DirectFile::wait() {
+  int64_t all = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    all = started_;
+  }
+  wait_for(all);
+}
+
 int64_t DirectFile::in_flight() const {
-  int64_t n = 0;
-  for (const auto& c : contexts_) n += c->in_flight + static_cast<int64_t>(c->queued.size());
-  return n;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(outstanding_.size());
 }
 
 }  // namespace tessera

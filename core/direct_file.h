@@ -17,14 +17,31 @@
 // it waits until every request in flight has completed first. A request that transfers
 // less than asked is continued with blocking I/O, which names the reason if there is one.
 // A failed request (the disk full, an I/O error, a read past the end) is reported by the
-// next wait() with the path, the operation, the offset and the system's reason; the
-// file's other regions are unaffected.
+// next wait() or wait_for() with the path, the operation, the offset and the system's
+// reason; the file's other regions are unaffected.
+//
+// Note [The I/O thread]
+// Each file has a thread of its own that submits the requests and reaps their completions
+// (DeepSpeed's aio handle does its I/O on threads too), so start_write() and start_read()
+// only queue a transfer and return: it goes on while the caller computes, however much
+// larger than queue_depth x block_size it is. Completions signal an eventfd
+// (IOCB_FLAG_RESFD) that the thread sleeps on, with the caller's wake-ups. Each transfer
+// returns a ticket, and done(ticket) and wait_for(ticket) answer for that transfer and
+// every one started before it, so a caller waits for what it needs (a sub-group's reads)
+// while later transfers (the previous sub-group's writes) go on. A write may hand over the
+// memory it writes from (`keep`), which the thread lets go when the write has completed.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace tessera {
@@ -75,19 +92,26 @@ class DirectFile {
   // The file stays when the object goes; it may be unlinked at any time (the open file
   // lives on).
   DirectFile(std::string path, const AioConfig& config);
-  // Waits for the requests in flight (their errors are dropped) and closes the file.
+  // Waits for the requests in flight (their errors are dropped), ends the I/O thread and
+  // closes the file.
   ~DirectFile();
   DirectFile(const DirectFile&) = delete;
   DirectFile& operator=(const DirectFile&) = delete;
 
-  // Start writing or reading `bytes` at `offset` from or into `buffer`, which must stay
-  // valid and untouched until wait() returns; all three aligned (Note [Direct I/O]). They
-  // may block while the contexts are full.
-  void start_write(int64_t offset, const void* buffer, int64_t bytes);
-  void start_read(int64_t offset, void* buffer, int64_t bytes);
-  // Waits for every started request; then throws the first failure since the last wait().
+  // Start writing or reading `bytes` at `offset` from or into `buffer`, all three aligned
+  // (Note [Direct I/O]); `buffer` must stay valid and untouched until the transfer is done.
+  // A write's `keep` (may be null) is held until then and let go (on the I/O thread).
+  // Returns the transfer's ticket (Note [The I/O thread]).
+  int64_t start_write(int64_t offset, const void* buffer, int64_t bytes,
+                      std::shared_ptr<const void> keep = nullptr);
+  int64_t start_read(int64_t offset, void* buffer, int64_t bytes);
+  // Whether the transfer with `ticket` and every transfer started before it have completed.
+  bool done(int64_t ticket) const;
+  // Waits until done(ticket); then throws the first failure since the last wait, if any.
+  void wait_for(int64_t ticket);
+  // Waits for every started transfer; then throws the first failure since the last wait.
   void wait();
-  // Requests started and not yet reaped.
+  // Requests started and not yet completed.
   int64_t in_flight() const;
 
   // The path it was created at (for messages: the file may be unlinked since).
@@ -100,23 +124,43 @@ class DirectFile {
     int64_t offset = 0;
     int64_t bytes = 0;
     char* buffer = nullptr;
+    int64_t seq = 0;  // requests are numbered in the order they were started
   };
-  void start(bool write, int64_t offset, void* buffer, int64_t bytes);
-  // Submits the context's queued requests.
+  int64_t start(bool write, int64_t offset, void* buffer, int64_t bytes,
+                std::shared_ptr<const void> keep);
+  // The I/O thread (Note [The I/O thread]) and its steps, each under mutex_.
+  void work();
+  // Moves pending requests into free slots of the contexts that take them, and submits.
+  void fill();
+  // Submits the context's queued requests, as far as the kernel takes them now.
   void submit(Context& c);
-  // Reaps at least `min` completions of context c.
-  void reap(Context& c, int64_t min);
+  // Reaps the completions that are there, without waiting.
+  void reap_ready(Context& c);
+  // A request is over: its slot is free and its number no longer outstanding.
+  void complete(Context& c, int slot, long result);
   // A request that transferred `done` of its bytes (>= 0): the rest, with blocking I/O,
   // as a short write or read is not itself a failure; then its failure, if any.
   void finish_short(const Request& r, int64_t done);
   void record_failure(const Request& r, long result);
+  bool done_locked(int64_t ticket) const;
+  // Wakes the I/O thread.
+  void wake() const;
 
   std::string path_;
   AioConfig config_;
   int fd_ = -1;
+  int event_fd_ = -1;  // completions and wake-ups
   std::vector<std::unique_ptr<Context>> contexts_;
   size_t next_context_ = 0;
+  mutable std::mutex mutex_;
+  std::condition_variable completed_;  // a request completed
+  std::deque<Request> pending_;        // started, not yet in a context
+  std::set<int64_t> outstanding_;      // numbers of the requests started, not completed
+  std::deque<std::pair<int64_t, std::shared_ptr<const void>>> keep_;  // (ticket, memory)
+  int64_t started_ = 0;                                               // requests started so far
   std::string first_failure_;
+  bool stopping_ = false;
+  std::thread thread_;
 };
 
 }  // namespace tessera

@@ -1,5 +1,7 @@
 #include "core/storage.h"
 
+#include <utility>
+
 #include "core/allocator.h"
 
 namespace tessera {
@@ -40,6 +42,15 @@ Storage Storage::from_blob(void* data, size_t nbytes, Device device,
 
 void Storage::release() const {
   if (block_) block_->reset();
+}
+
+Storage Storage::take_memory() const {
+  if (!block_) return Storage();
+  Storage taken = from_blob(block_->data, block_->nbytes, block_->device, std::move(block_->free));
+  block_->data = nullptr;
+  block_->nbytes = 0;
+  block_->free = nullptr;
+  return taken;
 }
 
 void Storage::reallocate(size_t nbytes) const {

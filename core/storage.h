@@ -39,6 +39,10 @@ class Storage {
   // allocator_for(device()), or from `allocator` (memory of device()), for every handle.
   void reallocate(size_t nbytes) const;
   void reallocate(size_t nbytes, Allocator& allocator) const;
+  // Moves the memory into a new Storage that owns it from now on, and leaves every handle
+  // of this one released, as after release(): a write to disk that must outlive the
+  // storage's bytes (TensorSwapper::swap_out).
+  Storage take_memory() const;
 
  private:
   struct Block {

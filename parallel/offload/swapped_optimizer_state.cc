@@ -10,8 +10,8 @@ namespace tessera::parallel {
 
 SwappedOptimizerState::SwappedOptimizerState(optim::Optimizer& optimizer,
                                              std::vector<SubGroup> sub_groups,
-                                             TensorSwapper& swapper)
-    : optimizer_(optimizer), swapper_(swapper) {
+                                             TensorSwapper& swapper, SwapPipelining pipelining)
+    : optimizer_(optimizer), swapper_(swapper), pipelining_(pipelining) {
   TS_CHECK(optimizer_.supports_parts(), "[offload] ", optimizer_.name(),
            " updates all its parameters together, so its state cannot be swapped a sub-group "
            "at a time; expected Adam, AdamW or SGD");
@@ -57,18 +57,28 @@ std::vector<int64_t> SwappedOptimizerState::swapped_out(const std::vector<int64_
 void SwappedOptimizerState::step(const std::function<void(size_t)>& before,
                                  const std::function<void(size_t)>& after) {
   NoGradGuard no_grad;
-  for (size_t i = 0; i < groups_.size(); ++i) {
-    Group& g = groups_[i];
+  swapper_.wait();  // the gradients' writes from backward: their memory goes first
+  // Group i's storages, state and gradients that are out of memory or on their way in.
+  const auto incoming = [&](const Group& g) {
     std::vector<int64_t> in = swapped_out(g.ids);
     const std::vector<int64_t> gradients = swapped_out(g.gradients);
     in.insert(in.end(), gradients.begin(), gradients.end());
-    swapper_.swap_in(in);
+    return in;
+  };
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    Group& g = groups_[i];
+    swapper_.swap_in(incoming(g));
+    if (pipelining_.read_ahead && i + 1 < groups_.size()) {
+      swapper_.prefetch(incoming(groups_[i + 1]));
+    }
     if (before) before(i);
     optimizer_.update_part([&](const NamedParameter& p) { return g.params.count(p.name) > 0; });
     if (!g.state_known) add_state(g);
     if (after) after(i);
+    if (i > 0) swapper_.wait_written(groups_[i - 1].ids);  // write_behind: one group leaving
     swapper_.swap_out(g.ids);
     swapper_.discard(g.gradients);
+    if (!pipelining_.write_behind) swapper_.wait();
   }
   optimizer_.finish_step();
 }

@@ -7,12 +7,20 @@
 // the fp32 partition). Between steps every sub-group's state (Adam's moments, SGD's
 // momentum) and the storages given with it (its f32 masters, where they have storages of
 // their own) are in the swap file (parallel/offload/tensor_swapper.h), and so may be its
-// gradients, which their owner writes there. step() goes sub-group by sub-group: swap in
+// gradients, which their owner writes there. step() waits for the writes in flight (the
+// gradients'), then goes sub-group by sub-group: swap in
 // (the gradients too), call the caller's `before` (to scale the gradients), update (Note [A
 // step in parts] in optim/optimizer.h), call its `after` while the sub-group is in memory
 // (to round its masters into the 16-bit model), swap the state out and discard the
-// gradients; then the step ends. So besides the swapper's buffers at most one sub-group's
-// state is in memory, and the parameters come out as step()'s bits. The optimizer makes a
+// gradients, and wait for the writes; then the step ends. So besides the swapper's buffers
+// at most one sub-group's state is in memory, and the parameters come out as step()'s bits.
+// DeepSpeed's pipelining (its PipelinedOptimizerSwapper) trades memory for overlap, and
+// changes no bits: with `read_ahead` (offload_optimizer.pipeline_read) the next sub-group's
+// reads are started before the current one's update, and with `write_behind`
+// (pipeline_write) a sub-group's writes are waited for only after the next sub-group's
+// update, which they overlap (the last one's go on during the next forward pass, its memory
+// released as they complete): with both, up to three sub-groups are in memory, the one
+// updated, the one before it leaving and the one after it arriving. The optimizer makes a
 // state tensor at its first use, so the first step swaps each sub-group's new state out
 // after updating it; the given storages in memory go out at construction. Anything
 // else that reads or writes the state (a checkpoint's save or load) first calls
@@ -32,6 +40,13 @@
 
 namespace tessera::parallel {
 
+// DeepSpeed's offload_optimizer.pipeline_read and pipeline_write (Note [Offloaded optimizer
+// state]).
+struct SwapPipelining {
+  bool read_ahead = false;
+  bool write_behind = false;
+};
+
 class SwappedOptimizerState {
  public:
   struct SubGroup {
@@ -45,7 +60,7 @@ class SwappedOptimizerState {
   // the optimizer is in exactly one sub-group. Swaps the sub-groups' storages out where
   // they are in memory.
   SwappedOptimizerState(optim::Optimizer& optimizer, std::vector<SubGroup> sub_groups,
-                        TensorSwapper& swapper);
+                        TensorSwapper& swapper, SwapPipelining pipelining = {});
 
   // One optimizer step, a sub-group at a time (Note [Offloaded optimizer state]);
   // `before(g)` and `after(g)` run while sub-group g is in memory, before and after its
@@ -77,6 +92,7 @@ class SwappedOptimizerState {
 
   optim::Optimizer& optimizer_;
   TensorSwapper& swapper_;
+  SwapPipelining pipelining_;
   std::vector<Group> groups_;
 };
 

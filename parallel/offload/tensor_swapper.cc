@@ -16,15 +16,13 @@ TensorSwapper::TensorSwapper(std::string path, const AioConfig& aio, int buffer_
            buffer_count);
   TS_CHECK(buffer_size >= 1, "[swap] ", file_.path(), ": expected buffer_size >= 1, found ",
            buffer_size);
-  for (int b = 0; b < buffer_count; ++b) {
-    pool_.emplace_back(buffer_size);
-    free_.push_back(buffer_count - 1 - b);
-  }
+  for (int b = 0; b < buffer_count; ++b) pool_.emplace_back(buffer_size);
+  buffer_tickets_.assign(pool_.size(), 0);
 }
 
 TensorSwapper::~TensorSwapper() {
   try {
-    file_.wait();
+    file_.wait();  // before the storages go: reads may still be filling them
   } catch (...) {  // the owner is going away: nobody is left to report to
   }
 }
@@ -44,26 +42,34 @@ TensorSwapper::Entry& TensorSwapper::entry(int64_t id) {
   return entries_[static_cast<size_t>(id)];
 }
 
+void TensorSwapper::wait_for(int64_t ticket) {
+  if (file_.done(ticket)) return;
+  try {
+    file_.wait_for(ticket);
+  } catch (const Error& e) {
+    failure_ = e.what();
+    throw;
+  }
+}
+
 void TensorSwapper::drop(const std::vector<int64_t>& ids) {
   for (const int64_t id : ids) {
     Entry& e = entry(id);
+    if (e.state == State::arriving) wait_for(e.ticket);  // the read writes into its memory
     e.storage = Storage();
+    e.mapped = nullptr;
     e.dropped = true;
   }
 }
 
 void TensorSwapper::discard(const std::vector<int64_t>& ids) {
   check_usable();
-  bool writing = false;
-  for (const int64_t id : ids) writing = writing || entry(id).writing;
-  if (writing) {  // the region's next write must not race its last one
-    std::vector<PendingCopy> none;
-    settle(none);
-  }
   for (const int64_t id : ids) {
     Entry& e = entry(id);
+    if (e.state == State::arriving) wait_for(e.ticket);
     e.storage.release();
-    e.resident = false;
+    e.mapped = nullptr;
+    e.state = State::out;
     e.written = false;
   }
 }
@@ -93,105 +99,125 @@ int64_t TensorSwapper::add(const Storage& storage) {
 int64_t TensorSwapper::swapped_bytes() const {
   int64_t bytes = 0;
   for (const Entry& e : entries_) {
-    if (!e.resident && e.written && !e.dropped) bytes += e.bytes;
+    if (e.state != State::resident && e.written && !e.dropped) bytes += e.bytes;
   }
   return bytes;
 }
 
 int64_t TensorSwapper::pool_bytes() const {
-  return pool_.empty() ? 0 : pool_.front().bytes() * static_cast<int64_t>(pool_.size());
+  return pool_.front().bytes() * static_cast<int64_t>(pool_.size());
 }
 
-void TensorSwapper::settle(std::vector<PendingCopy>& copies) {
-  std::vector<PendingCopy> done = std::exchange(copies, {});
-  try {
-    file_.wait();
-  } catch (const Error& e) {
-    failure_ = e.what();  // requests may still be in flight: the buffers stay taken
-    throw;
-  }
-  for (const PendingCopy& c : done) {
-    std::memcpy(c.target, pool_[static_cast<size_t>(c.buffer)].data(),
-                static_cast<size_t>(c.bytes));
-  }
-  free_.clear();
-  for (int b = static_cast<int>(pool_.size()) - 1; b >= 0; --b) free_.push_back(b);
-  for (const int64_t id : writing_) entries_[static_cast<size_t>(id)].writing = false;
-  writing_.clear();
-}
-
-int TensorSwapper::take_buffer(std::vector<PendingCopy>& copies) {
-  if (free_.empty()) settle(copies);
-  const int b = free_.back();
-  free_.pop_back();
-  return b;
+int TensorSwapper::take_buffer() {
+  // Buffers are taken in turn, so the next one's write is the oldest.
+  const size_t b = next_buffer_++ % pool_.size();
+  wait_for(buffer_tickets_[b]);
+  return static_cast<int>(b);
 }
 
 void TensorSwapper::swap_out(const std::vector<int64_t>& ids) {
   check_usable();
-  std::vector<PendingCopy> none;
+  while (!leaving_.empty() &&
+         (file_.done(leaving_.front().first) || leaving_bytes_ > pool_bytes())) {
+    wait_for(leaving_.front().first);
+    leaving_bytes_ -= leaving_.front().second;
+    leaving_.pop_front();
+  }
   for (const int64_t id : ids) {
     Entry& e = entry(id);
-    TS_CHECK(e.resident && static_cast<int64_t>(e.storage.nbytes()) == e.bytes, "[swap] ",
-             file_.path(), ": storage ", id, " of ", e.bytes, " bytes is not resident (found ",
-             e.storage.nbytes(), " bytes); expected it swapped in before swapping it out");
-    const auto* source = static_cast<const char*>(e.storage.data());
-    for (int64_t at = 0; at < e.bytes;) {
-      const int b = take_buffer(none);
-      AlignedBuffer& buffer = pool_[static_cast<size_t>(b)];
-      const int64_t piece = std::min(buffer.bytes(), e.bytes - at);
-      std::memcpy(buffer.data(), source + at, static_cast<size_t>(piece));
-      file_.start_write(e.offset + at, buffer.data(), round_up_to_direct_io(piece));
-      at += piece;
+    TS_CHECK(e.state == State::resident && static_cast<int64_t>(e.storage.nbytes()) == e.bytes,
+             "[swap] ", file_.path(), ": storage ", id, " of ", e.bytes,
+             " bytes is not resident (found ", e.storage.nbytes(),
+             " bytes); expected it swapped in before swapping it out");
+    wait_for(e.ticket);  // the region's last write, if still in flight
+    const int64_t length = round_up_to_direct_io(e.bytes);
+    if (e.mapped != nullptr && e.storage.data() == e.mapped) {  // whole pages of its own
+      auto memory = std::make_shared<Storage>(e.storage.take_memory());
+      e.ticket = file_.start_write(e.offset, memory->data(), length, memory);
+      leaving_.emplace_back(e.ticket, e.bytes);
+      leaving_bytes_ += e.bytes;
+    } else {
+      const auto* source = static_cast<const char*>(e.storage.data());
+      for (int64_t at = 0; at < e.bytes;) {
+        const int b = take_buffer();
+        AlignedBuffer& buffer = pool_[static_cast<size_t>(b)];
+        const int64_t piece = std::min(buffer.bytes(), e.bytes - at);
+        std::memcpy(buffer.data(), source + at, static_cast<size_t>(piece));
+        e.ticket = buffer_tickets_[static_cast<size_t>(b)] =
+            file_.start_write(e.offset + at, buffer.data(), round_up_to_direct_io(piece));
+        at += piece;
+      }
+      e.storage.release();
     }
-    e.storage.release();
-    e.resident = false;
+    e.mapped = nullptr;
+    e.state = State::out;
     e.written = true;
-    if (!e.writing) writing_.push_back(id);
-    e.writing = true;
+  }
+}
+
+void TensorSwapper::prefetch(const std::vector<int64_t>& ids) {
+  check_usable();
+  for (const int64_t id : ids) {
+    Entry& e = entry(id);
+    if (e.state != State::out) continue;
+    wait_for(e.ticket);  // the region may still be on its way out
+    e.storage.reallocate(static_cast<size_t>(e.bytes), mapped_host_allocator());
+    e.mapped = e.storage.data();
+    if (!e.written) {  // discarded: a fresh mapping's zeros, soon written by the caller
+      populate_pages(e.mapped, static_cast<size_t>(e.bytes));
+      e.state = State::resident;
+      continue;
+    }
+    e.ticket = file_.start_read(e.offset, e.mapped, round_up_to_direct_io(e.bytes));
+    e.state = State::arriving;
   }
 }
 
 void TensorSwapper::swap_in(const std::vector<int64_t>& ids) {
-  check_usable();
-  bool reads = false;
   for (const int64_t id : ids) {
-    const Entry& e = entry(id);
-    reads = reads || e.written;
-    TS_CHECK(!e.resident, "[swap] ", file_.path(), ": storage ", id,
+    TS_CHECK(entry(id).state != State::resident, "[swap] ", file_.path(), ": storage ", id,
              " is resident; expected it swapped out or discarded before swapping it in");
   }
-  std::vector<PendingCopy> copies;
-  std::vector<Entry*> filling;
+  prefetch(ids);
+  int64_t last = 0;
+  for (const int64_t id : ids) {
+    const Entry& e = entry(id);
+    if (e.state == State::arriving) last = std::max(last, e.ticket);
+  }
   try {
-    if (reads && file_.in_flight() > 0) settle(copies);  // a region may still be on its way out
-    for (const int64_t id : ids) {
-      Entry& e = entry(id);
-      e.storage.reallocate(static_cast<size_t>(e.bytes), mapped_host_allocator());
-      filling.push_back(&e);
-      auto* target = static_cast<char*>(e.storage.data());
-      if (!e.written) continue;  // discarded: a fresh mapping's zeros
-      for (int64_t at = 0; at < e.bytes;) {
-        const int b = take_buffer(copies);
-        AlignedBuffer& buffer = pool_[static_cast<size_t>(b)];
-        const int64_t piece = std::min(buffer.bytes(), e.bytes - at);
-        file_.start_read(e.offset + at, buffer.data(), round_up_to_direct_io(piece));
-        copies.push_back({b, target + at, piece});
-        at += piece;
-      }
-    }
-    if (reads) settle(copies);
+    wait_for(last);
   } catch (...) {
-    for (Entry* e : filling) e->storage.release();  // not filled: nobody may read them
+    for (const int64_t id : ids) {  // not filled: nobody may read them
+      Entry& e = entry(id);
+      e.storage.release();
+      e.mapped = nullptr;
+      e.state = State::out;
+    }
     throw;
   }
-  for (Entry* e : filling) e->resident = true;
+  for (const int64_t id : ids) entry(id).state = State::resident;
+}
+
+void TensorSwapper::wait_written(const std::vector<int64_t>& ids) {
+  check_usable();
+  int64_t last = 0;
+  for (const int64_t id : ids) {
+    const Entry& e = entry(id);
+    if (e.state == State::out && e.written) last = std::max(last, e.ticket);
+  }
+  wait_for(last);
 }
 
 void TensorSwapper::wait() {
   check_usable();
-  std::vector<PendingCopy> none;
-  settle(none);
+  try {
+    file_.wait();
+  } catch (const Error& e) {
+    failure_ = e.what();
+    throw;
+  }
+  leaving_.clear();
+  leaving_bytes_ = 0;
 }
 
 }  // namespace tessera::parallel

@@ -4,33 +4,35 @@
 //
 // Note [Swapped storages]
 // Each storage added gets a region of one swap file (core/direct_file.h), at an offset and
-// of a length rounded up to kDirectIoAlignment. Every transfer is staged through a pool of
-// `buffer_count` aligned buffers of `buffer_size` bytes (DeepSpeed's buffer_count and
-// buffer_size), so the storages need no alignment of their own, a tail shorter than a
-// page is written padded, and what the swapper itself holds is bounded by the pool.
-// swap_out() copies a storage's bytes into free buffers, starts their writes and releases
-// the storage (Storage::release: its storage().nbytes() is 0 for every tensor viewing it,
-// and reading it is an error); it returns with
-// the last writes in flight, so the caller computes while they travel, and a buffer is
-// reused only after its write completed. swap_in() reallocates the storages (from
-// mapped_host_allocator(), so that their memory leaves the process when they are swapped
-// out again, where the CPU allocator would keep it cached) and fills
-// them: a region's reads start after every write in flight has completed (a region may
-// still be on its way out), each buffer's bytes are copied out once its read completed,
-// and it returns when all are filled. discard() drops a storage's bytes wherever they are
-// (a gradient once the step has read it): its memory is released, its region kept, and
-// the next swap_in() gives it zeros without reading (fresh mappings are zeros); a write to
-// its region still in flight is waited for first, so that no two writes to one region are
-// ever in flight together. A failed read or write is reported by the next
-// call that waits, and every call after it reports it again: the swapper is then unusable, the
-// storages it was filling released, and the bytes of those in the file lost, as the swap
-// file survives nothing; the durable state is the checkpoint (Note [Atomic checkpoints] in
-// tools/trainer/checkpoint.h).
+// of a length rounded up to kDirectIoAlignment. The file's I/O thread carries the transfers
+// (Note [The I/O thread] there), so they go on while the caller computes. swap_in() and
+// prefetch() give a storage fresh memory from mapped_host_allocator(): page-aligned, whole
+// pages, and gone from the process when released, where the CPU allocator would keep it
+// cached. Its region is read straight into that memory, and swap_out() writes straight
+// from it: it hands the memory to the write (Storage::take_memory), the storage is released
+// at once for every tensor viewing it (its storage().nbytes() is 0, reading it is an error),
+// and the memory goes when the write completes. A storage with memory of its own (one that
+// was never swapped in) is staged through a pool of `buffer_count` aligned buffers of
+// `buffer_size` bytes instead (DeepSpeed's buffer_count and buffer_size), its tail padded.
+// What the writes in flight hold is bounded: before a swap_out() starts, the earlier writes
+// are waited for until their memory is at most the pool's bytes. prefetch() starts the reads
+// and returns; swap_in() waits for its storages' reads only, so later transfers (another
+// sub-group's reads or writes) go on. A region's transfers never overlap: a read or write
+// of a region waits for the region's previous transfer, and discard() waits for a read
+// into the storage's memory. discard() drops a storage's bytes wherever they are (a
+// gradient once the step has read it): its memory is released, its region kept, and the
+// next swap_in() gives it zeros without reading (fresh mappings are zeros). A failed read
+// or write is reported by the next call that waits, and every call after it reports it
+// again: the swapper is then unusable, the storages it was filling released, and the bytes
+// of those in the file lost, as the swap file survives nothing; the durable state is the
+// checkpoint (Note [Atomic checkpoints] in tools/trainer/checkpoint.h).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/direct_file.h"
@@ -56,22 +58,30 @@ class TensorSwapper {
   // first swap_in(), which gives zeros. Sets `id` to the storage's id.
   Tensor add_zeros(int64_t numel, int64_t& id);
   // Writes the storages' bytes to their regions and releases them (Note [Swapped
-  // storages]). Each must be allocated.
+  // storages]); returns with the writes in flight. Each must be in memory.
   void swap_out(const std::vector<int64_t>& ids);
-  // Reallocates the storages and fills them from their regions, or with zeros where they
-  // were discarded. Each must be released: swapped out or discarded.
+  // Starts bringing the storages in: reallocates them and starts their reads (those
+  // discarded are zeros at once). Storages in memory or on their way are skipped.
+  void prefetch(const std::vector<int64_t>& ids);
+  // Brings the storages in (prefetch()) and waits for their reads. Each must be out of
+  // memory: swapped out, discarded, or prefetched.
   void swap_in(const std::vector<int64_t>& ids);
   // Releases the storages and forgets their bytes, in memory or in the file; the next
   // swap_in() fills them with zeros. Their regions stay theirs.
   void discard(const std::vector<int64_t>& ids);
-  // Waits for the writes in flight; throws the failure, if one happened.
+  // Waits for every transfer in flight; throws the failure, if one happened.
   void wait();
+  // Waits for the writes of storages `ids` (and the transfers started before them).
+  void wait_written(const std::vector<int64_t>& ids);
   // Forgets storages `ids` (their bytes, in memory or in the file, are no longer wanted):
   // the swapper drops its handles, and their regions stay unused.
   void drop(const std::vector<int64_t>& ids);
 
-  // Whether storage `id` is in memory (false: its bytes are in the file, or discarded).
-  bool resident(int64_t id) const { return entries_[static_cast<size_t>(id)].resident; }
+  // Whether storage `id` is in memory and readable (false: its bytes are in the file, on
+  // their way in, or discarded).
+  bool resident(int64_t id) const {
+    return entries_[static_cast<size_t>(id)].state == State::resident;
+  }
   // Bytes of the storages that are in the file only (swapped out, not discarded or dropped).
   int64_t swapped_bytes() const;
   // Bytes of storage `id`, in memory or not.
@@ -82,35 +92,34 @@ class TensorSwapper {
   const std::string& path() const { return file_.path(); }
 
  private:
+  enum class State { resident, arriving, out };
   struct Entry {
     Storage storage;
     int64_t bytes = 0;   // the storage's
     int64_t offset = 0;  // of its region
-    bool resident = true;
+    State state = State::resident;
     bool written = false;  // its region holds its bytes
-    bool writing = false;  // a write to its region may be in flight
     bool dropped = false;
+    int64_t ticket = 0;      // of its region's last transfer (DirectFile::done)
+    void* mapped = nullptr;  // the memory swap_in() gave it, while the storage holds it
   };
-  // A read into a buffer, to be copied into `target` once complete.
-  struct PendingCopy {
-    int buffer = 0;
-    char* target = nullptr;
-    int64_t bytes = 0;
-  };
-  // A free buffer, waiting for the file (and finishing pending copies) when none is.
-  int take_buffer(std::vector<PendingCopy>& copies);
-  // Waits for the file, copies completed reads out, and frees every buffer. On a failure
-  // the swapper is unusable from then on (failure_), its buffers kept.
-  void settle(std::vector<PendingCopy>& copies);
+  // Waits for the transfer with `ticket` and those before it; on a failure the swapper is
+  // unusable from then on (failure_).
+  void wait_for(int64_t ticket);
+  // The next pool buffer, once its last write has completed.
+  int take_buffer();
   // Throws the failure that made the swapper unusable, if any.
   void check_usable() const;
   Entry& entry(int64_t id);
 
   DirectFile file_;
   std::vector<AlignedBuffer> pool_;
-  std::vector<int> free_;  // buffer indices
+  std::vector<int64_t> buffer_tickets_;  // per buffer, of its last write
+  size_t next_buffer_ = 0;
   std::vector<Entry> entries_;
-  std::vector<int64_t> writing_;  // the entries whose `writing` is set
+  // Writes in flight from memory handed over (ticket, bytes), oldest first, and their bytes.
+  std::deque<std::pair<int64_t, int64_t>> leaving_;
+  int64_t leaving_bytes_ = 0;
   int64_t file_bytes_ = 0;
   std::string failure_;  // why the swapper is unusable; empty while it is not
 };

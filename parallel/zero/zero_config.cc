@@ -33,11 +33,8 @@ OffloadOptimizerConfig read_offload_optimizer(JsonObjectReader& s, int stage) {
     // Pinned host memory speeds transfers between a GPU and the host; the state of a run on
     // the CPU is host memory already.
     o.get<bool>("pin_memory", false);
-    for (const char* key : {"pipeline_read", "pipeline_write"}) {
-      TS_CHECK(!o.get<bool>(key, false), "[config] ", o.key_path(key),
-               ": a sub-group's reads and writes are not yet overlapped with its neighbours' "
-               "updates; expected false");
-    }
+    c.pipeline_read = o.get<bool>("pipeline_read", false);
+    c.pipeline_write = o.get<bool>("pipeline_write", false);
     TS_CHECK(!o.get<bool>("fast_init", false), "[config] ", o.key_path("fast_init"),
              ": the optimizer's state is created at the first step and swapped out after it; "
              "expected false");

@@ -18,6 +18,9 @@ struct OffloadOptimizerConfig {
   Device device = Device::none;
   std::string nvme_path;     // the directory of the swap files (nvme)
   int64_t buffer_count = 4;  // staging buffers of the swapper
+  // Overlap a sub-group's reads and writes with its neighbours' updates, for memory.
+  bool pipeline_read = false;
+  bool pipeline_write = false;
 };
 
 struct ZeroConfig {

@@ -58,7 +58,10 @@ ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,
     blocks_.back().push_back(block);
     numel += layout.blocks[b].chunk;
   }
-  state_ = std::make_unique<SwappedOptimizerState>(inner, std::move(groups), swapper_);
+  state_ = std::make_unique<SwappedOptimizerState>(
+      inner, std::move(groups), swapper_,
+      SwapPipelining{config.offload_optimizer.pipeline_read,
+                     config.offload_optimizer.pipeline_write});
 }
 
 void ZeroOffload::step(const std::function<void(int64_t block)>& before_block,

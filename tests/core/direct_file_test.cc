@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -119,6 +120,35 @@ TEST_CASE("direct writes read back with blocking I/O, and blocking writes read d
       }
     }
   }
+}
+
+TEST_CASE("a ticket answers for its transfer and those before it; a write's memory goes when done",
+          "[aio]") {
+  const fs::path dir = testing::fresh_dir("direct_file_tickets");
+  AioConfig config;
+  config.block_size = 64 * 1024;
+  config.queue_depth = 2;  // many more requests than slots: the I/O thread feeds them
+  const fs::path path = dir / "t.swp";
+  DirectFile file(path.string(), config);
+  const std::vector<unsigned char> first = random_bytes(1 << 20, 1),
+                                   second = random_bytes(65536, 2);
+  auto handed = std::make_shared<AlignedBuffer>(1 << 20);
+  std::memcpy(handed->data(), first.data(), first.size());
+  const std::weak_ptr<AlignedBuffer> watch = handed;
+  const int64_t t1 = file.start_write(0, handed->data(), handed->bytes(), handed);
+  handed.reset();  // the file holds it until written
+  AlignedBuffer buffer(65536);
+  std::memcpy(buffer.data(), second.data(), second.size());
+  const int64_t t2 = file.start_write(1 << 20, buffer.data(), buffer.bytes());
+  CHECK(t2 > t1);
+  file.wait_for(t1);
+  CHECK(file.done(t1));
+  CHECK(watch.expired());
+  CHECK(pread_bytes(path, 0, 1 << 20) == first);
+  file.wait_for(t2);
+  CHECK(file.done(t2));
+  CHECK(file.in_flight() == 0);
+  CHECK(pread_bytes(path, 1 << 20, 65536) == second);
 }
 
 TEST_CASE("direct I/O refuses unaligned transfers and bad settings, naming them", "[aio]") {

@@ -39,6 +39,7 @@ struct Run {
   // The most bytes of swapped storages in memory during each step (mapped_host_allocator:
   // world 1 only, as thread ranks share it), and the bound: the largest sub-group's.
   std::vector<int64_t> step_swap_peak;
+  std::vector<int64_t> step_start_swapped;  // mapped bytes as the step starts
   int64_t largest_sub_group = 0;
   std::vector<int64_t> nvme_bytes;  // the state and masters in the swap file after each step
   std::vector<float> state;         // the state_dict's tensors, flat, at the end
@@ -80,8 +81,11 @@ std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype) {
       run.grad_bytes.push_back(opt.model_state_bytes().grads);
       run.norms.push_back(opt.clip_grad_norm(1e-2));  // clips: the gradients are scaled
       mapped_host_allocator().reset_peak();
+      // Gradients on their way to the swap file, whose memory the step lets go first.
+      const int64_t leaving = mapped_host_allocator().stats().allocated;
       run.stepped.push_back(opt.step());
       run.step_swap_peak.push_back(mapped_host_allocator().stats().peak_allocated);
+      run.step_start_swapped.push_back(leaving);
       opt.wait_for_parameters();
       run.state_bytes.push_back(opt.model_state_bytes().optimizer);
       run.param_bytes.push_back(opt.model_state_bytes().params);
@@ -158,7 +162,8 @@ TEST_CASE("ZeRO with its optimizer state on NVMe equals the in-memory run bitwis
                 CHECK((nvme[r].grad_bytes[s] == 0) == (stage >= 2));
                 if (world == 1) {
                   // One sub-group in memory at a time, whole in its turn.
-                  CHECK(nvme[r].step_swap_peak[s] <= nvme[r].largest_sub_group);
+                  CHECK(nvme[r].step_swap_peak[s] <=
+                        std::max(nvme[r].largest_sub_group, nvme[r].step_start_swapped[s]));
                   // The state is the optimizer's own memory until it has been swapped once.
                   if (s == kSteps - 1 && dtype != DType::f16)
                     CHECK(nvme[r].step_swap_peak[s] >= nvme[r].largest_sub_group / 2);
@@ -166,6 +171,26 @@ TEST_CASE("ZeRO with its optimizer state on NVMe equals the in-memory run bitwis
               }
               CHECK(nvme[r].after_load.optimizer == 0);
               CHECK(nvme[r].after_load.on_nvme == nvme[r].nvme_bytes[1]);
+            }
+            if (sub_group == 1) {
+              // DeepSpeed's pipelining overlaps a sub-group's I/O with its neighbours'
+              // updates, holding up to three sub-groups, and changes no bits.
+              zero.offload_optimizer.pipeline_read = true;
+              zero.offload_optimizer.pipeline_write = true;
+              const std::vector<Run> pipelined = train(world, zero, dtype);
+              for (int r = 0; r < world; ++r) {
+                INFO("pipelined, rank " << r);
+                CHECK(pipelined[r].losses == memory[r].losses);
+                CHECK(pipelined[r].masters == memory[r].masters);
+                CHECK(pipelined[r].state == memory[r].state);
+                CHECK(pipelined[r].stepped == memory[r].stepped);
+                for (int s = 0; s < kSteps && world == 1; ++s) {
+                  INFO("step " << s);
+                  CHECK(pipelined[r].step_swap_peak[s] <=
+                        std::max(3 * pipelined[r].largest_sub_group,
+                                 pipelined[r].step_start_swapped[s]));
+                }
+              }
             }
             CHECK(std::filesystem::is_empty(dir / "swap"));  // the files went with the runs
           }
@@ -185,6 +210,10 @@ TEST_CASE("offload_optimizer's config: devices, paths and what is not implemente
   CHECK(parse(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
         "nvme_path": "/tmp/x"}}})")
             .offload_optimizer.device == OffloadOptimizerConfig::Device::nvme);
+  const ZeroConfig pipelined = parse(R"({"zero_optimization": {"stage": 3, "offload_optimizer":
+        {"device": "nvme", "nvme_path": "/tmp/x", "pipeline_read": true, "pipeline_write": true}}})");
+  CHECK(pipelined.offload_optimizer.pipeline_read);
+  CHECK(pipelined.offload_optimizer.pipeline_write);
   CHECK(parse(R"({"zero_optimization": {"stage": 1, "cpu_offload": true}})")
             .offload_optimizer.device == OffloadOptimizerConfig::Device::cpu);
   CHECK_THROWS_WITH(

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
@@ -126,6 +127,50 @@ TEST_CASE("discarded storages come back as zeros and keep their regions", "[swap
   CHECK(bytes_of(storages[0]) == want[0]);
   CHECK(bytes_of(storages[1]) == want[1]);
   CHECK_THROWS_WITH(swapper.swap_in({ids[2]}), Catch::Contains("storage 2 is resident"));
+}
+
+TEST_CASE("swapped-in storages are written from their own memory, which goes once written",
+          "[swap]") {
+  const auto dir = testing::fresh_dir("tensor_swapper_direct");
+  AioConfig aio;
+  aio.block_size = 8192;
+  TensorSwapper swapper((dir / "m.swp").string(), aio, 1, 4096);  // a pool of one page
+  std::vector<std::vector<unsigned char>> want;
+  std::vector<Storage> storages;
+  std::vector<int64_t> ids;
+  for (const int64_t n : {5000, 70000, 123457}) {
+    want.push_back(random_bytes(n, static_cast<unsigned>(n)));
+    storages.push_back(storage_with(want.back()));
+    ids.push_back(swapper.add(storages.back()));
+  }
+  swapper.swap_out(ids);  // memory of their own: staged through the pool
+  swapper.wait();
+  Allocator& mapped = mapped_host_allocator();
+  const int64_t before = mapped.stats().allocated;
+  // Prefetched: memory now, readable after swap_in.
+  swapper.prefetch({ids[0], ids[1]});
+  CHECK(!swapper.resident(ids[0]));
+  CHECK(mapped.stats().allocated == before + 5000 + 70000);
+  swapper.swap_in(ids);
+  for (size_t i = 0; i < ids.size(); ++i) CHECK(bytes_of(storages[i]) == want[i]);
+  // Out from their own memory: released at once, the memory gone when written.
+  for (size_t i = 0; i < ids.size(); ++i) {
+    want[i] = random_bytes(static_cast<int64_t>(want[i].size()), 50 + static_cast<unsigned>(i));
+    std::memcpy(storages[i].data(), want[i].data(), want[i].size());
+  }
+  swapper.swap_out({ids[2]});
+  swapper.swap_out({ids[0], ids[1]});  // first waits for ids[2]'s write: over the pool's bytes
+  CHECK(mapped.stats().allocated <= before + 5000 + 70000);
+  for (const Storage& s : storages) CHECK(s.nbytes() == 0);
+  swapper.wait();
+  CHECK(mapped.stats().allocated == before);
+  // A read in flight is waited for before its storage is discarded.
+  swapper.prefetch({ids[1]});
+  swapper.discard({ids[1]});
+  swapper.swap_in({ids[2], ids[1], ids[0]});
+  CHECK(bytes_of(storages[0]) == want[0]);
+  CHECK(bytes_of(storages[1]) == std::vector<unsigned char>(want[1].size(), 0));
+  CHECK(bytes_of(storages[2]) == want[2]);
 }
 
 TEST_CASE("swapping names misuse and the file's errors", "[swap]") {
