@@ -1,6 +1,7 @@
 #include "core/allocator.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -69,6 +70,12 @@ Allocator& allocator_for(Device device) {
     return cpu;
   }
   return cuda::allocator(device.index);
+}
+
+int64_t peak_resident_bytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
 }
 
 void populate_pages(void* data, size_t nbytes) {

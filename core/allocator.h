@@ -48,6 +48,9 @@ Allocator& allocator_for(Device device);
 // or by a direct read into them (which maps them in bulk), or by populate_pages().
 Allocator& mapped_host_allocator();
 
+// The most bytes this process has had resident in memory (getrusage's ru_maxrss).
+int64_t peak_resident_bytes();
+
 // Maps the pages of [data, data + nbytes) now, in one call to the kernel, where first
 // touches would fault a page at a time (madvise's MADV_POPULATE_WRITE, Linux 5.14; a no-op
 // on older kernels, whose pages then fault on first touch).

@@ -115,13 +115,17 @@ int body(int argc, char** argv) {
   std::printf(
       "\nThe same with offload_optimizer \"nvme\", in memory / in the swap file, GiB per rank\n"
       "(Note [Offloaded model states]: moments, masters and, at stages 2-3, f32 gradients on\n"
-      "NVMe; a step brings one sub-group in):\n");
-  std::printf("%8s %17s %17s %17s\n", "world", "stage 1", "stage 2", "stage 3");
+      "NVMe; a step brings one sub-group in; the last column adds offload_param \"nvme\", the\n"
+      "16-bit shard, which gathers bring in a parameter at a time):\n");
+  std::printf("%8s %17s %17s %17s %17s\n", "world", "stage 1", "stage 2", "stage 3",
+              "stage 3 + params");
   for (const int world : worlds) {
     std::printf("%8d", world);
-    for (int stage = 1; stage <= 3; ++stage) {
+    for (int column = 1; column <= 4; ++column) {
+      const int stage = std::min(column, 3);
       const int64_t total = parallel::mixed_model_state_bytes(stage, params, world, false);
-      const int64_t nvme = parallel::nvme_model_state_bytes(stage, params, world, true);
+      const int64_t nvme =
+          parallel::nvme_model_state_bytes(stage, params, world, true, true, column == 4);
       std::printf(" %8.3f / %6.3f", gib(static_cast<double>(total - nvme)),
                   gib(static_cast<double>(nvme)));
     }

@@ -16,7 +16,8 @@ TensorSwapper::TensorSwapper(std::string path, const AioConfig& aio, int buffer_
            buffer_count);
   TS_CHECK(buffer_size >= 1, "[swap] ", file_.path(), ": expected buffer_size >= 1, found ",
            buffer_size);
-  for (int b = 0; b < buffer_count; ++b) pool_.emplace_back(buffer_size);
+  pool_.resize(static_cast<size_t>(buffer_count));
+  buffer_bytes_ = round_up_to_direct_io(buffer_size);
   buffer_tickets_.assign(pool_.size(), 0);
 }
 
@@ -74,8 +75,20 @@ void TensorSwapper::discard(const std::vector<int64_t>& ids) {
   }
 }
 
-Tensor TensorSwapper::add_zeros(int64_t numel, int64_t& id) {
-  const Tensor t = empty({numel});
+void TensorSwapper::evict(const std::vector<int64_t>& ids) {
+  check_usable();
+  for (const int64_t id : ids) {
+    Entry& e = entry(id);
+    TS_CHECK(e.state == State::resident && e.written, "[swap] ", file_.path(), ": storage ", id,
+             " is not a swapped-in copy of its region; expected it swapped in before evicting it");
+    e.storage.release();
+    e.mapped = nullptr;
+    e.state = State::out;
+  }
+}
+
+Tensor TensorSwapper::add_zeros(int64_t numel, int64_t& id, DType dtype) {
+  const Tensor t = empty({numel}, {dtype, Device::cpu()});
   id = add(t.storage());
   discard({id});
   return t;
@@ -105,13 +118,14 @@ int64_t TensorSwapper::swapped_bytes() const {
 }
 
 int64_t TensorSwapper::pool_bytes() const {
-  return pool_.front().bytes() * static_cast<int64_t>(pool_.size());
+  return buffer_bytes_ * static_cast<int64_t>(pool_.size());
 }
 
 int TensorSwapper::take_buffer() {
   // Buffers are taken in turn, so the next one's write is the oldest.
   const size_t b = next_buffer_++ % pool_.size();
   wait_for(buffer_tickets_[b]);
+  if (pool_[b].bytes() == 0) pool_[b] = AlignedBuffer(buffer_bytes_);
   return static_cast<int>(b);
 }
 

@@ -13,7 +13,8 @@
 // at once for every tensor viewing it (its storage().nbytes() is 0, reading it is an error),
 // and the memory goes when the write completes. A storage with memory of its own (one that
 // was never swapped in) is staged through a pool of `buffer_count` aligned buffers of
-// `buffer_size` bytes instead (DeepSpeed's buffer_count and buffer_size), its tail padded.
+// `buffer_size` bytes instead (DeepSpeed's buffer_count and buffer_size; each allocated at
+// its first use), its tail padded.
 // What the writes in flight hold is bounded: before a swap_out() starts, the earlier writes
 // are waited for until their memory is at most the pool's bytes. prefetch() starts the reads
 // and returns; swap_in() waits for its storages' reads only, so later transfers (another
@@ -44,7 +45,8 @@ namespace tessera::parallel {
 class TensorSwapper {
  public:
   // Creates the swap file `path`; the pool holds `buffer_count` (>= 1) buffers of
-  // `buffer_size` bytes (>= 1, rounded up to kDirectIoAlignment).
+  // `buffer_size` bytes (>= 1, rounded up to kDirectIoAlignment), each allocated at its
+  // first use.
   TensorSwapper(std::string path, const AioConfig& aio, int buffer_count, int64_t buffer_size);
   // Waits for the writes in flight, whose buffers the pool holds.
   ~TensorSwapper();
@@ -54,9 +56,9 @@ class TensorSwapper {
   // Gives `storage` (host memory, allocated) a region of the swap file; returns its id.
   // The storage's size is fixed from now on.
   int64_t add(const Storage& storage);
-  // A (numel) f32 host tensor whose storage is added and discarded: no memory until its
+  // A (numel) host tensor of `dtype` whose storage is added and discarded: no memory until its
   // first swap_in(), which gives zeros. Sets `id` to the storage's id.
-  Tensor add_zeros(int64_t numel, int64_t& id);
+  Tensor add_zeros(int64_t numel, int64_t& id, DType dtype = DType::f32);
   // Writes the storages' bytes to their regions and releases them (Note [Swapped
   // storages]); returns with the writes in flight. Each must be in memory.
   void swap_out(const std::vector<int64_t>& ids);
@@ -69,6 +71,9 @@ class TensorSwapper {
   // Releases the storages and forgets their bytes, in memory or in the file; the next
   // swap_in() fills them with zeros. Their regions stay theirs.
   void discard(const std::vector<int64_t>& ids);
+  // Releases storages that are in memory and unchanged since they were swapped in (the
+  // caller's promise), without writing: their regions hold their bytes already.
+  void evict(const std::vector<int64_t>& ids);
   // Waits for every transfer in flight; throws the failure, if one happened.
   void wait();
   // Waits for the writes of storages `ids` (and the transfers started before them).
@@ -86,7 +91,7 @@ class TensorSwapper {
   int64_t swapped_bytes() const;
   // Bytes of storage `id`, in memory or not.
   int64_t bytes(int64_t id) const { return entries_[static_cast<size_t>(id)].bytes; }
-  // Bytes of the swap file's regions, and of the buffer pool.
+  // Bytes of the swap file's regions, and of the buffer pool when all are allocated.
   int64_t file_bytes() const { return file_bytes_; }
   int64_t pool_bytes() const;
   const std::string& path() const { return file_.path(); }
@@ -113,7 +118,8 @@ class TensorSwapper {
   Entry& entry(int64_t id);
 
   DirectFile file_;
-  std::vector<AlignedBuffer> pool_;
+  std::vector<AlignedBuffer> pool_;  // empty buffers until first used
+  int64_t buffer_bytes_ = 0;
   std::vector<int64_t> buffer_tickets_;  // per buffer, of its last write
   size_t next_buffer_ = 0;
   std::vector<Entry> entries_;

@@ -37,8 +37,11 @@ int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_a
 //   f32:    stage 1:  8 S    stages 2-3: 12 S  (f32 parameters are their own masters)
 // What stays in memory is the rest (16-bit at stage 3: 2 S). A step brings one sub-group
 // of it in at a time (sub_group_size elements, with the bytes per element above). The
-// gradients are in the file from backward to the step only.
-int64_t nvme_model_state_bytes(int stage, int64_t params, int world, bool half_precision);
+// gradients are in the file from backward to the step only. offload_param "nvme" (stage 3,
+// 16-bit; Note [Offloaded parameters] in partitioned_params.h) adds the 16-bit shard, 2 S:
+// `optimizer` and `offload_params` say which of the two are offloaded.
+int64_t nvme_model_state_bytes(int stage, int64_t params, int world, bool half_precision,
+                               bool optimizer = true, bool offload_params = false);
 
 // Device and host bytes, as DeepSpeed's estimators report them.
 struct DeviceHostBytes {

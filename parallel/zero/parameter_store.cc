@@ -264,7 +264,7 @@ int64_t MasterWeights::bytes() const {
 PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layout,
                                        const std::vector<Tensor>& params, Module& model,
                                        const ZeroConfig& config, const ParameterInit& init,
-                                       TensorSwapper* swapper)
+                                       TensorSwapper* swapper, TensorSwapper* chunk_swapper)
     : layout_(layout), model_(model) {
   // f32 on the parameters' device (CPU or CUDA: Note [ZeRO-3 parameters]).
   const Device device = params.empty() ? Device::cpu() : params.front().device();
@@ -287,8 +287,8 @@ PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layou
     writes.before = [this, swapper](int64_t i) { swapper->swap_in({swap_ids_[i]}); };
     writes.after = [this, swapper](int64_t i) { swapper->swap_out({swap_ids_[i]}); };
   }
-  partitioned_ =
-      std::make_shared<PartitionedParams>(dp, layout, params, chunks_, config, init, writes);
+  partitioned_ = std::make_shared<PartitionedParams>(dp, layout, params, chunks_, config, init,
+                                                     writes, chunk_swapper);
   if (swapper != nullptr) partitioned_->round_chunks_in_step();
   model_.set_hooks(partitioned_);
 }

@@ -169,10 +169,12 @@ class PartitionedWeights final : public ParameterStore {
   // `model` must outlive this. `init` fills the parameters that are not materialized.
   // With `swapper` (16-bit host parameters; it must outlive this) each f32 master chunk is
   // a storage of its own, written to its file as soon as it is made (Note [ZeRO's
-  // offloaded state] in parallel/zero/zero_offload.h), and the step rounds it.
+  // offloaded state] in parallel/zero/zero_offload.h), and the step rounds it. With
+  // `chunk_swapper` (likewise) the 16-bit shard lives in its file (Note [Offloaded
+  // parameters] in partitioned_params.h).
   PartitionedWeights(Communicator& dp, const FlatLayout& layout, const std::vector<Tensor>& params,
                      Module& model, const ZeroConfig& config, const ParameterInit& init,
-                     TensorSwapper* swapper = nullptr);
+                     TensorSwapper* swapper = nullptr, TensorSwapper* chunk_swapper = nullptr);
   ~PartitionedWeights() override;
 
   Tensor own_chunk(int64_t block) const override;

@@ -13,12 +13,13 @@ namespace tessera::parallel {
 PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
                                      std::vector<Tensor> params, std::vector<Tensor> shard,
                                      const ZeroConfig& config, const ParameterInit& init,
-                                     const ShardWrites& writes)
+                                     const ShardWrites& writes, TensorSwapper* chunk_swapper)
     : dp_(dp),
       layout_(layout),
       config_(config),
       params_(std::move(params)),
-      shard_(std::move(shard)) {
+      shard_(std::move(shard)),
+      chunk_swapper_(chunk_swapper) {
   NoGradGuard no_grad;
   const size_t n = params_.size();
   TS_INTERNAL_ASSERT(layout_.blocks.size() == n && layout_.params.size() == n && shard_.size() == n,
@@ -27,9 +28,17 @@ PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
   live_.assign(n, false);
   forward_pins_.assign(n, 0);
   backward_pinned_.assign(n, false);
+  chunk_ids_.assign(n, -1);
+  chunk_held_.assign(n, false);
   const DType dtype = n > 0 ? params_[0].dtype() : DType::f32;
   const Device device = n > 0 ? params_[0].device() : Device::cpu();
-  if (is_half(dtype)) model_shard_ = zeros({layout_.shard_numel()}, {dtype, device});
+  TS_CHECK(chunk_swapper_ == nullptr || (is_half(dtype) && device.is_cpu()),
+           "[zero] offload_param swaps the 16-bit shard of 16-bit host parameters; found ",
+           n > 0 ? params_[0].str() : std::string("none"),
+           " (f32 parameters are their own masters: offload_optimizer swaps those)");
+  if (is_half(dtype) && chunk_swapper_ == nullptr) {
+    model_shard_ = zeros({layout_.shard_numel()}, {dtype, device});
+  }
   for (size_t i = 0; i < n; ++i) {
     const FlatLayout::Param& p = layout_.params[i];
     const FlatLayout::Block& b = layout_.blocks[i];
@@ -53,10 +62,20 @@ PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
     if (writes.before) writes.before(static_cast<int64_t>(i));
     shard_[i].copy_(mine);
     if (writes.after) writes.after(static_cast<int64_t>(i));
-    if (model_shard_.defined()) model_shard_.narrow(0, b.shard_offset, b.chunk).copy_(mine);
+    persistent_[i] = p.numel <= config_.stage3_param_persistence_threshold;
+    if (model_shard_.defined()) {
+      model_chunks_.push_back(model_shard_.narrow(0, b.shard_offset, b.chunk));
+    } else if (chunk_swapper_ != nullptr && !persistent_[i]) {
+      // In memory only while construction writes it (a fresh mapping's zeros, no read).
+      model_chunks_.push_back(chunk_swapper_->add_zeros(b.chunk, chunk_ids_[i], dtype));
+      chunk_swapper_->swap_in({chunk_ids_[i]});
+    } else if (chunk_swapper_ != nullptr) {
+      model_chunks_.push_back(zeros({b.chunk}, {dtype, device}));
+    }
+    if (!model_chunks_.empty()) model_chunks_[i].copy_(mine);
+    if (chunk_ids_[i] >= 0) chunk_swapper_->swap_out({chunk_ids_[i]});
     params_[i].set_data(padded.narrow(0, 0, p.numel).view(p.shape));
     gather_.push_back(padded);
-    persistent_[i] = p.numel <= config_.stage3_param_persistence_threshold;
     if (persistent_[i]) {
       live_[i] = true;
     } else {
@@ -89,10 +108,12 @@ void PartitionedParams::start_fetch(int64_t i) {
   const FlatLayout::Block& b = layout_.blocks[i];
   const Tensor& whole = gather_[i];
   whole.storage().reallocate(static_cast<size_t>(b.numel) * whole.itemsize());
+  chunk_in(i);
   if (async_ != nullptr) {
     gathering_[i] = async_->all_gather(source_chunk(i), whole);
   } else {
     dp_.all_gather(source_chunk(i), whole);
+    chunk_sent(i);
   }
   live_[i] = true;
   live_numel_ += layout_.params[i].numel;
@@ -103,6 +124,19 @@ void PartitionedParams::settle(int64_t i) {
   if (async_ == nullptr) return;
   const CommHandle travelling = std::exchange(gathering_[i], CommHandle());
   travelling.wait();
+  chunk_sent(i);
+}
+
+void PartitionedParams::chunk_in(int64_t i) {
+  if (chunk_ids_[i] < 0 || chunk_held_[i]) return;
+  chunk_swapper_->swap_in({chunk_ids_[i]});
+  chunk_held_[i] = true;
+}
+
+void PartitionedParams::chunk_sent(int64_t i) {
+  if (!chunk_held_[i]) return;
+  chunk_swapper_->evict({chunk_ids_[i]});
+  chunk_held_[i] = false;
 }
 
 void PartitionedParams::settle_all() {
@@ -278,19 +312,25 @@ void PartitionedParams::end_backward() {
 }
 
 Tensor PartitionedParams::source_chunk(int64_t i) const {
-  const FlatLayout::Block& b = layout_.blocks[i];
-  return model_shard_.defined() ? model_shard_.narrow(0, b.shard_offset, b.chunk) : shard_[i];
+  return model_chunks_.empty() ? shard_[i] : model_chunks_[i];
 }
 
 void PartitionedParams::round_chunk(int64_t i) {
-  const FlatLayout::Block& b = layout_.blocks[i];
-  model_shard_.narrow(0, b.shard_offset, b.chunk).copy_(shard_[i]);
+  if (chunk_ids_[i] < 0) {
+    model_chunks_[i].copy_(shard_[i]);
+    return;
+  }
+  settle(i);                                 // no gather may be reading the chunk
+  chunk_swapper_->discard({chunk_ids_[i]});  // rewritten whole: no read
+  chunk_swapper_->swap_in({chunk_ids_[i]});
+  model_chunks_[i].copy_(shard_[i]);
+  chunk_swapper_->swap_out({chunk_ids_[i]});
 }
 
 void PartitionedParams::after_step() {
   NoGradGuard no_grad;
   settle_all();
-  if (model_shard_.defined() && !rounded_in_step_) {  // rounds the f32 masters
+  if (!model_chunks_.empty() && !rounded_in_step_) {  // rounds the f32 masters
     for (size_t i = 0; i < params_.size(); ++i) round_chunk(static_cast<int64_t>(i));
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -326,7 +366,7 @@ void PartitionedParams::load(const std::vector<Tensor>& whole) {
       release(static_cast<int64_t>(i));
     }
   }
-  if (model_shard_.defined()) {
+  if (!model_chunks_.empty()) {
     for (size_t i = 0; i < params_.size(); ++i) round_chunk(static_cast<int64_t>(i));
   }
 }
@@ -349,8 +389,15 @@ int64_t PartitionedParams::bytes() const {
   int64_t bytes = model_shard_.defined() ? static_cast<int64_t>(model_shard_.nbytes()) : 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (persistent_[i]) bytes += static_cast<int64_t>(gather_[i].nbytes());
+    if (!model_shard_.defined() && !model_chunks_.empty()) {
+      bytes += static_cast<int64_t>(model_chunks_[i].storage().nbytes());
+    }
   }
   return bytes;
+}
+
+int64_t PartitionedParams::swapped_bytes() const {
+  return chunk_swapper_ != nullptr ? chunk_swapper_->swapped_bytes() : 0;
 }
 
 }  // namespace tessera::parallel

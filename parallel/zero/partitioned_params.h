@@ -30,6 +30,15 @@
 // or released, so a prefetched parameter travels while the calls before it compute; all
 // gathers and the gradient reductions share that worker, so every rank issues them in one
 // order. Without, the gathers block and prefetching bounds their number only.
+//
+// Note [Offloaded parameters]
+// With offload_param "nvme" (ZeRO-Infinity; 16-bit parameters), each non-persistent
+// parameter's chunk of the 16-bit shard is a storage of its own in a swap file of the
+// parameters' own (parallel/offload/tensor_swapper.h). It is written there at construction,
+// read in just before its gather starts, and let go without a write once the gather has
+// sent it (the file holds it unchanged); the step's rounding makes it anew, with no read,
+// and writes it. Of the parameters, what stays in memory is then the persistent ones, the
+// gathered ones (stage3_max_live_parameters bounds them) and the swapper's buffers.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +51,7 @@
 #include "core/tensor.h"
 #include "parallel/comm/async_collectives.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/offload/tensor_swapper.h"
 #include "parallel/zero/flat_layout.h"
 #include "parallel/zero/zero_config.h"
 
@@ -69,10 +79,12 @@ class PartitionedParams final : public ModuleHooks {
   // each copy, and points each parameter at its gather storage: persistent ones gathered,
   // the others released. Parameters that are not materialized (built under a
   // DeferredInitGuard) take their values from `init`, one at a time, on every rank alike;
-  // the others are rank 0's.
+  // the others are rank 0's. With `chunk_swapper` (16-bit parameters on the CPU; it must
+  // outlive this) the non-persistent parameters' 16-bit chunks live in its file (Note
+  // [Offloaded parameters]).
   PartitionedParams(Communicator& dp, const FlatLayout& layout, std::vector<Tensor> params,
                     std::vector<Tensor> shard, const ZeroConfig& config, const ParameterInit& init,
-                    const ShardWrites& writes = {});
+                    const ShardWrites& writes = {}, TensorSwapper* chunk_swapper = nullptr);
 
   void pre_forward(const Module& m) override;
   void post_forward(const Module& m) noexcept override;
@@ -111,9 +123,11 @@ class PartitionedParams final : public ModuleHooks {
   // Elements of non-persistent parameters gathered now, and the most at any time.
   int64_t live_numel() const { return live_numel_; }
   int64_t peak_live_numel() const { return peak_live_numel_; }
-  // Bytes held besides the f32 shard: the 16-bit shard and the persistent parameters'
-  // whole copies.
+  // Bytes held besides the f32 shard: the 16-bit shard (its chunks in memory) and the
+  // persistent parameters' whole copies.
   int64_t bytes() const;
+  // Bytes of the 16-bit shard in the swap file only (Note [Offloaded parameters]).
+  int64_t swapped_bytes() const;
 
  private:
   // The non-persistent parameters among m's own (looked up once per module).
@@ -129,6 +143,10 @@ class PartitionedParams final : public ModuleHooks {
   bool make_room(int64_t numel);
   // Parameter i's chunk the gathers send: of the 16-bit shard, or of the f32 one.
   Tensor source_chunk(int64_t i) const;
+  // Brings parameter i's swapped 16-bit chunk in for a gather, and lets it go once the
+  // gather has sent it (no-ops for chunks that stay in memory).
+  void chunk_in(int64_t i);
+  void chunk_sent(int64_t i);
   // Gathers `ids` and pins them (forward or backward pin).
   void fetch_pinned(const Module& m, const std::vector<int64_t>& ids, bool backward);
   // Prefetches along the trace from position `from`, stepping by `dir` (+1 or -1).
@@ -145,6 +163,12 @@ class PartitionedParams final : public ModuleHooks {
   // Per parameter, (its block's chunk) f32: its chunk, or its master's.
   std::vector<Tensor> shard_;
   Tensor model_shard_;  // (layout.shard_numel()) f16/bf16, with 16-bit parameters only
+  // Per parameter, (its block's chunk) of the 16-bit shard: views of model_shard_, or with
+  // a chunk swapper storages of their own.
+  std::vector<Tensor> model_chunks_;
+  TensorSwapper* chunk_swapper_ = nullptr;
+  std::vector<int64_t> chunk_ids_;  // per parameter: its chunk's swapper id, or -1
+  std::vector<bool> chunk_held_;    // per parameter: its swapped chunk is in for a gather
   bool rounded_in_step_ = false;
   std::vector<Tensor> gather_;  // per parameter: (block numel), sharing the parameter's storage
   std::vector<bool> persistent_;

@@ -12,6 +12,15 @@ namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
+// An element count, written as an integer or in DeepSpeed's style as 5e8.
+int64_t read_count(JsonObjectReader& s, const char* key, int64_t fallback, int64_t lo) {
+  const double v =
+      s.get_in_range<double>(key, static_cast<double>(fallback), static_cast<double>(lo), 9e18);
+  TS_CHECK(v == std::floor(v), "[config] ", s.key_path(key),
+           ": expected a whole number of elements, found ", v);
+  return static_cast<int64_t>(v);
+}
+
 // offload_optimizer (deepspeed/runtime/zero/offload_config.py), and DeepSpeed's deprecated
 // cpu_offload for its device "cpu".
 OffloadOptimizerConfig read_offload_optimizer(JsonObjectReader& s, int stage) {
@@ -54,23 +63,38 @@ OffloadOptimizerConfig read_offload_optimizer(JsonObjectReader& s, int stage) {
   return c;
 }
 
-// offload_param, which real configs often carry switched off: accepted, with its keys
-// checked, when it keeps the parameters on the device; an error otherwise.
-void read_offload_param_switched_off(JsonObjectReader& s) {
+// offload_param (deepspeed/runtime/zero/offload_config.py), and DeepSpeed's deprecated
+// cpu_offload_param for its device "cpu".
+OffloadParamConfig read_offload_param(JsonObjectReader& s, int stage) {
+  OffloadParamConfig c;
+  const bool cpu_offload_param = s.get<bool>("cpu_offload_param", false);
+  if (cpu_offload_param) c.device = OffloadParamConfig::Device::cpu;
   if (s.has("offload_param")) {
     JsonObjectReader o = s.object("offload_param");
-    const std::string device = o.get<std::string>("device", "none");
-    TS_CHECK(device == "none", "[config] ", o.key_path("device"),
-             ": parameter offload is not implemented yet; expected \"none\", found \"", device,
-             "\"");
-    o.get<std::string>("nvme_path", "");
-    o.get_in_range<int64_t>("buffer_count", 5, 0, kMax);
+    const std::string device = o.get_one_of("device", "none", {"none", "cpu", "nvme"});
+    TS_CHECK(!cpu_offload_param || device == "cpu", "[config] ", s.key_path("cpu_offload_param"),
+             ": the deprecated spelling of offload_param.device \"cpu\"; expected it to agree "
+             "with offload_param.device, found \"",
+             device, "\"");
+    if (device == "cpu") c.device = OffloadParamConfig::Device::cpu;
+    if (device == "nvme") c.device = OffloadParamConfig::Device::nvme;
+    c.nvme_path = o.get<std::string>("nvme_path", "");
+    c.buffer_count = o.get_in_range<int64_t>("buffer_count", 5, 1, 1024);
+    c.buffer_size = read_count(o, "buffer_size", c.buffer_size, 1);
+    // Pinned host memory speeds transfers between a GPU and the host; a CPU run has none.
     o.get<bool>("pin_memory", false);
-    o.get_in_range<double>("buffer_size", 1e8, 0, 9e18);
+    // DeepSpeed's cap on parameter elements kept in host memory with device "cpu"; a CPU
+    // run's parameters are host memory already.
     o.get_in_range<double>("max_in_cpu", 1e9, 0, 9e18);
+    TS_CHECK(c.device != OffloadParamConfig::Device::nvme || !c.nvme_path.empty(), "[config] ",
+             o.key_path("nvme_path"),
+             ": expected the directory of the swap files with device \"nvme\", found none");
   }
-  TS_CHECK(!s.get<bool>("cpu_offload_param", false), "[config] ", s.key_path("cpu_offload_param"),
-           ": parameter offload is not implemented yet; expected false");
+  TS_CHECK(c.device == OffloadParamConfig::Device::none || stage == 3, "[config] ",
+           s.key_path(s.has("offload_param") ? "offload_param" : "cpu_offload_param"),
+           ": offloading parameters needs them partitioned; expected ZeRO stage 3, found stage ",
+           stage);
+  return c;
 }
 
 // DeepSpeed keys of features Tessera does not have: present, they are errors.
@@ -84,15 +108,6 @@ const std::pair<const char*, const char*> kUnsupported[] = {
     {"mics_shard_size", "MiCS is not implemented"},
     {"mics_hierarchical_params_gather", "MiCS is not implemented"},
 };
-
-// An element count, written as an integer or in DeepSpeed's style as 5e8.
-int64_t read_count(JsonObjectReader& s, const char* key, int64_t fallback, int64_t lo) {
-  const double v =
-      s.get_in_range<double>(key, static_cast<double>(fallback), static_cast<double>(lo), 9e18);
-  TS_CHECK(v == std::floor(v), "[config] ", s.key_path(key),
-           ": expected a whole number of elements, found ", v);
-  return static_cast<int64_t>(v);
-}
 
 }  // namespace
 
@@ -135,7 +150,7 @@ ZeroConfig parse_zero_config(JsonObjectReader s) {
            ": legacy_stage1 was removed from DeepSpeed; expected false");
   for (const auto& [key, why] : kUnsupported) s.unsupported(key, why);
   c.offload_optimizer = read_offload_optimizer(s, c.stage);
-  read_offload_param_switched_off(s);
+  c.offload_param = read_offload_param(s, c.stage);
   s.get_in_range<double>("stage3_model_persistence_threshold", 9e18, 0, 9e18);
   s.deprecated_alias("stage3_gather_fp16_weights_on_model_save",
                      "stage3_gather_16bit_weights_on_model_save");

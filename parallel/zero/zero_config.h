@@ -23,6 +23,17 @@ struct OffloadOptimizerConfig {
   bool pipeline_write = false;
 };
 
+// zero_optimization.offload_param (deepspeed/runtime/zero/offload_config.py): where stage
+// 3's 16-bit parameter partition lives between the module calls that gather it (Note
+// [Offloaded parameters] in parallel/zero/partitioned_params.h).
+struct OffloadParamConfig {
+  enum class Device { none, cpu, nvme };
+  Device device = Device::none;
+  std::string nvme_path;              // the directory of the swap files (nvme)
+  int64_t buffer_count = 5;           // staging buffers of the swapper
+  int64_t buffer_size = 100'000'000;  // elements per staging buffer
+};
+
 struct ZeroConfig {
   int stage = 0;  // 0 plain data parallelism; 1 optimizer state; 2 + gradients; 3 + parameters
   // Elements per gradient reduction block (Note [Flat layout] in flat_layout.h).
@@ -50,6 +61,7 @@ struct ZeroConfig {
   // offloaded to NVMe (DeepSpeed's sub-groups): consecutive blocks' chunks up to this many.
   int64_t sub_group_size = 1'000'000'000;
   OffloadOptimizerConfig offload_optimizer;
+  OffloadParamConfig offload_param;
   // DeepSpeed's top-level `aio` section, here because NVMe offload's swap files use it.
   AioConfig aio;
 

@@ -12,14 +12,24 @@
 namespace tessera::parallel {
 namespace {
 
-// Each rank's swap file, unique among the live optimizers of every process on the host.
-std::string swap_path(const std::string& dir, const Communicator& dp, const void* owner) {
+// Each rank's swap file of `kind`, unique among the live optimizers of every process on the
+// host, gone from the directory at once: the open file lives until the swapper closes it,
+// and a process that dies leaves nothing behind.
+std::unique_ptr<TensorSwapper> make_swap_file(const std::string& dir, const char* kind,
+                                              const ZeroConfig& config, const Communicator& dp,
+                                              const void* owner, int64_t buffer_count,
+                                              int64_t buffer_bytes) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   TS_CHECK(!error, "[offload] cannot create the swap directory ", dir, ": ", error.message());
   char object[32];
   std::snprintf(object, sizeof(object), "%p", owner);
-  return str_cat(dir, "/tessera_optimizer_", ::getpid(), "_", dp.rank(), "_", object, ".swp");
+  auto swapper = std::make_unique<TensorSwapper>(
+      str_cat(dir, "/tessera_", kind, "_", ::getpid(), "_", dp.rank(), "_", object, ".swp"),
+      config.aio, static_cast<int>(buffer_count), buffer_bytes);
+  std::error_code ignored;
+  std::filesystem::remove(swapper->path(), ignored);
+  return swapper;
 }
 
 }  // namespace
@@ -27,15 +37,16 @@ std::string swap_path(const std::string& dir, const Communicator& dp, const void
 std::unique_ptr<TensorSwapper> make_offload_swapper(const ZeroConfig& config,
                                                     const Communicator& dp, const void* owner) {
   // Staging buffers that keep one context's queue full.
-  const int64_t buffer_size = config.aio.block_size * config.aio.queue_depth;
-  auto swapper = std::make_unique<TensorSwapper>(
-      swap_path(config.offload_optimizer.nvme_path, dp, owner), config.aio,
-      static_cast<int>(config.offload_optimizer.buffer_count), buffer_size);
-  // Gone from the directory at once: the open file lives until the swapper closes it, and
-  // a process that dies leaves nothing behind.
-  std::error_code ignored;
-  std::filesystem::remove(swapper->path(), ignored);
-  return swapper;
+  return make_swap_file(config.offload_optimizer.nvme_path, "optimizer", config, dp, owner,
+                        config.offload_optimizer.buffer_count,
+                        config.aio.block_size * config.aio.queue_depth);
+}
+
+std::unique_ptr<TensorSwapper> make_param_swapper(const ZeroConfig& config, const Communicator& dp,
+                                                  const void* owner) {
+  // DeepSpeed's buffers hold buffer_size 16-bit elements each.
+  return make_swap_file(config.offload_param.nvme_path, "params", config, dp, owner,
+                        config.offload_param.buffer_count, 2 * config.offload_param.buffer_size);
 }
 
 ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,

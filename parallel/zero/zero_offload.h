@@ -16,7 +16,8 @@
 //     scale waits for that read (GradientReducer::prepare_chunk), and the norm is summed from
 //     each chunk's squares taken as it was written. Stage 1 keeps its f32 gradient shard.
 // What stays in memory at stage 3 with 16-bit parameters is then the 16-bit shard (2 bytes
-// a parameter at world 1, where DeepSpeed's 16 bytes of Adam model states are), the swapper's
+// a parameter at world 1, where DeepSpeed's 16 bytes of Adam model states are; with
+// offload_param "nvme" that goes too: Note [Offloaded parameters]), the swapper's
 // buffers, the gathered parameters and the gradients of the reductions in flight (with
 // overlap_comm, up to two buckets' worth: Note [Overlapped reductions]) with their chunks.
 // Each rank writes its own file,
@@ -46,6 +47,10 @@ namespace tessera::parallel {
 // directory when this returns.
 std::unique_ptr<TensorSwapper> make_offload_swapper(const ZeroConfig& config,
                                                     const Communicator& dp, const void* owner);
+// The same for stage 3's 16-bit parameter shard (Note [Offloaded parameters] in
+// partitioned_params.h), with the buffers config.offload_param asks for.
+std::unique_ptr<TensorSwapper> make_param_swapper(const ZeroConfig& config, const Communicator& dp,
+                                                  const void* owner);
 
 class ZeroOffload {
  public:

@@ -65,8 +65,8 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
   if (config_.stage == 3) {
     // 16-bit parameters' masters go to the swap file as they are made.
     TensorSwapper* masters_swapper = is_half(dtype) ? swapper_.get() : nullptr;
-    auto partitioned = std::make_unique<PartitionedWeights>(dp_, layout_, params_, model_, config_,
-                                                            init, masters_swapper);
+    auto partitioned = std::make_unique<PartitionedWeights>(
+        dp_, layout_, params_, model_, config_, init, masters_swapper, param_swapper_.get());
     partitioned_ = partitioned.get();
     weights_ = std::move(partitioned);
   } else {
@@ -141,6 +141,15 @@ void ZeroOptimizer::make_swapper() {
   // On the CPU, "cpu" is where the state is already.
   if (where == Device::nvme && config_.stage >= 1) {
     swapper_ = make_offload_swapper(config_, dp_, this);
+  }
+  using ParamDevice = OffloadParamConfig::Device;
+  const ParamDevice params_where = config_.offload_param.device;
+  TS_CHECK(params_where == ParamDevice::none || device_.type == DeviceType::cpu,
+           "[zero] offload_param: offloading a GPU run's parameters is not implemented yet; "
+           "expected \"device\": \"none\" on ",
+           device_.str());
+  if (params_where == ParamDevice::nvme && config_.stage == 3) {
+    param_swapper_ = make_param_swapper(config_, dp_, this);
   }
 }
 
@@ -392,6 +401,7 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
     if (key != "step") m.optimizer += static_cast<int64_t>(t.storage().nbytes());
   }
   if (offload_) m.on_nvme = offload_->swapped_bytes();
+  if (partitioned_) m.on_nvme += partitioned_->partitioned().swapped_bytes();
   return m;
 }
 

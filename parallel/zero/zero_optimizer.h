@@ -265,8 +265,9 @@ class ZeroOptimizer {
   bool full_precision_reduction() const;
   void on_grad_ready(int64_t param);
   void reduce_block(int64_t block);
-  // Makes swapper_ where offload_optimizer puts the state on NVMe (stages 1-3), before
-  // the parts that swap their storages; refuses offloading a GPU run.
+  // Makes swapper_ where offload_optimizer puts the state on NVMe (stages 1-3), and
+  // param_swapper_ where offload_param puts stage 3's 16-bit shard there, before the parts
+  // that swap their storages; refuses offloading a GPU run.
   void make_swapper();
   // Sets up offload_ (after inner_ is made).
   void start_offload();
@@ -282,9 +283,11 @@ class ZeroOptimizer {
   std::vector<optim::ParamGroup> groups_;
   std::vector<Tensor> params_;  // flat order
   FlatLayout layout_;
-  // The swap file of NVMe offload (Note [ZeRO's offloaded state]), or null; before the
-  // parts whose storages it holds, so that it outlives them.
+  // The swap files of NVMe offload (Note [ZeRO's offloaded state], Note [Offloaded
+  // parameters] in partitioned_params.h), or null; before the parts whose storages they
+  // hold, so that they outlive them.
   std::unique_ptr<TensorSwapper> swapper_;
+  std::unique_ptr<TensorSwapper> param_swapper_;
   // The parts (Note [ZeRO stages]): where the parameters live and how the gradients are
   // reduced, chosen at construction.
   std::unique_ptr<ParameterStore> weights_;

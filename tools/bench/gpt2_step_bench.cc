@@ -101,12 +101,6 @@ int64_t current_rss() {
   return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
 }
 
-int64_t peak_rss() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
-}
-
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 AllocatorStats cpu_stats() { return allocator_for(Device::cpu()).stats(); }
@@ -301,7 +295,7 @@ int bench_main(int argc, char** argv) {
     }
   }
   if (perf_ctl != nullptr) std::fclose(perf_ctl);
-  const int64_t rss_peak = peak_rss();
+  const int64_t rss_peak = peak_resident_bytes();
   const double reserved = static_cast<double>(cpu_stats().reserved);
   const double peak_after = perf::measure_fma_peak(static_cast<int>(threads), 0.5);
   const double peak = std::max(peak_before, peak_after);

@@ -63,8 +63,13 @@ std::vector<std::string> describe_run_config(const RunConfig& c, int64_t world_s
       is_half(dtype) ? parallel::mixed_model_state_bytes(stage, part, dp_size, f32_accumulation)
                      : parallel::fp32_model_state_bytes(stage, part, dp_size);
   std::string where;
-  if (e.zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::nvme) {
-    const int64_t nvme = parallel::nvme_model_state_bytes(stage, part, dp_size, is_half(dtype));
+  const bool optimizer_nvme =
+      e.zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::nvme;
+  const bool params_nvme =
+      e.zero.offload_param.device == parallel::OffloadParamConfig::Device::nvme;
+  if (optimizer_nvme || params_nvme) {
+    const int64_t nvme = parallel::nvme_model_state_bytes(stage, part, dp_size, is_half(dtype),
+                                                          optimizer_nvme, params_nvme);
     where = str_cat(": ", mib(state - nvme), " in memory, ", mib(nvme), " in the NVMe swap file");
   }
   lines.push_back(str_cat("model states per rank: ", mib(state), where, " (", part,

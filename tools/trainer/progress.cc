@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/allocator.h"
 #include "core/logging.h"
 
 namespace tessera::train {
@@ -84,14 +85,6 @@ void log_communication(const parallel::Communicator& gradients,
                        const parallel::ParallelGroups* groups,
                        const parallel::ZeroOptimizer& optimizer, int64_t steps) {
   const double per_step = static_cast<double>(gradients.stats().total_bytes_sent()) / steps / 1e6;
-  const parallel::ModelStateBytes m = optimizer.model_state_bytes();
-  if (gradients.size() > 1 || m.on_nvme > 0) {
-    log_info(
-        "rank 0 model state: {:.1f} MB in memory (params {:.1f}, grads {:.1f}, optimizer "
-        "{:.1f}){}",
-        m.total() / 1e6, m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6,
-        m.on_nvme > 0 ? fmt::format(", {:.1f} MB on NVMe", m.on_nvme / 1e6) : std::string());
-  }
   if (gradients.size() > 1) {
     log_info("rank 0 communication, {} steps: {:.2f} MB sent per step", steps, per_step);
     std::istringstream lines(gradients.stats().summary());
@@ -104,6 +97,20 @@ void log_communication(const parallel::Communicator& gradients,
         per_step, static_cast<double>(groups->pipe->stats().total_bytes_sent()) / steps / 1e6,
         static_cast<double>(groups->model->stats().total_bytes_sent()) / steps / 1e6);
   }
+}
+
+void log_memory(const parallel::ZeroOptimizer& optimizer, Device device) {
+  const parallel::ModelStateBytes m = optimizer.model_state_bytes();
+  const std::string device_peak =
+      device.is_cuda()
+          ? fmt::format("{:.1f} MB allocated on {}, ",
+                        allocator_for(device).stats().peak_allocated / 1e6, device.str())
+          : std::string();
+  log_info(
+      "rank 0 memory: model states {:.1f} MB on {} (params {:.1f}, grads {:.1f}, optimizer "
+      "{:.1f}) and {:.1f} MB on NVMe; at the peak {}{:.1f} MB resident on the host",
+      m.total() / 1e6, device.str(), m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6,
+      m.on_nvme / 1e6, device_peak, peak_resident_bytes() / 1e6);
 }
 
 void StepTimes::add(const parallel::StepStats& stats) {

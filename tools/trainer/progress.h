@@ -83,11 +83,17 @@ class ProgressReporter {
   int64_t steps_per_print_;
 };
 
-// Rank 0's model state and bytes sent per step over `steps` steps, logged at the end of a
-// run: on the gradients' group (with its per-operation summary) when data parallel, and
-// on each of the 3D `groups` when there are some.
+// Rank 0's bytes sent per step over `steps` steps, logged at the end of a run: on the
+// gradients' group (with its per-operation summary) when data parallel, and on each of the
+// 3D `groups` when there are some.
 void log_communication(const parallel::Communicator& gradients,
                        const parallel::ParallelGroups* groups,
                        const parallel::ZeroOptimizer& optimizer, int64_t steps);
+
+// Rank 0's memory, logged at the end of a run: the three places of DeepSpeed's estimates
+// (estimate_zero3_model_states_mem_needs: device, host, NVMe), measured. Its model states
+// in the memory of `device` (the CPU's is the host's) and in the NVMe swap file, with the
+// device allocator's peak on a GPU and the process's peak resident bytes.
+void log_memory(const parallel::ZeroOptimizer& optimizer, Device device);
 
 }  // namespace tessera::train

@@ -216,16 +216,23 @@ bool Trainer::cpu_bf16() const {
 
 void Trainer::log_run(double peak_flops) const {
   const bool on_cuda = cfg_.trainer.device.is_cuda();
+  const parallel::ZeroConfig& zero = cfg_.engine.zero;
+  std::string offloaded;
+  if (zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::nvme) {
+    offloaded = " (optimizer state on NVMe in " + zero.offload_optimizer.nvme_path;
+  }
+  if (zero.offload_param.device == parallel::OffloadParamConfig::Device::nvme) {
+    offloaded += (offloaded.empty() ? " (" : ", ") + std::string("16-bit parameters on NVMe in ") +
+                 zero.offload_param.nvme_path;
+  }
+  if (!offloaded.empty()) offloaded += ")";
   log_info(
       "model: {}; {} steps of {} tokens; {} data-parallel rank(s) x {} pipeline stage(s) x {} "
       "tensor-parallel rank(s), ZeRO stage {}{}, {} on {}; {}",
       cfg_.model->describe(), total_steps_, cfg_.engine.batch.train_batch_size * cfg_.data.seq_len,
       dp_.size(), cfg_.engine.pipeline.stages, cfg_.engine.tensor_parallel.tp_size,
-      engine_->optimizer().stage(),
-      cfg_.engine.zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::nvme
-          ? " (optimizer state on NVMe in " + cfg_.engine.zero.offload_optimizer.nvme_path + ")"
-          : "",
-      dtype_name(engine_->optimizer().precision()), cfg_.trainer.device.str(),
+      engine_->optimizer().stage(), offloaded, dtype_name(engine_->optimizer().precision()),
+      cfg_.trainer.device.str(),
       !on_cuda ? fmt::format("{} peak {:.0f} GFLOP/s on {} threads per rank",
                              cpu_bf16() ? "bf16 GEMM" : "FMA", peak_flops / world_.size() / 1e9,
                              num_threads())
@@ -329,6 +336,7 @@ TrainResult Trainer::run() {
   if (leader()) {
     log_info("done: {} steps in {:.1f} s{}", result.steps, result.seconds,
              result.val_loss ? fmt::format(", val loss {:.4f}", *result.val_loss) : "");
+    log_memory(engine_->optimizer(), cfg_.trainer.device);
     log_communication(engine_->gradient_group(), groups_.get(), engine_->optimizer(),
                       std::max<int64_t>(result.steps - first, 1));
   }

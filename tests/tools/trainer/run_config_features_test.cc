@@ -135,10 +135,10 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
         "[config] $.zero_optimization.cpu_offload: offloading the optimizer's state needs it "
         "partitioned; expected ZeRO stage 1-3, found stage 0");
   CHECK(error_after([](Json& d) {
-          d["zero_optimization"] = {{"stage", 1}, {"offload_param", {{"device", "nvme"}}}};
+          d["zero_optimization"] = {{"stage", 1}, {"offload_param", {{"device", "cpu"}}}};
         }) ==
-        "[config] $.zero_optimization.offload_param.device: parameter offload is not "
-        "implemented yet; expected \"none\", found \"nvme\"");
+        "[config] $.zero_optimization.offload_param: offloading parameters needs them "
+        "partitioned; expected ZeRO stage 3, found stage 1");
   // fp16's loss-scale keys under bf16: checked, and one warning that they do nothing.
   const RunConfig copied = parse_edited([](Json& d) {
     d["bf16"] = {{"enabled", true}, {"loss_scale", 0}, {"initial_scale_power", 16}};
