@@ -9,8 +9,9 @@
 # come back exactly for the test to pass. A and B run in sibling directories with the same
 # config file, so that even state.json (which embeds the config) must match byte for byte.
 # With "nvme" as the second argument both run bf16 at ZeRO-3 with the optimizer state,
-# masters and gradients in NVMe swap files (Note [ZeRO's offloaded state] in
-# parallel/zero/zero_offload.h), swapped every step: B dies with its swap file in use, and
+# masters, gradients and 16-bit parameters in NVMe swap files (Note [ZeRO's offloaded
+# state] in parallel/zero/zero_offload.h, Note [Offloaded parameters] in
+# parallel/zero/partitioned_params.h), swapped every step: B dies with its swap files in use, and
 # the checkpoint, not the swap file, is what it resumes from.
 set -eu
 
@@ -24,7 +25,8 @@ OFFLOAD=""
 if [ "${2:-}" = nvme ]; then
   OFFLOAD='"bf16": {"enabled": true},
   "zero_optimization": {"stage": 3, "sub_group_size": 20000,
-                        "offload_optimizer": {"device": "nvme", "nvme_path": "swap"}},'
+                        "offload_optimizer": {"device": "nvme", "nvme_path": "swap"},
+                        "offload_param": {"device": "nvme", "nvme_path": "swap"}},'
 fi
 STEPS=200         # optimizer steps of each run
 INTERVAL=10       # checkpoint interval

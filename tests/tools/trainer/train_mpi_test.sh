@@ -8,7 +8,7 @@
 #   - overlap_comm at stages 0-2 (the reductions, and at stages 1-2 the gathers after the
 #     step, on a worker thread under MPI_THREAD_MULTIPLE) gives the blocking runs' bits;
 #   - the optimizer state offloaded to NVMe swap files at stages 1-3 gives the in-memory
-#     runs' bits;
+#     runs' bits, and with bf16 at stage 3 so do the parameters offloaded with it;
 #   - log lines carry the rank and only rank 0 reports progress, with the communication
 #     summary at the end;
 #   - 2-rank stage-2 and stage-3 runs resumed at 2 ranks from their checkpoints end bit for
@@ -128,6 +128,19 @@ for dtype in bf16 fp16; do
   done
 done
 echo "ok: bf16 and fp16 at 3 ranks, stages 0-3, follow the single-process runs"
+
+# ZeRO-Infinity (Note [Offloaded parameters] in parallel/zero/partitioned_params.h): bf16
+# stage 3 with the 16-bit parameters and the optimizer state in NVMe swap files,
+# checkpointed at step 3: the in-memory run's bits; the swap files go with the ranks.
+swap="\"nvme_path\": \"$WORK/swap\""
+ZERO_KEYS=", \"offload_optimizer\": {\"device\": \"nvme\", $swap}, \"offload_param\": {\"device\": \"nvme\", $swap}"
+config bf16_s3_np3_infinity 3 6 "$batch12" '"bf16": {"enabled": true}'
+unset ZERO_KEYS
+mpi 240 3 --config bf16_s3_np3_infinity.json --comm-timeout 60 >bf16_s3_np3_infinity.log 2>&1 ||
+  fail "bf16_s3_np3_infinity failed: $(tail -n 5 bf16_s3_np3_infinity.log)"
+"$COMPARE" bf16_s3_np3 bf16_s3_np3_infinity 0 || fail "bf16_s3_np3_infinity differs from bf16_s3_np3"
+[ -z "$(ls -A "$WORK/swap")" ] || fail "bf16_s3_np3_infinity left swap files: $(ls "$WORK/swap")"
+echo "ok: parameters and optimizer state on NVMe at stage 3 under mpirun give the in-memory bits"
 
 # Rank tags: every log line of a rank names it; progress comes from rank 0 only.
 grep -Eq '^\[1,0\]<std(out|err)>:.*\[rank 0\] \[info\] step 2/6' s2_np2.log ||
