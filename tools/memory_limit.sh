@@ -39,8 +39,17 @@ echo "$bytes" >"$group/memory.limit_in_bytes" || { echo "memory_limit: cannot se
 [ -f "$group/memory.memsw.limit_in_bytes" ] && echo "$bytes" >"$group/memory.memsw.limit_in_bytes" 2>/dev/null
 
 # The command runs in a subshell that joins the group first, so this script stays outside.
-( echo $BASHPID >"$group/cgroup.procs" && exec "$@" )
-status=$?
+# A TERM, INT or HUP sent to this script is passed on to it, and the group is still
+# reported and removed when it has ended.
+( echo $BASHPID >"$group/cgroup.procs" && exec "$@" ) &
+child=$!
+trap 'kill -TERM $child 2>/dev/null' TERM INT HUP
+status=0
+wait $child || status=$?
+while kill -0 $child 2>/dev/null; do  # the wait was cut short by a signal
+  status=0
+  wait $child || status=$?
+done
 peak=$(( $(cat "$group/memory.max_usage_in_bytes") / 1024 / 1024 ))
 hits=$(cat "$group/memory.failcnt")
 if [ -f "$group/memory.memsw.failcnt" ]; then

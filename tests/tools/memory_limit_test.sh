@@ -1,7 +1,7 @@
 #!/bin/sh
 # tools/memory_limit.sh: a command within its limit runs and reports its peak; one over
-# it is killed (137) with the limit reported; a bad limit is refused; no group is left
-# behind. Skipped (passing) without root or a cgroup v1 memory hierarchy.
+# it is killed (137) with the limit reported; one whose script is sent TERM ends with it
+# (143), reported; a bad limit is refused; no group is left behind. Skipped (passing) without root or a cgroup v1 memory hierarchy.
 set -u
 
 SCRIPT="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-tessera}/tools/memory_limit.sh"
@@ -27,6 +27,17 @@ bash "$SCRIPT" 64 bash -c 'x=$(head -c 400000000 /dev/zero | tr "\0" a); echo ${
 status=$?
 [ "$status" = 137 ] || fail "a command over its limit exited with $status, expected 137: $(cat "$ERR")"
 grep -q '^memory_limit: peak [0-9]* MiB of 64 MiB' "$ERR" || fail "no report after the kill: $(cat "$ERR")"
+
+# Stopped from outside: the command gets the TERM, the script reports it and removes the
+# group all the same.
+bash "$SCRIPT" 64 sleep 60 2>"$ERR" &
+script=$!
+sleep 1
+kill -TERM $script
+wait $script
+status=$?
+[ "$status" = 143 ] || fail "a stopped command's script exited with $status, expected 143: $(cat "$ERR")"
+grep -q '^memory_limit: peak [0-9]* MiB of 64 MiB' "$ERR" || fail "no report after TERM: $(cat "$ERR")"
 
 bash "$SCRIPT" lots true 2>"$ERR"
 [ $? = 2 ] || fail "a bad limit was accepted"
