@@ -132,23 +132,20 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
 }
 
 void ZeroOptimizer::make_swapper() {
-  using Device = OffloadOptimizerConfig::Device;
-  const Device where = config_.offload_optimizer.device;
-  TS_CHECK(where == Device::none || device_.type == DeviceType::cpu,
-           "[zero] offload_optimizer: offloading a GPU run's optimizer state is not implemented "
-           "yet; expected \"device\": \"none\" on ",
+  const OffloadOptimizerConfig::Device optimizer = config_.offload_optimizer.device;
+  const OffloadParamConfig::Device params = config_.offload_param.device;
+  const bool optimizer_offloaded = optimizer != OffloadOptimizerConfig::Device::none;
+  TS_CHECK((!optimizer_offloaded && params == OffloadParamConfig::Device::none) ||
+               device_.type == DeviceType::cpu,
+           "[zero] ", optimizer_offloaded ? "offload_optimizer" : "offload_param",
+           ": offloading a GPU run's model states is not implemented yet; expected \"device\": "
+           "\"none\" on ",
            device_.str());
-  // On the CPU, "cpu" is where the state is already.
-  if (where == Device::nvme && config_.stage >= 1) {
+  // On the CPU, "cpu" is where the states are already.
+  if (optimizer == OffloadOptimizerConfig::Device::nvme && config_.stage >= 1) {
     swapper_ = make_offload_swapper(config_, dp_, this);
   }
-  using ParamDevice = OffloadParamConfig::Device;
-  const ParamDevice params_where = config_.offload_param.device;
-  TS_CHECK(params_where == ParamDevice::none || device_.type == DeviceType::cpu,
-           "[zero] offload_param: offloading a GPU run's parameters is not implemented yet; "
-           "expected \"device\": \"none\" on ",
-           device_.str());
-  if (params_where == ParamDevice::nvme && config_.stage == 3) {
+  if (params == OffloadParamConfig::Device::nvme && config_.stage == 3) {
     param_swapper_ = make_param_swapper(config_, dp_, this);
   }
 }
