@@ -129,17 +129,17 @@ DirectFile::~DirectFile() {
   ::close(fd_);
 }
 
-int64_t DirectFile::start_write(int64_t offset, const void* buffer, int64_t bytes,
-                                std::shared_ptr<const void> keep) {
+Transfer DirectFile::start_write(int64_t offset, const void* buffer, int64_t bytes,
+                                 std::shared_ptr<const void> keep) {
   return start(true, offset, const_cast<void*>(buffer), bytes, std::move(keep));
 }
 
-int64_t DirectFile::start_read(int64_t offset, void* buffer, int64_t bytes) {
+Transfer DirectFile::start_read(int64_t offset, void* buffer, int64_t bytes) {
   return start(false, offset, buffer, bytes, nullptr);
 }
 
-int64_t DirectFile::start(bool write, int64_t offset, void* buffer, int64_t bytes,
-                          std::shared_ptr<const void> keep) {
+Transfer DirectFile::start(bool write, int64_t offset, void* buffer, int64_t bytes,
+                           std::shared_ptr<const void> keep) {
   const auto address = reinterpret_cast<uintptr_t>(buffer);
   TS_CHECK(address % kDirectIoAlignment == 0 && offset % kDirectIoAlignment == 0 &&
                bytes % kDirectIoAlignment == 0 && offset >= 0 && bytes >= 0,
@@ -147,15 +147,18 @@ int64_t DirectFile::start(bool write, int64_t offset, void* buffer, int64_t byte
            write ? "write" : "read", " to be multiples of ", kDirectIoAlignment, ", found address ",
            address, ", offset ", offset, ", length ", bytes);
   std::lock_guard<std::mutex> lock(mutex_);
+  Transfer t{started_, started_};
   for (int64_t done = 0; done < bytes;) {
     const int64_t piece = std::min(config_.block_size, bytes - done);
-    pending_.push_back({write, offset + done, piece, static_cast<char*>(buffer) + done, started_});
+    (write ? pending_writes_ : pending_reads_)
+        .push_back({write, offset + done, piece, static_cast<char*>(buffer) + done, started_});
     outstanding_.insert(started_++);
     done += piece;
   }
-  if (keep && !done_locked(started_)) keep_.emplace_back(started_, std::move(keep));
+  t.end = started_;
+  if (keep && !done_locked(t)) keep_.emplace_back(t, std::move(keep));
   wake();
-  return started_;
+  return t;
 }
 
 void DirectFile::wake() const {
@@ -167,11 +170,8 @@ void DirectFile::wake() const {
 void DirectFile::work() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    for (const auto& c : contexts_) reap_ready(*c);
-    fill();
-    // Memory handed over with writes that have completed goes before a waiter sees them
-    // done, so that a caller's memory figures after a wait are settled.
-    while (!keep_.empty() && done_locked(keep_.front().first)) keep_.pop_front();
+    for (const auto& c : contexts_) reap_ready(*c, lock);
+    fill(lock);
     completed_.notify_all();
     if (stopping_ && outstanding_.empty()) return;
     lock.unlock();
@@ -182,8 +182,8 @@ void DirectFile::work() {
   }
 }
 
-void DirectFile::fill() {
-  while (!pending_.empty()) {
+void DirectFile::fill(std::unique_lock<std::mutex>& lock) {
+  while (!pending_reads_.empty() || !pending_writes_.empty()) {
     Context* target = nullptr;
     for (size_t tried = 0; tried < contexts_.size() && target == nullptr; ++tried) {
       Context& c = *contexts_[next_context_++ % contexts_.size()];
@@ -193,8 +193,9 @@ void DirectFile::fill() {
     Context& c = *target;
     const int slot = c.free.back();
     c.free.pop_back();
-    const Request& r = c.requests[static_cast<size_t>(slot)] = pending_.front();
-    pending_.pop_front();
+    std::deque<Request>& next = pending_reads_.empty() ? pending_writes_ : pending_reads_;
+    const Request& r = c.requests[static_cast<size_t>(slot)] = next.front();
+    next.pop_front();
     iocb& cb = c.slots[static_cast<size_t>(slot)];
     std::memset(&cb, 0, sizeof(cb));
     cb.aio_data = static_cast<uint64_t>(slot);
@@ -208,19 +209,22 @@ void DirectFile::fill() {
     c.queued.push_back(&cb);
     if (c.free.empty() && !config_.overlap_events) c.draining = true;
   }
-  for (const auto& c : contexts_) submit(*c);
+  for (const auto& c : contexts_) submit(*c, lock);
 }
 
-void DirectFile::submit(Context& c) {
+void DirectFile::submit(Context& c, std::unique_lock<std::mutex>& lock) {
   while (!c.queued.empty()) {
     const long n = config_.single_submit ? 1 : static_cast<long>(c.queued.size());
+    // Only this thread touches the context: callers may start transfers meanwhile.
+    lock.unlock();
     const long submitted = aio_submit(c.ctx, n, c.queued.data());
+    const int error = submitted < 0 ? errno : EAGAIN;
+    lock.lock();
     if (submitted > 0) {
       c.in_flight += submitted;
       c.queued.erase(c.queued.begin(), c.queued.begin() + submitted);
       continue;
     }
-    const int error = submitted < 0 ? errno : EAGAIN;
     if (error == EINTR) continue;
     if (error == EAGAIN && c.in_flight > 0) return;  // the kernel's queue is full: later
     // Refused outright: the queued requests fail with the reason.
@@ -229,16 +233,18 @@ void DirectFile::submit(Context& c) {
   }
 }
 
-void DirectFile::reap_ready(Context& c) {
+void DirectFile::reap_ready(Context& c, std::unique_lock<std::mutex>& lock) {
   while (c.in_flight > 0) {
     timespec now{0, 0};
+    lock.unlock();
     const long got =
         syscall(SYS_io_getevents, c.ctx, 0, static_cast<long>(c.in_flight), c.events.data(), &now);
-    if (got < 0 && errno == EINTR) continue;
+    const long error = got < 0 ? -errno : 0;
+    lock.lock();
+    if (error == -EINTR) continue;
     if (got < 0) {
       // Only bad arguments fail here. Settle the context's requests (io_destroy cancels or
       // waits for them) so that nobody waits forever, and start it afresh.
-      const long error = -errno;
       aio_destroy(c.ctx);
       c.ctx = 0;
       for (int slot = 0; slot < config_.queue_depth; ++slot) {
@@ -270,6 +276,10 @@ void DirectFile::complete(Context& c, int slot, long result) {
     finish_short(r, result);
   }
   outstanding_.erase(r.seq);
+  // Memory handed over with a write that has completed goes before a waiter can see the
+  // write done (under the same lock), so that a caller's memory figures after a wait are
+  // settled.
+  std::erase_if(keep_, [&](const auto& k) { return done_locked(k.first); });
   c.free.push_back(slot);
   if (c.draining && c.in_flight == 0 && c.queued.empty()) c.draining = false;
 }
@@ -298,26 +308,27 @@ void DirectFile::record_failure(const Request& r, long result) {
                                         r.write ? "" : " (the file ends before)");
 }
 
-bool DirectFile::done_locked(int64_t ticket) const {
-  return outstanding_.empty() || *outstanding_.begin() >= ticket;
+bool DirectFile::done_locked(const Transfer& t) const {
+  const auto first_open = outstanding_.lower_bound(t.first);
+  return first_open == outstanding_.end() || *first_open >= t.end;
 }
 
-bool DirectFile::done(int64_t ticket) const {
+bool DirectFile::done(const Transfer& t) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return done_locked(ticket);
+  return done_locked(t);
 }
 
-void DirectFile::wait_for(int64_t ticket) {
+void DirectFile::wait_for(const Transfer& t) {
   std::unique_lock<std::mutex> lock(mutex_);
-  completed_.wait(lock, [&] { return done_locked(ticket); });
+  completed_.wait(lock, [&] { return done_locked(t); });
   if (!first_failure_.empty()) throw Error(std::exchange(first_failure_, std::string()));
 }
 
 void DirectFile::wait() {
-  int64_t all = 0;
+  Transfer all;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    all = started_;
+    all.end = started_;
   }
   wait_for(all);
 }

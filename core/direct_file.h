@@ -24,12 +24,18 @@
 // Each file has a thread of its own that submits the requests and reaps their completions
 // (DeepSpeed's aio handle does its I/O on threads too), so start_write() and start_read()
 // only queue a transfer and return: it goes on while the caller computes, however much
-// larger than queue_depth x block_size it is. Completions signal an eventfd
-// (IOCB_FLAG_RESFD) that the thread sleeps on, with the caller's wake-ups. Each transfer
-// returns a ticket, and done(ticket) and wait_for(ticket) answer for that transfer and
-// every one started before it, so a caller waits for what it needs (a sub-group's reads)
-// while later transfers (the previous sub-group's writes) go on. A write may hand over the
-// memory it writes from (`keep`), which the thread lets go when the write has completed.
+// larger than queue_depth x block_size it is (they may wait briefly while the thread does
+// its bookkeeping, or completes a short transfer with blocking I/O). Completions signal an
+// eventfd (IOCB_FLAG_RESFD) that the thread sleeps on, with the caller's wake-ups; the
+// thread drops its lock around io_submit and io_getevents. Each transfer returns its
+// requests' numbers (a Transfer), and done() and wait_for() answer for those alone, so a
+// caller waits for what it needs (a sub-group's reads) while other transfers (the previous
+// sub-group's writes) go on. A write may hand over the memory it writes from (`keep`),
+// which the thread lets go when the write has completed, before a waiter can see it done.
+// A failure is reported, once, by whichever wait comes first. Queued reads go to the kernel
+// before queued writes, as callers wait for reads, so transfers complete in any order: a
+// caller that writes a region and then reads it waits for the write before starting the
+// read (TensorSwapper does).
 #pragma once
 
 #include <condition_variable>
@@ -59,6 +65,13 @@ struct AioConfig {
 constexpr int64_t kDirectIoAlignment = 4096;
 // The largest request: one GiB (the kernel splits far smaller requests anyway).
 constexpr int64_t kMaxBlockSize = int64_t{1} << 30;
+
+// The requests of one transfer, or of consecutive ones: numbers [first, end) in the order
+// requests were started (Note [The I/O thread]).
+struct Transfer {
+  int64_t first = 0;
+  int64_t end = 0;
+};
 
 // `bytes` rounded up to a multiple of kDirectIoAlignment.
 int64_t round_up_to_direct_io(int64_t bytes);
@@ -101,14 +114,15 @@ class DirectFile {
   // Start writing or reading `bytes` at `offset` from or into `buffer`, all three aligned
   // (Note [Direct I/O]); `buffer` must stay valid and untouched until the transfer is done.
   // A write's `keep` (may be null) is held until then and let go (on the I/O thread).
-  // Returns the transfer's ticket (Note [The I/O thread]).
-  int64_t start_write(int64_t offset, const void* buffer, int64_t bytes,
-                      std::shared_ptr<const void> keep = nullptr);
-  int64_t start_read(int64_t offset, void* buffer, int64_t bytes);
-  // Whether the transfer with `ticket` and every transfer started before it have completed.
-  bool done(int64_t ticket) const;
-  // Waits until done(ticket); then throws the first failure since the last wait, if any.
-  void wait_for(int64_t ticket);
+  // Returns the transfer's requests (Note [The I/O thread]).
+  Transfer start_write(int64_t offset, const void* buffer, int64_t bytes,
+                       std::shared_ptr<const void> keep = nullptr);
+  Transfer start_read(int64_t offset, void* buffer, int64_t bytes);
+  // Whether every request of `t` has completed.
+  bool done(const Transfer& t) const;
+  // Waits until done(t); then throws the first failure since the last wait, if any (it
+  // may be another transfer's).
+  void wait_for(const Transfer& t);
   // Waits for every started transfer; then throws the first failure since the last wait.
   void wait();
   // Requests started and not yet completed.
@@ -126,23 +140,24 @@ class DirectFile {
     char* buffer = nullptr;
     int64_t seq = 0;  // requests are numbered in the order they were started
   };
-  int64_t start(bool write, int64_t offset, void* buffer, int64_t bytes,
-                std::shared_ptr<const void> keep);
+  Transfer start(bool write, int64_t offset, void* buffer, int64_t bytes,
+                 std::shared_ptr<const void> keep);
   // The I/O thread (Note [The I/O thread]) and its steps, each under mutex_.
   void work();
   // Moves pending requests into free slots of the contexts that take them, and submits.
-  void fill();
-  // Submits the context's queued requests, as far as the kernel takes them now.
-  void submit(Context& c);
-  // Reaps the completions that are there, without waiting.
-  void reap_ready(Context& c);
+  void fill(std::unique_lock<std::mutex>& lock);
+  // Submits the context's queued requests, as far as the kernel takes them now (unlocking
+  // around the system call).
+  void submit(Context& c, std::unique_lock<std::mutex>& lock);
+  // Reaps the completions that are there, without waiting (likewise).
+  void reap_ready(Context& c, std::unique_lock<std::mutex>& lock);
   // A request is over: its slot is free and its number no longer outstanding.
   void complete(Context& c, int slot, long result);
   // A request that transferred `done` of its bytes (>= 0): the rest, with blocking I/O,
   // as a short write or read is not itself a failure; then its failure, if any.
   void finish_short(const Request& r, int64_t done);
   void record_failure(const Request& r, long result);
-  bool done_locked(int64_t ticket) const;
+  bool done_locked(const Transfer& t) const;
   // Wakes the I/O thread.
   void wake() const;
 
@@ -154,10 +169,13 @@ class DirectFile {
   size_t next_context_ = 0;
   mutable std::mutex mutex_;
   std::condition_variable completed_;  // a request completed
-  std::deque<Request> pending_;        // started, not yet in a context
-  std::set<int64_t> outstanding_;      // numbers of the requests started, not completed
-  std::deque<std::pair<int64_t, std::shared_ptr<const void>>> keep_;  // (ticket, memory)
-  int64_t started_ = 0;                                               // requests started so far
+  // Started, not yet in a context: reads go first (a caller waits for them; writes can
+  // wait).
+  std::deque<Request> pending_reads_;
+  std::deque<Request> pending_writes_;
+  std::set<int64_t> outstanding_;  // numbers of the requests started, not completed
+  std::vector<std::pair<Transfer, std::shared_ptr<const void>>> keep_;  // a write's memory
+  int64_t started_ = 0;                                                 // requests started so far
   std::string first_failure_;
   bool stopping_ = false;
   std::thread thread_;

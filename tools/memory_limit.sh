@@ -39,16 +39,18 @@ echo "$bytes" >"$group/memory.limit_in_bytes" || { echo "memory_limit: cannot se
 [ -f "$group/memory.memsw.limit_in_bytes" ] && echo "$bytes" >"$group/memory.memsw.limit_in_bytes" 2>/dev/null
 
 # The command runs in a subshell that joins the group first, so this script stays outside.
-# A TERM, INT or HUP sent to this script is passed on to it, and the group is still
-# reported and removed when it has ended.
+# A TERM, INT or HUP sent to this script stops it with TERM (a background command ignores
+# INT), and the group is still reported and removed when it has ended.
 ( echo $BASHPID >"$group/cgroup.procs" && exec "$@" ) &
 child=$!
-trap 'kill -TERM $child 2>/dev/null' TERM INT HUP
-status=0
-wait $child || status=$?
-while kill -0 $child 2>/dev/null; do  # the wait was cut short by a signal
+signalled=0
+trap 'signalled=1; kill -TERM $child 2>/dev/null' TERM INT HUP
+while :; do
+  signalled=0
   status=0
   wait $child || status=$?
+  # A signal cuts the wait short; the next wait returns the command's own status.
+  [ "$signalled" = 1 ] || break
 done
 peak=$(( $(cat "$group/memory.max_usage_in_bytes") / 1024 / 1024 ))
 hits=$(cat "$group/memory.failcnt")

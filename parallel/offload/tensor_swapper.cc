@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <utility>
 
 #include "core/error.h"
@@ -18,7 +19,7 @@ TensorSwapper::TensorSwapper(std::string path, const AioConfig& aio, int buffer_
            buffer_size);
   pool_.resize(static_cast<size_t>(buffer_count));
   buffer_bytes_ = round_up_to_direct_io(buffer_size);
-  buffer_tickets_.assign(pool_.size(), 0);
+  buffer_writes_.assign(pool_.size(), Transfer{});
 }
 
 TensorSwapper::~TensorSwapper() {
@@ -43,10 +44,9 @@ TensorSwapper::Entry& TensorSwapper::entry(int64_t id) {
   return entries_[static_cast<size_t>(id)];
 }
 
-void TensorSwapper::wait_for(int64_t ticket) {
-  if (file_.done(ticket)) return;
+void TensorSwapper::wait_for(const Transfer& t) {
   try {
-    file_.wait_for(ticket);
+    file_.wait_for(t);
   } catch (const Error& e) {
     failure_ = e.what();
     throw;
@@ -56,7 +56,7 @@ void TensorSwapper::wait_for(int64_t ticket) {
 void TensorSwapper::drop(const std::vector<int64_t>& ids) {
   for (const int64_t id : ids) {
     Entry& e = entry(id);
-    if (e.state == State::arriving) wait_for(e.ticket);  // the read writes into its memory
+    if (e.state == State::arriving) wait_for(e.transfer);  // the read writes into its memory
     e.storage = Storage();
     e.mapped = nullptr;
     e.dropped = true;
@@ -67,7 +67,7 @@ void TensorSwapper::discard(const std::vector<int64_t>& ids) {
   check_usable();
   for (const int64_t id : ids) {
     Entry& e = entry(id);
-    if (e.state == State::arriving) wait_for(e.ticket);
+    if (e.state == State::arriving) wait_for(e.transfer);
     e.storage.release();
     e.mapped = nullptr;
     e.state = State::out;
@@ -88,7 +88,9 @@ void TensorSwapper::evict(const std::vector<int64_t>& ids) {
 }
 
 Tensor TensorSwapper::add_zeros(int64_t numel, int64_t& id, DType dtype) {
-  const Tensor t = empty({numel}, {dtype, Device::cpu()});
+  // Memory of the swapper's own kind, not the CPU allocator's, which would keep it cached.
+  const Tensor t = unmaterialized({numel}, {dtype, Device::cpu()});
+  t.storage().reallocate(static_cast<size_t>(numel) * itemsize(dtype), mapped_host_allocator());
   id = add(t.storage());
   discard({id});
   return t;
@@ -124,7 +126,7 @@ int64_t TensorSwapper::pool_bytes() const {
 int TensorSwapper::take_buffer() {
   // Buffers are taken in turn, so the next one's write is the oldest.
   const size_t b = next_buffer_++ % pool_.size();
-  wait_for(buffer_tickets_[b]);
+  wait_for(buffer_writes_[b]);
   if (pool_[b].bytes() == 0) pool_[b] = AlignedBuffer(buffer_bytes_);
   return static_cast<int>(b);
 }
@@ -132,7 +134,7 @@ int TensorSwapper::take_buffer() {
 void TensorSwapper::swap_out(const std::vector<int64_t>& ids) {
   check_usable();
   while (!leaving_.empty() &&
-         (file_.done(leaving_.front().first) || leaving_bytes_ > pool_bytes())) {
+         (leaving_bytes_ > pool_bytes() || file_.done(leaving_.front().first))) {
     wait_for(leaving_.front().first);
     leaving_bytes_ -= leaving_.front().second;
     leaving_.pop_front();
@@ -143,22 +145,26 @@ void TensorSwapper::swap_out(const std::vector<int64_t>& ids) {
              "[swap] ", file_.path(), ": storage ", id, " of ", e.bytes,
              " bytes is not resident (found ", e.storage.nbytes(),
              " bytes); expected it swapped in before swapping it out");
-    wait_for(e.ticket);  // the region's last write, if still in flight
+    wait_for(e.transfer);  // the region's last write, if still in flight
     const int64_t length = round_up_to_direct_io(e.bytes);
     if (e.mapped != nullptr && e.storage.data() == e.mapped) {  // whole pages of its own
       auto memory = std::make_shared<Storage>(e.storage.take_memory());
-      e.ticket = file_.start_write(e.offset, memory->data(), length, memory);
-      leaving_.emplace_back(e.ticket, e.bytes);
-      leaving_bytes_ += e.bytes;
+      e.transfer = file_.start_write(e.offset, memory->data(), length, memory);
+      leaving_.emplace_back(e.transfer, length);
+      leaving_bytes_ += length;
     } else {
       const auto* source = static_cast<const char*>(e.storage.data());
+      e.transfer = Transfer{};
       for (int64_t at = 0; at < e.bytes;) {
         const int b = take_buffer();
         AlignedBuffer& buffer = pool_[static_cast<size_t>(b)];
         const int64_t piece = std::min(buffer.bytes(), e.bytes - at);
         std::memcpy(buffer.data(), source + at, static_cast<size_t>(piece));
-        e.ticket = buffer_tickets_[static_cast<size_t>(b)] =
+        const Transfer piece_write =
             file_.start_write(e.offset + at, buffer.data(), round_up_to_direct_io(piece));
+        buffer_writes_[static_cast<size_t>(b)] = piece_write;
+        // The pieces' requests are consecutive: the region's write spans them all.
+        e.transfer = {at == 0 ? piece_write.first : e.transfer.first, piece_write.end};
         at += piece;
       }
       e.storage.release();
@@ -174,7 +180,7 @@ void TensorSwapper::prefetch(const std::vector<int64_t>& ids) {
   for (const int64_t id : ids) {
     Entry& e = entry(id);
     if (e.state != State::out) continue;
-    wait_for(e.ticket);  // the region may still be on its way out
+    wait_for(e.transfer);  // the region may still be on its way out
     e.storage.reallocate(static_cast<size_t>(e.bytes), mapped_host_allocator());
     e.mapped = e.storage.data();
     if (!e.written) {  // discarded: a fresh mapping's zeros, soon written by the caller
@@ -182,7 +188,7 @@ void TensorSwapper::prefetch(const std::vector<int64_t>& ids) {
       e.state = State::resident;
       continue;
     }
-    e.ticket = file_.start_read(e.offset, e.mapped, round_up_to_direct_io(e.bytes));
+    e.transfer = file_.start_read(e.offset, e.mapped, round_up_to_direct_io(e.bytes));
     e.state = State::arriving;
   }
 }
@@ -193,33 +199,34 @@ void TensorSwapper::swap_in(const std::vector<int64_t>& ids) {
              " is resident; expected it swapped out or discarded before swapping it in");
   }
   prefetch(ids);
-  int64_t last = 0;
-  for (const int64_t id : ids) {
+  std::exception_ptr failed;
+  for (const int64_t id : ids) {  // every read, even after a failure: they fill the memory
     const Entry& e = entry(id);
-    if (e.state == State::arriving) last = std::max(last, e.ticket);
+    if (e.state != State::arriving) continue;
+    try {
+      wait_for(e.transfer);
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
   }
-  try {
-    wait_for(last);
-  } catch (...) {
+  if (failed) {
     for (const int64_t id : ids) {  // not filled: nobody may read them
       Entry& e = entry(id);
       e.storage.release();
       e.mapped = nullptr;
       e.state = State::out;
     }
-    throw;
+    std::rethrow_exception(failed);
   }
   for (const int64_t id : ids) entry(id).state = State::resident;
 }
 
 void TensorSwapper::wait_written(const std::vector<int64_t>& ids) {
   check_usable();
-  int64_t last = 0;
   for (const int64_t id : ids) {
     const Entry& e = entry(id);
-    if (e.state == State::out && e.written) last = std::max(last, e.ticket);
+    if (e.state == State::out && e.written) wait_for(e.transfer);
   }
-  wait_for(last);
 }
 
 void TensorSwapper::wait() {

@@ -16,9 +16,10 @@
 // `buffer_size` bytes instead (DeepSpeed's buffer_count and buffer_size; each allocated at
 // its first use), its tail padded.
 // What the writes in flight hold is bounded: before a swap_out() starts, the earlier writes
-// are waited for until their memory is at most the pool's bytes. prefetch() starts the reads
-// and returns; swap_in() waits for its storages' reads only, so later transfers (another
-// sub-group's reads or writes) go on. A region's transfers never overlap: a read or write
+// are waited for until their memory is at most the pool's bytes (the call's own storages
+// come on top, and each is let go when its write completes). prefetch() starts the reads
+// and returns; swap_in() waits for its storages' reads only, so other transfers (another
+// sub-group's reads or writes) go on, and reads go to the disk before queued writes. A region's transfers never overlap: a read or write
 // of a region waits for the region's previous transfer, and discard() waits for a read
 // into the storage's memory. discard() drops a storage's bytes wherever they are (a
 // gradient once the step has read it): its memory is released, its region kept, and the
@@ -105,12 +106,12 @@ class TensorSwapper {
     State state = State::resident;
     bool written = false;  // its region holds its bytes
     bool dropped = false;
-    int64_t ticket = 0;      // of its region's last transfer (DirectFile::done)
+    Transfer transfer;       // its region's last (DirectFile::done)
     void* mapped = nullptr;  // the memory swap_in() gave it, while the storage holds it
   };
-  // Waits for the transfer with `ticket` and those before it; on a failure the swapper is
-  // unusable from then on (failure_).
-  void wait_for(int64_t ticket);
+  // Waits for transfer `t` (done or not, so that a failure is never missed); on a failure
+  // the swapper is unusable from then on (failure_).
+  void wait_for(const Transfer& t);
   // The next pool buffer, once its last write has completed.
   int take_buffer();
   // Throws the failure that made the swapper unusable, if any.
@@ -120,11 +121,11 @@ class TensorSwapper {
   DirectFile file_;
   std::vector<AlignedBuffer> pool_;  // empty buffers until first used
   int64_t buffer_bytes_ = 0;
-  std::vector<int64_t> buffer_tickets_;  // per buffer, of its last write
+  std::vector<Transfer> buffer_writes_;  // per buffer, its last write
   size_t next_buffer_ = 0;
   std::vector<Entry> entries_;
-  // Writes in flight from memory handed over (ticket, bytes), oldest first, and their bytes.
-  std::deque<std::pair<int64_t, int64_t>> leaving_;
+  // Writes in flight from memory handed over (write, bytes), oldest first, and their bytes.
+  std::deque<std::pair<Transfer, int64_t>> leaving_;
   int64_t leaving_bytes_ = 0;
   int64_t file_bytes_ = 0;
   std::string failure_;  // why the swapper is unusable; empty while it is not

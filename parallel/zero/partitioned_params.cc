@@ -107,12 +107,17 @@ void PartitionedParams::start_fetch(int64_t i) {
   if (live_[i]) return;
   const FlatLayout::Block& b = layout_.blocks[i];
   const Tensor& whole = gather_[i];
-  whole.storage().reallocate(static_cast<size_t>(b.numel) * whole.itemsize());
   chunk_in(i);
+  whole.storage().reallocate(static_cast<size_t>(b.numel) * whole.itemsize());
   if (async_ != nullptr) {
     gathering_[i] = async_->all_gather(source_chunk(i), whole);
   } else {
-    dp_.all_gather(source_chunk(i), whole);
+    try {
+      dp_.all_gather(source_chunk(i), whole);
+    } catch (...) {
+      chunk_sent(i);
+      throw;
+    }
     chunk_sent(i);
   }
   live_[i] = true;
@@ -320,8 +325,9 @@ void PartitionedParams::round_chunk(int64_t i) {
     model_chunks_[i].copy_(shard_[i]);
     return;
   }
-  settle(i);                                 // no gather may be reading the chunk
+  settle(i);  // no gather may be reading the chunk
   chunk_swapper_->discard({chunk_ids_[i]});  // rewritten whole: no read
+  chunk_held_[i] = false;
   chunk_swapper_->swap_in({chunk_ids_[i]});
   model_chunks_[i].copy_(shard_[i]);
   chunk_swapper_->swap_out({chunk_ids_[i]});

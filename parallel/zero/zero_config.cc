@@ -81,6 +81,8 @@ OffloadParamConfig read_offload_param(JsonObjectReader& s, int stage) {
     c.nvme_path = o.get<std::string>("nvme_path", "");
     c.buffer_count = o.get_in_range<int64_t>("buffer_count", 5, 1, 1024);
     c.buffer_size = read_count(o, "buffer_size", c.buffer_size, 1);
+    TS_CHECK(c.buffer_size <= (int64_t{1} << 40), "[config] ", o.key_path("buffer_size"),
+             ": expected at most 2^40 elements, found ", c.buffer_size);
     // Pinned host memory speeds transfers between a GPU and the host; a CPU run has none.
     o.get<bool>("pin_memory", false);
     // DeepSpeed's cap on parameter elements kept in host memory with device "cpu"; a CPU

@@ -122,9 +122,8 @@ TEST_CASE("direct writes read back with blocking I/O, and blocking writes read d
   }
 }
 
-TEST_CASE("a ticket answers for its transfer and those before it; a write's memory goes when done",
-          "[aio]") {
-  const fs::path dir = testing::fresh_dir("direct_file_tickets");
+TEST_CASE("a transfer is waited for alone; a write's memory goes when it is done", "[aio]") {
+  const fs::path dir = testing::fresh_dir("direct_file_transfers");
   AioConfig config;
   config.block_size = 64 * 1024;
   config.queue_depth = 2;  // many more requests than slots: the I/O thread feeds them
@@ -135,12 +134,14 @@ TEST_CASE("a ticket answers for its transfer and those before it; a write's memo
   auto handed = std::make_shared<AlignedBuffer>(1 << 20);
   std::memcpy(handed->data(), first.data(), first.size());
   const std::weak_ptr<AlignedBuffer> watch = handed;
-  const int64_t t1 = file.start_write(0, handed->data(), handed->bytes(), handed);
+  const Transfer t1 = file.start_write(0, handed->data(), handed->bytes(), handed);
   handed.reset();  // the file holds it until written
   AlignedBuffer buffer(65536);
   std::memcpy(buffer.data(), second.data(), second.size());
-  const int64_t t2 = file.start_write(1 << 20, buffer.data(), buffer.bytes());
-  CHECK(t2 > t1);
+  const Transfer t2 = file.start_write(1 << 20, buffer.data(), buffer.bytes());
+  CHECK(t1.end - t1.first == 16);  // requests of block_size
+  CHECK(t2.first == t1.end);
+  CHECK(t2.end == t2.first + 1);
   file.wait_for(t1);
   CHECK(file.done(t1));
   CHECK(watch.expired());
