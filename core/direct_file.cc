@@ -333,6 +333,15 @@ void DirectFile::wait() {
   wait_for(all);
 }
 
+void DirectFile::reserve(int64_t bytes) {
+  int result = 0;
+  do {
+    result = ::fallocate(fd_, 0, 0, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+  } while (result == EINTR);
+  TS_CHECK(result == 0 || result == EOPNOTSUPP, "[aio] cannot reserve ", bytes,
+           " bytes for the swap file ", path_, ": ", system_reason(result));
+}
+
 int64_t DirectFile::in_flight() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int64_t>(outstanding_.size());

@@ -127,6 +127,10 @@ class DirectFile {
   void wait();
   // Requests started and not yet completed.
   int64_t in_flight() const;
+  // Allocates the file's first `bytes` bytes on the disk (fallocate), so that a disk too
+  // small fails here, naming the path and the reason, rather than at a write in flight.
+  // A file system without fallocate is left to fail at the write.
+  void reserve(int64_t bytes);
 
   // The path it was created at (for messages: the file may be unlinked since).
   const std::string& path() const { return path_; }

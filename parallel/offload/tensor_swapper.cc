@@ -106,6 +106,7 @@ int64_t TensorSwapper::add(const Storage& storage) {
   e.storage = storage;
   e.bytes = static_cast<int64_t>(storage.nbytes());
   e.offset = file_bytes_;
+  file_.reserve(file_bytes_ + round_up_to_direct_io(e.bytes));  // a full disk fails here
   file_bytes_ += round_up_to_direct_io(e.bytes);
   entries_.push_back(std::move(e));
   return static_cast<int64_t>(entries_.size()) - 1;

@@ -4,7 +4,8 @@
 //
 // Note [Swapped storages]
 // Each storage added gets a region of one swap file (core/direct_file.h), at an offset and
-// of a length rounded up to kDirectIoAlignment. The file's I/O thread carries the transfers
+// of a length rounded up to kDirectIoAlignment, reserved on the disk as it is added (a disk
+// too small fails add(), naming the path). The file's I/O thread carries the transfers
 // (Note [The I/O thread] there), so they go on while the caller computes. swap_in() and
 // prefetch() give a storage fresh memory from mapped_host_allocator(): page-aligned, whole
 // pages, and gone from the process when released, where the CPU allocator would keep it
@@ -19,15 +20,15 @@
 // are waited for until their memory is at most the pool's bytes (the call's own storages
 // come on top, and each is let go when its write completes). prefetch() starts the reads
 // and returns; swap_in() waits for its storages' reads only, so other transfers (another
-// sub-group's reads or writes) go on, and reads go to the disk before queued writes. A region's transfers never overlap: a read or write
-// of a region waits for the region's previous transfer, and discard() waits for a read
-// into the storage's memory. discard() drops a storage's bytes wherever they are (a
-// gradient once the step has read it): its memory is released, its region kept, and the
-// next swap_in() gives it zeros without reading (fresh mappings are zeros). A failed read
-// or write is reported by the next call that waits, and every call after it reports it
-// again: the swapper is then unusable, the storages it was filling released, and the bytes
-// of those in the file lost, as the swap file survives nothing; the durable state is the
-// checkpoint (Note [Atomic checkpoints] in tools/trainer/checkpoint.h).
+// sub-group's reads or writes) go on, and reads go to the disk before queued writes. A region's
+// transfers never overlap: a read or write of a region waits for the region's previous transfer,
+// and discard() waits for a read into the storage's memory. discard() drops a storage's bytes
+// wherever they are (a gradient once the step has read it): its memory is released, its region
+// kept, and the next swap_in() gives it zeros without reading (fresh mappings are zeros). A failed
+// read or write is reported by the next call that waits, and every call after it reports it again:
+// the swapper is then unusable, the storages it was filling released, and the bytes of those in the
+// file lost, as the swap file survives nothing; the durable state is the checkpoint (Note [Atomic
+// checkpoints] in tools/trainer/checkpoint.h).
 #pragma once
 
 #include <cstdint>
@@ -54,8 +55,8 @@ class TensorSwapper {
   TensorSwapper(const TensorSwapper&) = delete;
   TensorSwapper& operator=(const TensorSwapper&) = delete;
 
-  // Gives `storage` (host memory, allocated) a region of the swap file; returns its id.
-  // The storage's size is fixed from now on.
+  // Gives `storage` (host memory, allocated) a region of the swap file, reserved on the
+  // disk; returns its id. The storage's size is fixed from now on.
   int64_t add(const Storage& storage);
   // A (numel) host tensor of `dtype` whose storage is added and discarded: no memory until its
   // first swap_in(), which gives zeros. Sets `id` to the storage's id.

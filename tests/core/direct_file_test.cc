@@ -191,7 +191,10 @@ TEST_CASE("direct I/O refuses unaligned transfers and bad settings, naming them"
 
 // A full disk: a 1 MiB tmpfs in a mount namespace of this process's own (root only; the
 // mount goes with the namespace when the process exits, and is unmounted before).
-TEST_CASE("a full disk fails the write with the path and ENOSPC, and keeps earlier data", "[aio]") {
+TEST_CASE(
+    "a full disk fails the write or the reservation with the path and ENOSPC, and keeps "
+    "earlier data",
+    "[aio]") {
   if (::geteuid() != 0) {
     WARN("skipped: mounting a small tmpfs needs root");
     return;
@@ -213,6 +216,11 @@ TEST_CASE("a full disk fails the write with the path and ENOSPC, and keeps earli
     CHECK_THROWS_WITH(file.wait(), Catch::StartsWith("[aio] write of ") &&
                                        Catch::Contains(path.string()) &&
                                        Catch::EndsWith("No space left on device (errno 28)"));
+    CHECK(pread_bytes(path, 0, static_cast<int64_t>(first.size())) == first);
+    // Reserving the space first reports the same at once, before any write.
+    CHECK_THROWS_WITH(file.reserve(4 << 20),
+                      "[aio] cannot reserve 4194304 bytes for the swap file " + path.string() +
+                          ": No space left on device (errno 28)");
     CHECK(pread_bytes(path, 0, static_cast<int64_t>(first.size())) == first);
   }
   CHECK(::umount(dir.c_str()) == 0);
