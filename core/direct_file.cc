@@ -156,7 +156,10 @@ Transfer DirectFile::start(bool write, int64_t offset, void* buffer, int64_t byt
     done += piece;
   }
   t.end = started_;
-  if (keep && !done_locked(t)) keep_.emplace_back(t, std::move(keep));
+  if (keep && !done_locked(t)) {
+    kept_.push_back({t, bytes, std::move(keep)});
+    kept_bytes_ += bytes;
+  }
   wake();
   return t;
 }
@@ -230,6 +233,7 @@ void DirectFile::submit(Context& c, std::unique_lock<std::mutex>& lock) {
     // Refused outright: the queued requests fail with the reason.
     std::vector<iocb*> refused = std::exchange(c.queued, {});
     for (iocb* cb : refused) complete(c, static_cast<int>(cb->aio_data), -error);
+    release_kept();
   }
 }
 
@@ -257,6 +261,7 @@ void DirectFile::reap_ready(Context& c, std::unique_lock<std::mutex>& lock) {
       c.in_flight = 0;
       c.draining = false;
       if (aio_setup(static_cast<unsigned>(config_.queue_depth), &c.ctx) < 0) c.ctx = 0;
+      release_kept();
       return;
     }
     if (got == 0) return;
@@ -265,7 +270,16 @@ void DirectFile::reap_ready(Context& c, std::unique_lock<std::mutex>& lock) {
       const io_event& event = c.events[static_cast<size_t>(e)];
       complete(c, static_cast<int>(event.data), static_cast<long>(event.res));
     }
+    release_kept();
   }
+}
+
+void DirectFile::release_kept() {
+  std::erase_if(kept_, [&](const Kept& k) {
+    const bool done = done_locked(k.write);
+    if (done) kept_bytes_ -= k.bytes;
+    return done;
+  });
 }
 
 void DirectFile::complete(Context& c, int slot, long result) {
@@ -276,10 +290,6 @@ void DirectFile::complete(Context& c, int slot, long result) {
     finish_short(r, result);
   }
   outstanding_.erase(r.seq);
-  // Memory handed over with a write that has completed goes before a waiter can see the
-  // write done (under the same lock), so that a caller's memory figures after a wait are
-  // settled.
-  std::erase_if(keep_, [&](const auto& k) { return done_locked(k.first); });
   c.free.push_back(slot);
   if (c.draining && c.in_flight == 0 && c.queued.empty()) c.draining = false;
 }
@@ -318,10 +328,20 @@ bool DirectFile::done(const Transfer& t) const {
   return done_locked(t);
 }
 
+void DirectFile::throw_failure() {
+  if (!first_failure_.empty()) throw Error(std::exchange(first_failure_, std::string()));
+}
+
 void DirectFile::wait_for(const Transfer& t) {
   std::unique_lock<std::mutex> lock(mutex_);
   completed_.wait(lock, [&] { return done_locked(t); });
-  if (!first_failure_.empty()) throw Error(std::exchange(first_failure_, std::string()));
+  throw_failure();
+}
+
+void DirectFile::wait_kept_at_most(int64_t bytes) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  completed_.wait(lock, [&] { return kept_bytes_ <= bytes; });
+  throw_failure();
 }
 
 void DirectFile::wait() {

@@ -127,6 +127,9 @@ class DirectFile {
   void wait();
   // Requests started and not yet completed.
   int64_t in_flight() const;
+  // Waits until the memory handed over with writes still in flight (`keep`, counted as
+  // the writes' bytes) is at most `bytes`; then throws as wait_for() does.
+  void wait_kept_at_most(int64_t bytes);
   // Allocates the file's first `bytes` bytes on the disk (fallocate), so that a disk too
   // small fails here, naming the path and the reason, rather than at a write in flight.
   // A file system without fallocate is left to fail at the write.
@@ -162,6 +165,12 @@ class DirectFile {
   void finish_short(const Request& r, int64_t done);
   void record_failure(const Request& r, long result);
   bool done_locked(const Transfer& t) const;
+  // Lets go of the memory handed over with writes that have completed. Called before the
+  // lock is released after completions, so that no waiter sees a write done while its
+  // memory is still held (a caller's memory figures after a wait are settled).
+  void release_kept();
+  // Throws the first failure since the last wait, if any (under mutex_).
+  void throw_failure();
   // Wakes the I/O thread.
   void wake() const;
 
@@ -178,8 +187,15 @@ class DirectFile {
   std::deque<Request> pending_reads_;
   std::deque<Request> pending_writes_;
   std::set<int64_t> outstanding_;  // numbers of the requests started, not completed
-  std::vector<std::pair<Transfer, std::shared_ptr<const void>>> keep_;  // a write's memory
-  int64_t started_ = 0;                                                 // requests started so far
+  // Memory handed over with writes (`keep`), until they complete, and its bytes.
+  struct Kept {
+    Transfer write;
+    int64_t bytes = 0;
+    std::shared_ptr<const void> memory;
+  };
+  std::vector<Kept> kept_;
+  int64_t kept_bytes_ = 0;
+  int64_t started_ = 0;  // requests started so far
   std::string first_failure_;
   bool stopping_ = false;
   std::thread thread_;

@@ -75,7 +75,9 @@ void SwappedOptimizerState::step(const std::function<void(size_t)>& before,
     optimizer_.update_part([&](const NamedParameter& p) { return g.params.count(p.name) > 0; });
     if (!g.state_known) add_state(g);
     if (after) after(i);
-    if (i > 0) swapper_.wait_written(groups_[i - 1].ids);  // write_behind: one group leaving
+    if (pipelining_.write_behind && i > 0) {
+      swapper_.wait_written(groups_[i - 1].ids);  // one sub-group leaving at a time
+    }
     swapper_.swap_out(g.ids);
     swapper_.discard(g.gradients);
     if (!pipelining_.write_behind) swapper_.wait();

@@ -44,13 +44,23 @@ TensorSwapper::Entry& TensorSwapper::entry(int64_t id) {
   return entries_[static_cast<size_t>(id)];
 }
 
-void TensorSwapper::wait_for(const Transfer& t) {
+void TensorSwapper::checked(const std::function<void()>& wait) {
   try {
-    file_.wait_for(t);
+    wait();
   } catch (const Error& e) {
     failure_ = e.what();
     throw;
   }
+}
+
+void TensorSwapper::wait_for(const Transfer& t) {
+  checked([&] { file_.wait_for(t); });
+}
+
+void TensorSwapper::let_go(Entry& e) {
+  e.storage.release();
+  e.mapped = nullptr;
+  e.state = State::out;
 }
 
 void TensorSwapper::drop(const std::vector<int64_t>& ids) {
@@ -68,9 +78,7 @@ void TensorSwapper::discard(const std::vector<int64_t>& ids) {
   for (const int64_t id : ids) {
     Entry& e = entry(id);
     if (e.state == State::arriving) wait_for(e.transfer);
-    e.storage.release();
-    e.mapped = nullptr;
-    e.state = State::out;
+    let_go(e);
     e.written = false;
   }
 }
@@ -81,9 +89,7 @@ void TensorSwapper::evict(const std::vector<int64_t>& ids) {
     Entry& e = entry(id);
     TS_CHECK(e.state == State::resident && e.written, "[swap] ", file_.path(), ": storage ", id,
              " is not a swapped-in copy of its region; expected it swapped in before evicting it");
-    e.storage.release();
-    e.mapped = nullptr;
-    e.state = State::out;
+    let_go(e);
   }
 }
 
@@ -134,12 +140,7 @@ int TensorSwapper::take_buffer() {
 
 void TensorSwapper::swap_out(const std::vector<int64_t>& ids) {
   check_usable();
-  while (!leaving_.empty() &&
-         (leaving_bytes_ > pool_bytes() || file_.done(leaving_.front().first))) {
-    wait_for(leaving_.front().first);
-    leaving_bytes_ -= leaving_.front().second;
-    leaving_.pop_front();
-  }
+  checked([&] { file_.wait_kept_at_most(pool_bytes()); });
   for (const int64_t id : ids) {
     Entry& e = entry(id);
     TS_CHECK(e.state == State::resident && static_cast<int64_t>(e.storage.nbytes()) == e.bytes,
@@ -151,8 +152,6 @@ void TensorSwapper::swap_out(const std::vector<int64_t>& ids) {
     if (e.mapped != nullptr && e.storage.data() == e.mapped) {  // whole pages of its own
       auto memory = std::make_shared<Storage>(e.storage.take_memory());
       e.transfer = file_.start_write(e.offset, memory->data(), length, memory);
-      leaving_.emplace_back(e.transfer, length);
-      leaving_bytes_ += length;
     } else {
       const auto* source = static_cast<const char*>(e.storage.data());
       e.transfer = Transfer{};
@@ -168,10 +167,8 @@ void TensorSwapper::swap_out(const std::vector<int64_t>& ids) {
         e.transfer = {at == 0 ? piece_write.first : e.transfer.first, piece_write.end};
         at += piece;
       }
-      e.storage.release();
     }
-    e.mapped = nullptr;
-    e.state = State::out;
+    let_go(e);
     e.written = true;
   }
 }
@@ -211,12 +208,7 @@ void TensorSwapper::swap_in(const std::vector<int64_t>& ids) {
     }
   }
   if (failed) {
-    for (const int64_t id : ids) {  // not filled: nobody may read them
-      Entry& e = entry(id);
-      e.storage.release();
-      e.mapped = nullptr;
-      e.state = State::out;
-    }
+    for (const int64_t id : ids) let_go(entry(id));  // not filled: nobody may read them
     std::rethrow_exception(failed);
   }
   for (const int64_t id : ids) entry(id).state = State::resident;
@@ -232,14 +224,7 @@ void TensorSwapper::wait_written(const std::vector<int64_t>& ids) {
 
 void TensorSwapper::wait() {
   check_usable();
-  try {
-    file_.wait();
-  } catch (const Error& e) {
-    failure_ = e.what();
-    throw;
-  }
-  leaving_.clear();
-  leaving_bytes_ = 0;
+  checked([&] { file_.wait(); });
 }
 
 }  // namespace tessera::parallel

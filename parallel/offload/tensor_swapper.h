@@ -32,7 +32,7 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -110,9 +110,13 @@ class TensorSwapper {
     Transfer transfer;       // its region's last (DirectFile::done)
     void* mapped = nullptr;  // the memory swap_in() gave it, while the storage holds it
   };
-  // Waits for transfer `t` (done or not, so that a failure is never missed); on a failure
-  // the swapper is unusable from then on (failure_).
+  // Runs `wait`, one of the file's waits (which report its failures); on a failure the
+  // swapper is unusable from then on (failure_).
+  void checked(const std::function<void()>& wait);
+  // Waits for transfer `t` (done or not, so that a failure is never missed).
   void wait_for(const Transfer& t);
+  // Entry e's storage released (its bytes in the file, or gone), its memory with it.
+  static void let_go(Entry& e);
   // The next pool buffer, once its last write has completed.
   int take_buffer();
   // Throws the failure that made the swapper unusable, if any.
@@ -125,9 +129,6 @@ class TensorSwapper {
   std::vector<Transfer> buffer_writes_;  // per buffer, its last write
   size_t next_buffer_ = 0;
   std::vector<Entry> entries_;
-  // Writes in flight from memory handed over (write, bytes), oldest first, and their bytes.
-  std::deque<std::pair<Transfer, int64_t>> leaving_;
-  int64_t leaving_bytes_ = 0;
   int64_t file_bytes_ = 0;
   std::string failure_;  // why the swapper is unusable; empty while it is not
 };

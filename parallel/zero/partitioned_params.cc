@@ -325,7 +325,7 @@ void PartitionedParams::round_chunk(int64_t i) {
     model_chunks_[i].copy_(shard_[i]);
     return;
   }
-  settle(i);  // no gather may be reading the chunk
+  settle(i);                                 // no gather may be reading the chunk
   chunk_swapper_->discard({chunk_ids_[i]});  // rewritten whole: no read
   chunk_held_[i] = false;
   chunk_swapper_->swap_in({chunk_ids_[i]});
