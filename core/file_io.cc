@@ -18,6 +18,24 @@ namespace {
 
 std::string errno_str() { return std::strerror(errno); }
 
+// Note [Bounded write-back]
+// A file written through the page cache leaves its pages dirty until the kernel decides to
+// write them, so a checkpoint of many GiB would fill memory (and a cgroup's limit, which
+// counts the page cache: tools/memory_limit.sh) with them before the final fsync. Every
+// kFlushWindow bytes the writer starts the write-back of the window just filled and waits
+// for the one before it, whose pages it then drops from the cache: at most two windows are
+// dirty or cached at a time, and the disk works while the writer produces the next bytes.
+constexpr uint64_t kFlushWindow = uint64_t{64} << 20;
+
+// sync_file_range() where the file system has it (tmpfs and some others return EINVAL or
+// ENOSYS: their pages are memory anyway); other failures are the disk's.
+void sync_range(int fd, uint64_t offset, uint64_t bytes, unsigned flags, const std::string& where) {
+  const int rc =
+      ::sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes), flags);
+  TS_CHECK(rc == 0 || errno == EINVAL || errno == ENOSYS || errno == ESPIPE, where,
+           "write-back failed: ", errno_str());
+}
+
 }  // namespace
 
 UniqueFd::~UniqueFd() {
@@ -48,6 +66,7 @@ void write_file_atomically(const std::string& path,
            errno_str());
   try {
     TS_CHECK(::fchmod(fd.get(), 0644) == 0, where, "fchmod failed: ", errno_str());
+    uint64_t written = 0, flushing = 0;  // bytes written; bytes whose write-back started
     const WriteBytes write = [&](const void* bytes, size_t n) {
       const char* p = static_cast<const char*>(bytes);
       while (n > 0) {
@@ -56,6 +75,18 @@ void write_file_atomically(const std::string& path,
         TS_CHECK(put > 0, where, "write to ", tmp, " failed: ", errno_str());
         p += put;
         n -= static_cast<size_t>(put);
+        written += static_cast<uint64_t>(put);
+      }
+      for (; written - flushing >= kFlushWindow;
+           flushing += kFlushWindow) {  // Note [Bounded write-back]
+        sync_range(fd.get(), flushing, kFlushWindow, SYNC_FILE_RANGE_WRITE, where);
+        if (flushing < kFlushWindow) continue;
+        const uint64_t previous = flushing - kFlushWindow;
+        sync_range(fd.get(), previous, kFlushWindow,
+                   SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER,
+                   where);
+        ::posix_fadvise(fd.get(), static_cast<off_t>(previous), static_cast<off_t>(kFlushWindow),
+                        POSIX_FADV_DONTNEED);  // advice only: its failure changes nothing
       }
     };
     body(write);

@@ -15,9 +15,10 @@ using WriteBytes = std::function<void(const void* data, size_t nbytes)>;
 
 // Writes a file atomically: `body` receives a function that appends bytes to a temporary
 // file in the same directory as `path` (".<name>.tmp.XXXXXX"); the file is then fsync'ed,
-// renamed over `path`, and the directory fsync'ed. On any error (including one thrown by
-// `body`) the temporary file is removed, `path` is untouched, and tessera::Error names the
-// path and the failing call.
+// renamed over `path`, and the directory fsync'ed. Its pages are written back as it grows
+// (Note [Bounded write-back] in file_io.cc), so a large file holds little memory. On any error
+// (including one thrown by `body`) the temporary file is removed, `path` is untouched, and
+// tessera::Error names the path and the failing call.
 void write_file_atomically(const std::string& path,
                            const std::function<void(const WriteBytes& write)>& body);
 // The same for a file made of `parts`, concatenated.

@@ -92,26 +92,21 @@ StateDict Optimizer::state_dict() const {
   return out;
 }
 
-void Optimizer::load_state_dict(const StateDict& saved) {
+std::vector<Optimizer::LoadTarget> Optimizer::load_targets(const StateDict& saved,
+                                                           int64_t* step) const {
   std::map<std::string, const NamedParameter*> by_name;
   for (const ParamGroup& g : groups_) {
     for (const NamedParameter& p : g.params) by_name[p.name] = &p;
   }
   const std::vector<std::string> kinds = state_names();
-  // Validate everything first so that a bad checkpoint leaves the optimizer untouched.
-  struct Target {
-    std::string kind;
-    const NamedParameter* param;
-    Tensor value;
-  };
-  std::vector<Target> targets;
-  std::optional<int64_t> step;
+  std::vector<LoadTarget> targets;
+  std::optional<int64_t> found_step;
   for (const auto& [key, t] : saved) {
     if (key == "step") {
       TS_CHECK(t.dtype() == DType::i64 && t.numel() == 1, "[", name(),
                "] state \"step\": expected one i64, found ", dtype_name(t.dtype()), " ",
                shape_str(t.shape()));
-      step = t.contiguous().data_ptr<int64_t>()[0];
+      found_step = t.contiguous().data_ptr<int64_t>()[0];
       continue;
     }
     const size_t dot = key.find('.');
@@ -132,10 +127,28 @@ void Optimizer::load_state_dict(const StateDict& saved) {
              shape_str(want_shape), ", found ", dtype_name(t.dtype()), " ", shape_str(t.shape()));
     targets.push_back({kind, it->second, t});
   }
-  TS_CHECK(step.has_value(), "[", name(), "] optimizer state has no \"step\"");
+  TS_CHECK(found_step.has_value(), "[", name(), "] optimizer state has no \"step\"");
+  *step = *found_step;
+  return targets;
+}
+
+void Optimizer::load_state_dict(const StateDict& saved) {
+  begin_load(saved);
+  load_part(saved, [](const NamedParameter&) { return true; });
+}
+
+void Optimizer::begin_load(const StateDict& saved) {
+  int64_t step = 0;
+  load_targets(saved, &step);  // validates everything, so that a bad one changes nothing
   state_.clear();
-  for (const Target& t : targets) state(t.kind, *t.param).copy_(t.value);
-  step_count_ = *step;
+  step_count_ = step;
+}
+
+void Optimizer::load_part(const StateDict& saved, const ParamSelection& selected) {
+  int64_t step = 0;
+  for (const LoadTarget& t : load_targets(saved, &step)) {
+    if (selected(*t.param)) state(t.kind, *t.param).copy_(t.value);
+  }
 }
 
 }  // namespace tessera::optim

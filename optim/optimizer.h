@@ -73,6 +73,14 @@ class Optimizer {
   // Restores state_dict() output; names, shapes and dtypes must match exactly, and all are
   // checked before anything is written.
   void load_state_dict(const StateDict& saved);
+  // load_state_dict() in parts, for state that does not fit in memory at once (NVMe
+  // offload, Note [A step in parts]): begin_load(saved) checks all of `saved`, drops the
+  // state and sets the step count; then load_part(saved, selected) makes the state of the
+  // parameters `selected` accepts from their entries of `saved`. Parts that select every
+  // parameter once give load_state_dict()'s state. Until its part is loaded, a parameter
+  // has no state.
+  void begin_load(const StateDict& saved);
+  void load_part(const StateDict& saved, const ParamSelection& selected);
 
  protected:
   // Called by state_dict()/load_state_dict(): the state kinds this optimizer keeps for a
@@ -89,6 +97,15 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
 
  private:
+  struct LoadTarget {
+    std::string kind;
+    const NamedParameter* param;
+    Tensor value;
+  };
+  // The entries of `saved` (state_dict()'s form) with the parameter each is for, and its
+  // step in `*step`; throws at the first entry that does not fit.
+  std::vector<LoadTarget> load_targets(const StateDict& saved, int64_t* step) const;
+
   // kind -> per parameter, in group order.
   std::vector<std::pair<std::string, std::vector<Tensor>>> state_;
   int64_t step_count_ = 0;

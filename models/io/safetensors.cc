@@ -1,6 +1,7 @@
 #include "models/io/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -61,6 +63,15 @@ void read_exact(int fd, uint64_t offset, void* dst, uint64_t n, const std::strin
     offset += static_cast<uint64_t>(got);
     n -= static_cast<uint64_t>(got);
   }
+}
+
+// The file's pages mapped copy-on-write (the tensors read are views of them: Note
+// [Mapped tensors] in safetensors.h), unmapped when the last view is gone; null where the
+// file cannot be mapped, whose tensors are then read into memory.
+std::shared_ptr<void> map_file(int fd, uint64_t bytes) {
+  void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  if (p == MAP_FAILED) return nullptr;
+  return std::shared_ptr<void>(p, [bytes](void* q) { ::munmap(q, static_cast<size_t>(bytes)); });
 }
 
 // One tensor entry of the header.
@@ -250,9 +261,17 @@ SafetensorsFile read_safetensors(const std::string& path) {
   const uint64_t header_end = 8 + header_bytes;
   check_layout(entries, file_bytes - header_end, file_bytes, header_end, where);
 
+  const std::shared_ptr<void> mapping = map_file(fd.get(), file_bytes);
   for (const Entry& e : entries) {
-    Tensor t = empty(e.shape, {e.dtype});
-    read_exact(fd.get(), header_end + e.begin, t.raw_data(), e.nbytes, where, tensor_label(e.name));
+    const uint64_t at = header_end + e.begin;
+    Tensor t;
+    if (mapping && e.nbytes > 0 && at % itemsize(e.dtype) == 0) {
+      t = from_blob(static_cast<char*>(mapping.get()) + at, e.shape, e.dtype, Device::cpu(),
+                    [mapping](void*) {});
+    } else {
+      t = empty(e.shape, {e.dtype});
+      read_exact(fd.get(), at, t.raw_data(), e.nbytes, where, tensor_label(e.name));
+    }
     if (e.dtype == DType::boolean) {
       const uint8_t* b = static_cast<const uint8_t*>(t.raw_data());
       for (uint64_t i = 0; i < e.nbytes; ++i) {
@@ -267,27 +286,33 @@ SafetensorsFile read_safetensors(const std::string& path) {
 
 void write_safetensors(const std::string& path, const StateDict& tensors,
                        const std::map<std::string, std::string>& metadata) {
+  for (const auto& [name, t] : tensors) {
+    TS_CHECK(t.defined(), "[safetensors] ", path, ": tensor \"", name, "\" is undefined");
+  }
+  write_streamed_safetensors(path, streamed(tensors), metadata);
+}
+
+void write_streamed_safetensors(const std::string& path, const StreamedStateDict& tensors,
+                                const std::map<std::string, std::string>& metadata) {
   const std::string where = str_cat("[safetensors] ", path, ": ");
   std::set<std::string> names;
-  std::vector<Tensor> data;
+  std::vector<uint64_t> sizes;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
+  for (const StreamedTensor& t : tensors) {
+    const std::string& name = t.name;
     check_name(name, where);
     TS_CHECK(name != "__metadata__", where,
              "\"__metadata__\" is reserved and cannot name a tensor");
     TS_CHECK(names.insert(name).second, where, "duplicate tensor name \"", name, "\"");
-    TS_CHECK(t.defined(), where, "tensor \"", name, "\" is undefined");
-    TS_CHECK(static_cast<size_t>(t.dim()) <= kMaxSafetensorsDims, where, "tensor \"", name,
-             "\" has ", t.dim(), " dimensions; expected at most ", kMaxSafetensorsDims);
-    Tensor c = t.detach().to(Device::cpu()).contiguous();
-    const uint64_t end = offset + c.nbytes();
-    header[name] = {{"dtype", safetensors_name(c.dtype())},
-                    {"shape", c.shape()},
-                    {"data_offsets", {offset, end}}};
+    TS_CHECK(t.shape.size() <= kMaxSafetensorsDims, where, "tensor \"", name, "\" has ",
+             t.shape.size(), " dimensions; expected at most ", kMaxSafetensorsDims);
+    const uint64_t end = offset + static_cast<uint64_t>(numel_of(t.shape)) * itemsize(t.dtype);
+    header[name] = {
+        {"dtype", safetensors_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, end}}};
+    sizes.push_back(end - offset);
     offset = end;
-    data.push_back(std::move(c));
   }
   std::string text;
   try {
@@ -303,7 +328,21 @@ void write_safetensors(const std::string& path, const StateDict& tensors,
   write_file_atomically(path, [&](const WriteBytes& write) {
     write(&header_bytes, 8);
     write(text.data(), text.size());
-    for (const Tensor& c : data) write(c.raw_data(), c.nbytes());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const StreamedTensor& t = tensors[i];
+      uint64_t written = 0;
+      t.produce([&](const Tensor& piece) {
+        TS_CHECK(piece.dtype() == t.dtype && piece.device().is_cpu() && piece.is_contiguous() &&
+                     written + piece.nbytes() <= sizes[i],
+                 where, "tensor \"", t.name, "\": expected contiguous CPU ", dtype_name(t.dtype),
+                 " pieces of ", sizes[i], " bytes in all, found ", piece.str(), " after ", written,
+                 " bytes");
+        if (piece.nbytes() > 0) write(piece.raw_data(), piece.nbytes());
+        written += piece.nbytes();
+      });
+      TS_CHECK(written == sizes[i], where, "tensor \"", t.name, "\": expected ", sizes[i],
+               " bytes, its pieces held ", written);
+    }
   });
 }
 

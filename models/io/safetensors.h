@@ -24,6 +24,7 @@
 #include <string>
 
 #include "autograd/module.h"
+#include "autograd/streamed_state.h"
 
 namespace tessera {
 
@@ -35,8 +36,20 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;  // "__metadata__" (empty when absent)
 };
 
-// Reads and validates the whole file (Note [Safetensors validation]). Supported dtypes:
-// F32, F16, BF16, F64, I32, I64, U8, BOOL; any other dtype is an error naming it.
+// Note [Mapped tensors]
+// read_safetensors() maps the file into memory, copy-on-write, and its tensors are views of
+// the mapping: nothing is read until a tensor's values are, and the pages read are the
+// kernel's page cache, which it may drop under memory pressure and read again, so a file
+// larger than memory (a checkpoint of NVMe-offloaded state) can be read a part at a time.
+// Writing to a tensor changes a private copy of the page, never the file. A tensor whose
+// data is not aligned to its element size in the file (files from other writers) is read
+// into memory of its own instead, as is every tensor of a file that cannot be mapped. The
+// mapping lives as long as the last view; the file must not be truncated meanwhile (files
+// replaced by an atomic rename, as Tessera's writers do, are safe).
+
+// Reads and validates the whole file (Note [Safetensors validation], Note [Mapped
+// tensors]). Supported dtypes: F32, F16, BF16, F64, I32, I64, U8, BOOL; any other dtype is
+// an error naming it.
 SafetensorsFile read_safetensors(const std::string& path);
 
 // Writes `tensors` (any device and layout; copied to contiguous CPU) in the given order,
@@ -46,5 +59,11 @@ SafetensorsFile read_safetensors(const std::string& path);
 // than kMaxSafetensorsDims dimensions. Atomic: see core/file_io.h.
 void write_safetensors(const std::string& path, const StateDict& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+// The same for tensors produced piece by piece as they are written (autograd/
+// streamed_state.h), so that no more than one piece need be in memory; pieces that do not
+// add up to their tensor's bytes, or are not contiguous CPU tensors of its dtype, fail the
+// write and leave `path` as it was.
+void write_streamed_safetensors(const std::string& path, const StreamedStateDict& tensors,
+                                const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace tessera

@@ -1,5 +1,6 @@
 #include "parallel/engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -248,13 +249,7 @@ EngineCheckpoint Engine::save_state() {
   // the optimizer, over the model group by each parameter's placement, by the data-0,
   // model-0 rank of each stage.
   const bool own_shards = optimizer_->sharded() && !groups_;
-  if (own_shards) {
-    c.optimizer_shards.push_back(on_cpu(optimizer_->state_dict()));
-    if (optimizer_->shards_parameters()) {
-      c.optimizer_shards.back().emplace_back(kParameterShard,
-                                             optimizer_->parameter_shard().to(Device::cpu()));
-    }
-  }
+  if (own_shards) c.optimizer_shard = optimizer_->shard_pieces(/*with_parameters=*/true);
   const bool writer = data_.rank() == 0 && (!groups_ || groups_->coord.model == 0);  // of its stage
   // The gathers are collective with groups; without, only the writer reads anything.
   if (writer || groups_) {
@@ -278,30 +273,58 @@ EngineCheckpoint Engine::save_state() {
 }
 
 void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& counters) {
-  // The optimizer state as whole per-parameter tensors, whatever world and stage saved it.
+  const std::vector<NamedParameter> params = model_.named_parameters();
+  StateDict model = saved.model;
   StateDict optimizer = saved.optimizer;
+  bool loaded = false;
   if (!saved.optimizer_shards.empty()) {
     TS_CHECK(counters.zero_layout.has_value(),
              "[engine] the checkpoint has optimizer shards but no ZeRO layout ($.zero.layout "
              "of state.json); expected the layout that wrote them");
-    optimizer = whole_state(*counters.zero_layout, saved.optimizer_shards);
+    if (!groups_ && optimizer_->sharded() &&
+        counters.zero_layout->to_json() == optimizer_->layout().to_json()) {
+      // Saved by this layout: this rank's shard as it is, a chunk at a time (Note
+      // [Streamed checkpoints] in parallel/zero/zero_optimizer.h), with its parameter
+      // shard, or else the whole weights.
+      const StateDict& mine = saved.optimizer_shards.at(static_cast<size_t>(data_.rank()));
+      const bool with_parameters = std::any_of(
+          mine.begin(), mine.end(), [](const auto& e) { return e.first == kParameterShard; });
+      if (!with_parameters) {
+        check_only_parameters(model, params, false);
+        optimizer_->load_parameters(model);
+      }
+      optimizer_->load_shard(mine);
+      loaded = true;
+    } else {
+      // The whole per-parameter state, whatever world and stage saved it; the parameter
+      // shards, where they are there, give the whole weights.
+      const std::string param_prefix = std::string(kParameterShard) + ".";
+      for (auto& [key, t] : whole_state(*counters.zero_layout, saved.optimizer_shards)) {
+        if (key.rfind(param_prefix, 0) == 0) {
+          model.emplace_back(key.substr(param_prefix.size()), t);
+        } else {
+          optimizer.emplace_back(key, t);
+        }
+      }
+    }
   }
-  // One path for every layout: this rank's part of the whole checkpoint, its stage's
-  // parameters sliced over its model group (all of them, whole, without a pipeline or
-  // slicing), into the optimizer, which puts them where its stage keeps them (the f32
-  // masters, stage 3's shards). Validate-then-write: both check every tensor before
-  // changing any.
-  const std::vector<NamedParameter> params = model_.named_parameters();
-  const int rank = groups_ ? groups_->coord.model : 0;
-  const int size = groups_ ? groups_->grid.model_size() : 1;
-  if (!groups_) {
-    // This rank holds the whole model: a tensor of the checkpoint that is not one of its
-    // parameters' means another model saved it.
-    check_only_parameters(saved.model, params, false);
-    check_only_parameters(optimizer, params, true);
+  if (!loaded) {
+    // One path for every other layout: this rank's part of the whole checkpoint, its
+    // stage's parameters sliced over its model group (all of them, whole, without a
+    // pipeline or slicing), into the optimizer, which puts them where its stage keeps them
+    // (the f32 masters, stage 3's shards). Validate-then-write: both check every tensor
+    // before changing any.
+    const int rank = groups_ ? groups_->coord.model : 0;
+    const int size = groups_ ? groups_->grid.model_size() : 1;
+    if (!groups_) {
+      // This rank holds the whole model: a tensor of the checkpoint that is not one of its
+      // parameters' means another model saved it.
+      check_only_parameters(model, params, false);
+      check_only_parameters(optimizer, params, true);
+    }
+    optimizer_->load_parameters(take_local(model, params, rank, size, false));
+    optimizer_->load_whole_state(take_local(optimizer, params, rank, size, true));
   }
-  optimizer_->load_parameters(take_local(saved.model, params, rank, size, false));
-  optimizer_->load_whole_state(take_local(optimizer, params, rank, size, true));
   restore_rank_state(saved.rank_state, counters.grid == grid_json());
   scheduler_->set_last_batch_iteration(counters.scheduler_last_batch_iteration);
   // An fp16 run resumes its loss scale; other checkpoints start the scaler afresh.

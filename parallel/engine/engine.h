@@ -94,10 +94,6 @@ struct StepStats {
   double step_s = 0;
 };
 
-// The key of a rank's parameter shard in its optimizer shard (checkpoints of ZeRO stage 3
-// and of 16-bit stages 1-2 hold no whole weights).
-inline constexpr const char* kParameterShard = "param";
-
 // The tensors of a checkpoint: what one rank saves (save_state()), or a loaded checkpoint
 // (load_state()).
 struct EngineCheckpoint {
@@ -106,8 +102,14 @@ struct EngineCheckpoint {
   StateDict model;
   // The whole optimizer state (stage 0, or a 3D run's part); empty when it is sharded.
   StateDict optimizer;
-  // Saving: this rank's flat ZeRO shard (data-parallel runs at stages 1-3: one entry; none
-  // otherwise). Loading: every rank's shard, in rank order.
+  // Saving: this rank's flat ZeRO shard (data-parallel runs at stages 1-3; empty
+  // otherwise), with its f32 parameter shard (kParameterShard) where the optimizer shards
+  // the parameters: produced a chunk at a time as it is written (Note [Streamed
+  // checkpoints] in parallel/zero/zero_optimizer.h), valid until the next step or load.
+  StreamedStateDict optimizer_shard;
+  // Loading: every rank's shard, in rank order, with or without the parameter shards (a
+  // checkpoint's loader may have made them the whole `model`). A run of the layout that
+  // saved them loads its own shard as it is; any other, the whole state.
   std::vector<StateDict> optimizer_shards;
   // Pipeline and tensor-parallel runs (Note [3D checkpoints]). Saving: `parts` stage files
   // and the index of the one this rank writes (its whole tensors in `model` and

@@ -1,5 +1,6 @@
 #include "parallel/offload/swapped_optimizer_state.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -42,6 +43,7 @@ void SwappedOptimizerState::add_state(Group& g) {
     const size_t dot = key.find('.');
     if (dot == std::string::npos || g.params.count(key.substr(dot + 1)) == 0) continue;
     g.ids.push_back(swapper_.add(t.storage()));
+    state_ids_[key] = g.ids.back();
     g.state_known = true;  // none yet (before the first step; SGD without momentum): later
   }
 }
@@ -85,6 +87,45 @@ void SwappedOptimizerState::step(const std::function<void(size_t)>& before,
   optimizer_.finish_step();
 }
 
+void SwappedOptimizerState::load(const StateDict& saved, bool fills_storages,
+                                 const std::function<void(size_t)>& before,
+                                 const std::function<void(size_t)>& after) {
+  NoGradGuard no_grad;
+  swapper_.wait();
+  optimizer_.begin_load(saved);  // checks all of it before anything changes
+  for (Group& g : groups_) forget_state(g);
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    Group& g = groups_[i];
+    const std::vector<int64_t> storages = swapped_out(g.ids);  // only the given ones now
+    if (fills_storages) swapper_.discard(storages);            // zeros, with no read
+    swapper_.swap_in(storages);
+    if (before) before(i);
+    optimizer_.load_part(saved,
+                         [&](const NamedParameter& p) { return g.params.count(p.name) > 0; });
+    add_state(g);
+    if (after) after(i);
+    swapper_.swap_out(g.ids);
+  }
+  swapper_.wait();
+}
+
+int64_t SwappedOptimizerState::state_id(const std::string& key) const {
+  const auto it = state_ids_.find(key);
+  return it == state_ids_.end() ? -1 : it->second;
+}
+
+void SwappedOptimizerState::forget_state(Group& g) {
+  const auto state = g.ids.begin() + static_cast<ptrdiff_t>(g.storage_ids);
+  for (auto it = state_ids_.begin(); it != state_ids_.end();) {
+    it = std::find(state, g.ids.end(), it->second) != g.ids.end() ? state_ids_.erase(it)
+                                                                  : std::next(it);
+  }
+  // Its memory goes, its regions stay unused in the file.
+  swapper_.drop(std::vector<int64_t>(state, g.ids.end()));
+  g.ids.resize(g.storage_ids);
+  g.state_known = false;
+}
+
 void SwappedOptimizerState::make_resident() {
   for (const Group& g : groups_) swapper_.swap_in(swapped_out(g.ids));
 }
@@ -97,21 +138,6 @@ void SwappedOptimizerState::swap_out_resident() {
       if (swapper_.resident(id)) in_memory.push_back(id);
     }
     swapper_.swap_out(in_memory);
-  }
-}
-
-void SwappedOptimizerState::state_replaced() {
-  for (Group& g : groups_) {
-    for (size_t i = 0; i < g.storage_ids; ++i) {
-      TS_CHECK(swapper_.resident(g.ids[i]),
-               "[offload] state_replaced() expects the sub-groups "
-               "in memory (make_resident() first)");
-    }
-    // The old state: its memory goes, its regions stay unused in the file.
-    swapper_.drop(
-        std::vector<int64_t>(g.ids.begin() + static_cast<ptrdiff_t>(g.storage_ids), g.ids.end()));
-    g.ids.resize(g.storage_ids);
-    g.state_known = false;
   }
 }
 

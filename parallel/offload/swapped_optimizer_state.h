@@ -22,14 +22,17 @@
 // released as they complete): with both, up to three sub-groups are in memory, the one
 // updated, the one before it leaving and the one after it arriving. The optimizer makes a
 // state tensor at its first use, so the first step swaps each sub-group's new state out
-// after updating it; the given storages in memory go out at construction. Anything
-// else that reads or writes the state (a checkpoint's save or load) first calls
-// make_resident(), which holds the whole state in memory until swap_out_resident() or the
-// next step swaps each sub-group out again.
+// after updating it; the given storages in memory go out at construction. A checkpoint
+// reads the state a storage at a time (state_id() names each tensor's storage for
+// TensorSwapper::read_each), and load() replaces it the way a step goes, a sub-group at a
+// time. Anything else that reads or writes the state or the given storages first calls
+// make_resident(), which holds them all in memory until swap_out_resident() or the next
+// step swaps each sub-group out again.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -66,14 +69,22 @@ class SwappedOptimizerState {
   // `before(g)` and `after(g)` run while sub-group g is in memory, before and after its
   // update.
   void step(const std::function<void(size_t)>& before, const std::function<void(size_t)>& after);
+  // Replaces the optimizer's state with `saved` (Optimizer::load_state_dict's form, all of
+  // it checked first), a sub-group at a time: brings its given storages in (as zeros, with
+  // no read, when `fills_storages`: `before` writes all of them), calls `before(g)`, makes
+  // its state from `saved`, calls `after(g)`, and swaps it all out; so besides the
+  // swapper's buffers one sub-group is in memory, and `saved` may be a mapped file's
+  // (Note [Mapped tensors] in models/io/safetensors.h).
+  void load(const StateDict& saved, bool fills_storages, const std::function<void(size_t)>& before,
+            const std::function<void(size_t)>& after);
+  // The swapper id of the storage of state tensor `key` ("<kind>.<parameter name>"), or -1
+  // where it has none (not made yet).
+  int64_t state_id(const std::string& key) const;
   // Brings every sub-group's state and storages into memory, until the next step or
   // swap_out_resident().
   void make_resident();
-  // Sends what is in memory back to the swap file (after a checkpoint is written, say).
+  // Sends what is in memory back to the swap file (after the parameters were read, say).
   void swap_out_resident();
-  // The optimizer's state tensors were replaced (Optimizer::load_state_dict makes new ones,
-  // in memory): call after make_resident() and the load; the next step swaps them out.
-  void state_replaced();
   // Bytes of the sub-groups' state and storages in memory now (not the gradients).
   int64_t resident_bytes() const;
 
@@ -87,6 +98,9 @@ class SwappedOptimizerState {
   };
   // Registers the state tensors the optimizer made for group g.
   void add_state(Group& g);
+  // Drops group g's state from the swapper (before a load replaces it): its memory goes,
+  // its regions stay unused in the file.
+  void forget_state(Group& g);
   // Those of `ids` that are out of memory.
   std::vector<int64_t> swapped_out(const std::vector<int64_t>& ids) const;
 
@@ -94,6 +108,7 @@ class SwappedOptimizerState {
   TensorSwapper& swapper_;
   SwapPipelining pipelining_;
   std::vector<Group> groups_;
+  std::map<std::string, int64_t> state_ids_;  // state key -> swapper id
 };
 
 }  // namespace tessera::parallel

@@ -93,6 +93,27 @@ void TensorSwapper::evict(const std::vector<int64_t>& ids) {
   }
 }
 
+void TensorSwapper::read_each(const std::vector<int64_t>& ids,
+                              const std::function<void(size_t)>& use) {
+  std::vector<bool> bring(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) bring[i] = ids[i] >= 0 && !resident(ids[i]);
+  const auto start = [&](size_t i) {
+    if (i < ids.size() && bring[i]) prefetch({ids[i]});
+  };
+  start(0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    start(i + 1);  // the next read goes on while this storage is used
+    if (bring[i]) swap_in({ids[i]});
+    use(i);
+    if (!bring[i]) continue;
+    if (entry(ids[i]).written) {
+      evict({ids[i]});
+    } else {
+      discard({ids[i]});  // zeros, as they were
+    }
+  }
+}
+
 Tensor TensorSwapper::add_zeros(int64_t numel, int64_t& id, DType dtype) {
   // Memory of the swapper's own kind, not the CPU allocator's, which would keep it cached.
   const Tensor t = unmaterialized({numel}, {dtype, Device::cpu()});

@@ -76,6 +76,11 @@ class TensorSwapper {
   // Releases storages that are in memory and unchanged since they were swapped in (the
   // caller's promise), without writing: their regions hold their bytes already.
   void evict(const std::vector<int64_t>& ids);
+  // Calls use(i) for each of `ids` in turn with storage ids[i] in memory and unchanged by
+  // `use` (a checkpoint reading swapped state): one that is out is read in (the next one's
+  // read started first, so that it goes on during `use`) and let go after, unwritten; one
+  // in memory, or an id of -1 (a storage not swapped), is used as it is.
+  void read_each(const std::vector<int64_t>& ids, const std::function<void(size_t)>& use);
   // Waits for every transfer in flight; throws the failure, if one happened.
   void wait();
   // Waits for the writes of storages `ids` (and the transfers started before them).

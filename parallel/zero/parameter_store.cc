@@ -7,20 +7,6 @@
 #include "core/grad_mode.h"
 
 namespace tessera::parallel {
-namespace {
-
-// One host (layout.shard_numel()) f32 tensor of per-block chunks (chunks[b]: block b's).
-Tensor host_shard(const FlatLayout& layout, const std::vector<Tensor>& chunks) {
-  const Tensor out = empty({layout.shard_numel()}, {DType::f32, Device::cpu()});
-  for (size_t b = 0; b < layout.blocks.size(); ++b) {
-    const FlatLayout::Block& blk = layout.blocks[b];
-    out.narrow(0, blk.shard_offset, blk.chunk).copy_(chunks[b]);
-  }
-  return out;
-}
-
-}  // namespace
-
 MasterWeights::MasterWeights(Communicator& dp, const FlatLayout& layout,
                              std::vector<Tensor>& params, DType dtype, Device device, bool sharded,
                              const optim::LossScalerConfig& scaler)
@@ -223,10 +209,6 @@ void MasterWeights::load(const std::vector<Tensor>& whole) {
   }
 }
 
-Tensor MasterWeights::shard() const {
-  return master_chunks_.empty() ? Tensor() : host_shard(layout_, master_chunks_);
-}
-
 void MasterWeights::round_chunks_in_step() {
   TS_INTERNAL_ASSERT(!master_chunks_.empty(), "only sharded masters are rounded in the step");
   chunks_rounded_in_step_ = true;
@@ -291,10 +273,6 @@ PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layou
                                                      writes, chunk_swapper);
   if (swapper != nullptr) partitioned_->round_chunks_in_step();
   model_.set_hooks(partitioned_);
-}
-
-Tensor PartitionedWeights::shard() const {
-  return shard_.defined() ? shard_ : host_shard(layout_, chunks_);
 }
 
 PartitionedWeights::~PartitionedWeights() { model_.set_hooks(nullptr); }

@@ -42,10 +42,7 @@ class ParameterStore {
   // Whether the store keeps the f32 parameters sharded (stage 3; the masters of 16-bit
   // parameters at stages 1-2).
   virtual bool sharded_parameters() const { return false; }
-  // Then this rank's f32 shard of them (layout.shard_numel() elements: stage 3's live
-  // buffer or, with swapped masters, a host copy; a host copy of the masters at stages
-  // 1-2), else undefined: what a checkpoint saves per rank.
-  virtual Tensor shard() const { return {}; }
+  // A checkpoint then saves own_chunk() of every block (ZeroOptimizer::shard_pieces).
   // Whether the optimizer step rounds each updated f32 master chunk into the 16-bit
   // parameters itself, with round_chunk() while the chunk is in memory (NVMe offload swaps
   // the masters: Note [ZeRO's offloaded state] in parallel/zero/zero_offload.h), so that
@@ -99,8 +96,6 @@ class MasterWeights final : public ParameterStore {
   void load(const std::vector<Tensor>& whole) override;
   int64_t bytes() const override;
   bool sharded_parameters() const override { return !master_chunks_.empty(); }
-  // With sharded masters, a host copy of them in one (layout.shard_numel()) tensor.
-  Tensor shard() const override;
 
   // Per parameter, the f32 tensor the optimizer steps: the f32 master's view (f16/bf16), or
   // the parameter itself (f32). Not with sharded masters.
@@ -187,9 +182,6 @@ class PartitionedWeights final : public ParameterStore {
   void end_backward() override { partitioned_->end_backward(); }
 
   bool sharded_parameters() const override { return true; }
-  // This rank's shard of the parameters (layout.shard_numel() elements): the live buffer,
-  // or a host copy of the swapped chunks.
-  Tensor shard() const override;
   // Per block, the swapper id of its master chunk; empty without a swapper.
   const std::vector<int64_t>& swap_ids() const { return swap_ids_; }
   bool rounds_in_step() const override { return !swap_ids_.empty(); }

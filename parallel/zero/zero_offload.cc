@@ -53,7 +53,7 @@ ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,
                          optim::Optimizer& inner, TensorSwapper& swapper,
                          const std::vector<int64_t>& master_ids,
                          const std::vector<int64_t>& gradient_ids)
-    : swapper_(swapper) {
+    : master_ids_(master_ids), swapper_(swapper) {
   std::vector<SwappedOptimizerState::SubGroup> groups;
   int64_t numel = 0;
   for (size_t b = 0; b < layout.blocks.size(); ++b) {
@@ -73,6 +73,19 @@ ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,
       inner, std::move(groups), swapper_,
       SwapPipelining{config.offload_optimizer.pipeline_read,
                      config.offload_optimizer.pipeline_write});
+}
+
+void ZeroOffload::load(const StateDict& chunk_state, bool fills_masters,
+                       const std::function<void(int64_t block)>& before_block,
+                       const std::function<void(int64_t block)>& after_block) {
+  state_->load(
+      chunk_state, fills_masters,
+      [&](size_t g) {
+        for (const int64_t b : blocks_[g]) before_block(b);
+      },
+      [&](size_t g) {
+        for (const int64_t b : blocks_[g]) after_block(b);
+      });
 }
 
 void ZeroOffload::step(const std::function<void(int64_t block)>& before_block,

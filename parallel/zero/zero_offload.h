@@ -68,10 +68,23 @@ class ZeroOffload {
   // for each of a sub-group's blocks while it is in memory, before and after its update.
   void step(const std::function<void(int64_t block)>& before_block,
             const std::function<void(int64_t block)>& after_block);
-  // SwappedOptimizerState::make_resident, swap_out_resident and state_replaced.
+  // Replaces the state with `chunk_state` (`inner`'s state_dict() form) a sub-group at a
+  // time (SwappedOptimizerState::load); `before_block(b)` and `after_block(b)` run for each
+  // of a sub-group's blocks while it is in memory, before and after its state is made.
+  // With `fills_masters`, before_block writes the whole master chunk, which is not read.
+  void load(const StateDict& chunk_state, bool fills_masters,
+            const std::function<void(int64_t block)>& before_block,
+            const std::function<void(int64_t block)>& after_block);
+  // For TensorSwapper::read_each: the swapper id of state tensor `key`'s storage, and of
+  // block `block`'s master chunk, or -1 where it is not swapped.
+  int64_t state_id(const std::string& key) const { return state_->state_id(key); }
+  int64_t master_id(int64_t block) const {
+    return master_ids_.empty() ? -1 : master_ids_[static_cast<size_t>(block)];
+  }
+  TensorSwapper& swapper() const { return swapper_; }
+  // SwappedOptimizerState::make_resident and swap_out_resident.
   void make_resident() { state_->make_resident(); }
   void swap_out_resident() { state_->swap_out_resident(); }
-  void state_replaced() { state_->state_replaced(); }
   // Bytes of the optimizer state and masters in memory now; bytes in the swap file only
   // (with the gradients written since backward, until the step discards them).
   int64_t resident_bytes() const { return state_->resident_bytes(); }
@@ -79,6 +92,7 @@ class ZeroOffload {
 
  private:
   std::vector<std::vector<int64_t>> blocks_;  // per sub-group
+  std::vector<int64_t> master_ids_;           // per block, or empty
   TensorSwapper& swapper_;
   std::unique_ptr<SwappedOptimizerState> state_;
 };

@@ -1,5 +1,6 @@
 #include "parallel/zero/zero_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <functional>
@@ -403,9 +404,113 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
 }
 
 StateDict ZeroOptimizer::state_dict() const {
-  make_resident();
-  StateDict inner = inner_->state_dict();
-  return sharded() ? chunks_to_shard(inner, layout_) : inner;
+  return sharded() ? materialize(shard_pieces(false)) : inner_->state_dict();
+}
+
+StreamedTensor ZeroOptimizer::chunked_shard(std::string name, std::vector<Tensor> chunks,
+                                            std::vector<int64_t> ids) const {
+  StreamedTensor s;
+  s.name = std::move(name);
+  s.shape = {layout_.shard_numel()};
+  s.produce = [this, chunks = std::move(chunks),
+               ids = std::move(ids)](const StreamedTensor::Take& take) {
+    NoGradGuard no_grad;
+    const auto use = [&](size_t b) { take(chunks[b].to(Device::cpu()).contiguous()); };
+    if (offload_ == nullptr) {
+      for (size_t b = 0; b < chunks.size(); ++b) use(b);
+    } else {
+      offload_->swapper().read_each(ids, use);
+    }
+  };
+  return s;
+}
+
+StreamedStateDict ZeroOptimizer::shard_pieces(bool with_parameters) const {
+  TS_INTERNAL_ASSERT(sharded(), "shard_pieces() is for stages 1-3");
+  settle_communication();
+  const int64_t blocks = static_cast<int64_t>(layout_.blocks.size());
+  // Chunk b's state of each kind is "<kind>.zero_block_<b>" (zero_state.h); the chunks
+  // tile the shard in block order (FlatLayout::Block::shard_offset).
+  StreamedStateDict out;
+  std::vector<std::string> kinds;
+  std::map<std::string, Tensor> by_key;
+  for (const auto& [key, t] : inner_->state_dict()) {
+    if (key == "step") {
+      out.push_back(streamed(key, t.clone()));
+      continue;
+    }
+    by_key.emplace(key, t);
+    const std::string kind = key.substr(0, key.find('.'));
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+  }
+  for (const std::string& kind : kinds) {
+    std::vector<Tensor> chunks;
+    std::vector<int64_t> ids;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const std::string key = kind + "." + chunk_name(b);
+      chunks.push_back(by_key.at(key));
+      ids.push_back(offload_ ? offload_->state_id(key) : -1);
+    }
+    out.push_back(chunked_shard(kind, std::move(chunks), std::move(ids)));
+  }
+  if (with_parameters && shards_parameters()) {
+    std::vector<Tensor> chunks;
+    std::vector<int64_t> ids;
+    for (int64_t b = 0; b < blocks; ++b) {
+      chunks.push_back(weights_->own_chunk(b));
+      ids.push_back(offload_ ? offload_->master_id(b) : -1);
+    }
+    out.push_back(chunked_shard(kParameterShard, std::move(chunks), std::move(ids)));
+  }
+  return out;
+}
+
+void ZeroOptimizer::load_shard(const StateDict& shard) {
+  TS_CHECK(sharded(), "[zero] load_shard() is for stages 1-3; this is stage ", config_.stage);
+  settle_communication();
+  NoGradGuard no_grad;
+  // The shard's tensors as the chunks the inner optimizer steps, and the parameters'.
+  StateDict chunks;
+  Tensor params;
+  for (const auto& [key, t] : shard) {
+    if (key == "step") {
+      chunks.emplace_back(key, t);
+      continue;
+    }
+    TS_CHECK(t.dtype() == DType::f32 && t.dim() == 1 && t.numel() == layout_.shard_numel(),
+             "[zero] optimizer shard \"", key, "\": expected f32 (", layout_.shard_numel(),
+             ") for this layout, found ", t.str());
+    if (key == kParameterShard) {
+      params = t;
+      continue;
+    }
+    for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+      const FlatLayout::Block& blk = layout_.blocks[b];
+      chunks.emplace_back(key + "." + chunk_name(static_cast<int64_t>(b)),
+                          t.narrow(0, blk.shard_offset, blk.chunk));
+    }
+  }
+  TS_CHECK(params.defined() == shards_parameters(), "[zero] optimizer shard: expected ",
+           shards_parameters() ? "the parameter shard \"" : "no parameter shard \"",
+           kParameterShard, "\" at stage ", config_.stage, " with ", dtype_name(precision_.dtype),
+           " parameters, found ", params.defined() ? "one" : "none");
+  // The step's order (Note [Streamed checkpoints]): masters, state, rounding.
+  const auto set_master = [&](int64_t b) {
+    if (!params.defined()) return;
+    const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(b)];
+    weights_->own_chunk(b).copy_(params.narrow(0, blk.shard_offset, blk.chunk));
+  };
+  if (offload_) {
+    const bool round = weights_->rounds_in_step();
+    offload_->load(chunks, params.defined(), set_master, [&](int64_t b) {
+      if (round) weights_->round_chunk(b);
+    });
+  } else {
+    inner_->begin_load(chunks);  // checks the state before the masters change
+    for (int64_t b = 0; b < static_cast<int64_t>(layout_.blocks.size()); ++b) set_master(b);
+    inner_->load_part(chunks, [](const NamedParameter&) { return true; });
+  }
+  if (params.defined()) weights_->after_step();  // every rank's parameters take the values
 }
 
 StateDict ZeroOptimizer::whole_state_dict() const {
@@ -430,9 +535,13 @@ StateDict ZeroOptimizer::whole_state_dict() const {
 
 void ZeroOptimizer::load_whole_state(const StateDict& whole) {
   settle_communication();
-  make_resident();
-  inner_->load_state_dict(sharded() ? whole_to_chunks(whole, layout_, dp_.rank()) : whole);
-  if (offload_) offload_->state_replaced();
+  const StateDict state = sharded() ? whole_to_chunks(whole, layout_, dp_.rank()) : whole;
+  if (offload_) {
+    offload_->load(
+        state, false, [](int64_t) {}, [](int64_t) {});
+  } else {
+    inner_->load_state_dict(state);
+  }
 }
 
 StateDict ZeroOptimizer::whole_parameters() {
@@ -442,16 +551,6 @@ StateDict ZeroOptimizer::whole_parameters() {
   const std::vector<Tensor> values = weights_->whole();
   for (size_t i = 0; i < values.size(); ++i) out.emplace_back(layout_.params[i].name, values[i]);
   return out;
-}
-
-Tensor ZeroOptimizer::parameter_shard() const {
-  make_resident();
-  const Tensor shard = weights_->shard();
-  TS_CHECK(shard.defined(),
-           "[zero] parameter_shard() is for stage 3 and for 16-bit parameters at stages 1-2; this "
-           "is stage ",
-           config_.stage, " with ", dtype_name(precision_.dtype), " parameters");
-  return shard;
 }
 
 bool ZeroOptimizer::shards_parameters() const { return weights_->sharded_parameters(); }

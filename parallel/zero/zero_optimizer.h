@@ -69,7 +69,7 @@
 // clip_grad_norm() detects inf/nan in the scaled gradients (overflow) and otherwise unscales
 // and clips in one multiply (DeepSpeed's unscale_and_clip_grads); step() updates the scaler
 // and skips the step on overflow. Checkpoints hold the f32 masters: whole at stage 0, each
-// rank's shard at stages 1-3 (parameter_shard()).
+// rank's shard at stages 1-3 (shard_pieces()).
 //
 // Reductions are sums in rank order and averaging is one multiply, so all ranks hold
 // bitwise identical gradients, norms and parameters. Against one process with the same
@@ -102,6 +102,7 @@
 #include <vector>
 
 #include "autograd/module.h"
+#include "autograd/streamed_state.h"
 #include "core/tensor.h"
 #include "optim/config.h"
 #include "optim/loss_scaler.h"
@@ -180,9 +181,9 @@ class ZeroOptimizer {
   // module by module; before reading the parameters any other way, or using the data
   // group directly, call wait_for_parameters().
   bool step();
-  // With NVMe offload (Note [ZeRO's offloaded state]): sends the state and masters that a
-  // checkpoint's save or load brought into memory back to the swap file. Call once the
-  // checkpoint is written; a no-op otherwise.
+  // With NVMe offload (Note [ZeRO's offloaded state]): sends the masters that
+  // whole_parameters() or load_parameters() brought into memory back to the swap file. Call
+  // once the checkpoint is written; a no-op otherwise.
   void swap_out_offloaded() {
     if (offload_) offload_->swap_out_resident();
   }
@@ -212,10 +213,36 @@ class ZeroOptimizer {
 
   // Whether state_dict() is this rank's shard (stages 1-3) rather than the whole state.
   bool sharded() const { return config_.stage >= 1; }
-  // Stage 0: the optimizer's state_dict() ("step", "<kind>.<parameter name>"). Stages 1-3:
-  // this rank's shard: "step" and one tensor of layout().shard_numel() elements per kind
-  // ("exp_avg", ...). Tensors may be the live buffers.
+  // Stage 0: the optimizer's state_dict() ("step", "<kind>.<parameter name>"), the live
+  // buffers. Stages 1-3: this rank's shard: "step" and one tensor of layout().shard_numel()
+  // elements per kind ("exp_avg", ...), copied (materialize(shard_pieces(false))).
   StateDict state_dict() const;
+
+  // Note [Streamed checkpoints]
+  // A rank's shard is written and read a chunk at a time, so that NVMe-offloaded state
+  // (Note [ZeRO's offloaded state]) is never in memory whole. shard_pieces() produces each
+  // kind's shard from its block chunks in order as a writer asks for them: those in the
+  // swap file are read in one at a time, the next one's read started ahead, and let go
+  // unwritten (TensorSwapper::read_each). load_shard() takes a shard that a run of the same
+  // layout saved the way a step goes, a sub-group at a time (ZeroOffload::load): the
+  // masters written (not read), the state made, the chunks rounded into the 16-bit
+  // parameters and swapped out; a mapped file (Note [Mapped tensors] in
+  // models/io/safetensors.h) is read as the chunks want it. Besides the swapper's buffers
+  // one chunk (saving) or one sub-group (loading) is in memory. Without offload the same
+  // functions copy no whole shard either. Another layout (a resumed run of another world
+  // size) loads through whole_state (load_whole_state()), which brings this rank's part of
+  // the state into memory at once.
+
+  // Stages 1-3: this rank's shard as state_dict() has it, then (`with_parameters` and
+  // shards_parameters()) the f32 parameter shard as kParameterShard ("param"), each
+  // produced a chunk at a time (Note [Streamed checkpoints]). The pieces read this
+  // optimizer as it is when they are produced: write them before the next step or load.
+  StreamedStateDict shard_pieces(bool with_parameters) const;
+  // Loads a shard that shard_pieces(shards_parameters()) of a run with this layout() wrote
+  // (the parameters with it when shards_parameters(), else load_parameters() loads them
+  // whole), everything checked before anything changes. Collective: every rank's
+  // parameters take the new values.
+  void load_shard(const StateDict& shard);
   // The whole per-parameter state ("step", "<kind>.<parameter name>") on every rank:
   // stage 0's state_dict(), or the shards all-gathered over the data-parallel group and
   // unsharded (collective at stages 1-3).
@@ -226,12 +253,8 @@ class ZeroOptimizer {
   // the f32 master weights with f16/bf16 at stage 0; the model's own tensors otherwise.
   StateDict whole_parameters();
   // Whether the f32 parameters are sharded over dp: stage 3, and the f32 masters of 16-bit
-  // parameters at stages 1-2.
+  // parameters at stages 1-2. A checkpoint then saves them in each rank's shard.
   bool shards_parameters() const;
-  // Then this rank's shard of them (layout().shard_numel() elements: stage 3's live buffer,
-  // or a host copy where its masters are swapped, and a host copy of the masters at stages
-  // 1-2), which a checkpoint saves per rank.
-  Tensor parameter_shard() const;
   // Sets every parameter (and f32 master) from whole f32 tensors (name -> tensor, like
   // Module::state_dict(); exactly the trainable parameters), all checked before any
   // changes. Needed at stage 3 and with f16/bf16; f32 stages 0-2 may also load the model.
@@ -272,8 +295,12 @@ class ZeroOptimizer {
   // Sets up offload_ (after inner_ is made).
   void start_offload();
   // Brings offloaded state and masters into memory before they are read or written
-  // otherwise than by the step (Note [Offloaded optimizer state]).
+  // otherwise than by the step or a streamed checkpoint (Note [Offloaded optimizer state]).
   void make_resident() const;
+  // The piece producer of a shard tensor `name` made of one chunk per block, tensors[b]
+  // (swapper ids in `ids`, -1 where not swapped): Note [Streamed checkpoints].
+  StreamedTensor chunked_shard(std::string name, std::vector<Tensor> chunks,
+                               std::vector<int64_t> ids) const;
 
   Communicator& dp_;
   Module& model_;

@@ -1,6 +1,5 @@
 #include "parallel/zero/zero_state.h"
 
-#include <algorithm>
 #include <map>
 #include <set>
 
@@ -9,38 +8,7 @@
 #include "core/grad_mode.h"
 
 namespace tessera::parallel {
-namespace {
-
-// The state kind of an optimizer state key "<kind>.<name>".
-std::string kind_of(const std::string& key) { return key.substr(0, key.find('.')); }
-
-}  // namespace
-
 std::string chunk_name(int64_t block) { return "zero_block_" + std::to_string(block); }
-
-StateDict chunks_to_shard(const StateDict& chunk_state, const FlatLayout& layout) {
-  NoGradGuard no_grad;
-  StateDict out;
-  std::vector<std::string> kinds;
-  const std::map<std::string, Tensor> by_key(chunk_state.begin(), chunk_state.end());
-  for (const auto& [key, t] : chunk_state) {
-    if (key == "step") {
-      out.emplace_back(key, t);
-    } else if (std::find(kinds.begin(), kinds.end(), kind_of(key)) == kinds.end()) {
-      kinds.push_back(kind_of(key));
-    }
-  }
-  for (const std::string& kind : kinds) {
-    const Tensor shard = empty({layout.shard_numel()});
-    for (size_t b = 0; b < layout.blocks.size(); ++b) {
-      const FlatLayout::Block& blk = layout.blocks[b];
-      shard.narrow(0, blk.shard_offset, blk.chunk)
-          .copy_(by_key.at(kind + "." + chunk_name(static_cast<int64_t>(b))));
-    }
-    out.emplace_back(kind, shard);
-  }
-  return out;
-}
 
 StateDict whole_to_chunks(const StateDict& whole, const FlatLayout& layout, int rank) {
   NoGradGuard no_grad;

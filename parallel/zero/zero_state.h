@@ -16,11 +16,12 @@
 
 namespace tessera::parallel {
 
+// The key of a rank's f32 parameter shard in its optimizer shard (checkpoints of ZeRO stage
+// 3 and of 16-bit stages 1-2 hold no whole weights: ZeroOptimizer::shard_pieces).
+inline constexpr const char* kParameterShard = "param";
+
 // The optimizer parameter of block `block`'s chunk: "zero_block_<block>".
 std::string chunk_name(int64_t block);
-
-// Chunk states ("step", "<kind>.zero_block_<b>") -> "step" and one shard tensor per kind.
-StateDict chunks_to_shard(const StateDict& chunk_state, const FlatLayout& layout);
 
 // Whole per-parameter state ("step", "<kind>.<parameter name>") -> rank `rank`'s chunk
 // states. Throws when a kind lacks a parameter or a key is not "<kind>.<name>".

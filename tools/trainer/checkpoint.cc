@@ -96,7 +96,7 @@ CheckpointContents load_parts(const fs::path& d, const Manifest& manifest, bool 
 }
 
 CheckpointContents load_whole_or_shards(const fs::path& d, const Manifest& manifest,
-                                        bool with_optimizer) {
+                                        bool with_optimizer, bool whole_weights) {
   auto is_listed = [&](const std::string& f) { return manifest.lists(f); };
   const fs::path& manifest_path = manifest.path;
   const int64_t world = manifest.world;
@@ -133,7 +133,9 @@ CheckpointContents load_whole_or_shards(const fs::path& d, const Manifest& manif
   for (int r = 0; r < world; ++r) {
     shards.push_back(read_safetensors((d / optimizer_shard_name(r)).string()).tensors);
   }
-  if (!whole_model) c.model = weights_from_shards(c.state, shards, (d / "state.json").string());
+  if (!whole_model && (whole_weights || !with_optimizer)) {
+    c.model = weights_from_shards(c.state, shards, (d / "state.json").string());
+  }
   if (with_optimizer) c.optimizer_shards = std::move(shards);
   return c;
 }
@@ -152,8 +154,6 @@ CheckpointDir::CheckpointDir(std::string root, int64_t keep_last)
 
 std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents,
                                 parallel::Communicator* comm) const {
-  TS_CHECK(contents.optimizer_shards.size() <= 1, "[checkpoint] expected at most this rank's ",
-           "optimizer shard, found ", contents.optimizer_shards.size(), " shards");
   const int rank = comm ? comm->rank() : 0;
   const int world = comm ? comm->size() : 1;
   const bool leader = rank == 0;
@@ -178,11 +178,10 @@ std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents
     write_safetensors((tmp / rank_state_name(rank)).string(), contents.rank_state);
   }
   if (contents.parts > 0) return save_parts(step, contents, comm, tmp, final_dir);
-  const bool sharded = !contents.optimizer_shards.empty();
-  if (sharded) {
-    write_safetensors((tmp / optimizer_shard_name(rank)).string(),
-                      contents.optimizer_shards.front());
-  }
+  const bool sharded = !contents.optimizer_shard.empty();
+  if (sharded)
+    write_streamed_safetensors((tmp / optimizer_shard_name(rank)).string(),
+                               contents.optimizer_shard);
   std::vector<std::string> files = {"state.json"};
   if (leader && !contents.model.empty()) {
     files.push_back("model.safetensors");
@@ -288,7 +287,8 @@ std::optional<std::pair<std::string, CheckpointContents>> CheckpointDir::load_ne
   std::string first_problem;
   for (const std::string& dir : candidates) {
     try {
-      return std::make_pair(dir, load_checkpoint(dir, /*with_optimizer=*/true, rank_state_of));
+      return std::make_pair(dir, load_checkpoint(dir, /*with_optimizer=*/true, rank_state_of,
+                                                 /*whole_weights=*/false));
     } catch (const Error& e) {
       if (first_problem.empty()) first_problem = e.what();
       warn(str_cat("[train] cannot resume from ", dir, ": ", e.what(),
@@ -330,7 +330,8 @@ std::optional<std::string> CheckpointDir::latest() const {
   return dir.string();
 }
 
-CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer, int rank_state_of) {
+CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer, int rank_state_of,
+                                   bool whole_weights) {
   const fs::path d(dir);
   const Manifest manifest = read_manifest(d);
   TS_CHECK(manifest.lists("state.json"), "[checkpoint] ", manifest.path.string(),
@@ -344,7 +345,7 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer, 
   }
   CheckpointContents c = manifest.lists(model_part_name(0))
                              ? load_parts(d, manifest, with_optimizer)
-                             : load_whole_or_shards(d, manifest, with_optimizer);
+                             : load_whole_or_shards(d, manifest, with_optimizer, whole_weights);
   c.rank_state = std::move(rank_state);
   return c;
 }

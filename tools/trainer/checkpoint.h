@@ -120,8 +120,13 @@ class CheckpointDir {
 // contents look the same whichever stage saved them.
 // With `rank_state_of` >= 0 (and with_optimizer), that rank's per-rank state is read too
 // when the checkpoint has one (checked against the manifest like every file read).
+// Without `whole_weights` (and with_optimizer: a resume), parameter shards stay in
+// optimizer_shards and `model` is not made from them: Engine::load_state places them, as
+// they are where the layout is the saving run's (Note [Streamed checkpoints] in
+// parallel/zero/zero_optimizer.h). The tensors are views of the mapped files (Note [Mapped
+// tensors] in models/io/safetensors.h), read as they are used.
 CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer = true,
-                                   int rank_state_of = -1);
+                                   int rank_state_of = -1, bool whole_weights = true);
 
 // The checkpoint step directory `path` names: `path` itself when it holds manifest.json,
 // else the directory its `latest` file names (a checkpoint root). Throws when it is

@@ -246,8 +246,8 @@ TEST_CASE("ranks save one optimizer shard each; a damaged or missing shard is re
       c.model = contents(4).model;
       c.state = contents(4).state;
     }
-    c.optimizer_shards.push_back(
-        {{"step", from_vector<int64_t>({4})}, {"exp_avg", from_vector<float>({float(r), 0.5f})}});
+    c.optimizer_shard = streamed(StateDict{{"step", from_vector<int64_t>({4})},
+                                           {"exp_avg", from_vector<float>({float(r), 0.5f})}});
     dirs[static_cast<size_t>(r)] = ckpt.save(4, c, &comm);
   });
   CHECK(dirs[1] == dirs[0]);
@@ -345,9 +345,9 @@ TEST_CASE("weights kept as parameter shards (ZeRO-3) load whole; their shards ar
     if (r == 0) c.state = {{"step", 2}, {"zero", {{"stage", 3}, {"layout", layout.to_json()}}}};
     const std::vector<float> mine =
         r == 0 ? std::vector<float>{1, 2, 10, 11} : std::vector<float>{3, 0, 12, 13};
-    c.optimizer_shards.push_back({{"step", from_vector<int64_t>({2})},
-                                  {"exp_avg", from_vector<float>({0, 0, 0, 0})},
-                                  {kParameterShard, from_vector(mine)}});
+    c.optimizer_shard = streamed(StateDict{{"step", from_vector<int64_t>({2})},
+                                           {"exp_avg", from_vector<float>({0, 0, 0, 0})},
+                                           {kParameterShard, from_vector(mine)}});
     const std::string d = ckpt.save(2, c, &comm);
     if (r == 0) dir = d;
   });
@@ -364,6 +364,12 @@ TEST_CASE("weights kept as parameter shards (ZeRO-3) load whole; their shards ar
     CHECK(c.optimizer_shards.size() == (with_optimizer ? 2u : 0u));
     for (const StateDict& shard : c.optimizer_shards) CHECK(shard.size() == 2);
   }
+  // A resume's load (whole_weights false) leaves the parameter shards where they are.
+  const CheckpointContents kept = load_checkpoint(dir, true, -1, /*whole_weights=*/false);
+  CHECK(kept.model.empty());
+  REQUIRE(kept.optimizer_shards.size() == 2);
+  CHECK(kept.optimizer_shards[1][2].first == kParameterShard);
+  CHECK(kept.optimizer_shards[1][2].second.to_vector<float>() == std::vector<float>{3, 0, 12, 13});
   // Without model.safetensors the shards hold the weights: they are verified even when the
   // optimizer state is not wanted.
   const fs::path shard0 = fs::path(dir) / optimizer_shard_name(0);
