@@ -126,8 +126,11 @@ void SwappedOptimizerState::forget_state(Group& g) {
   g.state_known = false;
 }
 
-void SwappedOptimizerState::make_resident() {
-  for (const Group& g : groups_) swapper_.swap_in(swapped_out(g.ids));
+void SwappedOptimizerState::make_storages_resident() {
+  for (const Group& g : groups_) {
+    swapper_.swap_in(swapped_out(std::vector<int64_t>(
+        g.ids.begin(), g.ids.begin() + static_cast<ptrdiff_t>(g.storage_ids))));
+  }
 }
 
 void SwappedOptimizerState::swap_out_resident() {

@@ -25,9 +25,9 @@
 // after updating it; the given storages in memory go out at construction. A checkpoint
 // reads the state a storage at a time (state_id() names each tensor's storage for
 // TensorSwapper::read_each), and load() replaces it the way a step goes, a sub-group at a
-// time. Anything else that reads or writes the state or the given storages first calls
-// make_resident(), which holds them all in memory until swap_out_resident() or the next
-// step swaps each sub-group out again.
+// time. Anything else that reads or writes the given storages (the masters, whole) first
+// calls make_storages_resident(), which holds them all in memory until swap_out_resident()
+// or the next step swaps each sub-group out again.
 #pragma once
 
 #include <cstdint>
@@ -80,9 +80,9 @@ class SwappedOptimizerState {
   // The swapper id of the storage of state tensor `key` ("<kind>.<parameter name>"), or -1
   // where it has none (not made yet).
   int64_t state_id(const std::string& key) const;
-  // Brings every sub-group's state and storages into memory, until the next step or
-  // swap_out_resident().
-  void make_resident();
+  // Brings every sub-group's given storages (not its state) into memory, until the next
+  // step or swap_out_resident().
+  void make_storages_resident();
   // Sends what is in memory back to the swap file (after the parameters were read, say).
   void swap_out_resident();
   // Bytes of the sub-groups' state and storages in memory now (not the gradients).

@@ -82,8 +82,8 @@ class ZeroOffload {
     return master_ids_.empty() ? -1 : master_ids_[static_cast<size_t>(block)];
   }
   TensorSwapper& swapper() const { return swapper_; }
-  // SwappedOptimizerState::make_resident and swap_out_resident.
-  void make_resident() { state_->make_resident(); }
+  // SwappedOptimizerState::make_storages_resident (the masters) and swap_out_resident.
+  void make_masters_resident() { state_->make_storages_resident(); }
   void swap_out_resident() { state_->swap_out_resident(); }
   // Bytes of the optimizer state and masters in memory now; bytes in the swap file only
   // (with the gradients written since backward, until the step discards them).

@@ -354,8 +354,8 @@ bool ZeroOptimizer::step() {
   return true;
 }
 
-void ZeroOptimizer::make_resident() const {
-  if (offload_) offload_->make_resident();
+void ZeroOptimizer::make_masters_resident() const {
+  if (offload_) offload_->make_masters_resident();
 }
 
 bool ZeroOptimizer::full_precision_reduction() const {
@@ -546,7 +546,7 @@ void ZeroOptimizer::load_whole_state(const StateDict& whole) {
 
 StateDict ZeroOptimizer::whole_parameters() {
   settle_communication();
-  make_resident();
+  make_masters_resident();
   StateDict out;
   const std::vector<Tensor> values = weights_->whole();
   for (size_t i = 0; i < values.size(); ++i) out.emplace_back(layout_.params[i].name, values[i]);
@@ -557,7 +557,7 @@ bool ZeroOptimizer::shards_parameters() const { return weights_->sharded_paramet
 
 void ZeroOptimizer::load_parameters(const StateDict& whole) {
   settle_communication();
-  make_resident();
+  make_masters_resident();
   std::map<std::string, Tensor> given(whole.begin(), whole.end());
   std::vector<Tensor> ordered;
   for (const FlatLayout::Param& p : layout_.params) {

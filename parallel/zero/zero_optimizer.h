@@ -294,9 +294,9 @@ class ZeroOptimizer {
   void make_swapper();
   // Sets up offload_ (after inner_ is made).
   void start_offload();
-  // Brings offloaded state and masters into memory before they are read or written
-  // otherwise than by the step or a streamed checkpoint (Note [Offloaded optimizer state]).
-  void make_resident() const;
+  // Brings offloaded masters into memory before they are read or written whole, otherwise
+  // than by the step or a streamed checkpoint (Note [Offloaded optimizer state]).
+  void make_masters_resident() const;
   // The piece producer of a shard tensor `name` made of one chunk per block, tensors[b]
   // (swapper ids in `ids`, -1 where not swapped): Note [Streamed checkpoints].
   StreamedTensor chunked_shard(std::string name, std::vector<Tensor> chunks,

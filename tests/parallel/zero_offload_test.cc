@@ -3,18 +3,21 @@
 // three ranks, sub-groups of one block and of several, two micro-batches a step, clipped,
 // equal the in-memory run bitwise; between steps the state and the 16-bit runs' f32 masters
 // are out of memory, and at stages 2-3 the gradients are too once backward is over; a
-// checkpoint's save and load round trip continues bitwise; the swap file goes with the
-// optimizer.
+// checkpoint's save and load round trip (whole, or streamed through a shard file: Note
+// [Streamed checkpoints] in zero_optimizer.h, with one chunk or one sub-group in memory)
+// continues bitwise; the swap file goes with the optimizer.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "autograd/engine.h"
 #include "core/allocator.h"
 #include "core/factories.h"
 #include "models/gpt2/gpt.h"
+#include "models/io/safetensors.h"
 #include "parallel/comm/thread_comm.h"
 #include "parallel/zero/zero_optimizer.h"
 #include "tests/parallel/zero_test_gpt.h"
@@ -44,11 +47,24 @@ struct Run {
   std::vector<int64_t> nvme_bytes;  // the state and masters in the swap file after each step
   std::vector<float> state;         // the state_dict's tensors, flat, at the end
   ModelStateBytes after_load;       // after step 1's round trip and swap_out_offloaded()
+  // The streamed round trip: the shard file's f32 values, the most swapped bytes in memory
+  // while it was written and while it was loaded (world 1), and the bounds: two f32 chunks
+  // (the one written and the next one's read), and a sub-group with a chunk.
+  std::vector<float> saved_shard;
+  int64_t save_peak = 0, load_peak = 0;
+  int64_t largest_chunk = 0;
 };
 
+// How step 1's checkpoint round trip goes: whole (whole_state_dict, whole_parameters and
+// their loads, as another layout resumes), or through each rank's shard file
+// (shard_pieces, load_shard, as the same layout resumes).
+enum class RoundTrip { whole, shard };
+
 // `world` ranks train the test GPT in `dtype` at `zero`; after step 1 each rank saves its
-// state_dict and whole parameters and loads them back (a checkpoint's round trip).
-std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype) {
+// state and parameters and loads them back (a checkpoint's round trip, `trip`).
+std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype,
+                       RoundTrip trip = RoundTrip::whole) {
+  const std::filesystem::path shards = testing::fresh_dir("zero_offload_shards");
   const Tensor rows = testing::zero_test_rows(kSteps * kGlobalRows, kT);
   std::vector<Run> runs(static_cast<size_t>(world));
   run_thread_ranks(world, [&](Communicator& comm) {
@@ -73,6 +89,7 @@ std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype) {
       if (group_numel >= zero.sub_group_size) group_numel = 0;  // a new sub-group
       group_numel += b.chunk;
       run.largest_sub_group = std::max(run.largest_sub_group, group_numel * per_element);
+      run.largest_chunk = std::max(run.largest_chunk, b.chunk * 4);
     }
     for (int s = 0; s < kSteps; ++s) {
       opt.zero_grad();
@@ -90,7 +107,26 @@ std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype) {
       run.state_bytes.push_back(opt.model_state_bytes().optimizer);
       run.param_bytes.push_back(opt.model_state_bytes().params);
       run.nvme_bytes.push_back(opt.model_state_bytes().on_nvme);
-      if (s == 1) {
+      if (s == 1 && trip == RoundTrip::shard) {
+        const std::string file =
+            (shards / ("shard_" + std::to_string(comm.rank()) + ".safetensors")).string();
+        const auto peak_over = [](const std::function<void()>& f) {
+          const int64_t base = mapped_host_allocator().stats().allocated;
+          mapped_host_allocator().reset_peak();
+          f();
+          return mapped_host_allocator().stats().peak_allocated - base;
+        };
+        run.save_peak =
+            peak_over([&] { write_streamed_safetensors(file, opt.shard_pieces(true)); });
+        const SafetensorsFile saved = read_safetensors(file);  // mapped (Note [Mapped tensors])
+        for (const auto& [k, t] : saved.tensors) {
+          if (k != "step") {
+            for (float v : t.to_vector<float>()) run.saved_shard.push_back(v);
+          }
+        }
+        run.load_peak = peak_over([&] { opt.load_shard(saved.tensors); });
+        run.after_load = opt.model_state_bytes();
+      } else if (s == 1) {
         StateDict state, params;
         for (const auto& [k, t] : opt.whole_state_dict()) state.emplace_back(k, t.clone());
         for (const auto& [k, t] : opt.whole_parameters()) params.emplace_back(k, t.clone());
@@ -113,6 +149,18 @@ std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype) {
   return runs;
 }
 
+// The streamed round trip of an offloaded run: the same shard file as the in-memory run's,
+// written with at most two chunks of swapped state in memory and loaded with at most a
+// sub-group and a chunk (world 1: thread ranks share the allocator's counters).
+void check_streamed(const Run& offloaded, const Run& in_memory, RoundTrip trip, int world) {
+  if (trip != RoundTrip::shard) return;
+  CHECK_FALSE(in_memory.saved_shard.empty());
+  CHECK(offloaded.saved_shard == in_memory.saved_shard);
+  if (world != 1) return;
+  CHECK(offloaded.save_peak <= 2 * offloaded.largest_chunk);
+  CHECK(offloaded.load_peak <= offloaded.largest_sub_group + offloaded.largest_chunk);
+}
+
 TEST_CASE("ZeRO with its optimizer state on NVMe equals the in-memory run bitwise",
           "[zero][offload]") {
   const std::filesystem::path dir = testing::fresh_dir("zero_offload");
@@ -127,11 +175,14 @@ TEST_CASE("ZeRO with its optimizer state on NVMe equals the in-memory run bitwis
             zero.reduce_bucket_size = 500;  // several blocks at stages 1-2
             zero.stage3_param_persistence_threshold = 0;
             zero.sub_group_size = sub_group;
-            const std::vector<Run> memory = train(world, zero, dtype);
+            // Sub-groups of one block stream the round trip through shard files; larger
+            // ones go whole.
+            const RoundTrip trip = sub_group == 1 ? RoundTrip::shard : RoundTrip::whole;
+            const std::vector<Run> memory = train(world, zero, dtype, trip);
             zero.offload_optimizer.device = OffloadOptimizerConfig::Device::nvme;
             zero.offload_optimizer.nvme_path = (dir / "swap").string();
             zero.aio.block_size = 8192;
-            const std::vector<Run> nvme = train(world, zero, dtype);
+            const std::vector<Run> nvme = train(world, zero, dtype, trip);
             for (int r = 0; r < world; ++r) {
               INFO("rank " << r);
               CHECK(nvme[r].losses == memory[r].losses);
@@ -171,19 +222,21 @@ TEST_CASE("ZeRO with its optimizer state on NVMe equals the in-memory run bitwis
               }
               CHECK(nvme[r].after_load.optimizer == 0);
               CHECK(nvme[r].after_load.on_nvme == nvme[r].nvme_bytes[1]);
+              check_streamed(nvme[r], memory[r], trip, world);
             }
             if (sub_group == 1) {
               // DeepSpeed's pipelining overlaps a sub-group's I/O with its neighbours'
               // updates, holding up to three sub-groups, and changes no bits.
               zero.offload_optimizer.pipeline_read = true;
               zero.offload_optimizer.pipeline_write = true;
-              const std::vector<Run> pipelined = train(world, zero, dtype);
+              const std::vector<Run> pipelined = train(world, zero, dtype, trip);
               for (int r = 0; r < world; ++r) {
                 INFO("pipelined, rank " << r);
                 CHECK(pipelined[r].losses == memory[r].losses);
                 CHECK(pipelined[r].masters == memory[r].masters);
                 CHECK(pipelined[r].state == memory[r].state);
                 CHECK(pipelined[r].stepped == memory[r].stepped);
+                check_streamed(pipelined[r], memory[r], trip, world);
                 for (int s = 0; s < kSteps && world == 1; ++s) {
                   INFO("step " << s);
                   CHECK(pipelined[r].step_swap_peak[s] <=
@@ -259,7 +312,7 @@ TEST_CASE("ZeRO-3 with its 16-bit parameters on NVMe equals the in-memory run bi
             zero.stage = 3;
             zero.overlap_comm = overlap;
             zero.stage3_param_persistence_threshold = 0;
-            const std::vector<Run> memory = train(world, zero, dtype);
+            const std::vector<Run> memory = train(world, zero, dtype, RoundTrip::shard);
             zero.offload_param.device = OffloadParamConfig::Device::nvme;
             zero.offload_param.nvme_path = (dir / "params").string();
             zero.aio.block_size = 8192;
@@ -267,13 +320,14 @@ TEST_CASE("ZeRO-3 with its 16-bit parameters on NVMe equals the in-memory run bi
               zero.offload_optimizer.device = OffloadOptimizerConfig::Device::nvme;
               zero.offload_optimizer.nvme_path = (dir / "optimizer").string();
             }
-            const std::vector<Run> nvme = train(world, zero, dtype);
+            const std::vector<Run> nvme = train(world, zero, dtype, RoundTrip::shard);
             for (int r = 0; r < world; ++r) {
               INFO("rank " << r);
               CHECK(nvme[r].losses == memory[r].losses);
               CHECK(nvme[r].masters == memory[r].masters);
               CHECK(nvme[r].state == memory[r].state);
               CHECK(nvme[r].stepped == memory[r].stepped);
+              check_streamed(nvme[r], memory[r], RoundTrip::shard, world);
               for (int s = 0; s < kSteps; ++s) {
                 INFO("step " << s);
                 // The 16-bit shard (2 bytes an element) left memory for the swap file; with
