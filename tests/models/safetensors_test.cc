@@ -1,5 +1,6 @@
-// Safetensors reading and writing: round trips, a file from an independent writer, and one
-// case per validation rule (Note [Safetensors validation]).
+// Safetensors reading and writing: round trips, a file from an independent writer, one
+// case per validation rule (Note [Safetensors validation]), mapped reading (Note [Mapped
+// tensors]) and writing tensors produced in pieces.
 #include "models/io/safetensors.h"
 
 #include <catch2/catch.hpp>
@@ -376,6 +377,95 @@ TEST_CASE("every read error is one line", "[safetensors]") {
   const std::string e = read_error("oneline.safetensors", file_bytes("{\n\"x\": 1\n}", ""));
   CHECK(e.find('\n') == std::string::npos);
   CHECK_THAT(e, Catch::Contains("tensor \"x\": expected an object"));
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Whether this process maps the file at `path` (a line of /proc/self/maps names it).
+bool maps_file(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string full = std::filesystem::canonical(path).string();
+  for (std::string line; std::getline(maps, line);) {
+    if (line.size() >= full.size() &&
+        line.compare(line.size() - full.size(), full.size(), full) == 0)
+      return true;
+  }
+  return false;
+}
+
+TEST_CASE("read_safetensors maps the file; its tensors are private views", "[safetensors]") {
+  const std::string path = testing::temp_path("mapped.safetensors").string();
+  // Five f32 values put the i64 tensor at 4 bytes past an 8-byte boundary: it is read
+  // into memory of its own, the f32 one mapped (Note [Mapped tensors]).
+  write_safetensors(path, {{"f", from_vector<float>({1, 2, 3, 4, 5})},
+                           {"i", from_vector<int64_t>({-7, 1LL << 40})}});
+  const std::string before = testing::read_bytes(path);
+  {
+    const SafetensorsFile f = read_safetensors(path);
+    CHECK(maps_file(path));
+    CHECK(find(f.tensors, "i").to_vector<int64_t>() == std::vector<int64_t>{-7, 1LL << 40});
+    Tensor t = find(f.tensors, "f");
+    CHECK(t.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5});
+    t.fill_(9.0);  // a private copy of the page: the file stays as it was
+    CHECK(t.to_vector<float>() == std::vector<float>(5, 9.0f));
+    // The file replaced (an atomic rename) or removed leaves the views as they were.
+    write_safetensors(path, {{"g", zeros({1})}});
+    CHECK(t.to_vector<float>() == std::vector<float>(5, 9.0f));
+    std::filesystem::remove(path);
+    CHECK(find(f.tensors, "i").to_vector<int64_t>() == std::vector<int64_t>{-7, 1LL << 40});
+    testing::write_bytes(path, before);
+  }
+  CHECK_FALSE(maps_file(path));  // unmapped with the last view
+  CHECK(testing::read_bytes(path) == before);
+  CHECK(find(read_safetensors(path).tensors, "f").to_vector<float>() ==
+        std::vector<float>{1, 2, 3, 4, 5});
+}
+
+TEST_CASE("write_streamed_safetensors writes tensors produced in pieces", "[safetensors]") {
+  const std::string path = testing::temp_path("streamed/pieces.safetensors").string();
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  // A (2, 3) f32 tensor in three pieces, a one-piece i64 after it.
+  StreamedTensor m{"m", DType::f32, {2, 3}, [](const StreamedTensor::Take& take) {
+                     take(from_vector<float>({0, 1}));
+                     take(from_vector<float>({2}));
+                     take(from_vector<float>({3, 4, 5}));
+                   }};
+  write_streamed_safetensors(path, {m, streamed("step", from_vector<int64_t>({3}))}, {{"k", "v"}});
+  const SafetensorsFile f = read_safetensors(path);
+  CHECK(names_of(f.tensors) == std::vector<std::string>{"m", "step"});
+  CHECK(find(f.tensors, "m").shape() == Shape{2, 3});
+  CHECK(find(f.tensors, "m").to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5});
+  CHECK(f.metadata.at("k") == "v");
+  CHECK(materialize(m).to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5});
+  const std::string good = testing::read_bytes(path);
+
+  // Pieces that do not fit their tensor fail the write; the last good file stays, with no
+  // temporary file beside it.
+  StreamedTensor short_pieces = m;
+  short_pieces.produce = [](const StreamedTensor::Take& take) { take(zeros({4})); };
+  CHECK(error_of([&] { write_streamed_safetensors(path, {short_pieces}); }) ==
+        "[safetensors] " + path + ": tensor \"m\": expected 24 bytes, its pieces held 16");
+  StreamedTensor long_pieces = m;
+  long_pieces.produce = [](const StreamedTensor::Take& take) { take(zeros({7})); };
+  CHECK_THAT(error_of([&] { write_streamed_safetensors(path, {long_pieces}); }),
+             Catch::Contains("tensor \"m\": expected contiguous CPU f32 pieces of 24 bytes in all, "
+                             "found"));
+  StreamedTensor wrong_dtype = m;
+  wrong_dtype.produce = [](const StreamedTensor::Take& take) { take(zeros({6}, {DType::f64})); };
+  CHECK_THAT(error_of([&] { write_streamed_safetensors(path, {wrong_dtype}); }),
+             Catch::Contains("expected contiguous CPU f32 pieces"));
+  CHECK(testing::read_bytes(path) == good);
+  int files = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::filesystem::path(path).parent_path())) {
+    (void)e;
+    ++files;
+  }
+  CHECK(files == 1);
 }
 
 }  // namespace
