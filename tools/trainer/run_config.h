@@ -54,8 +54,7 @@ struct TrainerConfig {
   uint64_t seed = 1337;
   std::string log_dir;         // metrics.jsonl, metrics.csv
   std::string checkpoint_dir;  // empty: no checkpoints
-  // Steps between checkpoints; 0: only at the end; -1: never (a run whose offloaded state
-  // exceeds memory, until checkpoints stream).
+  // Steps between checkpoints; 0: only at the end; -1: never.
   int64_t checkpoint_interval = 0;
   int64_t keep_last = 3;          // 0: keep every checkpoint
   int64_t threads = 0;            // 0: all cores
