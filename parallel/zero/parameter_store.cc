@@ -9,17 +9,19 @@
 namespace tessera::parallel {
 MasterWeights::MasterWeights(Communicator& dp, const FlatLayout& layout,
                              std::vector<Tensor>& params, DType dtype, Device device, bool sharded,
-                             const optim::LossScalerConfig& scaler)
+                             const optim::LossScalerConfig& scaler, bool host_masters)
     : dp_(dp), layout_(layout), params_(params), sharded_(sharded), device_(device) {
   NoGradGuard no_grad;
   const bool mixed = dtype != DType::f32;
   if (dtype == DType::f16) scaler_ = std::make_unique<optim::LossScaler>(scaler);
+  TS_INTERNAL_ASSERT(!host_masters || (mixed && sharded), "host masters are sharded 16-bit ones");
   // Parameters become views of the flat buffer: of the 16-bit model buffer when mixed, with
   // the f32 masters whole in flat_params_ (stage 0) or sharded in master_chunks_.
   if (mixed) flat_model_ = zeros({layout.numel}, {dtype, device});
   if (mixed && sharded) {
     for (const FlatLayout::Block& b : layout_.blocks) {
-      master_chunks_.push_back(zeros({b.chunk}, {DType::f32, device}));
+      master_chunks_.push_back(
+          zeros({b.chunk}, {DType::f32, host_masters ? Device::cpu() : device}));
     }
   } else {
     flat_params_ = zeros({layout.numel}, {DType::f32, device});
@@ -177,7 +179,7 @@ std::vector<Tensor> MasterWeights::whole() {
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     const FlatLayout::Block& blk = layout_.blocks[b];
     const Tensor gathered = empty({blk.numel}, {DType::f32, device_});
-    dp_.all_gather(own_chunk(static_cast<int64_t>(b)), gathered);
+    dp_.all_gather(own_chunk(static_cast<int64_t>(b)).to(device_), gathered);  // host masters
     all.narrow(0, blk.offset, blk.numel).copy_(gathered);
   }
   std::vector<Tensor> out;

@@ -84,8 +84,12 @@ class MasterWeights final : public ParameterStore {
   // the flat buffers, with rank 0's values on every rank. `sharded` (stages 1-2): a rank
   // steps its own chunks, which after_step() all-gathers (in 16 bits with f16/bf16, whose
   // f32 masters are then only this rank's chunks). `params` and `layout` must outlive this.
+  // `host_masters` (sharded 16-bit masters of a GPU run that offloads its optimizer: Note
+  // [Offload on a GPU] in zero_optimizer.h) keeps the master chunks in host memory, and the
+  // step rounds them into the device's 16-bit chunks (round_chunks_in_step()).
   MasterWeights(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
-                DType dtype, Device device, bool sharded, const optim::LossScalerConfig& scaler);
+                DType dtype, Device device, bool sharded, const optim::LossScalerConfig& scaler,
+                bool host_masters = false);
   // Removes the hooks gather_in_background() installed.
   ~MasterWeights() override;
 

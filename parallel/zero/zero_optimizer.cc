@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "autograd/engine.h"
 #include "autograd/record.h"
@@ -71,8 +72,8 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     partitioned_ = partitioned.get();
     weights_ = std::move(partitioned);
   } else {
-    auto master = std::make_unique<MasterWeights>(dp_, layout_, params_, dtype, device_,
-                                                  config_.stage >= 1, precision_.scaler);
+    auto master = std::make_unique<MasterWeights>(
+        dp_, layout_, params_, dtype, device_, config_.stage >= 1, precision_.scaler, host_steps_);
     master_ = master.get();
     scaler_ = master->scaler();
     weights_ = std::move(master);
@@ -100,9 +101,11 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
       gradients_ = std::make_unique<ReduceScatterGradients>(
           dp_, layout_, params_, dtype, accumulation, averaging, device_, config_.reduce_scatter);
     } else {
+      // On a GPU the gradients stay on the device (Note [Offload on a GPU]).
       gradients_ = std::make_unique<BucketedGradients>(
           dp_, layout_, params_, averaging, device_, config_.reduce_scatter,
-          config_.stage == 3 ? config_.reduce_bucket_size : 0, swapper_.get());
+          config_.stage == 3 ? config_.reduce_bucket_size : 0,
+          host_steps_ ? nullptr : swapper_.get());
     }
     // One optimizer parameter per owned chunk, in its block's group.
     std::vector<optim::ParamGroup> chunks;
@@ -110,10 +113,18 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     for (size_t b = 0; b < layout_.blocks.size(); ++b) {
       const int64_t block = static_cast<int64_t>(b);
       Tensor chunk = weights_->own_chunk(block);
-      chunk.set_grad(gradients_->own_chunk(block));
+      if (host_steps_) {
+        // Memory only while the step copies the device's gradient in.
+        host_grads_.push_back(
+            unmaterialized({layout_.blocks[b].chunk}, {DType::f32, Device::cpu()}));
+        chunk.set_grad(host_grads_.back());
+      } else {
+        chunk.set_grad(gradients_->own_chunk(block));
+      }
       chunks[layout_.blocks[b].group].params.push_back({chunk_name(block), chunk, {}});
     }
     inner_ = optim::make_optimizer(optimizer, std::move(chunks));
+    if (host_steps_ && swapper_ == nullptr) master_->round_chunks_in_step();
     start_offload();
   }
   if (config_.overlap_comm && dp_.size() > 1) {
@@ -136,12 +147,23 @@ void ZeroOptimizer::make_swapper() {
   const OffloadOptimizerConfig::Device optimizer = config_.offload_optimizer.device;
   const OffloadParamConfig::Device params = config_.offload_param.device;
   const bool optimizer_offloaded = optimizer != OffloadOptimizerConfig::Device::none;
-  TS_CHECK((!optimizer_offloaded && params == OffloadParamConfig::Device::none) ||
-               device_.type == DeviceType::cpu,
-           "[zero] ", optimizer_offloaded ? "offload_optimizer" : "offload_param",
-           ": offloading a GPU run's model states is not implemented yet; expected \"device\": "
-           "\"none\" on ",
-           device_.str());
+  if (!device_.is_cpu()) {
+    TS_CHECK(params == OffloadParamConfig::Device::none,
+             "[zero] offload_param: offloading a GPU run's parameters is not implemented yet; "
+             "expected \"device\": \"none\" on ",
+             device_.str());
+    TS_CHECK(!optimizer_offloaded ||
+                 ((config_.stage == 1 || config_.stage == 2) && is_half(precision_.dtype)),
+             "[zero] offload_optimizer on ", device_.str(),
+             ": expected ZeRO stage 1 or 2 with bf16 or fp16 parameters (Note [Offload on a "
+             "GPU]; stage 3 and f32 parameters are not implemented yet), found stage ",
+             config_.stage, " with ", dtype_name(precision_.dtype), " parameters");
+    host_steps_ = optimizer_offloaded;
+  } else {
+    // "cpu" takes the GPU's path where it has one, its copies within one memory.
+    host_steps_ = optimizer == OffloadOptimizerConfig::Device::cpu &&
+                  (config_.stage == 1 || config_.stage == 2) && is_half(precision_.dtype);
+  }
   // On the CPU, "cpu" is where the states are already.
   if (optimizer == OffloadOptimizerConfig::Device::nvme && config_.stage >= 1) {
     swapper_ = make_offload_swapper(config_, dp_, this);
@@ -340,18 +362,35 @@ bool ZeroOptimizer::step() {
     // need: they go back to the system, and the next backward maps them afresh.
     allocator_for(Device::cpu()).release_cached();
     const bool round = weights_->rounds_in_step();
-    offload_->step([&](int64_t block) { gradients_->prepare_chunk(block); },
+    offload_->step([&](int64_t block) { prepare_gradient(block); },
                    [&](int64_t block) {
                      if (round) weights_->round_chunk(block);
+                     if (host_steps_) host_grads_[static_cast<size_t>(block)].storage().release();
                    });
     // The step discarded swapped gradients: they read as zeros now, and their norm and
     // scale go with them, as zero_grad() leaves them.
     if (!gradients_->swap_ids().empty()) gradients_->zero_grad();
+  } else if (host_steps_) {  // Note [Offload on a GPU], with the state in host memory
+    const int64_t blocks = static_cast<int64_t>(layout_.blocks.size());
+    for (int64_t b = 0; b < blocks; ++b) prepare_gradient(b);
+    inner_->step();
+    for (int64_t b = 0; b < blocks; ++b) {
+      weights_->round_chunk(b);
+      host_grads_[static_cast<size_t>(b)].storage().release();
+    }
   } else {
     inner_->step();
   }
   weights_->after_step();
   return true;
+}
+
+void ZeroOptimizer::prepare_gradient(int64_t block) {
+  gradients_->prepare_chunk(block);
+  if (!host_steps_) return;
+  const Tensor& host = host_grads_[static_cast<size_t>(block)];
+  host.storage().reallocate(host.nbytes());
+  host.copy_(gradients_->own_chunk(block));  // device to host
 }
 
 void ZeroOptimizer::make_masters_resident() const {
@@ -400,6 +439,15 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
   }
   if (offload_) m.on_nvme = offload_->swapped_bytes();
   if (partitioned_) m.on_nvme += partitioned_->partitioned().swapped_bytes();
+  if (host_steps_) {  // the masters and the state are host memory (Note [Offload on a GPU])
+    for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+      const auto master =
+          static_cast<int64_t>(weights_->own_chunk(static_cast<int64_t>(b)).storage().nbytes());
+      m.params -= master;
+      m.on_host += master + static_cast<int64_t>(host_grads_[b].storage().nbytes());
+    }
+    m.on_host += std::exchange(m.optimizer, 0);
+  }
   return m;
 }
 
@@ -507,7 +555,10 @@ void ZeroOptimizer::load_shard(const StateDict& shard) {
     });
   } else {
     inner_->begin_load(chunks);  // checks the state before the masters change
-    for (int64_t b = 0; b < static_cast<int64_t>(layout_.blocks.size()); ++b) set_master(b);
+    for (int64_t b = 0; b < static_cast<int64_t>(layout_.blocks.size()); ++b) {
+      set_master(b);
+      if (params.defined() && weights_->rounds_in_step()) weights_->round_chunk(b);
+    }
     inner_->load_part(chunks, [](const NamedParameter&) { return true; });
   }
   if (params.defined()) weights_->after_step();  // every rank's parameters take the values

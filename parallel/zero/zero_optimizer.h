@@ -122,6 +122,25 @@
 namespace tessera::parallel {
 
 // Bytes of model state one rank holds (the buffers the optimizer owns).
+// Note [Offload on a GPU]
+// With offload_optimizer "cpu" or "nvme" on a CUDA run (stages 1-2, 16-bit parameters:
+// DeepSpeed's ZeRO-Offload) the optimizer steps in host memory, as deepspeed/runtime/zero/
+// stage_1_and_2.py does with cpu_offload: each block's f32 master chunk lives on the host
+// (MasterWeights' host_masters; in the swap file between steps with "nvme", Note [ZeRO's
+// offloaded state]), and so does the optimizer's state, made by the host optimizer (Tessera's
+// CPU Adam). The gradients are reduced, clipped and unscaled on the device as without
+// offload; before a block's update the step copies its averaged f32 chunk to the host
+// (prepare_gradient; host memory that the update's end lets go), and after it rounds the
+// master into the device's 16-bit chunk (MasterWeights::round_chunk: converted on the host,
+// two bytes an element across), which after_step() all-gathers on the device. So the GPU
+// holds the 16-bit parameters and the f32 gradient shard (2 + 4/N bytes a parameter at N
+// ranks, where in-memory ZeRO-2 holds 2 + 16/N), and the step's arithmetic is the CPU's, not
+// bitwise the CUDA optimizer's. A CPU run with "cpu" at stages 1-2 and 16-bit parameters
+// takes the same path (its copies within one memory, the in-memory run's bits), which is
+// how the CPU tests cover it. Not yet: stage 3, f32 parameters, offload_param, the
+// gradients moved to the host during backward (DeepSpeed's, which frees the 4/N), and
+// transfers overlapped with the update.
+
 struct ModelStateBytes {
   int64_t params = 0;
   int64_t grads = 0;
@@ -130,6 +149,10 @@ struct ModelStateBytes {
   // Not in memory: what the NVMe swap files hold (offload_optimizer): the optimizer state
   // and masters, and from backward to the step the gradients at stages 2-3.
   int64_t on_nvme = 0;
+  // Not on the GPU of a run that offloads its optimizer (Note [Offload on a GPU]): the f32
+  // masters, the optimizer state and the gradients' host copies in host memory (not in
+  // params, grads or optimizer, which count the device's).
+  int64_t on_host = 0;
 };
 
 class ZeroOptimizer {
@@ -294,6 +317,9 @@ class ZeroOptimizer {
   void make_swapper();
   // Sets up offload_ (after inner_ is made).
   void start_offload();
+  // Before the optimizer reads block `block`'s gradient: its pending scales applied and,
+  // with host_steps_, the device's chunk copied into host memory.
+  void prepare_gradient(int64_t block);
   // Brings offloaded masters into memory before they are read or written whole, otherwise
   // than by the step or a streamed checkpoint (Note [Offloaded optimizer state]).
   void make_masters_resident() const;
@@ -328,9 +354,13 @@ class ZeroOptimizer {
   std::unique_ptr<optim::Optimizer> inner_;  // over the parameters (0) or the chunks (1-3)
   OneBitOptimizer* onebit_ = nullptr;        // inner_ when it is a 1-bit optimizer
   std::unique_ptr<ZeroOffload> offload_;     // inner_'s state in NVMe swap files, or null
-  std::vector<int64_t> pending_;             // per block: parameters whose hook has not run
-  std::vector<bool> reduced_;                // per block, in the current micro-batch
-  bool reducing_ = false;                    // whether this micro-batch reduces
+  // Note [Offload on a GPU]: inner_ steps host masters from host copies of the gradients
+  // (host_grads_, per block, memory only during the step).
+  bool host_steps_ = false;
+  std::vector<Tensor> host_grads_;
+  std::vector<int64_t> pending_;  // per block: parameters whose hook has not run
+  std::vector<bool> reduced_;     // per block, in the current micro-batch
+  bool reducing_ = false;         // whether this micro-batch reduces
   bool in_backward_ = false;
   Communicator* norm_group_ = nullptr;  // the model-parallel group of the norm, if any
   std::vector<bool> counted_;           // per parameter: counted in the norm (empty: all)

@@ -45,6 +45,7 @@ struct Run {
   std::vector<int64_t> step_start_swapped;  // mapped bytes as the step starts
   int64_t largest_sub_group = 0;
   std::vector<int64_t> nvme_bytes;  // the state and masters in the swap file after each step
+  std::vector<int64_t> host_bytes;  // ModelStateBytes::on_host after each step
   std::vector<float> state;         // the state_dict's tensors, flat, at the end
   ModelStateBytes after_load;       // after step 1's round trip and swap_out_offloaded()
   // The streamed round trip: the shard file's f32 values, the most swapped bytes in memory
@@ -107,6 +108,7 @@ std::vector<Run> train(int world, const ZeroConfig& zero, DType dtype,
       run.state_bytes.push_back(opt.model_state_bytes().optimizer);
       run.param_bytes.push_back(opt.model_state_bytes().params);
       run.nvme_bytes.push_back(opt.model_state_bytes().on_nvme);
+      run.host_bytes.push_back(opt.model_state_bytes().on_host);
       if (s == 1 && trip == RoundTrip::shard) {
         const std::string file =
             (shards / ("shard_" + std::to_string(comm.rank()) + ".safetensors")).string();
@@ -246,6 +248,43 @@ TEST_CASE("ZeRO with its optimizer state on NVMe equals the in-memory run bitwis
               }
             }
             CHECK(std::filesystem::is_empty(dir / "swap"));  // the files went with the runs
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("offload_optimizer \"cpu\" takes the GPU's host path with the in-memory bits",
+          "[zero][offload]") {
+  // Note [Offload on a GPU]: stages 1-2 with 16-bit parameters step host masters from host
+  // copies of the gradients; on the CPU both are in one memory, so the bits are equal.
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (int stage = 1; stage <= 2; ++stage) {
+      for (const int world : {1, 3}) {
+        DYNAMIC_SECTION(dtype_name(dtype) << " stage " << stage << " world " << world) {
+          ZeroConfig zero;
+          zero.stage = stage;
+          zero.reduce_bucket_size = 500;  // several blocks
+          const std::vector<Run> memory = train(world, zero, dtype, RoundTrip::shard);
+          zero.offload_optimizer.device = OffloadOptimizerConfig::Device::cpu;
+          const std::vector<Run> host = train(world, zero, dtype, RoundTrip::shard);
+          for (int r = 0; r < world; ++r) {
+            INFO("rank " << r);
+            CHECK(host[r].losses == memory[r].losses);
+            CHECK(host[r].masters == memory[r].masters);
+            CHECK(host[r].state == memory[r].state);
+            CHECK(host[r].stepped == memory[r].stepped);
+            check_streamed(host[r], memory[r], RoundTrip::shard, world);
+            for (int s = 0; s < kSteps; ++s) {
+              INFO("step " << s);
+              // The masters and the state are counted as host memory, not the device's.
+              CHECK(host[r].state_bytes[s] == 0);
+              CHECK(host[r].param_bytes[s] < memory[r].param_bytes[s]);
+              CHECK(host[r].host_bytes[s] ==
+                    memory[r].state_bytes[s] + memory[r].param_bytes[s] - host[r].param_bytes[s]);
+              CHECK(memory[r].host_bytes[s] == 0);
+            }
           }
         }
       }
