@@ -12,8 +12,10 @@
 #                                  (not one that timed out)
 #                        bench     cuda_kernels_bench, gpt2_gpu_bench (with PyTorch's reference)
 #                        train     the README's CUDA run (configs/shakespeare_char_cuda.json)
-#                                  its ZeRO-3 twin (shakespeare_char_cuda_zero3.json) and its
-#                                  2-stage pipeline of 2 tensor slices
+#                                  its ZeRO-3 twin (shakespeare_char_cuda_zero3.json), its
+#                                  ZeRO-Offload twin (stage 2, the optimizer on the host:
+#                                  shakespeare_char_cuda_offload.json) and its 2-stage
+#                                  pipeline of 2 tensor slices
 #                                  (shakespeare_char_cuda_3d.json, 4 thread ranks sharing the
 #                                  GPU), each then generating from its checkpoint
 #                        sanitize  compute-sanitizer memcheck on the kernel tests, racecheck on
@@ -212,7 +214,7 @@ if wants train; then
     say "train: skipped: $skip_reason"
   else
     bad=0
-    for run in shakespeare_char_cuda shakespeare_char_cuda_zero3 shakespeare_char_cuda_3d; do
+    for run in shakespeare_char_cuda shakespeare_char_cuda_zero3 shakespeare_char_cuda_offload shakespeare_char_cuda_3d; do
       before=$bad
       start=$SECONDS
       ranks=()

@@ -106,10 +106,13 @@ void log_memory(const parallel::ZeroOptimizer& optimizer, Device device) {
           ? fmt::format("{:.1f} MB allocated on {}, ",
                         allocator_for(device).stats().peak_allocated / 1e6, device.str())
           : std::string();
+  // Offload on a GPU keeps the masters and the state in host memory (Note [Offload on a GPU]).
+  const std::string on_host =
+      m.on_host > 0 ? fmt::format(", {:.1f} MB in host memory", m.on_host / 1e6) : std::string();
   log_info(
       "rank 0 memory: model states {:.1f} MB on {} (params {:.1f}, grads {:.1f}, optimizer "
-      "{:.1f}) and {:.1f} MB on NVMe; at the peak {}{:.1f} MB resident on the host",
-      m.total() / 1e6, device.str(), m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6,
+      "{:.1f}){} and {:.1f} MB on NVMe; at the peak {}{:.1f} MB resident on the host",
+      m.total() / 1e6, device.str(), m.params / 1e6, m.grads / 1e6, m.optimizer / 1e6, on_host,
       m.on_nvme / 1e6, device_peak, peak_resident_bytes() / 1e6);
 }
 

@@ -220,6 +220,9 @@ void Trainer::log_run(double peak_flops) const {
   std::string offloaded;
   if (zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::nvme) {
     offloaded = " (optimizer state on NVMe in " + zero.offload_optimizer.nvme_path;
+  } else if (zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::cpu &&
+             on_cuda) {
+    offloaded = " (optimizer state in host memory";
   }
   if (zero.offload_param.device == parallel::OffloadParamConfig::Device::nvme) {
     offloaded += (offloaded.empty() ? " (" : ", ") + std::string("16-bit parameters on NVMe in ") +
