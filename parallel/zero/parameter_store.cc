@@ -18,6 +18,7 @@ MasterWeights::MasterWeights(Communicator& dp, const FlatLayout& layout,
   // Parameters become views of the flat buffer: of the 16-bit model buffer when mixed, with
   // the f32 masters whole in flat_params_ (stage 0) or sharded in master_chunks_.
   if (mixed) flat_model_ = zeros({layout.numel}, {dtype, device});
+  chunks_rounded_in_step_ = host_masters;
   if (mixed && sharded) {
     for (const FlatLayout::Block& b : layout_.blocks) {
       master_chunks_.push_back(
@@ -248,19 +249,23 @@ int64_t MasterWeights::bytes() const {
 PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layout,
                                        const std::vector<Tensor>& params, Module& model,
                                        const ZeroConfig& config, const ParameterInit& init,
-                                       TensorSwapper* swapper, TensorSwapper* chunk_swapper)
+                                       TensorSwapper* swapper, TensorSwapper* chunk_swapper,
+                                       bool host_masters)
     : layout_(layout), model_(model) {
-  // f32 on the parameters' device (CPU or CUDA: Note [ZeRO-3 parameters]).
+  // f32 on the parameters' device (CPU or CUDA: Note [ZeRO-3 parameters]), or the host's.
   const Device device = params.empty() ? Device::cpu() : params.front().device();
+  const bool half = !params.empty() && is_half(params.front().dtype());
+  TS_INTERNAL_ASSERT(!host_masters || half, "host masters are 16-bit parameters' ones");
   ShardWrites writes;
   if (swapper == nullptr) {
-    shard_ = zeros({layout.shard_numel()}, {DType::f32, device});
+    shard_ = zeros({layout.shard_numel()}, {DType::f32, host_masters ? Device::cpu() : device});
     for (const FlatLayout::Block& b : layout.blocks) {
       chunks_.push_back(shard_.narrow(0, b.shard_offset, b.chunk));
     }
   } else {
-    TS_CHECK(device.is_cpu() && !params.empty() && is_half(params.front().dtype()),
-             "[zero] stage 3 swaps the f32 masters of 16-bit host parameters only; found ",
+    TS_CHECK((device.is_cpu() || host_masters) && half,
+             "[zero] stage 3 swaps the f32 masters of 16-bit parameters only, kept on the host; "
+             "found ",
              params.empty() ? std::string("none") : params.front().str());
     // Each chunk is in memory only while construction writes it.
     for (const FlatLayout::Block& b : layout.blocks) {
@@ -273,7 +278,7 @@ PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layou
   }
   partitioned_ = std::make_shared<PartitionedParams>(dp, layout, params, chunks_, config, init,
                                                      writes, chunk_swapper);
-  if (swapper != nullptr) partitioned_->round_chunks_in_step();
+  if (swapper != nullptr || host_masters) partitioned_->round_chunks_in_step();
   model_.set_hooks(partitioned_);
 }
 

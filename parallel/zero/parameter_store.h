@@ -84,9 +84,9 @@ class MasterWeights final : public ParameterStore {
   // the flat buffers, with rank 0's values on every rank. `sharded` (stages 1-2): a rank
   // steps its own chunks, which after_step() all-gathers (in 16 bits with f16/bf16, whose
   // f32 masters are then only this rank's chunks). `params` and `layout` must outlive this.
-  // `host_masters` (sharded 16-bit masters of a GPU run that offloads its optimizer: Note
+  // `host_masters` (sharded 16-bit masters of a run that offloads its optimizer: Note
   // [Offload on a GPU] in zero_optimizer.h) keeps the master chunks in host memory, and the
-  // step rounds them into the device's 16-bit chunks (round_chunks_in_step()).
+  // step rounds them into the device's 16-bit chunks (as after round_chunks_in_step()).
   MasterWeights(Communicator& dp, const FlatLayout& layout, std::vector<Tensor>& params,
                 DType dtype, Device device, bool sharded, const optim::LossScalerConfig& scaler,
                 bool host_masters = false);
@@ -170,10 +170,13 @@ class PartitionedWeights final : public ParameterStore {
   // a storage of its own, written to its file as soon as it is made (Note [ZeRO's
   // offloaded state] in parallel/zero/zero_offload.h), and the step rounds it. With
   // `chunk_swapper` (likewise) the 16-bit shard lives in its file (Note [Offloaded
-  // parameters] in partitioned_params.h).
+  // parameters] in partitioned_params.h). `host_masters` (16-bit parameters of a run that
+  // offloads its optimizer: Note [Offload on a GPU] in zero_optimizer.h) keeps the f32
+  // masters in host memory, and the step rounds them into the device's 16-bit shard.
   PartitionedWeights(Communicator& dp, const FlatLayout& layout, const std::vector<Tensor>& params,
                      Module& model, const ZeroConfig& config, const ParameterInit& init,
-                     TensorSwapper* swapper = nullptr, TensorSwapper* chunk_swapper = nullptr);
+                     TensorSwapper* swapper = nullptr, TensorSwapper* chunk_swapper = nullptr,
+                     bool host_masters = false);
   ~PartitionedWeights() override;
 
   Tensor own_chunk(int64_t block) const override;

@@ -384,8 +384,10 @@ std::vector<Tensor> PartitionedParams::gather_all() {
   for (size_t i = 0; i < params_.size(); ++i) {
     const FlatLayout::Param& p = layout_.params[i];
     const FlatLayout::Block& b = layout_.blocks[i];
-    const Tensor whole = empty({b.numel}, {DType::f32, shard_[i].device()});
-    dp_.all_gather(shard_[i], whole);
+    // On the parameters' device: the masters may be host memory (Note [Offload on a GPU]).
+    const Device device = params_[i].device();
+    const Tensor whole = empty({b.numel}, {DType::f32, device});
+    dp_.all_gather(shard_[i].to(device), whole);
     out.push_back(whole.narrow(0, 0, p.numel).view(p.shape));
   }
   return out;

@@ -67,8 +67,9 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
   if (config_.stage == 3) {
     // 16-bit parameters' masters go to the swap file as they are made.
     TensorSwapper* masters_swapper = is_half(dtype) ? swapper_.get() : nullptr;
-    auto partitioned = std::make_unique<PartitionedWeights>(
-        dp_, layout_, params_, model_, config_, init, masters_swapper, param_swapper_.get());
+    auto partitioned =
+        std::make_unique<PartitionedWeights>(dp_, layout_, params_, model_, config_, init,
+                                             masters_swapper, param_swapper_.get(), host_steps_);
     partitioned_ = partitioned.get();
     weights_ = std::move(partitioned);
   } else {
@@ -124,7 +125,6 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
       chunks[layout_.blocks[b].group].params.push_back({chunk_name(block), chunk, {}});
     }
     inner_ = optim::make_optimizer(optimizer, std::move(chunks));
-    if (host_steps_ && swapper_ == nullptr) master_->round_chunks_in_step();
     start_offload();
   }
   if (config_.overlap_comm && dp_.size() > 1) {
@@ -152,17 +152,16 @@ void ZeroOptimizer::make_swapper() {
              "[zero] offload_param: offloading a GPU run's parameters is not implemented yet; "
              "expected \"device\": \"none\" on ",
              device_.str());
-    TS_CHECK(!optimizer_offloaded ||
-                 ((config_.stage == 1 || config_.stage == 2) && is_half(precision_.dtype)),
+    TS_CHECK(!optimizer_offloaded || (config_.stage >= 1 && is_half(precision_.dtype)),
              "[zero] offload_optimizer on ", device_.str(),
-             ": expected ZeRO stage 1 or 2 with bf16 or fp16 parameters (Note [Offload on a "
-             "GPU]; stage 3 and f32 parameters are not implemented yet), found stage ",
+             ": expected ZeRO stage 1-3 with bf16 or fp16 parameters (Note [Offload on a GPU]; "
+             "f32 parameters are not implemented yet), found stage ",
              config_.stage, " with ", dtype_name(precision_.dtype), " parameters");
     host_steps_ = optimizer_offloaded;
   } else {
     // "cpu" takes the GPU's path where it has one, its copies within one memory.
-    host_steps_ = optimizer == OffloadOptimizerConfig::Device::cpu &&
-                  (config_.stage == 1 || config_.stage == 2) && is_half(precision_.dtype);
+    host_steps_ = optimizer == OffloadOptimizerConfig::Device::cpu && config_.stage >= 1 &&
+                  is_half(precision_.dtype);
   }
   // On the CPU, "cpu" is where the states are already.
   if (optimizer == OffloadOptimizerConfig::Device::nvme && config_.stage >= 1) {

@@ -123,23 +123,23 @@ namespace tessera::parallel {
 
 // Bytes of model state one rank holds (the buffers the optimizer owns).
 // Note [Offload on a GPU]
-// With offload_optimizer "cpu" or "nvme" on a CUDA run (stages 1-2, 16-bit parameters:
+// With offload_optimizer "cpu" or "nvme" on a CUDA run (stages 1-3, 16-bit parameters:
 // DeepSpeed's ZeRO-Offload) the optimizer steps in host memory, as deepspeed/runtime/zero/
-// stage_1_and_2.py does with cpu_offload: each block's f32 master chunk lives on the host
-// (MasterWeights' host_masters; in the swap file between steps with "nvme", Note [ZeRO's
-// offloaded state]), and so does the optimizer's state, made by the host optimizer (Tessera's
-// CPU Adam). The gradients are reduced, clipped and unscaled on the device as without
-// offload; before a block's update the step copies its averaged f32 chunk to the host
-// (prepare_gradient; host memory that the update's end lets go), and after it rounds the
-// master into the device's 16-bit chunk (MasterWeights::round_chunk: converted on the host,
-// two bytes an element across), which after_step() all-gathers on the device. So the GPU
-// holds the 16-bit parameters and the f32 gradient shard (2 + 4/N bytes a parameter at N
-// ranks, where in-memory ZeRO-2 holds 2 + 16/N), and the step's arithmetic is the CPU's, not
-// bitwise the CUDA optimizer's. A CPU run with "cpu" at stages 1-2 and 16-bit parameters
-// takes the same path (its copies within one memory, the in-memory run's bits), which is
-// how the CPU tests cover it. Not yet: stage 3, f32 parameters, offload_param, the
-// gradients moved to the host during backward (DeepSpeed's, which frees the 4/N), and
-// transfers overlapped with the update.
+// stage_1_and_2.py and stage3.py do with offload_optimizer: each block's f32 master chunk
+// lives on the host (MasterWeights' and PartitionedWeights' host_masters; in the swap file
+// between steps with "nvme", Note [ZeRO's offloaded state]), and so does the optimizer's
+// state, made by the host optimizer (Tessera's CPU Adam). The gradients are reduced, clipped and
+// unscaled on the device as without offload; before a block's update the step copies its averaged
+// f32 chunk to the host (prepare_gradient; host memory that the update's end lets go), and after it
+// rounds the master into the device's 16-bit chunk (round_chunk: converted on the host, two bytes
+// an element across), which after_step() all-gathers on the device (stages 1-2) or stage 3's
+// gathers read. So the GPU holds the 16-bit parameters (all of them at stages 1-2, a shard
+// at 3) and the f32 gradient shard (2 + 4/N bytes a parameter at stage 2 and N ranks, where
+// in-memory ZeRO-2 holds 2 + 16/N), and the step's arithmetic is the CPU's, not bitwise the
+// CUDA optimizer's. A CPU run with "cpu" and 16-bit parameters takes the same path (its
+// copies within one memory, the in-memory run's bits), which is how the CPU tests cover it.
+// Not yet: f32 parameters, offload_param on a GPU, the gradients moved to the host during
+// backward (DeepSpeed's, which frees the 4/N), and transfers overlapped with the update.
 
 struct ModelStateBytes {
   int64_t params = 0;

@@ -1,5 +1,5 @@
 // ZeRO-Offload on CUDA (Note [Offload on a GPU] in parallel/zero/zero_optimizer.h): bf16 and
-// fp16 at stages 1-2 with offload_optimizer "cpu" and "nvme" on one GPU shared by two
+// fp16 at stages 1-3 with offload_optimizer "cpu" and "nvme" on one GPU shared by two
 // host-staged ranks follow the in-memory GPU run (the host's AdamW against the device's:
 // the same arithmetic, not the same bits), keep the masters and the optimizer state off the
 // GPU, and continue after a streamed checkpoint round trip (Note [Streamed checkpoints]).
@@ -81,10 +81,11 @@ TEST_CASE("ZeRO-Offload on a GPU follows the in-memory run with the state off th
   REQUIRE(cuda::device_count() > 0);
   const auto dir = testing::fresh_dir("zero_offload_gpu");
   for (const DType dtype : {DType::bf16, DType::f16}) {
-    for (const int stage : {1, 2}) {
+    for (const int stage : {1, 2, 3}) {
       ZeroConfig zero;
       zero.stage = stage;
       zero.reduce_bucket_size = 500;  // several blocks, chunks that cut parameters
+      zero.stage3_param_persistence_threshold = 0;
       const std::vector<Run> memory = train(zero, dtype);
       for (const auto device :
            {OffloadOptimizerConfig::Device::cpu, OffloadOptimizerConfig::Device::nvme}) {
@@ -121,21 +122,29 @@ TEST_CASE("ZeRO-Offload on a GPU follows the in-memory run with the state off th
 TEST_CASE("offload on a GPU refuses what is not built yet", "[gpu][zero][offload]") {
   REQUIRE(cuda::device_count() > 0);
   const auto one = make_thread_group(1);
-  for (const int stage : {1, 3}) {
+  // `dtype` at `stage` with `zero`'s offload: the error constructing the optimizer gives.
+  const auto refusal = [&](int stage, DType dtype, bool params) {
     Gpt model(tessera::testing::one_layer_gpt_config(), 99);
-    const DType dtype = stage == 1 ? DType::f32 : DType::bf16;
     model.to(Device::cuda(0), dtype);
     ZeroConfig zero;
     zero.stage = stage;
-    zero.offload_optimizer.device = OffloadOptimizerConfig::Device::cpu;
-    optim::OptimizerConfig adamw;
-    CHECK_THAT(testing::error_of([&] {
-                 ZeroOptimizer(*one[0], model,
-                               optim::decay_groups(model.named_parameters(), 1e-3, 0.0, true, {}),
-                               adamw, zero, MixedPrecision(dtype));
-               }),
-               Catch::Contains("expected ZeRO stage 1 or 2 with bf16 or fp16 parameters"));
-  }
+    if (params) {
+      zero.offload_param.device = OffloadParamConfig::Device::cpu;
+    } else {
+      zero.offload_optimizer.device = OffloadOptimizerConfig::Device::cpu;
+    }
+    return testing::error_of([&] {
+      ZeroOptimizer(*one[0], model,
+                    optim::decay_groups(model.named_parameters(), 1e-3, 0.0, true, {}),
+                    optim::OptimizerConfig{}, zero, MixedPrecision(dtype));
+    });
+  };
+  CHECK_THAT(refusal(2, DType::f32, false),
+             Catch::Contains("expected ZeRO stage 1-3 with bf16 or fp16 parameters"));
+  CHECK_THAT(refusal(0, DType::bf16, false),
+             Catch::Contains("expected ZeRO stage 1-3 with bf16 or fp16 parameters"));
+  CHECK_THAT(refusal(3, DType::bf16, true),
+             Catch::Contains("offloading a GPU run's parameters is not implemented yet"));
 }
 
 }  // namespace
