@@ -249,9 +249,10 @@ int64_t MasterWeights::bytes() const {
 PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layout,
                                        const std::vector<Tensor>& params, Module& model,
                                        const ZeroConfig& config, const ParameterInit& init,
-                                       TensorSwapper* swapper, TensorSwapper* chunk_swapper,
-                                       bool host_masters)
+                                       const ShardOffload& offload)
     : layout_(layout), model_(model) {
+  TensorSwapper* swapper = offload.masters;
+  const bool host_masters = offload.host_masters;
   // f32 on the parameters' device (CPU or CUDA: Note [ZeRO-3 parameters]), or the host's.
   const Device device = params.empty() ? Device::cpu() : params.front().device();
   const bool half = !params.empty() && is_half(params.front().dtype());
@@ -277,7 +278,7 @@ PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layou
     writes.after = [this, swapper](int64_t i) { swapper->swap_out({swap_ids_[i]}); };
   }
   partitioned_ = std::make_shared<PartitionedParams>(dp, layout, params, chunks_, config, init,
-                                                     writes, chunk_swapper);
+                                                     writes, offload.chunks, offload.host_chunks);
   if (swapper != nullptr || host_masters) partitioned_->round_chunks_in_step();
   model_.set_hooks(partitioned_);
 }

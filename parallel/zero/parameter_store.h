@@ -161,22 +161,28 @@ class MasterWeights final : public ParameterStore {
   std::unordered_map<const Module*, std::vector<int64_t>> module_blocks_;  // cached
 };
 
+// Where stage 3's shards go when a run offloads them; each swapper must outlive the store.
+struct ShardOffload {
+  // Each f32 master chunk a storage of its own in this swap file, written as soon as it is
+  // made (Note [ZeRO's offloaded state] in parallel/zero/zero_offload.h); the step rounds it.
+  TensorSwapper* masters = nullptr;
+  // The 16-bit shard in this swap file (Note [Offloaded parameters] in partitioned_params.h).
+  TensorSwapper* chunks = nullptr;
+  // The f32 masters, and the 16-bit shard, in host memory on a GPU run (Note [Offload on a
+  // GPU] in zero_optimizer.h); the step rounds host masters into the 16-bit shard.
+  bool host_masters = false;
+  bool host_chunks = false;
+};
+
 class PartitionedWeights final : public ParameterStore {
  public:
   // Partitions `params` (on one device, flat order of `layout`, one block per parameter)
   // and installs the gathering hooks on `model`; the destructor removes them. `layout` and
   // `model` must outlive this. `init` fills the parameters that are not materialized.
-  // With `swapper` (16-bit host parameters; it must outlive this) each f32 master chunk is
-  // a storage of its own, written to its file as soon as it is made (Note [ZeRO's
-  // offloaded state] in parallel/zero/zero_offload.h), and the step rounds it. With
-  // `chunk_swapper` (likewise) the 16-bit shard lives in its file (Note [Offloaded
-  // parameters] in partitioned_params.h). `host_masters` (16-bit parameters of a run that
-  // offloads its optimizer: Note [Offload on a GPU] in zero_optimizer.h) keeps the f32
-  // masters in host memory, and the step rounds them into the device's 16-bit shard.
+  // `offload` places the shards (16-bit parameters only, but for nothing offloaded).
   PartitionedWeights(Communicator& dp, const FlatLayout& layout, const std::vector<Tensor>& params,
                      Module& model, const ZeroConfig& config, const ParameterInit& init,
-                     TensorSwapper* swapper = nullptr, TensorSwapper* chunk_swapper = nullptr,
-                     bool host_masters = false);
+                     const ShardOffload& offload = {});
   ~PartitionedWeights() override;
 
   Tensor own_chunk(int64_t block) const override;

@@ -13,7 +13,8 @@ namespace tessera::parallel {
 PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
                                      std::vector<Tensor> params, std::vector<Tensor> shard,
                                      const ZeroConfig& config, const ParameterInit& init,
-                                     const ShardWrites& writes, TensorSwapper* chunk_swapper)
+                                     const ShardWrites& writes, TensorSwapper* chunk_swapper,
+                                     bool host_chunks)
     : dp_(dp),
       layout_(layout),
       config_(config),
@@ -32,12 +33,12 @@ PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
   chunk_held_.assign(n, false);
   const DType dtype = n > 0 ? params_[0].dtype() : DType::f32;
   const Device device = n > 0 ? params_[0].device() : Device::cpu();
-  TS_CHECK(chunk_swapper_ == nullptr || (is_half(dtype) && device.is_cpu()),
-           "[zero] offload_param swaps the 16-bit shard of 16-bit host parameters; found ",
+  TS_CHECK((chunk_swapper_ == nullptr && !host_chunks) || is_half(dtype),
+           "[zero] offload_param moves the 16-bit shard of 16-bit parameters; found ",
            n > 0 ? params_[0].str() : std::string("none"),
-           " (f32 parameters are their own masters: offload_optimizer swaps those)");
+           " (f32 parameters are their own masters: offload_optimizer moves those)");
   if (is_half(dtype) && chunk_swapper_ == nullptr) {
-    model_shard_ = zeros({layout_.shard_numel()}, {dtype, device});
+    model_shard_ = zeros({layout_.shard_numel()}, {dtype, host_chunks ? Device::cpu() : device});
   }
   for (size_t i = 0; i < n; ++i) {
     const FlatLayout::Param& p = layout_.params[i];
@@ -110,10 +111,10 @@ void PartitionedParams::start_fetch(int64_t i) {
   chunk_in(i);
   whole.storage().reallocate(static_cast<size_t>(b.numel) * whole.itemsize());
   if (async_ != nullptr) {
-    gathering_[i] = async_->all_gather(source_chunk(i), whole);
+    gathering_[i] = async_->all_gather(gather_source(i), whole);
   } else {
     try {
-      dp_.all_gather(source_chunk(i), whole);
+      dp_.all_gather(gather_source(i), whole);
     } catch (...) {
       chunk_sent(i);
       throw;
@@ -320,6 +321,17 @@ Tensor PartitionedParams::source_chunk(int64_t i) const {
   return model_chunks_.empty() ? shard_[i] : model_chunks_[i];
 }
 
+Tensor PartitionedParams::gather_source(int64_t i) {
+  const Tensor source = source_chunk(i);
+  const Device device = params_[i].device();
+  if (source.device() == device) return source;  // read by the gather itself
+  // A host chunk (Note [Offload on a GPU] in zero_optimizer.h): its copy on the device is
+  // what the gather sends, so a swapped chunk may go at once.
+  const Tensor on_device = source.to(device);
+  chunk_sent(i);
+  return on_device;
+}
+
 void PartitionedParams::round_chunk(int64_t i) {
   if (chunk_ids_[i] < 0) {
     model_chunks_[i].copy_(shard_[i]);
@@ -341,7 +353,7 @@ void PartitionedParams::after_step() {
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (persistent_[i]) {
-      dp_.all_gather(source_chunk(static_cast<int64_t>(i)), gather_[i]);
+      dp_.all_gather(gather_source(static_cast<int64_t>(i)), gather_[i]);
     } else {
       TS_CHECK(forward_pins_[i] == 0 && !backward_pinned_[i], "[zero] stage 3: parameter \"",
                layout_.params[i].name, "\" is in use by a module call during the step");
@@ -394,13 +406,17 @@ std::vector<Tensor> PartitionedParams::gather_all() {
 }
 
 int64_t PartitionedParams::bytes() const {
-  int64_t bytes = model_shard_.defined() ? static_cast<int64_t>(model_shard_.nbytes()) : 0;
+  int64_t bytes = chunk_bytes();
   for (size_t i = 0; i < params_.size(); ++i) {
     if (persistent_[i]) bytes += static_cast<int64_t>(gather_[i].nbytes());
-    if (!model_shard_.defined() && !model_chunks_.empty()) {
-      bytes += static_cast<int64_t>(model_chunks_[i].storage().nbytes());
-    }
   }
+  return bytes;
+}
+
+int64_t PartitionedParams::chunk_bytes() const {
+  if (model_shard_.defined()) return static_cast<int64_t>(model_shard_.nbytes());
+  int64_t bytes = 0;
+  for (const Tensor& c : model_chunks_) bytes += static_cast<int64_t>(c.storage().nbytes());
   return bytes;
 }
 

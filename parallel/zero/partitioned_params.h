@@ -38,7 +38,10 @@
 // read in just before its gather starts, and let go without a write once the gather has
 // sent it (the file holds it unchanged); the step's rounding makes it anew, with no read,
 // and writes it. Of the parameters, what stays in memory is then the persistent ones, the
-// gathered ones (stage3_max_live_parameters bounds them) and the swapper's buffers.
+// gathered ones (stage3_max_live_parameters bounds them) and the swapper's buffers. On a GPU
+// the shard is host memory ("cpu") or the swap file ("nvme"), and each gather sends a copy
+// of the chunk made on the device just before it starts (gather_source): the device holds
+// only the gathered parameters (Note [Offload on a GPU] in zero_optimizer.h).
 #pragma once
 
 #include <cstdint>
@@ -79,12 +82,15 @@ class PartitionedParams final : public ModuleHooks {
   // each copy, and points each parameter at its gather storage: persistent ones gathered,
   // the others released. Parameters that are not materialized (built under a
   // DeferredInitGuard) take their values from `init`, one at a time, on every rank alike;
-  // the others are rank 0's. With `chunk_swapper` (16-bit parameters on the CPU; it must
-  // outlive this) the non-persistent parameters' 16-bit chunks live in its file (Note
-  // [Offloaded parameters]).
+  // the others are rank 0's. With `chunk_swapper` (16-bit parameters; it must outlive this)
+  // the non-persistent parameters' 16-bit chunks live in its file (Note [Offloaded
+  // parameters]); `host_chunks` (a GPU run's offload_param) keeps the 16-bit shard in host
+  // memory, copied to the device for each gather (Note [Offload on a GPU] in
+  // zero_optimizer.h).
   PartitionedParams(Communicator& dp, const FlatLayout& layout, std::vector<Tensor> params,
                     std::vector<Tensor> shard, const ZeroConfig& config, const ParameterInit& init,
-                    const ShardWrites& writes = {}, TensorSwapper* chunk_swapper = nullptr);
+                    const ShardWrites& writes = {}, TensorSwapper* chunk_swapper = nullptr,
+                    bool host_chunks = false);
 
   void pre_forward(const Module& m) override;
   void post_forward(const Module& m) noexcept override;
@@ -126,6 +132,8 @@ class PartitionedParams final : public ModuleHooks {
   // Bytes held besides the f32 shard: the 16-bit shard (its chunks in memory) and the
   // persistent parameters' whole copies.
   int64_t bytes() const;
+  // Of those, the 16-bit shard's.
+  int64_t chunk_bytes() const;
   // Bytes of the 16-bit shard in the swap file only (Note [Offloaded parameters]).
   int64_t swapped_bytes() const;
 
@@ -143,6 +151,9 @@ class PartitionedParams final : public ModuleHooks {
   bool make_room(int64_t numel);
   // Parameter i's chunk the gathers send: of the 16-bit shard, or of the f32 one.
   Tensor source_chunk(int64_t i) const;
+  // source_chunk(i) on the parameters' device: itself, or (a host chunk) a copy, after which
+  // a swapped chunk is let go.
+  Tensor gather_source(int64_t i);
   // Brings parameter i's swapped 16-bit chunk in for a gather, and lets it go once the
   // gather has sent it (no-ops for chunks that stay in memory).
   void chunk_in(int64_t i);

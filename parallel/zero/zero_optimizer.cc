@@ -66,10 +66,13 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
   // The parts, chosen once (Note [ZeRO stages]): where the parameters live ...
   if (config_.stage == 3) {
     // 16-bit parameters' masters go to the swap file as they are made.
-    TensorSwapper* masters_swapper = is_half(dtype) ? swapper_.get() : nullptr;
+    ShardOffload offload;
+    offload.masters = is_half(dtype) ? swapper_.get() : nullptr;
+    offload.chunks = param_swapper_.get();
+    offload.host_masters = host_steps_;
+    offload.host_chunks = host_chunks_;
     auto partitioned =
-        std::make_unique<PartitionedWeights>(dp_, layout_, params_, model_, config_, init,
-                                             masters_swapper, param_swapper_.get(), host_steps_);
+        std::make_unique<PartitionedWeights>(dp_, layout_, params_, model_, config_, init, offload);
     partitioned_ = partitioned.get();
     weights_ = std::move(partitioned);
   } else {
@@ -148,10 +151,7 @@ void ZeroOptimizer::make_swapper() {
   const OffloadParamConfig::Device params = config_.offload_param.device;
   const bool optimizer_offloaded = optimizer != OffloadOptimizerConfig::Device::none;
   if (!device_.is_cpu()) {
-    TS_CHECK(params == OffloadParamConfig::Device::none,
-             "[zero] offload_param: offloading a GPU run's parameters is not implemented yet; "
-             "expected \"device\": \"none\" on ",
-             device_.str());
+    host_chunks_ = params != OffloadParamConfig::Device::none;
     TS_CHECK(!optimizer_offloaded || (config_.stage >= 1 && is_half(precision_.dtype)),
              "[zero] offload_optimizer on ", device_.str(),
              ": expected ZeRO stage 1-3 with bf16 or fp16 parameters (Note [Offload on a GPU]; "
@@ -446,6 +446,11 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
       m.on_host += master + static_cast<int64_t>(host_grads_[b].storage().nbytes());
     }
     m.on_host += std::exchange(m.optimizer, 0);
+  }
+  if (host_chunks_) {  // the 16-bit shard too
+    const int64_t chunks = partitioned_->partitioned().chunk_bytes();
+    m.params -= chunks;
+    m.on_host += chunks;
   }
   return m;
 }

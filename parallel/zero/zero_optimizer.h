@@ -358,6 +358,9 @@ class ZeroOptimizer {
   // (host_grads_, per block, memory only during the step).
   bool host_steps_ = false;
   std::vector<Tensor> host_grads_;
+  // offload_param on a GPU: the 16-bit shard in host memory or the swap file, copied to the
+  // device for each gather (Note [Offloaded parameters] in partitioned_params.h).
+  bool host_chunks_ = false;
   std::vector<int64_t> pending_;  // per block: parameters whose hook has not run
   std::vector<bool> reduced_;     // per block, in the current micro-batch
   bool reducing_ = false;         // whether this micro-batch reduces

@@ -1,8 +1,8 @@
 // ZeRO-Offload on CUDA (Note [Offload on a GPU] in parallel/zero/zero_optimizer.h): bf16 and
-// fp16 at stages 1-3 with offload_optimizer "cpu" and "nvme" on one GPU shared by two
-// host-staged ranks follow the in-memory GPU run (the host's AdamW against the device's:
-// the same arithmetic, not the same bits), keep the masters and the optimizer state off the
-// GPU, and continue after a streamed checkpoint round trip (Note [Streamed checkpoints]).
+// fp16 at stages 1-3 with offload_optimizer "cpu" and "nvme" (and at stage 3 offload_param)
+// on one GPU shared by two host-staged ranks follow the in-memory GPU run (the host's AdamW against
+// the device's: the same arithmetic, not the same bits), keep the masters and the optimizer state
+// off the GPU, and continue after a streamed checkpoint round trip (Note [Streamed checkpoints]).
 #include <catch2/catch.hpp>
 #include <mutex>
 #include <string>
@@ -87,33 +87,45 @@ TEST_CASE("ZeRO-Offload on a GPU follows the in-memory run with the state off th
       zero.reduce_bucket_size = 500;  // several blocks, chunks that cut parameters
       zero.stage3_param_persistence_threshold = 0;
       const std::vector<Run> memory = train(zero, dtype);
-      for (const auto device :
-           {OffloadOptimizerConfig::Device::cpu, OffloadOptimizerConfig::Device::nvme}) {
-        const bool nvme = device == OffloadOptimizerConfig::Device::nvme;
-        INFO(dtype_name(dtype) << " stage " << stage << (nvme ? " nvme" : " cpu"));
-        ZeroConfig offloaded = zero;
-        offloaded.offload_optimizer.device = device;
-        offloaded.offload_optimizer.nvme_path = (dir / "swap").string();
-        offloaded.sub_group_size = 1000;  // several sub-groups
-        const std::vector<Run> host = train(offloaded, dtype);
-        CHECK(host[1].masters == host[0].masters);
-        const double error =
-            tessera::testing::relative_l2_error(host[0].masters, memory[0].masters);
-        WARN(dtype_name(dtype) << " stage " << stage << (nvme ? " nvme" : " cpu")
-                               << ": relative L2 error of the masters against the in-memory run: "
-                               << error);
-        CHECK(error <= 1e-5);
-        for (size_t s = 0; s < memory[0].losses.size(); ++s) {
-          CHECK(host[0].losses[s] == Approx(memory[0].losses[s]).epsilon(1e-4));
+      for (const bool nvme : {false, true}) {
+        // Stage 3 also with the 16-bit shard offloaded (ZeRO-Infinity), to the same place.
+        for (const bool params : {false, true}) {
+          if (params && stage != 3) continue;
+          INFO(dtype_name(dtype) << " stage " << stage << (nvme ? " nvme" : " cpu")
+                                 << (params ? " with offload_param" : ""));
+          ZeroConfig offloaded = zero;
+          offloaded.offload_optimizer.device =
+              nvme ? OffloadOptimizerConfig::Device::nvme : OffloadOptimizerConfig::Device::cpu;
+          offloaded.offload_optimizer.nvme_path = (dir / "swap").string();
+          offloaded.sub_group_size = 1000;  // several sub-groups
+          if (params) {
+            offloaded.offload_param.device =
+                nvme ? OffloadParamConfig::Device::nvme : OffloadParamConfig::Device::cpu;
+            offloaded.offload_param.nvme_path = (dir / "params").string();
+          }
+          const std::vector<Run> host = train(offloaded, dtype);
+          CHECK(host[1].masters == host[0].masters);
+          const double error =
+              tessera::testing::relative_l2_error(host[0].masters, memory[0].masters);
+          WARN(dtype_name(dtype) << " stage " << stage << (nvme ? " nvme" : " cpu")
+                                 << (params ? " with offload_param" : "")
+                                 << ": relative L2 error of the masters against the in-memory "
+                                    "run: "
+                                 << error);
+          CHECK(error <= 1e-5);
+          for (size_t s = 0; s < memory[0].losses.size(); ++s) {
+            CHECK(host[0].losses[s] == Approx(memory[0].losses[s]).epsilon(1e-4));
+          }
+          // Nothing of the optimizer on the device: its state and masters on the host (or,
+          // with nvme, in the swap file); with offload_param, nor the 16-bit shard.
+          const ModelStateBytes& m = host[0].after_first_step;
+          CHECK(m.optimizer == 0);
+          CHECK(m.params < memory[0].after_first_step.params);
+          if (params) CHECK(m.params == 0);
+          CHECK((m.on_host > 0) == !nvme);
+          CHECK((m.on_nvme > 0) == nvme);
+          CHECK(memory[0].after_first_step.on_host == 0);
         }
-        // Nothing of the optimizer on the device: its state and masters on the host (or, with
-        // nvme, in the swap file).
-        const ModelStateBytes& m = host[0].after_first_step;
-        CHECK(m.optimizer == 0);
-        CHECK(m.params < memory[0].after_first_step.params);
-        CHECK((m.on_host > 0) == !nvme);
-        CHECK((m.on_nvme > 0) == nvme);
-        CHECK(memory[0].after_first_step.on_host == 0);
       }
     }
   }
@@ -143,8 +155,8 @@ TEST_CASE("offload on a GPU refuses what is not built yet", "[gpu][zero][offload
              Catch::Contains("expected ZeRO stage 1-3 with bf16 or fp16 parameters"));
   CHECK_THAT(refusal(0, DType::bf16, false),
              Catch::Contains("expected ZeRO stage 1-3 with bf16 or fp16 parameters"));
-  CHECK_THAT(refusal(3, DType::bf16, true),
-             Catch::Contains("offloading a GPU run's parameters is not implemented yet"));
+  CHECK_THAT(refusal(3, DType::f32, true),
+             Catch::Contains("offload_param moves the 16-bit shard of 16-bit parameters"));
 }
 
 }  // namespace
