@@ -34,7 +34,7 @@ int64_t fp32_model_state_bytes(int stage, int64_t params, int world) {
 }
 
 int64_t nvme_model_state_bytes(int stage, int64_t params, int world, bool half_precision,
-                               bool optimizer, bool offload_params) {
+                               bool optimizer, bool offload_params, bool gradients) {
   const int64_t shard = checked_shard(stage, params, world);
   TS_CHECK(!optimizer || stage >= 1,
            "[estimate_memory] offload_optimizer needs ZeRO stage 1 to 3, found ", stage);
@@ -43,8 +43,8 @@ int64_t nvme_model_state_bytes(int stage, int64_t params, int world, bool half_p
            "stage ",
            stage, half_precision ? " with 16-bit" : " with f32", " parameters");
   const int64_t masters = half_precision ? 4 : 0;
-  const int64_t gradients = stage >= 2 ? 4 : 0;
-  return (optimizer ? 8 + masters + gradients : 0) * shard + (offload_params ? 2 * shard : 0);
+  const int64_t gradient_bytes = stage >= 2 && gradients ? 4 : 0;
+  return (optimizer ? 8 + masters + gradient_bytes : 0) * shard + (offload_params ? 2 * shard : 0);
 }
 
 int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_accumulation) {

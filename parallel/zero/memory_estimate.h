@@ -39,9 +39,12 @@ int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_a
 // of it in at a time (sub_group_size elements, with the bytes per element above). The
 // gradients are in the file from backward to the step only. offload_param "nvme" (stage 3,
 // 16-bit; Note [Offloaded parameters] in partitioned_params.h) adds the 16-bit shard, 2 S:
-// `optimizer` and `offload_params` say which of the two are offloaded.
+// `optimizer` and `offload_params` say which of the two are offloaded. On a GPU (Note
+// [Offload on a GPU] in zero_optimizer.h) the same bytes leave the device for host memory
+// ("cpu") or the swap file ("nvme"), but for the gradients, which stay: `gradients` false.
 int64_t nvme_model_state_bytes(int stage, int64_t params, int world, bool half_precision,
-                               bool optimizer = true, bool offload_params = false);
+                               bool optimizer = true, bool offload_params = false,
+                               bool gradients = true);
 
 // Device and host bytes, as DeepSpeed's estimators report them.
 struct DeviceHostBytes {

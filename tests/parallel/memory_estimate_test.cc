@@ -47,6 +47,10 @@ TEST_CASE("16-bit model states per rank follow Note [16-bit model states]", "[ze
     REQUIRE(nvme_model_state_bytes(3, p, world, false) == 12 * shard);
     REQUIRE(nvme_model_state_bytes(3, p, world, true, true, true) == 18 * shard);  // all of it
     REQUIRE(nvme_model_state_bytes(3, p, world, true, false, true) == 2 * shard);
+    // On a GPU the gradient shard stays on the device (Note [Offload on a GPU]).
+    REQUIRE(nvme_model_state_bytes(2, p, world, true, true, false, false) == 12 * shard);
+    REQUIRE(nvme_model_state_bytes(3, p, world, true, true, true, false) == 14 * shard);
+    REQUIRE(nvme_model_state_bytes(1, p, world, true, true, false, false) == 12 * shard);
     // 16-bit stage 3 keeps its 16-bit shard in memory.
     REQUIRE(mixed_model_state_bytes(3, p, world, false) -
                 nvme_model_state_bytes(3, p, world, true) ==

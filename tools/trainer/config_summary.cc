@@ -67,7 +67,17 @@ std::vector<std::string> describe_run_config(const RunConfig& c, int64_t world_s
       e.zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::nvme;
   const bool params_nvme =
       e.zero.offload_param.device == parallel::OffloadParamConfig::Device::nvme;
-  if (optimizer_nvme || params_nvme) {
+  const bool optimizer_off =
+      e.zero.offload_optimizer.device != parallel::OffloadOptimizerConfig::Device::none;
+  const bool params_off = e.zero.offload_param.device != parallel::OffloadParamConfig::Device::none;
+  if (c.trainer.device.is_cuda() && (optimizer_off || params_off)) {
+    // Note [Offload on a GPU]: what leaves the device, the gradients excepted.
+    const int64_t off = parallel::nvme_model_state_bytes(stage, part, dp_size, is_half(dtype),
+                                                         optimizer_off, params_off, false);
+    where = str_cat(": ", mib(state - off), " on the GPU, ", mib(off),
+                    optimizer_nvme || params_nvme ? " in host memory and the NVMe swap file"
+                                                  : " in host memory");
+  } else if (optimizer_nvme || params_nvme) {
     const int64_t nvme = parallel::nvme_model_state_bytes(stage, part, dp_size, is_half(dtype),
                                                           optimizer_nvme, params_nvme);
     where = str_cat(": ", mib(state - nvme), " in memory, ", mib(nvme), " in the NVMe swap file");
