@@ -38,13 +38,16 @@ int64_t nvme_model_state_bytes(int stage, int64_t params, int world, bool half_p
   const int64_t shard = checked_shard(stage, params, world);
   TS_CHECK(!optimizer || stage >= 1,
            "[estimate_memory] offload_optimizer needs ZeRO stage 1 to 3, found ", stage);
-  TS_CHECK(!offload_params || (stage == 3 && half_precision),
-           "[estimate_memory] offload_param needs ZeRO stage 3 and 16-bit parameters, found "
-           "stage ",
-           stage, half_precision ? " with 16-bit" : " with f32", " parameters");
+  TS_CHECK(!offload_params || (stage == 3 && (half_precision || optimizer)),
+           "[estimate_memory] offload_param needs ZeRO stage 3, and with f32 parameters (their "
+           "own masters) offload_optimizer too; found stage ",
+           stage, half_precision ? " with 16-bit" : " with f32", " parameters",
+           optimizer ? "" : " and no offload_optimizer");
   const int64_t masters = half_precision ? 4 : 0;
   const int64_t gradient_bytes = stage >= 2 && gradients ? 4 : 0;
-  return (optimizer ? 8 + masters + gradient_bytes : 0) * shard + (offload_params ? 2 * shard : 0);
+  // The shard the gathers send: 16-bit, or the f32 parameters themselves.
+  const int64_t shard_bytes = offload_params ? (half_precision ? 2 : 4) : 0;
+  return (optimizer ? 8 + masters + gradient_bytes : 0) * shard + shard_bytes * shard;
 }
 
 int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_accumulation) {

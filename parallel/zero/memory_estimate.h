@@ -38,7 +38,8 @@ int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_a
 // What stays in memory is the rest (16-bit at stage 3: 2 S). A step brings one sub-group
 // of it in at a time (sub_group_size elements, with the bytes per element above). The
 // gradients are in the file from backward to the step only. offload_param "nvme" (stage 3,
-// 16-bit; Note [Offloaded parameters] in partitioned_params.h) adds the 16-bit shard, 2 S:
+// Note [Offloaded parameters] in partitioned_params.h) adds the 16-bit shard, 2 S, or with
+// f32 parameters (and offload_optimizer) their f32 shard, 4 S:
 // `optimizer` and `offload_params` say which of the two are offloaded. On a GPU (Note
 // [Offload on a GPU] in zero_optimizer.h) the same bytes leave the device for host memory
 // ("cpu") or the swap file ("nvme"), but for the gradients, which stay: `gradients` false.

@@ -264,9 +264,9 @@ PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layou
       chunks_.push_back(shard_.narrow(0, b.shard_offset, b.chunk));
     }
   } else {
-    TS_CHECK((device.is_cpu() || host_masters) && half,
-             "[zero] stage 3 swaps the f32 masters of 16-bit parameters only, kept on the host; "
-             "found ",
+    TS_CHECK(device.is_cpu() || (host_masters && half),
+             "[zero] stage 3 swaps the f32 shard of host parameters, or the host masters of "
+             "16-bit ones; found ",
              params.empty() ? std::string("none") : params.front().str());
     // Each chunk is in memory only while construction writes it.
     for (const FlatLayout::Block& b : layout.blocks) {
@@ -280,6 +280,8 @@ PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layou
   partitioned_ = std::make_shared<PartitionedParams>(dp, layout, params, chunks_, config, init,
                                                      writes, offload.chunks, offload.host_chunks);
   if (swapper != nullptr || host_masters) partitioned_->round_chunks_in_step();
+  // f32 parameters gather from their swapped shard (Note [Offloaded parameters]).
+  if (swapper != nullptr && !half) partitioned_->gather_from_swapped_shard(*swapper, swap_ids_);
   model_.set_hooks(partitioned_);
 }
 

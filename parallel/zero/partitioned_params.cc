@@ -133,8 +133,19 @@ void PartitionedParams::settle(int64_t i) {
   chunk_sent(i);
 }
 
+void PartitionedParams::gather_from_swapped_shard(TensorSwapper& swapper,
+                                                  const std::vector<int64_t>& ids) {
+  TS_INTERNAL_ASSERT(
+      model_chunks_.empty() && chunk_swapper_ == nullptr && ids.size() == params_.size(),
+      "an f32 shard swapped chunk by chunk, one per parameter");
+  chunk_swapper_ = &swapper;
+  chunk_ids_ = ids;
+  gathers_read_masters_ = true;
+}
+
 void PartitionedParams::chunk_in(int64_t i) {
-  if (chunk_ids_[i] < 0 || chunk_held_[i]) return;
+  // A master in memory (the step's, or brought in whole) is read where it is.
+  if (chunk_ids_[i] < 0 || chunk_held_[i] || chunk_swapper_->resident(chunk_ids_[i])) return;
   chunk_swapper_->swap_in({chunk_ids_[i]});
   chunk_held_[i] = true;
 }
@@ -333,6 +344,7 @@ Tensor PartitionedParams::gather_source(int64_t i) {
 }
 
 void PartitionedParams::round_chunk(int64_t i) {
+  if (model_chunks_.empty()) return;  // f32: the shard is what the gathers send
   if (chunk_ids_[i] < 0) {
     model_chunks_[i].copy_(shard_[i]);
     return;
@@ -353,7 +365,10 @@ void PartitionedParams::after_step() {
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (persistent_[i]) {
-      dp_.all_gather(gather_source(static_cast<int64_t>(i)), gather_[i]);
+      const auto p = static_cast<int64_t>(i);
+      chunk_in(p);
+      dp_.all_gather(gather_source(p), gather_[i]);
+      chunk_sent(p);
     } else {
       TS_CHECK(forward_pins_[i] == 0 && !backward_pinned_[i], "[zero] stage 3: parameter \"",
                layout_.params[i].name, "\" is in use by a module call during the step");
@@ -421,7 +436,8 @@ int64_t PartitionedParams::chunk_bytes() const {
 }
 
 int64_t PartitionedParams::swapped_bytes() const {
-  return chunk_swapper_ != nullptr ? chunk_swapper_->swapped_bytes() : 0;
+  // A swapped f32 shard is the optimizer's file's, which counts it.
+  return chunk_swapper_ != nullptr && !gathers_read_masters_ ? chunk_swapper_->swapped_bytes() : 0;
 }
 
 }  // namespace tessera::parallel

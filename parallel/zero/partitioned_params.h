@@ -38,7 +38,12 @@
 // read in just before its gather starts, and let go without a write once the gather has
 // sent it (the file holds it unchanged); the step's rounding makes it anew, with no read,
 // and writes it. Of the parameters, what stays in memory is then the persistent ones, the
-// gathered ones (stage3_max_live_parameters bounds them) and the swapper's buffers. On a GPU
+// gathered ones (stage3_max_live_parameters bounds them) and the swapper's buffers. f32
+// parameters have no 16-bit shard: their f32 shard, the optimizer's masters, is what the
+// gathers send, so with offload_param "nvme" it lives in the optimizer's swap file
+// (offload_optimizer "nvme" is required) and each gather brings its chunk in the same way
+// (gather_from_swapped_shard; persistent parameters' chunks too, for their gathers after
+// the step). On a GPU
 // the shard is host memory ("cpu") or the swap file ("nvme"), and each gather sends a copy
 // of the chunk made on the device just before it starts (gather_source): the device holds
 // only the gathered parameters (Note [Offload on a GPU] in zero_optimizer.h).
@@ -134,6 +139,11 @@ class PartitionedParams final : public ModuleHooks {
   int64_t bytes() const;
   // Of those, the 16-bit shard's.
   int64_t chunk_bytes() const;
+  // f32 parameters whose shard chunks are `swapper`'s storages `ids` (one per parameter: the
+  // optimizer's masters with offload_param "nvme", Note [Offloaded parameters]): each gather
+  // brings its chunk in and lets it go, as for a swapped 16-bit chunk. `swapper` must outlive
+  // this.
+  void gather_from_swapped_shard(TensorSwapper& swapper, const std::vector<int64_t>& ids);
   // Bytes of the 16-bit shard in the swap file only (Note [Offloaded parameters]).
   int64_t swapped_bytes() const;
 
@@ -181,6 +191,7 @@ class PartitionedParams final : public ModuleHooks {
   std::vector<int64_t> chunk_ids_;  // per parameter: its chunk's swapper id, or -1
   std::vector<bool> chunk_held_;    // per parameter: its swapped chunk is in for a gather
   bool rounded_in_step_ = false;
+  bool gathers_read_masters_ = false;  // gather_from_swapped_shard()
   std::vector<Tensor> gather_;  // per parameter: (block numel), sharing the parameter's storage
   std::vector<bool> persistent_;
   std::vector<bool> live_;

@@ -67,7 +67,9 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
   if (config_.stage == 3) {
     // 16-bit parameters' masters go to the swap file as they are made.
     ShardOffload offload;
-    offload.masters = is_half(dtype) ? swapper_.get() : nullptr;
+    // f32 parameters are their own masters: swapped only with offload_param.
+    const bool f32_shard_swapped = config_.offload_param.device == OffloadParamConfig::Device::nvme;
+    offload.masters = is_half(dtype) || f32_shard_swapped ? swapper_.get() : nullptr;
     offload.chunks = param_swapper_.get();
     offload.host_masters = host_steps_;
     offload.host_chunks = host_chunks_;
@@ -168,7 +170,14 @@ void ZeroOptimizer::make_swapper() {
     swapper_ = make_offload_swapper(config_, dp_, this);
   }
   if (params == OffloadParamConfig::Device::nvme && config_.stage == 3) {
-    param_swapper_ = make_param_swapper(config_, dp_, this);
+    // f32 parameters' shard is the optimizer's master: its swap file holds it (Note
+    // [Offloaded parameters] in partitioned_params.h).
+    TS_CHECK(is_half(precision_.dtype) || optimizer == OffloadOptimizerConfig::Device::nvme,
+             "[zero] offload_param \"nvme\" with f32 parameters: their shard is the optimizer's "
+             "f32 master, which moves with offload_optimizer; expected offload_optimizer "
+             "\"nvme\" too, found \"",
+             optimizer == OffloadOptimizerConfig::Device::cpu ? "cpu" : "none", "\"");
+    if (is_half(precision_.dtype)) param_swapper_ = make_param_swapper(config_, dp_, this);
   }
 }
 
