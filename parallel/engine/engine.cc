@@ -272,32 +272,38 @@ EngineCheckpoint Engine::save_state() {
   return c;
 }
 
+bool Engine::load_own_shard(const EngineCheckpoint& saved, const EngineCounters& counters) {
+  if (groups_ || !optimizer_->sharded() || saved.optimizer_shards.empty() ||
+      counters.zero_layout->to_json() != optimizer_->layout().to_json()) {
+    return false;
+  }
+  const StateDict& mine = saved.optimizer_shards.at(static_cast<size_t>(data_.rank()));
+  const bool with_parameters = std::any_of(
+      mine.begin(), mine.end(), [](const auto& e) { return e.first == kParameterShard; });
+  // A parameter shard that this run keeps whole (f32 at stages 1-2) goes the whole way.
+  if (with_parameters && !optimizer_->shards_parameters()) return false;
+  if (!with_parameters) {
+    check_only_parameters(saved.model, model_.named_parameters(), false);
+    optimizer_->load_parameters(saved.model);
+  }
+  optimizer_->load_shard(mine);
+  return true;
+}
+
 void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& counters) {
-  const std::vector<NamedParameter> params = model_.named_parameters();
-  StateDict model = saved.model;
-  StateDict optimizer = saved.optimizer;
-  bool loaded = false;
-  if (!saved.optimizer_shards.empty()) {
-    TS_CHECK(counters.zero_layout.has_value(),
-             "[engine] the checkpoint has optimizer shards but no ZeRO layout ($.zero.layout "
-             "of state.json); expected the layout that wrote them");
-    if (!groups_ && optimizer_->sharded() &&
-        counters.zero_layout->to_json() == optimizer_->layout().to_json()) {
-      // Saved by this layout: this rank's shard as it is, a chunk at a time (Note
-      // [Streamed checkpoints] in parallel/zero/zero_optimizer.h), with its parameter
-      // shard, or else the whole weights.
-      const StateDict& mine = saved.optimizer_shards.at(static_cast<size_t>(data_.rank()));
-      const bool with_parameters = std::any_of(
-          mine.begin(), mine.end(), [](const auto& e) { return e.first == kParameterShard; });
-      if (!with_parameters) {
-        check_only_parameters(model, params, false);
-        optimizer_->load_parameters(model);
-      }
-      optimizer_->load_shard(mine);
-      loaded = true;
-    } else {
-      // The whole per-parameter state, whatever world and stage saved it; the parameter
-      // shards, where they are there, give the whole weights.
+  TS_CHECK(saved.optimizer_shards.empty() || counters.zero_layout.has_value(),
+           "[engine] the checkpoint has optimizer shards but no ZeRO layout ($.zero.layout "
+           "of state.json); expected the layout that wrote them");
+  if (!load_own_shard(saved, counters)) {
+    // One path for every other layout: the whole per-parameter state, whatever world and
+    // stage saved it (the parameter shards, where there are any, give the whole weights);
+    // this rank's part of it, its stage's parameters sliced over its model group (all of
+    // them, whole, without a pipeline or slicing), into the optimizer, which puts them
+    // where its stage keeps them (the f32 masters, stage 3's shards). Validate-then-write:
+    // both check every tensor before changing any.
+    StateDict model = saved.model;
+    StateDict optimizer = saved.optimizer;
+    if (!saved.optimizer_shards.empty()) {
       const std::string param_prefix = std::string(kParameterShard) + ".";
       for (auto& [key, t] : whole_state(*counters.zero_layout, saved.optimizer_shards)) {
         if (key.rfind(param_prefix, 0) == 0) {
@@ -307,13 +313,7 @@ void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& cou
         }
       }
     }
-  }
-  if (!loaded) {
-    // One path for every other layout: this rank's part of the whole checkpoint, its
-    // stage's parameters sliced over its model group (all of them, whole, without a
-    // pipeline or slicing), into the optimizer, which puts them where its stage keeps them
-    // (the f32 masters, stage 3's shards). Validate-then-write: both check every tensor
-    // before changing any.
+    const std::vector<NamedParameter> params = model_.named_parameters();
     const int rank = groups_ ? groups_->coord.model : 0;
     const int size = groups_ ? groups_->grid.model_size() : 1;
     if (!groups_) {

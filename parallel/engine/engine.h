@@ -195,6 +195,10 @@ class Engine {
   nlohmann::json grid_json() const;
   bool first_rank() const;  // rank 0 of the world: logs warnings
   void restore_rank_state(const StateDict& saved, bool same_layout);
+  // Loads this rank's own optimizer shard as it is where the checkpoint's ZeRO layout is
+  // this run's (Note [Streamed checkpoints] in parallel/zero/zero_optimizer.h), with its
+  // parameter shard or the whole weights; false (nothing changed) where it is not.
+  bool load_own_shard(const EngineCheckpoint& saved, const EngineCounters& counters);
 
   EngineConfig config_;
   TrainableModel& model_;

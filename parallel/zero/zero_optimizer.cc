@@ -551,10 +551,11 @@ void ZeroOptimizer::load_shard(const StateDict& shard) {
                           t.narrow(0, blk.shard_offset, blk.chunk));
     }
   }
-  TS_CHECK(params.defined() == shards_parameters(), "[zero] optimizer shard: expected ",
-           shards_parameters() ? "the parameter shard \"" : "no parameter shard \"",
+  TS_CHECK(!params.defined() || shards_parameters(),
+           "[zero] optimizer shard: expected no "
+           "parameter shard \"",
            kParameterShard, "\" at stage ", config_.stage, " with ", dtype_name(precision_.dtype),
-           " parameters, found ", params.defined() ? "one" : "none");
+           " parameters (load_parameters() loads them), found one");
   // The step's order (Note [Streamed checkpoints]): masters, state, rounding.
   const auto set_master = [&](int64_t b) {
     if (!params.defined()) return;

@@ -261,10 +261,10 @@ class ZeroOptimizer {
   // produced a chunk at a time (Note [Streamed checkpoints]). The pieces read this
   // optimizer as it is when they are produced: write them before the next step or load.
   StreamedStateDict shard_pieces(bool with_parameters) const;
-  // Loads a shard that shard_pieces(shards_parameters()) of a run with this layout() wrote
-  // (the parameters with it when shards_parameters(), else load_parameters() loads them
-  // whole), everything checked before anything changes. Collective: every rank's
-  // parameters take the new values.
+  // Loads a shard that shard_pieces() of a run with this layout() wrote, everything checked
+  // before anything changes: the state, and with a parameter shard (only where
+  // shards_parameters()) the parameters; without one they stay as load_parameters() left
+  // them. Collective: every rank's parameters take the new values.
   void load_shard(const StateDict& shard);
   // The whole per-parameter state ("step", "<kind>.<parameter name>") on every rank:
   // stage 0's state_dict(), or the shards all-gathered over the data-parallel group and

@@ -57,6 +57,17 @@ std::vector<std::string> names_of(const StateDict& sd) {
   return out;
 }
 
+// How many entries the directory of `path` holds (a failed write leaves no temporary file).
+int files_beside(const std::string& path) {
+  int files = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::filesystem::path(path).parent_path())) {
+    (void)e;
+    ++files;
+  }
+  return files;
+}
+
 // 12 bytes of data for one F32 tensor of shape (3).
 const std::string kTwelveBytes(12, '\0');
 
@@ -218,13 +229,7 @@ TEST_CASE("write_safetensors is atomic and validates names", "[safetensors]") {
              Catch::Contains("cannot create a temporary file"));
   // Failed writes left the last good file and no temporary files.
   CHECK(names_of(read_safetensors(path).tensors) == std::vector<std::string>{"b"});
-  int files = 0;
-  for (const auto& e :
-       std::filesystem::directory_iterator(std::filesystem::path(path).parent_path())) {
-    (void)e;
-    ++files;
-  }
-  CHECK(files == 1);
+  CHECK(files_beside(path) == 1);
 }
 
 TEST_CASE("malformed files are rejected with a specific one-line error", "[safetensors]") {
@@ -459,13 +464,7 @@ TEST_CASE("write_streamed_safetensors writes tensors produced in pieces", "[safe
   CHECK_THAT(error_of([&] { write_streamed_safetensors(path, {wrong_dtype}); }),
              Catch::Contains("expected contiguous CPU f32 pieces"));
   CHECK(testing::read_bytes(path) == good);
-  int files = 0;
-  for (const auto& e :
-       std::filesystem::directory_iterator(std::filesystem::path(path).parent_path())) {
-    (void)e;
-    ++files;
-  }
-  CHECK(files == 1);
+  CHECK(files_beside(path) == 1);
 }
 
 }  // namespace
