@@ -137,6 +137,11 @@ void Optimizer::load_state_dict(const StateDict& saved) {
   load_part(saved, [](const NamedParameter&) { return true; });
 }
 
+void Optimizer::check_state_dict(const StateDict& saved) const {
+  int64_t step = 0;
+  load_targets(saved, &step);
+}
+
 void Optimizer::begin_load(const StateDict& saved) {
   int64_t step = 0;
   load_targets(saved, &step);  // validates everything, so that a bad one changes nothing

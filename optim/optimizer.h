@@ -81,6 +81,8 @@ class Optimizer {
   // has no state.
   void begin_load(const StateDict& saved);
   void load_part(const StateDict& saved, const ParamSelection& selected);
+  // Throws what load_state_dict(saved) would find wrong, changing nothing.
+  void check_state_dict(const StateDict& saved) const;
 
  protected:
   // Called by state_dict()/load_state_dict(): the state kinds this optimizer keeps for a

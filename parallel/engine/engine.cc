@@ -283,7 +283,9 @@ bool Engine::load_own_shard(const EngineCheckpoint& saved, const EngineCounters&
   // A parameter shard that this run keeps whole (f32 at stages 1-2) goes the whole way.
   if (with_parameters && !optimizer_->shards_parameters()) return false;
   if (!with_parameters) {
+    // Validate-then-write: the shard is checked before the weights change.
     check_only_parameters(saved.model, model_.named_parameters(), false);
+    optimizer_->check_shard(mine);
     optimizer_->load_parameters(saved.model);
   }
   optimizer_->load_shard(mine);

@@ -87,8 +87,7 @@ void SwappedOptimizerState::step(const std::function<void(size_t)>& before,
   optimizer_.finish_step();
 }
 
-void SwappedOptimizerState::load(const StateDict& saved, bool fills_storages,
-                                 const std::function<void(size_t)>& before,
+void SwappedOptimizerState::load(const StateDict& saved, const std::function<void(size_t)>& fill,
                                  const std::function<void(size_t)>& after) {
   NoGradGuard no_grad;
   swapper_.wait();
@@ -96,15 +95,21 @@ void SwappedOptimizerState::load(const StateDict& saved, bool fills_storages,
   for (Group& g : groups_) forget_state(g);
   for (size_t i = 0; i < groups_.size(); ++i) {
     Group& g = groups_[i];
-    const std::vector<int64_t> storages = swapped_out(g.ids);  // only the given ones now
-    if (fills_storages) swapper_.discard(storages);            // zeros, with no read
-    swapper_.swap_in(storages);
-    if (before) before(i);
+    if (fill) {
+      const std::vector<int64_t> storages = swapped_out(g.ids);  // only the given ones now
+      swapper_.discard(storages);                                // zeros, with no read
+      swapper_.swap_in(storages);
+      fill(i);
+    }
     optimizer_.load_part(saved,
                          [&](const NamedParameter& p) { return g.params.count(p.name) > 0; });
     add_state(g);
-    if (after) after(i);
-    swapper_.swap_out(g.ids);
+    if (fill && after) after(i);
+    std::vector<int64_t> in_memory;  // the state, and given storages in memory
+    for (const int64_t id : g.ids) {
+      if (swapper_.resident(id)) in_memory.push_back(id);
+    }
+    swapper_.swap_out(in_memory);
   }
   swapper_.wait();
 }

@@ -70,12 +70,13 @@ class SwappedOptimizerState {
   // update.
   void step(const std::function<void(size_t)>& before, const std::function<void(size_t)>& after);
   // Replaces the optimizer's state with `saved` (Optimizer::load_state_dict's form, all of
-  // it checked first), a sub-group at a time: brings its given storages in (as zeros, with
-  // no read, when `fills_storages`: `before` writes all of them), calls `before(g)`, makes
-  // its state from `saved`, calls `after(g)`, and swaps it all out; so besides the
-  // swapper's buffers one sub-group is in memory, and `saved` may be a mapped file's
-  // (Note [Mapped tensors] in models/io/safetensors.h).
-  void load(const StateDict& saved, bool fills_storages, const std::function<void(size_t)>& before,
+  // it checked first), a sub-group at a time: with `fill`, brings its given storages in as
+  // zeros (no read) and calls `fill(g)` to write all of them; makes its state from `saved`;
+  // with `fill`, calls `after(g)`; and swaps out its state and whichever of its storages
+  // are in memory (without `fill` they are not read). So besides the swapper's buffers one
+  // sub-group is in memory, and `saved` may be a mapped file's (Note [Mapped tensors] in
+  // models/io/safetensors.h).
+  void load(const StateDict& saved, const std::function<void(size_t)>& fill,
             const std::function<void(size_t)>& after);
   // The swapper id of the storage of state tensor `key` ("<kind>.<parameter name>"), or -1
   // where it has none (not made yet).

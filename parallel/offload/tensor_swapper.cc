@@ -100,17 +100,32 @@ void TensorSwapper::read_each(const std::vector<int64_t>& ids,
   const auto start = [&](size_t i) {
     if (i < ids.size() && bring[i]) prefetch({ids[i]});
   };
-  start(0);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    start(i + 1);  // the next read goes on while this storage is used
-    if (bring[i]) swap_in({ids[i]});
-    use(i);
-    if (!bring[i]) continue;
+  // Let storage i go again: unwritten (its region holds its bytes), or as zeros.
+  const auto let_go_of = [&](size_t i) {
+    if (!resident(ids[i])) swap_in({ids[i]});  // a read still on its way
     if (entry(ids[i]).written) {
       evict({ids[i]});
     } else {
-      discard({ids[i]});  // zeros, as they were
+      discard({ids[i]});
     }
+  };
+  start(0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    start(i + 1);  // the next read goes on while this storage is used
+    if (bring[i] && !resident(ids[i])) swap_in({ids[i]});  // a discarded one is zeros at once
+    try {
+      use(i);
+    } catch (...) {
+      // This storage and the next, on its way in, go out again, and `use`'s error is the
+      // one reported (the swapper records its own failures for later calls).
+      try {
+        if (bring[i]) let_go_of(i);
+        if (i + 1 < ids.size() && bring[i + 1]) let_go_of(i + 1);
+      } catch (...) {
+      }
+      throw;
+    }
+    if (bring[i]) let_go_of(i);
   }
 }
 

@@ -435,6 +435,18 @@ int64_t PartitionedParams::chunk_bytes() const {
   return bytes;
 }
 
+int64_t PartitionedParams::host_chunk_bytes() const {
+  if (params_.empty() || params_.front().device().is_cpu()) return 0;
+  if (model_shard_.defined()) {
+    return model_shard_.device().is_cpu() ? static_cast<int64_t>(model_shard_.nbytes()) : 0;
+  }
+  int64_t bytes = 0;
+  for (const Tensor& c : model_chunks_) {
+    if (c.device().is_cpu()) bytes += static_cast<int64_t>(c.storage().nbytes());
+  }
+  return bytes;
+}
+
 int64_t PartitionedParams::swapped_bytes() const {
   // A swapped f32 shard is the optimizer's file's, which counts it.
   return chunk_swapper_ != nullptr && !gathers_read_masters_ ? chunk_swapper_->swapped_bytes() : 0;

@@ -137,8 +137,10 @@ class PartitionedParams final : public ModuleHooks {
   // Bytes held besides the f32 shard: the 16-bit shard (its chunks in memory) and the
   // persistent parameters' whole copies.
   int64_t bytes() const;
-  // Of those, the 16-bit shard's.
+  // Of those, the 16-bit shard's; and of that, what is host memory on a GPU run (0 on the
+  // CPU).
   int64_t chunk_bytes() const;
+  int64_t host_chunk_bytes() const;
   // f32 parameters whose shard chunks are `swapper`'s storages `ids` (one per parameter: the
   // optimizer's masters with offload_param "nvme", Note [Offloaded parameters]): each gather
   // brings its chunk in and lets it go, as for a swapped 16-bit chunk. `swapper` must outlive

@@ -75,17 +75,18 @@ ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,
                      config.offload_optimizer.pipeline_write});
 }
 
-void ZeroOffload::load(const StateDict& chunk_state, bool fills_masters,
-                       const std::function<void(int64_t block)>& before_block,
+void ZeroOffload::load(const StateDict& chunk_state,
+                       const std::function<void(int64_t block)>& fill_block,
                        const std::function<void(int64_t block)>& after_block) {
-  state_->load(
-      chunk_state, fills_masters,
-      [&](size_t g) {
-        for (const int64_t b : blocks_[g]) before_block(b);
-      },
-      [&](size_t g) {
-        for (const int64_t b : blocks_[g]) after_block(b);
-      });
+  std::function<void(size_t)> fill;
+  if (fill_block) {
+    fill = [&](size_t g) {
+      for (const int64_t b : blocks_[g]) fill_block(b);
+    };
+  }
+  state_->load(chunk_state, fill, [&](size_t g) {
+    for (const int64_t b : blocks_[g]) after_block(b);
+  });
 }
 
 void ZeroOffload::step(const std::function<void(int64_t block)>& before_block,

@@ -69,11 +69,10 @@ class ZeroOffload {
   void step(const std::function<void(int64_t block)>& before_block,
             const std::function<void(int64_t block)>& after_block);
   // Replaces the state with `chunk_state` (`inner`'s state_dict() form) a sub-group at a
-  // time (SwappedOptimizerState::load); `before_block(b)` and `after_block(b)` run for each
-  // of a sub-group's blocks while it is in memory, before and after its state is made.
-  // With `fills_masters`, before_block writes the whole master chunk, which is not read.
-  void load(const StateDict& chunk_state, bool fills_masters,
-            const std::function<void(int64_t block)>& before_block,
+  // time (SwappedOptimizerState::load); with `fill_block`, which writes block b's whole
+  // master chunk (not read), fill_block(b) and then after_block(b) run for each of a
+  // sub-group's blocks while it is in memory, before and after its state is made.
+  void load(const StateDict& chunk_state, const std::function<void(int64_t block)>& fill_block,
             const std::function<void(int64_t block)>& after_block);
   // For TensorSwapper::read_each: the swapper id of state tensor `key`'s storage, and of
   // block `block`'s master chunk, or -1 where it is not swapped.

@@ -10,6 +10,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/record.h"
+#include "core/allocator.h"
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
@@ -397,7 +398,8 @@ void ZeroOptimizer::prepare_gradient(int64_t block) {
   gradients_->prepare_chunk(block);
   if (!host_steps_) return;
   const Tensor& host = host_grads_[static_cast<size_t>(block)];
-  host.storage().reallocate(host.nbytes());
+  // Memory that goes back to the system when the update lets it go.
+  host.storage().reallocate(host.nbytes(), mapped_host_allocator());
   host.copy_(gradients_->own_chunk(block));  // device to host
 }
 
@@ -448,16 +450,19 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
   if (offload_) m.on_nvme = offload_->swapped_bytes();
   if (partitioned_) m.on_nvme += partitioned_->partitioned().swapped_bytes();
   if (host_steps_) {  // the masters and the state are host memory (Note [Offload on a GPU])
+    // A chunk's own bytes where they are in memory (it may view a shard of one storage).
+    const auto in_memory = [](const Tensor& t) {
+      return t.storage().nbytes() > 0 ? static_cast<int64_t>(t.nbytes()) : int64_t{0};
+    };
     for (size_t b = 0; b < layout_.blocks.size(); ++b) {
-      const auto master =
-          static_cast<int64_t>(weights_->own_chunk(static_cast<int64_t>(b)).storage().nbytes());
+      const int64_t master = in_memory(weights_->own_chunk(static_cast<int64_t>(b)));
       m.params -= master;
-      m.on_host += master + static_cast<int64_t>(host_grads_[b].storage().nbytes());
+      m.on_host += master + in_memory(host_grads_[b]);
     }
     m.on_host += std::exchange(m.optimizer, 0);
   }
-  if (host_chunks_) {  // the 16-bit shard too
-    const int64_t chunks = partitioned_->partitioned().chunk_bytes();
+  if (host_chunks_) {  // the 16-bit shard's chunks in host memory
+    const int64_t chunks = partitioned_->partitioned().host_chunk_bytes();
     m.params -= chunks;
     m.on_host += chunks;
   }
@@ -526,54 +531,62 @@ StreamedStateDict ZeroOptimizer::shard_pieces(bool with_parameters) const {
   return out;
 }
 
-void ZeroOptimizer::load_shard(const StateDict& shard) {
-  TS_CHECK(sharded(), "[zero] load_shard() is for stages 1-3; this is stage ", config_.stage);
-  settle_communication();
-  NoGradGuard no_grad;
-  // The shard's tensors as the chunks the inner optimizer steps, and the parameters'.
-  StateDict chunks;
-  Tensor params;
+ZeroOptimizer::ShardParts ZeroOptimizer::shard_parts(const StateDict& shard) const {
+  TS_CHECK(sharded(), "[zero] a shard is for stages 1-3; this is stage ", config_.stage);
+  ShardParts parts;
   for (const auto& [key, t] : shard) {
     if (key == "step") {
-      chunks.emplace_back(key, t);
+      parts.chunks.emplace_back(key, t);
       continue;
     }
     TS_CHECK(t.dtype() == DType::f32 && t.dim() == 1 && t.numel() == layout_.shard_numel(),
              "[zero] optimizer shard \"", key, "\": expected f32 (", layout_.shard_numel(),
              ") for this layout, found ", t.str());
     if (key == kParameterShard) {
-      params = t;
+      parts.params = t;
       continue;
     }
     for (size_t b = 0; b < layout_.blocks.size(); ++b) {
       const FlatLayout::Block& blk = layout_.blocks[b];
-      chunks.emplace_back(key + "." + chunk_name(static_cast<int64_t>(b)),
-                          t.narrow(0, blk.shard_offset, blk.chunk));
+      parts.chunks.emplace_back(key + "." + chunk_name(static_cast<int64_t>(b)),
+                                t.narrow(0, blk.shard_offset, blk.chunk));
     }
   }
-  TS_CHECK(!params.defined() || shards_parameters(),
-           "[zero] optimizer shard: expected no "
-           "parameter shard \"",
-           kParameterShard, "\" at stage ", config_.stage, " with ", dtype_name(precision_.dtype),
+  TS_CHECK(!parts.params.defined() || shards_parameters(),
+           "[zero] optimizer shard: expected no parameter shard \"", kParameterShard,
+           "\" at stage ", config_.stage, " with ", dtype_name(precision_.dtype),
            " parameters (load_parameters() loads them), found one");
+  inner_->check_state_dict(parts.chunks);
+  return parts;
+}
+
+void ZeroOptimizer::check_shard(const StateDict& shard) const { shard_parts(shard); }
+
+void ZeroOptimizer::load_shard(const StateDict& shard) {
+  settle_communication();
+  NoGradGuard no_grad;
+  const ShardParts parts = shard_parts(shard);  // everything checked first
+  const Tensor& params = parts.params;
   // The step's order (Note [Streamed checkpoints]): masters, state, rounding.
-  const auto set_master = [&](int64_t b) {
-    if (!params.defined()) return;
-    const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(b)];
-    weights_->own_chunk(b).copy_(params.narrow(0, blk.shard_offset, blk.chunk));
-  };
+  std::function<void(int64_t)> set_master;
+  if (params.defined()) {
+    set_master = [&](int64_t b) {
+      const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(b)];
+      weights_->own_chunk(b).copy_(params.narrow(0, blk.shard_offset, blk.chunk));
+    };
+  }
+  const bool round = weights_->rounds_in_step();
   if (offload_) {
-    const bool round = weights_->rounds_in_step();
-    offload_->load(chunks, params.defined(), set_master, [&](int64_t b) {
+    offload_->load(parts.chunks, set_master, [&](int64_t b) {
       if (round) weights_->round_chunk(b);
     });
   } else {
-    inner_->begin_load(chunks);  // checks the state before the masters change
-    for (int64_t b = 0; b < static_cast<int64_t>(layout_.blocks.size()); ++b) {
+    inner_->begin_load(parts.chunks);
+    for (int64_t b = 0; b < static_cast<int64_t>(layout_.blocks.size()) && set_master; ++b) {
       set_master(b);
-      if (params.defined() && weights_->rounds_in_step()) weights_->round_chunk(b);
+      if (round) weights_->round_chunk(b);
     }
-    inner_->load_part(chunks, [](const NamedParameter&) { return true; });
+    inner_->load_part(parts.chunks, [](const NamedParameter&) { return true; });
   }
   if (params.defined()) weights_->after_step();  // every rank's parameters take the values
 }
@@ -602,8 +615,7 @@ void ZeroOptimizer::load_whole_state(const StateDict& whole) {
   settle_communication();
   const StateDict state = sharded() ? whole_to_chunks(whole, layout_, dp_.rank()) : whole;
   if (offload_) {
-    offload_->load(
-        state, false, [](int64_t) {}, [](int64_t) {});
+    offload_->load(state, {}, {});  // the masters as they are
   } else {
     inner_->load_state_dict(state);
   }

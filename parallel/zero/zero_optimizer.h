@@ -121,7 +121,6 @@
 
 namespace tessera::parallel {
 
-// Bytes of model state one rank holds (the buffers the optimizer owns).
 // Note [Offload on a GPU]
 // With offload_optimizer "cpu" or "nvme" on a CUDA run (stages 1-3, 16-bit parameters:
 // DeepSpeed's ZeRO-Offload) the optimizer steps in host memory, as deepspeed/runtime/zero/
@@ -138,9 +137,12 @@ namespace tessera::parallel {
 // in-memory ZeRO-2 holds 2 + 16/N), and the step's arithmetic is the CPU's, not bitwise the
 // CUDA optimizer's. A CPU run with "cpu" and 16-bit parameters takes the same path (its
 // copies within one memory, the in-memory run's bits), which is how the CPU tests cover it.
-// Not yet: f32 parameters, offload_param on a GPU, the gradients moved to the host during
-// backward (DeepSpeed's, which frees the 4/N), and transfers overlapped with the update.
+// offload_param on a GPU keeps stage 3's 16-bit shard on the host too (Note [Offloaded
+// parameters] in partitioned_params.h). Not yet: f32 parameters on a GPU, the gradients
+// moved to the host during backward (DeepSpeed's, which frees the 4/N), pinned memory, and
+// transfers overlapped with the update.
 
+// Bytes of model state one rank holds (the buffers the optimizer owns).
 struct ModelStateBytes {
   int64_t params = 0;
   int64_t grads = 0;
@@ -149,9 +151,10 @@ struct ModelStateBytes {
   // Not in memory: what the NVMe swap files hold (offload_optimizer): the optimizer state
   // and masters, and from backward to the step the gradients at stages 2-3.
   int64_t on_nvme = 0;
-  // Not on the GPU of a run that offloads its optimizer (Note [Offload on a GPU]): the f32
-  // masters, the optimizer state and the gradients' host copies in host memory (not in
-  // params, grads or optimizer, which count the device's).
+  // In host memory apart from the model's device (Note [Offload on a GPU]): the f32 masters,
+  // the optimizer state and the gradients' host copies of a run that steps on the host
+  // (offload_optimizer; "cpu" on a CPU run too), and a GPU run's 16-bit shard with
+  // offload_param; not in params, grads or optimizer.
   int64_t on_host = 0;
 };
 
@@ -266,6 +269,8 @@ class ZeroOptimizer {
   // shards_parameters()) the parameters; without one they stay as load_parameters() left
   // them. Collective: every rank's parameters take the new values.
   void load_shard(const StateDict& shard);
+  // Throws what load_shard(shard) would find wrong with `shard`, changing nothing.
+  void check_shard(const StateDict& shard) const;
   // The whole per-parameter state ("step", "<kind>.<parameter name>") on every rank:
   // stage 0's state_dict(), or the shards all-gathered over the data-parallel group and
   // unsharded (collective at stages 1-3).
@@ -323,6 +328,13 @@ class ZeroOptimizer {
   // Brings offloaded masters into memory before they are read or written whole, otherwise
   // than by the step or a streamed checkpoint (Note [Offloaded optimizer state]).
   void make_masters_resident() const;
+  // A shard (load_shard()'s form) checked, as the inner optimizer's chunk state and the
+  // parameter shard (undefined where there is none).
+  struct ShardParts {
+    StateDict chunks;
+    Tensor params;
+  };
+  ShardParts shard_parts(const StateDict& shard) const;
   // The piece producer of a shard tensor `name` made of one chunk per block, tensors[b]
   // (swapper ids in `ids`, -1 where not swapped): Note [Streamed checkpoints].
   StreamedTensor chunked_shard(std::string name, std::vector<Tensor> chunks,

@@ -42,6 +42,17 @@ std::vector<int64_t> committed_steps(const fs::path& root) {
   return steps;
 }
 
+// Where rank r's optimizer shard holds its parameter shard (kParameterShard); throws when
+// it has none.
+StateDict::iterator parameter_shard_of(StateDict& shard, size_t r) {
+  const auto it = std::find_if(shard.begin(), shard.end(),
+                               [](const auto& kv) { return kv.first == kParameterShard; });
+  TS_CHECK(it != shard.end(), "[checkpoint] ", optimizer_shard_name(static_cast<int>(r)),
+           ": expected the parameter shard \"", kParameterShard,
+           "\" (the checkpoint has no model.safetensors), found none");
+  return it;
+}
+
 // The whole weights from the ranks' parameter shards (kParameterShard), which are removed
 // from `shards`, reassembled with the layout at $.zero.layout of `state`.
 StateDict weights_from_shards(const nlohmann::json& state, std::vector<StateDict>& shards,
@@ -57,14 +68,9 @@ StateDict weights_from_shards(const nlohmann::json& state, std::vector<StateDict
            shards.size());
   std::vector<Tensor> params;
   for (size_t r = 0; r < shards.size(); ++r) {
-    StateDict& shard = shards[r];
-    const auto it = std::find_if(shard.begin(), shard.end(),
-                                 [](const auto& kv) { return kv.first == kParameterShard; });
-    TS_CHECK(it != shard.end(), "[checkpoint] ", optimizer_shard_name(static_cast<int>(r)),
-             ": expected the parameter shard \"", kParameterShard,
-             "\" (the checkpoint has no model.safetensors), found none");
+    const auto it = parameter_shard_of(shards[r], r);
     params.push_back(it->second);
-    shard.erase(it);
+    shards[r].erase(it);
   }
   StateDict out;
   for (auto& [name, t] : parallel::unshard(layout, params)) out.emplace_back(name, t);
@@ -135,6 +141,10 @@ CheckpointContents load_whole_or_shards(const fs::path& d, const Manifest& manif
   }
   if (!whole_model && (whole_weights || !with_optimizer)) {
     c.model = weights_from_shards(c.state, shards, (d / "state.json").string());
+  } else if (!whole_model) {
+    // Left in the shards for the engine, but there: a checkpoint without them is refused
+    // here, where the resume can fall back to an older one (Note [Resume fallback]).
+    for (size_t r = 0; r < shards.size(); ++r) parameter_shard_of(shards[r], r);
   }
   if (with_optimizer) c.optimizer_shards = std::move(shards);
   return c;

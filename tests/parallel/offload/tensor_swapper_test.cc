@@ -129,6 +129,52 @@ TEST_CASE("discarded storages come back as zeros and keep their regions", "[swap
   CHECK_THROWS_WITH(swapper.swap_in({ids[2]}), Catch::Contains("storage 2 is resident"));
 }
 
+TEST_CASE("read_each brings storages in one at a time and lets them go unwritten", "[swap]") {
+  const auto dir = testing::fresh_dir("tensor_swapper_read_each");
+  TensorSwapper swapper((dir / "r.swp").string(), AioConfig{}, 2, 4096);
+  std::vector<std::vector<unsigned char>> want;
+  std::vector<Storage> storages;
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    want.push_back(random_bytes(3000 + 1000 * i, 20 + static_cast<unsigned>(i)));
+    storages.push_back(storage_with(want.back()));
+    ids.push_back(swapper.add(storages.back()));
+  }
+  swapper.swap_out({ids[0], ids[1], ids[3]});
+  swapper.wait();
+  swapper.discard({ids[3]});  // zeros, never read
+  // Storage 2 stays in memory; an id of -1 is a storage not swapped.
+  const std::vector<int64_t> order = {ids[0], -1, ids[2], ids[1], ids[3]};
+  std::vector<std::vector<unsigned char>> seen;
+  swapper.read_each(order, [&](size_t i) {
+    if (order[i] < 0) {
+      seen.emplace_back();
+      return;
+    }
+    const Storage& s = storages[static_cast<size_t>(order[i])];
+    seen.push_back(bytes_of(s));
+    // At most this one and the next (its read under way) of the swapped ones are in memory.
+    int64_t in_memory = 0;
+    for (size_t k = 0; k < storages.size(); ++k) in_memory += storages[k].nbytes() > 0 && k != 2;
+    CHECK(in_memory <= 2);
+  });
+  CHECK(seen[0] == want[0]);
+  CHECK(seen[2] == want[2]);
+  CHECK(seen[3] == want[1]);
+  CHECK(seen[4] == std::vector<unsigned char>(want[3].size(), 0));
+  CHECK(storages[2].nbytes() > 0);  // as it was
+  for (int i : {0, 1, 3}) CHECK_FALSE(swapper.resident(ids[static_cast<size_t>(i)]));
+  swapper.swap_in({ids[0]});
+  CHECK(bytes_of(storages[0]) == want[0]);  // let go unwritten: the region's bytes
+  swapper.evict({ids[0]});
+  // A failure in `use` lets the storage in use and the next one go again, and is reported.
+  CHECK_THROWS_WITH(swapper.read_each({ids[0], ids[1]}, [](size_t) { throw Error("[test] stop"); }),
+                    "[test] stop");
+  for (int i : {0, 1}) CHECK_FALSE(swapper.resident(ids[static_cast<size_t>(i)]));
+  swapper.swap_in({ids[1]});
+  CHECK(bytes_of(storages[1]) == want[1]);
+}
+
 TEST_CASE("swapped-in storages are written from their own memory, which goes once written",
           "[swap]") {
   const auto dir = testing::fresh_dir("tensor_swapper_direct");
