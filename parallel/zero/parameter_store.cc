@@ -277,8 +277,9 @@ PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layou
     writes.before = [this, swapper](int64_t i) { swapper->swap_in({swap_ids_[i]}); };
     writes.after = [this, swapper](int64_t i) { swapper->swap_out({swap_ids_[i]}); };
   }
-  partitioned_ = std::make_shared<PartitionedParams>(dp, layout, params, chunks_, config, init,
-                                                     writes, offload.chunks, offload.host_chunks);
+  partitioned_ =
+      std::make_shared<PartitionedParams>(dp, layout, params, chunks_, config, init, writes,
+                                          offload.chunks, offload.host_chunks, offload.pin_chunks);
   if (swapper != nullptr || host_masters) partitioned_->round_chunks_in_step();
   // f32 parameters gather from their swapped shard (Note [Offloaded parameters]).
   if (swapper != nullptr && !half) partitioned_->gather_from_swapped_shard(*swapper, swap_ids_);

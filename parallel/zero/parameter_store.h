@@ -172,6 +172,7 @@ struct ShardOffload {
   // GPU] in zero_optimizer.h); the step rounds host masters into the 16-bit shard.
   bool host_masters = false;
   bool host_chunks = false;
+  bool pin_chunks = false;  // host_chunks in pinned memory
 };
 
 class PartitionedWeights final : public ParameterStore {

@@ -4,6 +4,7 @@
 #include <exception>
 #include <utility>
 
+#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
@@ -14,7 +15,7 @@ PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
                                      std::vector<Tensor> params, std::vector<Tensor> shard,
                                      const ZeroConfig& config, const ParameterInit& init,
                                      const ShardWrites& writes, TensorSwapper* chunk_swapper,
-                                     bool host_chunks)
+                                     bool host_chunks, bool pinned)
     : dp_(dp),
       layout_(layout),
       config_(config),
@@ -39,6 +40,10 @@ PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
            " (f32 parameters are their own masters: offload_optimizer moves those)");
   if (is_half(dtype) && chunk_swapper_ == nullptr) {
     model_shard_ = zeros({layout_.shard_numel()}, {dtype, host_chunks ? Device::cpu() : device});
+    if (host_chunks && pinned) {
+      model_shard_.storage().reallocate(model_shard_.nbytes(), cuda::pinned_host_allocator());
+      model_shard_.fill_(0.0);
+    }
   }
   for (size_t i = 0; i < n; ++i) {
     const FlatLayout::Param& p = layout_.params[i];

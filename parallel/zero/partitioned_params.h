@@ -90,12 +90,12 @@ class PartitionedParams final : public ModuleHooks {
   // the others are rank 0's. With `chunk_swapper` (16-bit parameters; it must outlive this)
   // the non-persistent parameters' 16-bit chunks live in its file (Note [Offloaded
   // parameters]); `host_chunks` (a GPU run's offload_param) keeps the 16-bit shard in host
-  // memory, copied to the device for each gather (Note [Offload on a GPU] in
-  // zero_optimizer.h).
+  // memory (`pinned`: pinned memory), copied to the device for each gather (Note [Offload on
+  // a GPU] in zero_optimizer.h).
   PartitionedParams(Communicator& dp, const FlatLayout& layout, std::vector<Tensor> params,
                     std::vector<Tensor> shard, const ZeroConfig& config, const ParameterInit& init,
                     const ShardWrites& writes = {}, TensorSwapper* chunk_swapper = nullptr,
-                    bool host_chunks = false);
+                    bool host_chunks = false, bool pinned = false);
 
   void pre_forward(const Module& m) override;
   void post_forward(const Module& m) noexcept override;

@@ -26,7 +26,7 @@ int64_t read_count(JsonObjectReader& s, const char* key, int64_t fallback, int64
 OffloadOptimizerConfig read_offload_optimizer(JsonObjectReader& s, int stage) {
   OffloadOptimizerConfig c;
   const bool cpu_offload = s.get<bool>("cpu_offload", false);
-  s.get<bool>("cpu_offload_use_pin_memory", false);  // pinning: see pin_memory below
+  c.pin_memory = s.get<bool>("cpu_offload_use_pin_memory", false);  // deprecated spelling
   if (cpu_offload) c.device = OffloadOptimizerConfig::Device::cpu;
   if (s.has("offload_optimizer")) {
     JsonObjectReader o = s.object("offload_optimizer");
@@ -39,9 +39,9 @@ OffloadOptimizerConfig read_offload_optimizer(JsonObjectReader& s, int stage) {
     if (device == "nvme") c.device = OffloadOptimizerConfig::Device::nvme;
     c.nvme_path = o.get<std::string>("nvme_path", "");
     c.buffer_count = o.get_in_range<int64_t>("buffer_count", 4, 1, 1024);
-    // Pinned host memory speeds transfers between a GPU and the host; the state of a run on
-    // the CPU is host memory already.
-    o.get<bool>("pin_memory", false);
+    // Pinned host memory speeds transfers between a GPU and the host (Note [Offload on a
+    // GPU]); the state of a run on the CPU is host memory already.
+    c.pin_memory = o.get<bool>("pin_memory", false) || c.pin_memory;
     c.pipeline_read = o.get<bool>("pipeline_read", false);
     c.pipeline_write = o.get<bool>("pipeline_write", false);
     TS_CHECK(!o.get<bool>("fast_init", false), "[config] ", o.key_path("fast_init"),
@@ -83,8 +83,8 @@ OffloadParamConfig read_offload_param(JsonObjectReader& s, int stage) {
     c.buffer_size = read_count(o, "buffer_size", c.buffer_size, 1);
     TS_CHECK(c.buffer_size <= (int64_t{1} << 40), "[config] ", o.key_path("buffer_size"),
              ": expected at most 2^40 elements, found ", c.buffer_size);
-    // Pinned host memory speeds transfers between a GPU and the host; a CPU run has none.
-    o.get<bool>("pin_memory", false);
+    // Pinned host memory speeds a GPU run's copies; a CPU run's parameters are host memory.
+    c.pin_memory = o.get<bool>("pin_memory", false);
     // DeepSpeed's cap on parameter elements kept in host memory with device "cpu"; a CPU
     // run's parameters are host memory already.
     o.get_in_range<double>("max_in_cpu", 1e9, 0, 9e18);

@@ -21,6 +21,9 @@ struct OffloadOptimizerConfig {
   // Overlap a sub-group's reads and writes with its neighbours' updates, for memory.
   bool pipeline_read = false;
   bool pipeline_write = false;
+  // A GPU run's host masters and gradient copies in pinned memory ("cpu": Note [Offload on a
+  // GPU] in zero_optimizer.h), for faster transfers; a CPU run's state is host memory.
+  bool pin_memory = false;
 };
 
 // zero_optimization.offload_param (deepspeed/runtime/zero/offload_config.py): where stage
@@ -32,6 +35,9 @@ struct OffloadParamConfig {
   std::string nvme_path;              // the directory of the swap files (nvme)
   int64_t buffer_count = 5;           // staging buffers of the swapper
   int64_t buffer_size = 100'000'000;  // elements per staging buffer
+  // A GPU run's 16-bit shard in pinned host memory with device "cpu" (Note [Offloaded
+  // parameters] in partitioned_params.h), for faster copies to the device.
+  bool pin_memory = false;
 };
 
 struct ZeroConfig {

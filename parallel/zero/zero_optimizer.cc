@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <map>
@@ -11,6 +13,7 @@
 #include "autograd/engine.h"
 #include "autograd/record.h"
 #include "core/allocator.h"
+#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
@@ -74,6 +77,8 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     offload.chunks = param_swapper_.get();
     offload.host_masters = host_steps_;
     offload.host_chunks = host_chunks_;
+    offload.pin_chunks = config_.offload_param.device == OffloadParamConfig::Device::cpu &&
+                         config_.offload_param.pin_memory;
     auto partitioned =
         std::make_unique<PartitionedWeights>(dp_, layout_, params_, model_, config_, init, offload);
     partitioned_ = partitioned.get();
@@ -85,6 +90,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     scaler_ = master->scaler();
     weights_ = std::move(master);
   }
+  if (pinned_) pin_host_masters();
   // ... and the gradients, with the optimizer over what this rank steps.
   if (config_.stage == 0) {
     auto flat = std::make_unique<AllReduceGradients>(dp_, layout_, params_, dtype, accumulation,
@@ -161,6 +167,8 @@ void ZeroOptimizer::make_swapper() {
              "f32 parameters are not implemented yet), found stage ",
              config_.stage, " with ", dtype_name(precision_.dtype), " parameters");
     host_steps_ = optimizer_offloaded;
+    pinned_ =
+        optimizer == OffloadOptimizerConfig::Device::cpu && config_.offload_optimizer.pin_memory;
   } else {
     // "cpu" takes the GPU's path where it has one, its copies within one memory.
     host_steps_ = optimizer == OffloadOptimizerConfig::Device::cpu && config_.stage >= 1 &&
@@ -398,9 +406,22 @@ void ZeroOptimizer::prepare_gradient(int64_t block) {
   gradients_->prepare_chunk(block);
   if (!host_steps_) return;
   const Tensor& host = host_grads_[static_cast<size_t>(block)];
-  // Memory that goes back to the system when the update lets it go.
-  host.storage().reallocate(host.nbytes(), mapped_host_allocator());
+  // Pinned memory, or memory that goes back to the system when the update lets it go.
+  host.storage().reallocate(host.nbytes(),
+                            pinned_ ? cuda::pinned_host_allocator() : mapped_host_allocator());
   host.copy_(gradients_->own_chunk(block));  // device to host
+}
+
+void ZeroOptimizer::pin_host_masters() {
+  std::set<const void*> moved;  // storages (stage 3's chunks share one)
+  for (int64_t b = 0; b < static_cast<int64_t>(layout_.blocks.size()); ++b) {
+    const Storage& s = weights_->own_chunk(b).storage();
+    if (!moved.insert(s.data()).second) continue;
+    std::vector<std::byte> values(s.nbytes());
+    std::memcpy(values.data(), s.data(), values.size());
+    s.reallocate(values.size(), cuda::pinned_host_allocator());
+    std::memcpy(s.data(), values.data(), values.size());
+  }
 }
 
 void ZeroOptimizer::make_masters_resident() const {

@@ -138,9 +138,10 @@ namespace tessera::parallel {
 // CUDA optimizer's. A CPU run with "cpu" and 16-bit parameters takes the same path (its
 // copies within one memory, the in-memory run's bits), which is how the CPU tests cover it.
 // offload_param on a GPU keeps stage 3's 16-bit shard on the host too (Note [Offloaded
-// parameters] in partitioned_params.h). Not yet: f32 parameters on a GPU, the gradients
-// moved to the host during backward (DeepSpeed's, which frees the 4/N), pinned memory, and
-// transfers overlapped with the update.
+// parameters] in partitioned_params.h). pin_memory (of either) puts "cpu"'s host memory
+// in pinned pages, for faster copies. Not yet: f32 parameters on a GPU, the gradients moved
+// to the host during backward (DeepSpeed's, which frees the 4/N), and copies overlapped
+// with the update (each is synchronous).
 
 // Bytes of model state one rank holds (the buffers the optimizer owns).
 struct ModelStateBytes {
@@ -325,6 +326,8 @@ class ZeroOptimizer {
   // Before the optimizer reads block `block`'s gradient: its pending scales applied and,
   // with host_steps_, the device's chunk copied into host memory.
   void prepare_gradient(int64_t block);
+  // Moves the host masters into pinned memory (pinned_), values kept.
+  void pin_host_masters();
   // Brings offloaded masters into memory before they are read or written whole, otherwise
   // than by the step or a streamed checkpoint (Note [Offloaded optimizer state]).
   void make_masters_resident() const;
@@ -370,6 +373,7 @@ class ZeroOptimizer {
   // (host_grads_, per block, memory only during the step).
   bool host_steps_ = false;
   std::vector<Tensor> host_grads_;
+  bool pinned_ = false;  // offload_optimizer.pin_memory with "cpu": both in pinned memory
   // offload_param on a GPU: the 16-bit shard in host memory or the swap file, copied to the
   // device for each gather (Note [Offloaded parameters] in partitioned_params.h).
   bool host_chunks_ = false;

@@ -87,21 +87,26 @@ TEST_CASE("ZeRO-Offload on a GPU follows the in-memory run with the state off th
       zero.reduce_bucket_size = 500;  // several blocks, chunks that cut parameters
       zero.stage3_param_persistence_threshold = 0;
       const std::vector<Run> memory = train(zero, dtype);
-      for (const bool nvme : {false, true}) {
+      // "cpu", "cpu" with pin_memory, "nvme".
+      for (const int where : {0, 1, 2}) {
+        const bool nvme = where == 2;
         // Stage 3 also with the 16-bit shard offloaded (ZeRO-Infinity), to the same place.
         for (const bool params : {false, true}) {
           if (params && stage != 3) continue;
           INFO(dtype_name(dtype) << " stage " << stage << (nvme ? " nvme" : " cpu")
+                                 << (where == 1 ? " pinned" : "")
                                  << (params ? " with offload_param" : ""));
           ZeroConfig offloaded = zero;
           offloaded.offload_optimizer.device =
               nvme ? OffloadOptimizerConfig::Device::nvme : OffloadOptimizerConfig::Device::cpu;
           offloaded.offload_optimizer.nvme_path = (dir / "swap").string();
+          offloaded.offload_optimizer.pin_memory = where == 1;
           offloaded.sub_group_size = 1000;  // several sub-groups
           if (params) {
             offloaded.offload_param.device =
                 nvme ? OffloadParamConfig::Device::nvme : OffloadParamConfig::Device::cpu;
             offloaded.offload_param.nvme_path = (dir / "params").string();
+            offloaded.offload_param.pin_memory = where == 1;
           }
           const std::vector<Run> host = train(offloaded, dtype);
           CHECK(host[1].masters == host[0].masters);

@@ -314,6 +314,13 @@ TEST_CASE("offload_optimizer's config: devices, paths and what is not implemente
   const ZeroConfig pipelined = parse(R"({"zero_optimization": {"stage": 3, "offload_optimizer":
         {"device": "nvme", "nvme_path": "/tmp/x", "pipeline_read": true, "pipeline_write": true}}})");
   CHECK(pipelined.offload_optimizer.pipeline_read);
+  CHECK_FALSE(pipelined.offload_optimizer.pin_memory);
+  CHECK(parse(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu",
+        "pin_memory": true}}})")
+            .offload_optimizer.pin_memory);
+  CHECK(parse(R"({"zero_optimization": {"stage": 2, "cpu_offload": true,
+        "cpu_offload_use_pin_memory": true}})")
+            .offload_optimizer.pin_memory);
   CHECK(pipelined.offload_optimizer.pipeline_write);
   CHECK(parse(R"({"zero_optimization": {"stage": 1, "cpu_offload": true}})")
             .offload_optimizer.device == OffloadOptimizerConfig::Device::cpu);
