@@ -55,7 +55,8 @@ void fsync_directory(const std::string& dir) {
 }
 
 void write_file_atomically(const std::string& path,
-                           const std::function<void(const WriteBytes& write)>& body) {
+                           const std::function<void(const WriteBytes& write)>& body,
+                           uint64_t reserve_bytes) {
   const std::string where = str_cat("[write] ", path, ": ");
   const std::filesystem::path target(path);
   TS_CHECK(target.has_filename(), where, "expected a file path, found a directory path");
@@ -66,6 +67,12 @@ void write_file_atomically(const std::string& path,
            errno_str());
   try {
     TS_CHECK(::fchmod(fd.get(), 0644) == 0, where, "fchmod failed: ", errno_str());
+    if (reserve_bytes > 0) {
+      // File systems without fallocate (EOPNOTSUPP, EINVAL) find out at the write instead.
+      const int error = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(reserve_bytes));
+      TS_CHECK(error == 0 || error == EOPNOTSUPP || error == EINVAL, where, "reserving ",
+               reserve_bytes, " bytes for ", tmp, " failed: ", std::strerror(error));
+    }
     uint64_t written = 0, flushing = 0;  // bytes written; bytes whose write-back started
     const WriteBytes write = [&](const void* bytes, size_t n) {
       const char* p = static_cast<const char*>(bytes);

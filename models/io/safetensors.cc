@@ -325,25 +325,29 @@ void write_streamed_safetensors(const std::string& path, const StreamedStateDict
   TS_CHECK(header_bytes <= kMaxHeaderBytes, where, "header of ", header_bytes,
            " bytes exceeds the limit of ", kMaxHeaderBytes, " bytes");
 
-  write_file_atomically(path, [&](const WriteBytes& write) {
-    write(&header_bytes, 8);
-    write(text.data(), text.size());
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const StreamedTensor& t = tensors[i];
-      uint64_t written = 0;
-      t.produce([&](const Tensor& piece) {
-        TS_CHECK(piece.dtype() == t.dtype && piece.device().is_cpu() && piece.is_contiguous() &&
-                     written + piece.nbytes() <= sizes[i],
-                 where, "tensor \"", t.name, "\": expected contiguous CPU ", dtype_name(t.dtype),
-                 " pieces of ", sizes[i], " bytes in all, found ", piece.str(), " after ", written,
-                 " bytes");
-        if (piece.nbytes() > 0) write(piece.raw_data(), piece.nbytes());
-        written += piece.nbytes();
-      });
-      TS_CHECK(written == sizes[i], where, "tensor \"", t.name, "\": expected ", sizes[i],
-               " bytes, its pieces held ", written);
-    }
-  });
+  const uint64_t file_bytes = 8 + header_bytes + offset;
+  write_file_atomically(
+      path,
+      [&](const WriteBytes& write) {
+        write(&header_bytes, 8);
+        write(text.data(), text.size());
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          const StreamedTensor& t = tensors[i];
+          uint64_t written = 0;
+          t.produce([&](const Tensor& piece) {
+            TS_CHECK(piece.dtype() == t.dtype && piece.device().is_cpu() && piece.is_contiguous() &&
+                         written + piece.nbytes() <= sizes[i],
+                     where, "tensor \"", t.name, "\": expected contiguous CPU ",
+                     dtype_name(t.dtype), " pieces of ", sizes[i], " bytes in all, found ",
+                     piece.str(), " after ", written, " bytes");
+            if (piece.nbytes() > 0) write(piece.raw_data(), piece.nbytes());
+            written += piece.nbytes();
+          });
+          TS_CHECK(written == sizes[i], where, "tensor \"", t.name, "\": expected ", sizes[i],
+                   " bytes, its pieces held ", written);
+        }
+      },
+      file_bytes);  // the disk space first: a checkpoint too big fails before it is written
 }
 
 }  // namespace tessera

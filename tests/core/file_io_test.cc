@@ -4,12 +4,16 @@
 #include "core/file_io.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <filesystem>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -65,6 +69,33 @@ TEST_CASE("a large file is written whole, its pages written back as it grows", "
     CHECK(cached_pages(path, window) < static_cast<int64_t>(window / 4096 / 4));
   }
   std::filesystem::remove(path);
+}
+
+// A full disk: a 1 MiB tmpfs in a mount namespace of this process's own (root only).
+TEST_CASE("a file too big for its disk fails at the reservation and keeps the old file",
+          "[file_io]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: mounting a small tmpfs needs root");
+    return;
+  }
+  REQUIRE(::unshare(CLONE_NEWNS) == 0);
+  REQUIRE(::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0);
+  const std::filesystem::path dir = testing::fresh_dir("file_io_full");
+  REQUIRE(::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") == 0);
+  {
+    const std::string path = (dir / "state.bin").string();
+    write_file_atomically(path, {std::string_view("old")});
+    bool wrote = false;
+    CHECK_THROWS_WITH(write_file_atomically(
+                          path, [&](const WriteBytes&) { wrote = true; }, uint64_t{4} << 20),
+                      Catch::StartsWith("[write] " + path + ": reserving 4194304 bytes for ") &&
+                          Catch::EndsWith("failed: No space left on device"));
+    CHECK_FALSE(wrote);  // nothing was written
+    CHECK(testing::read_bytes(path) == "old");
+    CHECK(std::distance(std::filesystem::directory_iterator(dir),
+                        std::filesystem::directory_iterator()) == 1);  // no temporary file
+  }
+  CHECK(::umount(dir.c_str()) == 0);
 }
 
 }  // namespace
