@@ -68,10 +68,14 @@ void write_file_atomically(const std::string& path,
   try {
     TS_CHECK(::fchmod(fd.get(), 0644) == 0, where, "fchmod failed: ", errno_str());
     if (reserve_bytes > 0) {
-      // File systems without fallocate (EOPNOTSUPP, EINVAL) find out at the write instead.
-      const int error = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(reserve_bytes));
-      TS_CHECK(error == 0 || error == EOPNOTSUPP || error == EINVAL, where, "reserving ",
-               reserve_bytes, " bytes for ", tmp, " failed: ", std::strerror(error));
+      // fallocate itself, not posix_fallocate, which would write every block where the file
+      // system has none; those (EOPNOTSUPP, ENOSYS, EINVAL) find out at the write instead.
+      int rc = 0;
+      do {
+        rc = ::fallocate(fd.get(), 0, 0, static_cast<off_t>(reserve_bytes));
+      } while (rc != 0 && errno == EINTR);
+      TS_CHECK(rc == 0 || errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL, where,
+               "reserving ", reserve_bytes, " bytes for ", tmp, " failed: ", errno_str());
     }
     uint64_t written = 0, flushing = 0;  // bytes written; bytes whose write-back started
     const WriteBytes write = [&](const void* bytes, size_t n) {
@@ -97,6 +101,8 @@ void write_file_atomically(const std::string& path,
       }
     };
     body(write);
+    TS_CHECK(reserve_bytes == 0 || written == reserve_bytes, where, "expected ", reserve_bytes,
+             " bytes (as reserved), the writer gave ", written);
     TS_CHECK(::fsync(fd.get()) == 0, where, "fsync of ", tmp, " failed: ", errno_str());
     TS_CHECK(fd.close() == 0, where, "close of ", tmp, " failed: ", errno_str());
     TS_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, where, "rename from ", tmp,

@@ -20,9 +20,9 @@ using WriteBytes = std::function<void(const void* data, size_t nbytes)>;
 // (Note [Bounded write-back] in file_io.cc), so a large file holds little memory. On any error
 // (including one thrown by `body`) the temporary file is removed, `path` is untouched, and
 // tessera::Error names the path and the failing call.
-// With `reserve_bytes` (the size the body will write), the disk space is reserved first
-// (fallocate), so that a disk too small fails at once, naming the path and the reason,
-// rather than after most of the file is written.
+// With `reserve_bytes` (the size the body must write, exactly), the disk space is reserved
+// first (fallocate), so that a disk too small fails at once, naming the path and the
+// reason, rather than after most of the file is written.
 void write_file_atomically(const std::string& path,
                            const std::function<void(const WriteBytes& write)>& body,
                            uint64_t reserve_bytes = 0);

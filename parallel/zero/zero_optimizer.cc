@@ -380,7 +380,7 @@ bool ZeroOptimizer::step() {
     offload_->step([&](int64_t block) { prepare_gradient(block); },
                    [&](int64_t block) {
                      if (round) weights_->round_chunk(block);
-                     if (host_steps_) host_grads_[static_cast<size_t>(block)].storage().release();
+                     release_host_gradient(block);
                    });
     // The step discarded swapped gradients: they read as zeros now, and their norm and
     // scale go with them, as zero_grad() leaves them.
@@ -391,7 +391,7 @@ bool ZeroOptimizer::step() {
     inner_->step();
     for (int64_t b = 0; b < blocks; ++b) {
       weights_->round_chunk(b);
-      host_grads_[static_cast<size_t>(b)].storage().release();
+      release_host_gradient(b);
     }
   } else {
     inner_->step();
@@ -404,10 +404,17 @@ void ZeroOptimizer::prepare_gradient(int64_t block) {
   gradients_->prepare_chunk(block);
   if (!host_steps_) return;
   const Tensor& host = host_grads_[static_cast<size_t>(block)];
-  // Pinned memory, or memory that goes back to the system when the update lets it go.
-  host.storage().reallocate(host.nbytes(),
-                            pinned_ ? cuda::pinned_host_allocator() : mapped_host_allocator());
+  // Pinned memory, kept from step to step (pinning is slow), or memory that goes back to
+  // the system when the update lets it go.
+  if (host.storage().nbytes() == 0) {
+    host.storage().reallocate(host.nbytes(),
+                              pinned_ ? cuda::pinned_host_allocator() : mapped_host_allocator());
+  }
   host.copy_(gradients_->own_chunk(block));  // device to host
+}
+
+void ZeroOptimizer::release_host_gradient(int64_t block) {
+  if (host_steps_ && !pinned_) host_grads_[static_cast<size_t>(block)].storage().release();
 }
 
 void ZeroOptimizer::pin_host_masters() {

@@ -129,7 +129,8 @@ namespace tessera::parallel {
 // between steps with "nvme", Note [ZeRO's offloaded state]), and so does the optimizer's
 // state, made by the host optimizer (Tessera's CPU Adam). The gradients are reduced, clipped and
 // unscaled on the device as without offload; before a block's update the step copies its averaged
-// f32 chunk to the host (prepare_gradient; host memory that the update's end lets go), and after it
+// f32 chunk to the host (prepare_gradient; host memory that the update's end lets go, kept
+// pinned for the next step with pin_memory), and after it
 // rounds the master into the device's 16-bit chunk (round_chunk: converted on the host, two bytes
 // an element across), which after_step() all-gathers on the device (stages 1-2) or stage 3's
 // gathers read. So the GPU holds the 16-bit parameters (all of them at stages 1-2, a shard
@@ -326,6 +327,8 @@ class ZeroOptimizer {
   // Before the optimizer reads block `block`'s gradient: its pending scales applied and,
   // with host_steps_, the device's chunk copied into host memory.
   void prepare_gradient(int64_t block);
+  // After block `block`'s update: its host gradient copy's memory goes (kept when pinned_).
+  void release_host_gradient(int64_t block);
   // Moves the host masters into pinned memory (pinned_), values kept.
   void pin_host_masters();
   // Brings offloaded masters into memory before they are read or written whole, otherwise
@@ -370,7 +373,7 @@ class ZeroOptimizer {
   OneBitOptimizer* onebit_ = nullptr;        // inner_ when it is a 1-bit optimizer
   std::unique_ptr<ZeroOffload> offload_;     // inner_'s state in NVMe swap files, or null
   // Note [Offload on a GPU]: inner_ steps host masters from host copies of the gradients
-  // (host_grads_, per block, memory only during the step).
+  // (host_grads_, per block, memory only during the step; kept when pinned_).
   bool host_steps_ = false;
   std::vector<Tensor> host_grads_;
   bool pinned_ = false;  // offload_optimizer.pin_memory with "cpu": both in pinned memory

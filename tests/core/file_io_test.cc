@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <string>
@@ -78,10 +80,14 @@ TEST_CASE("a file too big for its disk fails at the reservation and keeps the ol
     WARN("skipped: mounting a small tmpfs needs root");
     return;
   }
-  REQUIRE(::unshare(CLONE_NEWNS) == 0);
-  REQUIRE(::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0);
+  // Root without CAP_SYS_ADMIN (a container's) may not make the namespace or the mount.
   const std::filesystem::path dir = testing::fresh_dir("file_io_full");
-  REQUIRE(::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") == 0);
+  if (::unshare(CLONE_NEWNS) != 0 ||
+      ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    WARN("skipped: cannot mount a small tmpfs here (" << std::strerror(errno) << ")");
+    return;
+  }
   {
     const std::string path = (dir / "state.bin").string();
     write_file_atomically(path, {std::string_view("old")});
