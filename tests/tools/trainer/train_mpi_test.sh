@@ -8,7 +8,8 @@
 #   - overlap_comm at stages 0-2 (the reductions, and at stages 1-2 the gathers after the
 #     step, on a worker thread under MPI_THREAD_MULTIPLE) gives the blocking runs' bits;
 #   - the optimizer state offloaded to NVMe swap files at stages 1-3 gives the in-memory
-#     runs' bits, and with bf16 at stage 3 so do the parameters offloaded with it;
+#     runs' bits, and with bf16 at stage 3 so do the parameters offloaded with it, and so
+#     does bf16 with the optimizer offloaded to "cpu";
 #   - log lines carry the rank and only rank 0 reports progress, with the communication
 #     summary at the end;
 #   - 2-rank stage-2 and stage-3 runs resumed at 2 ranks from their checkpoints end bit for
@@ -141,6 +142,19 @@ mpi 240 3 --config bf16_s3_np3_infinity.json --comm-timeout 60 >bf16_s3_np3_infi
 "$COMPARE" bf16_s3_np3 bf16_s3_np3_infinity 0 || fail "bf16_s3_np3_infinity differs from bf16_s3_np3"
 [ -z "$(ls -A "$WORK/swap")" ] || fail "bf16_s3_np3_infinity left swap files: $(ls "$WORK/swap")"
 echo "ok: parameters and optimizer state on NVMe at stage 3 under mpirun give the in-memory bits"
+
+# offload_optimizer "cpu" with bf16 (Note [Offload on a GPU] in
+# parallel/zero/zero_optimizer.h): the optimizer steps host masters from host copies of the
+# gradients, on the CPU within one memory: the in-memory run's bits.
+ZERO_KEYS=', "offload_optimizer": {"device": "cpu"}'
+config bf16_s2_np3_host 2 6 "$batch12" '"bf16": {"enabled": true}'
+unset ZERO_KEYS
+mpi 240 3 --config bf16_s2_np3_host.json --comm-timeout 60 >bf16_s2_np3_host.log 2>&1 ||
+  fail "bf16_s2_np3_host failed: $(tail -n 5 bf16_s2_np3_host.log)"
+"$COMPARE" bf16_s2_np3 bf16_s2_np3_host 0 || fail "bf16_s2_np3_host differs from bf16_s2_np3"
+grep -q 'MB in host memory' bf16_s2_np3_host.log ||
+  fail "no host memory in bf16_s2_np3_host's closing line: $(grep 'memory:' bf16_s2_np3_host.log)"
+echo "ok: offload_optimizer \"cpu\" with bf16 under mpirun gives the in-memory bits"
 
 # Rank tags: every log line of a rank names it; progress comes from rank 0 only.
 grep -Eq '^\[1,0\]<std(out|err)>:.*\[rank 0\] \[info\] step 2/6' s2_np2.log ||
