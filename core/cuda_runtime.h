@@ -134,6 +134,10 @@ bool is_pinned(const void* ptr);
 // returns before it runs. The source must not be written until the device has done it;
 // freeing it is safe (Note [Pinned host memory]).
 void memcpy_from_pinned_async(void* dst, const void* pinned_src, size_t nbytes, int device);
+// Queues a copy of `nbytes` from `device`'s memory into pinned host memory on its compute
+// stream and returns before it runs: read the destination only once an Event recorded after
+// it is done (NVMe-free GPU offload: Note [Offload on a GPU] in parallel/zero/zero_optimizer.h).
+void memcpy_to_pinned_async(void* pinned_dst, const void* src, size_t nbytes, int device);
 
 // A CUDA event on a device's compute stream: marks a point in the queued work, for timing
 // device work and for waiting on part of it.

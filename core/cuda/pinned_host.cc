@@ -141,4 +141,13 @@ void memcpy_from_pinned_async(void* dst, const void* pinned_src, size_t nbytes, 
   TS_CUDA_CHECK(cudaMemcpyAsync(dst, pinned_src, nbytes, cudaMemcpyHostToDevice, 0), device);
 }
 
+void memcpy_to_pinned_async(void* pinned_dst, const void* src, size_t nbytes, int device) {
+  check_device(device);
+  TS_CHECK(pinned().owns(pinned_dst), "[cuda] asynchronous copy: expected a destination in ",
+           "pinned host memory, found pageable memory");
+  pinned().note_use(device);
+  TS_CUDA_CHECK(cudaSetDevice(device), device);
+  TS_CUDA_CHECK(cudaMemcpyAsync(pinned_dst, src, nbytes, cudaMemcpyDeviceToHost, 0), device);
+}
+
 }  // namespace tessera::cuda

@@ -40,6 +40,7 @@ bool is_pinned(const void*) { return false; }
 void memcpy_from_pinned_async(void*, const void*, size_t, int) {
   built_without_cuda("cannot copy");
 }
+void memcpy_to_pinned_async(void*, const void*, size_t, int) { built_without_cuda("cannot copy"); }
 
 Event::Event(int device) : device_(device) { built_without_cuda("cannot create an event"); }
 Event::~Event() = default;

@@ -49,25 +49,36 @@ std::unique_ptr<TensorSwapper> make_param_swapper(const ZeroConfig& config, cons
                         config.offload_param.buffer_count, 2 * config.offload_param.buffer_size);
 }
 
+std::vector<std::vector<int64_t>> sub_group_blocks(const FlatLayout& layout,
+                                                   int64_t sub_group_size) {
+  std::vector<std::vector<int64_t>> groups;
+  int64_t numel = 0;
+  for (size_t b = 0; b < layout.blocks.size(); ++b) {
+    if (groups.empty() || numel >= sub_group_size) {  // DeepSpeed's rule
+      groups.emplace_back();
+      numel = 0;
+    }
+    groups.back().push_back(static_cast<int64_t>(b));
+    numel += layout.blocks[b].chunk;
+  }
+  return groups;
+}
+
 ZeroOffload::ZeroOffload(const ZeroConfig& config, const FlatLayout& layout,
                          optim::Optimizer& inner, TensorSwapper& swapper,
                          const std::vector<int64_t>& master_ids,
                          const std::vector<int64_t>& gradient_ids)
-    : master_ids_(master_ids), swapper_(swapper) {
-  std::vector<SwappedOptimizerState::SubGroup> groups;
-  int64_t numel = 0;
-  for (size_t b = 0; b < layout.blocks.size(); ++b) {
-    if (groups.empty() || numel >= config.sub_group_size) {  // DeepSpeed's rule
-      groups.emplace_back();
-      blocks_.emplace_back();
-      numel = 0;
+    : blocks_(sub_group_blocks(layout, config.sub_group_size)),
+      master_ids_(master_ids),
+      swapper_(swapper) {
+  std::vector<SwappedOptimizerState::SubGroup> groups(blocks_.size());
+  for (size_t g = 0; g < blocks_.size(); ++g) {
+    for (const int64_t block : blocks_[g]) {
+      const auto b = static_cast<size_t>(block);
+      groups[g].params.push_back(chunk_name(block));
+      if (!master_ids.empty()) groups[g].storages.push_back(master_ids[b]);
+      if (!gradient_ids.empty()) groups[g].gradients.push_back(gradient_ids[b]);
     }
-    const int64_t block = static_cast<int64_t>(b);
-    groups.back().params.push_back(chunk_name(block));
-    if (!master_ids.empty()) groups.back().storages.push_back(master_ids[b]);
-    if (!gradient_ids.empty()) groups.back().gradients.push_back(gradient_ids[b]);
-    blocks_.back().push_back(block);
-    numel += layout.blocks[b].chunk;
   }
   state_ = std::make_unique<SwappedOptimizerState>(
       inner, std::move(groups), swapper_,

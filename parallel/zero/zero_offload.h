@@ -52,6 +52,11 @@ std::unique_ptr<TensorSwapper> make_offload_swapper(const ZeroConfig& config,
 std::unique_ptr<TensorSwapper> make_param_swapper(const ZeroConfig& config, const Communicator& dp,
                                                   const void* owner);
 
+// The blocks of each sub-group: runs of consecutive blocks, each closed once its chunks hold
+// `sub_group_size` elements or more (Note [ZeRO's offloaded state]).
+std::vector<std::vector<int64_t>> sub_group_blocks(const FlatLayout& layout,
+                                                   int64_t sub_group_size);
+
 class ZeroOffload {
  public:
   // `inner` steps one parameter per block, named chunk_name(b) (zero_state.h).

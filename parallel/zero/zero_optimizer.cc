@@ -1,8 +1,6 @@
 #include "parallel/zero/zero_optimizer.h"
 
 #include <cmath>
-#include <cstddef>
-#include <cstring>
 #include <exception>
 #include <functional>
 #include <set>
@@ -11,7 +9,6 @@
 #include "autograd/engine.h"
 #include "autograd/record.h"
 #include "core/allocator.h"
-#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
@@ -385,48 +382,13 @@ bool ZeroOptimizer::step() {
     // The step discarded swapped gradients: they read as zeros now, and their norm and
     // scale go with them, as zero_grad() leaves them.
     if (!gradients_->swap_ids().empty()) gradients_->zero_grad();
-  } else if (host_steps_) {  // Note [Offload on a GPU], with the state in host memory
-    const int64_t blocks = static_cast<int64_t>(layout_.blocks.size());
-    for (int64_t b = 0; b < blocks; ++b) prepare_gradient(b);
-    inner_->step();
-    for (int64_t b = 0; b < blocks; ++b) {
-      weights_->round_chunk(b);
-      release_host_gradient(b);
-    }
+  } else if (host_steps_) {
+    host_step();
   } else {
     inner_->step();
   }
   weights_->after_step();
   return true;
-}
-
-void ZeroOptimizer::prepare_gradient(int64_t block) {
-  gradients_->prepare_chunk(block);
-  if (!host_steps_) return;
-  const Tensor& host = host_grads_[static_cast<size_t>(block)];
-  // Pinned memory, kept from step to step (pinning is slow), or memory that goes back to
-  // the system when the update lets it go.
-  if (host.storage().nbytes() == 0) {
-    host.storage().reallocate(host.nbytes(),
-                              pinned_ ? cuda::pinned_host_allocator() : mapped_host_allocator());
-  }
-  host.copy_(gradients_->own_chunk(block));  // device to host
-}
-
-void ZeroOptimizer::release_host_gradient(int64_t block) {
-  if (host_steps_ && !pinned_) host_grads_[static_cast<size_t>(block)].storage().release();
-}
-
-void ZeroOptimizer::pin_host_masters() {
-  std::set<const void*> moved;  // storages (stage 3's chunks share one)
-  for (int64_t b = 0; b < static_cast<int64_t>(layout_.blocks.size()); ++b) {
-    const Storage& s = weights_->own_chunk(b).storage();
-    if (!moved.insert(s.data()).second) continue;
-    std::vector<std::byte> values(s.nbytes());
-    std::memcpy(values.data(), s.data(), values.size());
-    s.reallocate(values.size(), cuda::pinned_host_allocator());
-    std::memcpy(s.data(), values.data(), values.size());
-  }
 }
 
 void ZeroOptimizer::make_masters_resident() const {

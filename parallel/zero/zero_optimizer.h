@@ -140,9 +140,11 @@ namespace tessera::parallel {
 // copies within one memory, the in-memory run's bits), which is how the CPU tests cover it.
 // offload_param on a GPU keeps stage 3's 16-bit shard on the host too (Note [Offloaded
 // parameters] in partitioned_params.h). pin_memory (of either) puts "cpu"'s host memory
-// in pinned pages, for faster copies. Not yet: f32 parameters on a GPU, the gradients moved
-// to the host during backward (DeepSpeed's, which frees the 4/N), and copies overlapped
-// with the update (each is synchronous).
+// in pinned pages, for faster copies, and then the step goes by sub-groups (sub_group_size)
+// with each one's gradient copies queued on the device while the host updates the one
+// before (host_step). Not yet: f32 parameters on a GPU, the gradients moved to the host
+// during backward (DeepSpeed's, which frees the 4/N), the rounding's copies to the device
+// overlapped too, and any overlap with "nvme" (whose copies wait, each in turn).
 
 // Bytes of model state one rank holds (the buffers the optimizer owns).
 struct ModelStateBytes {
@@ -329,6 +331,9 @@ class ZeroOptimizer {
   void prepare_gradient(int64_t block);
   // After block `block`'s update: its host gradient copy's memory goes (kept when pinned_).
   void release_host_gradient(int64_t block);
+  // The step without a swap file in host memory (Note [Offload on a GPU]): with pinned_,
+  // sub-group by sub-group, the next one's gradients copied while this one updates.
+  void host_step();
   // Moves the host masters into pinned memory (pinned_), values kept.
   void pin_host_masters();
   // Brings offloaded masters into memory before they are read or written whole, otherwise
