@@ -26,24 +26,33 @@ StreamedStateDict streamed(const StateDict& tensors) {
   return out;
 }
 
+void produce_checked(const StreamedTensor& t, const StreamedTensor::Take& take,
+                     const std::string& where) {
+  const uint64_t bytes = static_cast<uint64_t>(numel_of(t.shape)) * itemsize(t.dtype);
+  uint64_t given = 0;
+  t.produce([&](const Tensor& piece) {
+    TS_CHECK(piece.dtype() == t.dtype && piece.device().is_cpu() && piece.is_contiguous() &&
+                 given + piece.nbytes() <= bytes,
+             where, "tensor \"", t.name, "\": expected contiguous CPU ", dtype_name(t.dtype),
+             " pieces of ", bytes, " bytes in all, found ", piece.str(), " after ", given,
+             " bytes");
+    take(piece);
+    given += piece.nbytes();
+  });
+  TS_CHECK(given == bytes, where, "tensor \"", t.name, "\": expected ", bytes,
+           " bytes, its pieces held ", given);
+}
+
 Tensor materialize(const StreamedTensor& t) {
   const Tensor out = empty(t.shape, {t.dtype});
-  const int64_t numel = out.numel();
-  int64_t filled = 0;
-  t.produce([&](const Tensor& piece) {
-    TS_CHECK(piece.dtype() == t.dtype && piece.is_contiguous() && piece.device().is_cpu() &&
-                 filled + piece.numel() <= numel,
-             "[streamed] \"", t.name, "\": expected contiguous CPU ", dtype_name(t.dtype),
-             " pieces of ", numel, " elements in all, found ", piece.str(), " after ", filled);
-    if (piece.numel() > 0) {
-      std::memcpy(
-          static_cast<char*>(out.raw_data()) + filled * static_cast<int64_t>(itemsize(t.dtype)),
-          piece.raw_data(), piece.nbytes());
-    }
-    filled += piece.numel();
-  });
-  TS_CHECK(filled == numel, "[streamed] \"", t.name, "\": expected ", numel,
-           " elements, the pieces held ", filled);
+  char* at = static_cast<char*>(out.raw_data());
+  produce_checked(
+      t,
+      [&](const Tensor& piece) {
+        if (piece.nbytes() > 0) std::memcpy(at, piece.raw_data(), piece.nbytes());
+        at += piece.nbytes();
+      },
+      "[streamed] ");
   return out;
 }
 

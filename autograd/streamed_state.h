@@ -30,6 +30,12 @@ using StreamedStateDict = std::vector<StreamedTensor>;
 StreamedTensor streamed(std::string name, Tensor t);
 StreamedStateDict streamed(const StateDict& tensors);
 
+// Runs t.produce, passing each piece to `take` once checked (a contiguous CPU tensor of
+// t.dtype within t's bytes), then checks the pieces held all of t's bytes; errors start with
+// `where` and name the tensor.
+void produce_checked(const StreamedTensor& t, const StreamedTensor::Take& take,
+                     const std::string& where);
+
 // The values whole, in a new CPU tensor (the reverse of streamed(); for tests and small
 // state). Throws when the pieces do not fit the shape or dtype.
 Tensor materialize(const StreamedTensor& t);

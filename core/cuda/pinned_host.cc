@@ -132,22 +132,29 @@ bool is_pinned(const void* ptr) {
   return pinned().owns(ptr);
 }
 
-void memcpy_from_pinned_async(void* dst, const void* pinned_src, size_t nbytes, int device) {
+namespace {
+
+// Queues a copy between pinned host memory (`host`, the side named `side`) and `device` on
+// its compute stream (stream 0).
+void queue_pinned_copy(void* dst, const void* src, size_t nbytes, int device, const void* host,
+                       const char* side, cudaMemcpyKind kind) {
   check_device(device);
-  TS_CHECK(pinned().owns(pinned_src), "[cuda] asynchronous copy: expected a source in pinned ",
-           "host memory (Tensor::pin_memory), found pageable memory");
+  TS_CHECK(pinned().owns(host), "[cuda] asynchronous copy: expected a ", side,
+           " in pinned host memory (Tensor::pin_memory), found pageable memory");
   pinned().note_use(device);
   TS_CUDA_CHECK(cudaSetDevice(device), device);
-  TS_CUDA_CHECK(cudaMemcpyAsync(dst, pinned_src, nbytes, cudaMemcpyHostToDevice, 0), device);
+  TS_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, 0), device);
+}
+
+}  // namespace
+
+void memcpy_from_pinned_async(void* dst, const void* pinned_src, size_t nbytes, int device) {
+  queue_pinned_copy(dst, pinned_src, nbytes, device, pinned_src, "source", cudaMemcpyHostToDevice);
 }
 
 void memcpy_to_pinned_async(void* pinned_dst, const void* src, size_t nbytes, int device) {
-  check_device(device);
-  TS_CHECK(pinned().owns(pinned_dst), "[cuda] asynchronous copy: expected a destination in ",
-           "pinned host memory, found pageable memory");
-  pinned().note_use(device);
-  TS_CUDA_CHECK(cudaSetDevice(device), device);
-  TS_CUDA_CHECK(cudaMemcpyAsync(pinned_dst, src, nbytes, cudaMemcpyDeviceToHost, 0), device);
+  queue_pinned_copy(pinned_dst, src, nbytes, device, pinned_dst, "destination",
+                    cudaMemcpyDeviceToHost);
 }
 
 }  // namespace tessera::cuda

@@ -250,7 +250,7 @@ PartitionedWeights::PartitionedWeights(Communicator& dp, const FlatLayout& layou
                                        const std::vector<Tensor>& params, Module& model,
                                        const ZeroConfig& config, const ParameterInit& init,
                                        const ShardOffload& offload)
-    : layout_(layout), model_(model), host_masters_(offload.host_masters) {
+    : layout_(layout), model_(model) {
   TensorSwapper* swapper = offload.masters;
   const bool host_masters = offload.host_masters;
   // f32 on the parameters' device (CPU or CUDA: Note [ZeRO-3 parameters]), or the host's.

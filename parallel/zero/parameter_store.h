@@ -198,7 +198,7 @@ class PartitionedWeights final : public ParameterStore {
   bool sharded_parameters() const override { return true; }
   // Per block, the swapper id of its master chunk; empty without a swapper.
   const std::vector<int64_t>& swap_ids() const { return swap_ids_; }
-  bool rounds_in_step() const override { return !swap_ids_.empty() || host_masters_; }
+  bool rounds_in_step() const override { return partitioned_->rounds_in_step(); }
   // Rounds block `block`'s master chunk into the 16-bit shard (with a swapper, in the step).
   void round_chunk(int64_t block) override { partitioned_->round_chunk(block); }
   const PartitionedParams& partitioned() const { return *partitioned_; }
@@ -210,7 +210,6 @@ class PartitionedWeights final : public ParameterStore {
  private:
   const FlatLayout& layout_;
   Module& model_;
-  bool host_masters_;           // ShardOffload::host_masters
   Tensor shard_;                // (layout.shard_numel()) f32, unless swapped
   std::vector<Tensor> chunks_;  // per block, (chunk) f32: views of shard_, or own storages
   std::vector<int64_t> swap_ids_;

@@ -114,6 +114,7 @@ class PartitionedParams final : public ModuleHooks {
   // 16-bit parameters: the step rounds each updated chunk itself, with round_chunk(i), while
   // it is in memory (NVMe offload), and after_step() rounds none.
   void round_chunks_in_step() { rounded_in_step_ = true; }
+  bool rounds_in_step() const { return rounded_in_step_; }
   // Rounds parameter i's f32 master chunk into the 16-bit shard.
   void round_chunk(int64_t i);
   // Replaces every parameter's value from whole tensors (flat order), on every rank alike.

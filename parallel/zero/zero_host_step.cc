@@ -1,7 +1,6 @@
 // ZeroOptimizer's step in host memory for a run that offloads its optimizer (Note [Offload
 // on a GPU] in zero_optimizer.h): the gradients' host copies, the pinned masters, and the
 // step that overlaps the copies with the host's updates.
-#include <cstddef>
 #include <cstring>
 #include <set>
 #include <string>
@@ -14,9 +13,7 @@
 
 namespace tessera::parallel {
 
-void ZeroOptimizer::prepare_gradient(int64_t block) {
-  gradients_->prepare_chunk(block);
-  if (!host_steps_) return;
+const Tensor& ZeroOptimizer::host_gradient(int64_t block) {
   const Tensor& host = host_grads_[static_cast<size_t>(block)];
   // Pinned memory, kept from step to step (pinning is slow), or memory that goes back to
   // the system when the update lets it go.
@@ -24,7 +21,12 @@ void ZeroOptimizer::prepare_gradient(int64_t block) {
     host.storage().reallocate(host.nbytes(),
                               pinned_ ? cuda::pinned_host_allocator() : mapped_host_allocator());
   }
-  host.copy_(gradients_->own_chunk(block));  // device to host
+  return host;
+}
+
+void ZeroOptimizer::prepare_gradient(int64_t block) {
+  gradients_->prepare_chunk(block);
+  if (host_steps_) host_gradient(block).copy_(gradients_->own_chunk(block));  // device to host
 }
 
 void ZeroOptimizer::release_host_gradient(int64_t block) {
@@ -36,10 +38,9 @@ void ZeroOptimizer::pin_host_masters() {
   for (int64_t b = 0; b < static_cast<int64_t>(layout_.blocks.size()); ++b) {
     const Storage& s = weights_->own_chunk(b).storage();
     if (!moved.insert(s.data()).second) continue;
-    std::vector<std::byte> values(s.nbytes());
-    std::memcpy(values.data(), s.data(), values.size());
-    s.reallocate(values.size(), cuda::pinned_host_allocator());
-    std::memcpy(s.data(), values.data(), values.size());
+    const Storage values = s.take_memory();  // kept until copied into the pinned memory
+    s.reallocate(values.nbytes(), cuda::pinned_host_allocator());
+    std::memcpy(s.data(), values.data(), values.nbytes());
   }
 }
 
@@ -62,10 +63,7 @@ void ZeroOptimizer::host_step() {
   const auto fetch = [&](size_t g) {
     for (const int64_t b : groups[g]) {
       gradients_->prepare_chunk(b);
-      const Tensor& host = host_grads_[static_cast<size_t>(b)];
-      if (host.storage().nbytes() == 0) {
-        host.storage().reallocate(host.nbytes(), cuda::pinned_host_allocator());
-      }
+      const Tensor& host = host_gradient(b);
       const Tensor device = gradients_->own_chunk(b);
       TS_INTERNAL_ASSERT(
           device.is_contiguous() && device.dtype() == DType::f32 && device.numel() == host.numel(),

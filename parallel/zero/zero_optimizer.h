@@ -329,6 +329,8 @@ class ZeroOptimizer {
   // Before the optimizer reads block `block`'s gradient: its pending scales applied and,
   // with host_steps_, the device's chunk copied into host memory.
   void prepare_gradient(int64_t block);
+  // Block `block`'s host gradient copy (host_grads_), its memory allocated where it has none.
+  const Tensor& host_gradient(int64_t block);
   // After block `block`'s update: its host gradient copy's memory goes (kept when pinned_).
   void release_host_gradient(int64_t block);
   // The step without a swap file in host memory (Note [Offload on a GPU]): with pinned_,

@@ -79,21 +79,24 @@ for stage in 0 1 2 3; do
   done
 done
 
-# same_bits_as_np2 NAME STAGE KEYS: a 2-rank run with KEYS spliced into zero_optimization
-# must give the bits of the plain 2-rank run s<STAGE>_np2.
-same_bits_as_np2() {
-  ZERO_KEYS=$3
-  config "$1" "$2" 6
+# same_bits NAME REFERENCE NP STAGE KEYS [CONFIG_ARGS...]: an NP-rank run at STAGE with
+# KEYS spliced into zero_optimization (and the batch and precision of CONFIG_ARGS, as
+# `config` takes them) must give the bits of the run REFERENCE.
+same_bits() {
+  sb_name=$1 sb_reference=$2 sb_np=$3 sb_stage=$4  # sh has no locals: names of their own
+  ZERO_KEYS=$5
+  shift 5
+  config "$sb_name" "$sb_stage" 6 "$@"
   unset ZERO_KEYS
-  mpi 240 2 --config "$1.json" --comm-timeout 60 >"$1.log" 2>&1 ||
-    fail "$1 failed: $(tail -n 5 "$1.log")"
-  "$COMPARE" "s${2}_np2" "$1" 0 || fail "$1 differs from s${2}_np2"
+  mpi 240 "$sb_np" --config "$sb_name.json" --comm-timeout 60 >"$sb_name.log" 2>&1 ||
+    fail "$sb_name failed: $(tail -n 5 "$sb_name.log")"
+  "$COMPARE" "$sb_reference" "$sb_name" 0 || fail "$sb_name differs from $sb_reference"
 }
 
 # Overlapped communication (Note [Overlapped reductions], Note [Gathers after the step]):
 # the same operations in the same order, so the blocking runs' bits.
 for stage in 0 1 2; do
-  same_bits_as_np2 "s${stage}_np2_overlap" "$stage" ', "overlap_comm": true'
+  same_bits "s${stage}_np2_overlap" "s${stage}_np2" 2 "$stage" ', "overlap_comm": true'
 done
 echo "ok: overlap_comm at stages 0-2 under mpirun gives the blocking runs' bits"
 
@@ -101,7 +104,7 @@ echo "ok: overlap_comm at stages 0-2 under mpirun gives the blocking runs' bits"
 # checkpoint at step 3 and swapped out again: the in-memory runs' bits; the swap files go
 # with the ranks.
 for stage in 1 2 3; do
-  same_bits_as_np2 "s${stage}_np2_nvme" "$stage" \
+  same_bits "s${stage}_np2_nvme" "s${stage}_np2" 2 "$stage" \
     ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$WORK/swap\"}, \"sub_group_size\": 2000"
   [ -z "$(ls -A "$WORK/swap")" ] || fail "s${stage}_np2_nvme left swap files: $(ls "$WORK/swap")"
 done
@@ -133,25 +136,19 @@ echo "ok: bf16 and fp16 at 3 ranks, stages 0-3, follow the single-process runs"
 # ZeRO-Infinity (Note [Offloaded parameters] in parallel/zero/partitioned_params.h): bf16
 # stage 3 with the 16-bit parameters and the optimizer state in NVMe swap files,
 # checkpointed at step 3: the in-memory run's bits; the swap files go with the ranks.
+bf16='"bf16": {"enabled": true}'
 swap="\"nvme_path\": \"$WORK/swap\""
-ZERO_KEYS=", \"offload_optimizer\": {\"device\": \"nvme\", $swap}, \"offload_param\": {\"device\": \"nvme\", $swap}"
-config bf16_s3_np3_infinity 3 6 "$batch12" '"bf16": {"enabled": true}'
-unset ZERO_KEYS
-mpi 240 3 --config bf16_s3_np3_infinity.json --comm-timeout 60 >bf16_s3_np3_infinity.log 2>&1 ||
-  fail "bf16_s3_np3_infinity failed: $(tail -n 5 bf16_s3_np3_infinity.log)"
-"$COMPARE" bf16_s3_np3 bf16_s3_np3_infinity 0 || fail "bf16_s3_np3_infinity differs from bf16_s3_np3"
+same_bits bf16_s3_np3_infinity bf16_s3_np3 3 3 \
+  ", \"offload_optimizer\": {\"device\": \"nvme\", $swap}, \"offload_param\": {\"device\": \"nvme\", $swap}" \
+  "$batch12" "$bf16"
 [ -z "$(ls -A "$WORK/swap")" ] || fail "bf16_s3_np3_infinity left swap files: $(ls "$WORK/swap")"
 echo "ok: parameters and optimizer state on NVMe at stage 3 under mpirun give the in-memory bits"
 
 # offload_optimizer "cpu" with bf16 (Note [Offload on a GPU] in
 # parallel/zero/zero_optimizer.h): the optimizer steps host masters from host copies of the
 # gradients, on the CPU within one memory: the in-memory run's bits.
-ZERO_KEYS=', "offload_optimizer": {"device": "cpu"}'
-config bf16_s2_np3_host 2 6 "$batch12" '"bf16": {"enabled": true}'
-unset ZERO_KEYS
-mpi 240 3 --config bf16_s2_np3_host.json --comm-timeout 60 >bf16_s2_np3_host.log 2>&1 ||
-  fail "bf16_s2_np3_host failed: $(tail -n 5 bf16_s2_np3_host.log)"
-"$COMPARE" bf16_s2_np3 bf16_s2_np3_host 0 || fail "bf16_s2_np3_host differs from bf16_s2_np3"
+same_bits bf16_s2_np3_host bf16_s2_np3 3 2 ', "offload_optimizer": {"device": "cpu"}' \
+  "$batch12" "$bf16"
 grep -q 'MB in host memory' bf16_s2_np3_host.log ||
   fail "no host memory in bf16_s2_np3_host's closing line: $(grep 'memory:' bf16_s2_np3_host.log)"
 echo "ok: offload_optimizer \"cpu\" with bf16 under mpirun gives the in-memory bits"
