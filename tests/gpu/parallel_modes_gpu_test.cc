@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -128,8 +129,9 @@ void check_follows_cpu(const fs::path& root, const Layout& layout, DeviceGroup h
   const testing::RunMetrics got = testing::read_run_metrics(gpu);
   REQUIRE(want.losses.size() == 8);
   REQUIRE(want.losses.at(8) < 0.9 * want.losses.at(1));  // it learns
-  // TF32 products on the device against f32 on the CPU; 16-bit runs round differently.
-  const double tol = layout.precision == "fp32" ? 1e-2 : 5e-2;
+  // f32 runs follow closely (TF32 is off: see use_full_f32_products); 16-bit runs round their
+  // products at other places on the device and the CPU (measured on an H200: 0.3-0.9%).
+  const double tol = layout.precision == "fp32" ? 1e-3 : 5e-2;
   REQUIRE(got.losses.size() == want.losses.size());
   for (const auto& [step, loss] : want.losses) {
     INFO("step " << step << ": cpu " << loss << ", cuda " << got.losses.at(step));
@@ -149,6 +151,8 @@ void check_follows_cpu(const fs::path& root, const Layout& layout, DeviceGroup h
   };
   const std::map<std::string, std::vector<double>> w = weights(cpu), g = weights(gpu);
   REQUIRE(g.size() == w.size());
+  double worst = 0;
+  std::string worst_key;
   for (const auto& [key, b] : w) {
     INFO(key);
     const std::vector<double>& a = g.at(key);
@@ -157,10 +161,22 @@ void check_follows_cpu(const fs::path& root, const Layout& layout, DeviceGroup h
     for (size_t i = 0; i < b.size(); ++i)
       diff += (a[i] - b[i]) * (a[i] - b[i]), norm += b[i] * b[i];
     CHECK(std::sqrt(diff) <= tol * std::sqrt(norm));
+    if (std::sqrt(diff) > worst * std::sqrt(norm)) worst = std::sqrt(diff / norm), worst_key = key;
   }
+  WARN(name << ": largest relative L2 error of the final weights against the CPU run: " << worst
+            << " (" << worst_key << ")");
 }
 
+// cuBLAS runs f32 GEMMs on TF32 tensor cores (10-bit mantissas, kernels/cuda/matmul.cu), about
+// 1e-3 relative per product off the CPU's f32, and eight AdamW steps at lr 1e-2 turn that into
+// 3% of the final weights in every layout, with or without slicing (measured on an H200), which
+// would hide a real difference between layouts. With NVIDIA_TF32_OVERRIDE=0, which cuBLAS reads
+// when it makes its first handle, every f32 layout followed its CPU run within 4e-5. Called
+// before anything in this process touches cuBLAS; the other gpu tests cover TF32.
+void use_full_f32_products() { ::setenv("NVIDIA_TF32_OVERRIDE", "0", 1); }
+
 TEST_CASE("pipelines, tensor slicing and ZeRO-3 on one GPU follow the CPU", "[gpu][3d]") {
+  use_full_f32_products();
   REQUIRE(cuda::device_count() > 0);
   const fs::path root = testing::fresh_dir("parallel_modes_gpu_staged");
   testing::write_cycle_shards(root / "data");
@@ -175,6 +191,7 @@ TEST_CASE("pipelines, tensor slicing and ZeRO-3 on one GPU follow the CPU", "[gp
 }
 
 TEST_CASE("a pipeline and tensor slicing over NCCL on two GPUs follow the CPU", "[gpu][3d][nccl]") {
+  use_full_f32_products();
   if (cuda::device_count() < 2) {
     WARN("skipped: needs two CUDA devices, found " << cuda::device_count());
     return;
