@@ -132,6 +132,21 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   return *this;
 }
 
+const Tensor& Tensor::copy_queued_(const Tensor& src, const Tensor& staging) const {
+  TS_CHECK(device().is_cuda() && is_contiguous() && src.defined() && src.device().is_cpu(),
+           "[copy_queued_] expected a CPU source and a contiguous CUDA destination, found ",
+           src.str(), " into ", str());
+  TS_CHECK(staging.is_pinned() && staging.is_contiguous() && staging.nbytes() >= nbytes(),
+           "[copy_queued_] expected staging of at least ", nbytes(),
+           " bytes in pinned host memory, found ", staging.str(),
+           staging.is_pinned() ? "" : " in pageable memory");
+  if (numel() == 0) return *this;
+  const Tensor converted = from_blob(staging.raw_data(), shape(), dtype());
+  converted.copy_(src);
+  cuda::memcpy_from_pinned_async(raw_data(), converted.raw_data(), nbytes(), device().index);
+  return *this;
+}
+
 Tensor Tensor::pin_memory() const {
   TS_CHECK(device().is_cpu(), "[pin_memory] expected a CPU tensor, found one on ", device());
   if (is_contiguous() && is_pinned()) return *this;

@@ -149,6 +149,12 @@ class Tensor {
   void replace_data(const Tensor& src) const;
   // Copies `src` (broadcast to this shape, cast to this dtype, any device) into this view.
   const Tensor& copy_(const Tensor& src) const;
+  // copy_ from a CPU tensor into this contiguous CUDA view without waiting: `src` is converted
+  // into `staging` (pinned host memory of at least nbytes(), any dtype) and that copy queued on
+  // the device's compute stream, which runs it before any later kernel. `src` may change at
+  // once; `staging` must not be written until the device has read it (an Event recorded
+  // after this call, or any later copy to the host on the compute stream).
+  const Tensor& copy_queued_(const Tensor& src, const Tensor& staging) const;
   // Sets every element of this view to `value`.
   const Tensor& fill_(double value) const;
 

@@ -217,9 +217,17 @@ void MasterWeights::round_chunks_in_step() {
   chunks_rounded_in_step_ = true;
 }
 
-void MasterWeights::round_chunk(int64_t block) {
+void MasterWeights::round_chunk(int64_t block) { round_chunk_queued(block, Tensor()); }
+
+void MasterWeights::round_chunk_queued(int64_t block, const Tensor& staging) {
   const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(block)];
-  flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), blk.chunk).copy_(own_chunk(block));
+  const Tensor mine = flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), blk.chunk);
+  const Tensor master = own_chunk(block);
+  if (staging.defined() && mine.device().is_cuda() && master.device().is_cpu()) {
+    mine.copy_queued_(master, staging);
+  } else {
+    mine.copy_(master);
+  }
 }
 
 void MasterWeights::round_into_model() {

@@ -49,6 +49,10 @@ class ParameterStore {
   // after_step() does not.
   virtual bool rounds_in_step() const { return false; }
   virtual void round_chunk(int64_t block) {}
+  // round_chunk() through `staging` (pinned host memory, Tensor::copy_queued_) where the
+  // 16-bit chunk is on a CUDA device: the conversion is written there and its copy queued,
+  // so the host goes on while it travels. Elsewhere as round_chunk().
+  virtual void round_chunk_queued(int64_t block, const Tensor& staging) { round_chunk(block); }
   // Backward's progress, for stores that gather parameters (stage 3).
   virtual void begin_backward() {}
   virtual void grad_ready(int64_t param) {}
@@ -115,6 +119,7 @@ class MasterWeights final : public ParameterStore {
   bool rounds_in_step() const override { return chunks_rounded_in_step_; }
   // Rounds this rank's chunk of `block` into the 16-bit model buffer (sharded masters).
   void round_chunk(int64_t block) override;
+  void round_chunk_queued(int64_t block, const Tensor& staging) override;
   // The f16 loss scaler (null for f32 and bf16).
   optim::LossScaler* scaler() const { return scaler_.get(); }
   // Sharded masters only: after_step() starts its gathers through `async` and `model` waits
@@ -200,7 +205,10 @@ class PartitionedWeights final : public ParameterStore {
   const std::vector<int64_t>& swap_ids() const { return swap_ids_; }
   bool rounds_in_step() const override { return partitioned_->rounds_in_step(); }
   // Rounds block `block`'s master chunk into the 16-bit shard (with a swapper, in the step).
-  void round_chunk(int64_t block) override { partitioned_->round_chunk(block); }
+  void round_chunk(int64_t block) override { partitioned_->round_chunk(block, Tensor()); }
+  void round_chunk_queued(int64_t block, const Tensor& staging) override {
+    partitioned_->round_chunk(block, staging);
+  }
   const PartitionedParams& partitioned() const { return *partitioned_; }
   // Gathers through `async` from now on (PartitionedParams::set_async).
   void set_async(AsyncCollectives* async) { partitioned_->set_async(async); }

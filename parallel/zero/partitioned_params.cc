@@ -348,10 +348,15 @@ Tensor PartitionedParams::gather_source(int64_t i) {
   return on_device;
 }
 
-void PartitionedParams::round_chunk(int64_t i) {
+void PartitionedParams::round_chunk(int64_t i, const Tensor& staging) {
   if (model_chunks_.empty()) return;  // f32: the shard is what the gathers send
   if (chunk_ids_[i] < 0) {
-    model_chunks_[i].copy_(shard_[i]);
+    const Tensor& chunk = model_chunks_[i];
+    if (staging.defined() && chunk.device().is_cuda() && shard_[i].device().is_cpu()) {
+      chunk.copy_queued_(shard_[i], staging);
+    } else {
+      chunk.copy_(shard_[i]);
+    }
     return;
   }
   settle(i);                                 // no gather may be reading the chunk
@@ -366,7 +371,7 @@ void PartitionedParams::after_step() {
   NoGradGuard no_grad;
   settle_all();
   if (!model_chunks_.empty() && !rounded_in_step_) {  // rounds the f32 masters
-    for (size_t i = 0; i < params_.size(); ++i) round_chunk(static_cast<int64_t>(i));
+    for (size_t i = 0; i < params_.size(); ++i) round_chunk(static_cast<int64_t>(i), Tensor());
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (persistent_[i]) {
@@ -405,7 +410,7 @@ void PartitionedParams::load(const std::vector<Tensor>& whole) {
     }
   }
   if (!model_chunks_.empty()) {
-    for (size_t i = 0; i < params_.size(); ++i) round_chunk(static_cast<int64_t>(i));
+    for (size_t i = 0; i < params_.size(); ++i) round_chunk(static_cast<int64_t>(i), Tensor());
   }
 }
 

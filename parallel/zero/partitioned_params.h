@@ -115,8 +115,9 @@ class PartitionedParams final : public ModuleHooks {
   // it is in memory (NVMe offload), and after_step() rounds none.
   void round_chunks_in_step() { rounded_in_step_ = true; }
   bool rounds_in_step() const { return rounded_in_step_; }
-  // Rounds parameter i's f32 master chunk into the 16-bit shard.
-  void round_chunk(int64_t i);
+  // Rounds parameter i's f32 master chunk into the 16-bit shard; through `staging` when it is
+  // defined and the shard is on a CUDA device (Tensor::copy_queued_).
+  void round_chunk(int64_t i, const Tensor& staging);
   // Replaces every parameter's value from whole tensors (flat order), on every rank alike.
   void load(const std::vector<Tensor>& whole);
   // The whole value of every parameter (flat order), gathered one at a time. Collective.

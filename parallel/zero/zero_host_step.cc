@@ -56,7 +56,8 @@ void ZeroOptimizer::host_step() {
     return;
   }
   // Pinned copies are queued on the device and travel while the host updates the sub-group
-  // before them (Note [A step in parts] in optim/optimizer.h: the same bits).
+  // before them (the gradients) or after them (the rounded parameters) (Note [A step in parts] in
+  // optim/optimizer.h: the same bits).
   const std::vector<std::vector<int64_t>> groups =
       sub_group_blocks(layout_, config_.sub_group_size);
   cuda::Event arrived(device_.index);
@@ -80,7 +81,9 @@ void ZeroOptimizer::host_step() {
     std::set<std::string> names;
     for (const int64_t b : groups[g]) names.insert(chunk_name(b));
     inner_->update_part([&](const NamedParameter& p) { return names.count(p.name) > 0; });
-    for (const int64_t b : groups[g]) weights_->round_chunk(b);
+    // The 16-bit values travel through the gradients' pinned copies, read by now, while
+    // the host updates the next sub-group; the next step's copies into them queue after.
+    for (const int64_t b : groups[g]) weights_->round_chunk_queued(b, host_gradient(b));
   }
   inner_->finish_step();
 }

@@ -142,9 +142,11 @@ namespace tessera::parallel {
 // parameters] in partitioned_params.h). pin_memory (of either) puts "cpu"'s host memory
 // in pinned pages, for faster copies, and then the step goes by sub-groups (sub_group_size)
 // with each one's gradient copies queued on the device while the host updates the one
-// before (host_step). Not yet: f32 parameters on a GPU, the gradients moved to the host
-// during backward (DeepSpeed's, which frees the 4/N), the rounding's copies to the device
-// overlapped too, and any overlap with "nvme" (whose copies wait, each in turn).
+// before, and its rounded 16-bit values, written into those gradients' pinned copies once
+// read, queued to the device while the host updates the one after (host_step,
+// round_chunk_queued). Not yet: f32 parameters on a GPU, the gradients moved to the host
+// during backward (DeepSpeed's, which frees the 4/N), and any overlap with "nvme" (whose
+// copies wait, each in turn).
 
 // Bytes of model state one rank holds (the buffers the optimizer owns).
 struct ModelStateBytes {
