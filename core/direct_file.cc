@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "core/error.h"
@@ -28,6 +30,10 @@ long aio_submit(aio_context_t ctx, long n, iocb** cbs) {
 std::string system_reason(int error) {
   return str_cat(std::strerror(error), " (errno ", error, ")");
 }
+
+// What a failed transfer reports when there is no memory to describe it.
+constexpr std::string_view kFallbackFailure =
+    "[aio] a transfer of the swap file failed, and there was no memory left to say which";
 
 }  // namespace
 
@@ -99,8 +105,10 @@ DirectFile::DirectFile(std::string path, const AioConfig& config)
       c.slots.resize(static_cast<size_t>(config_.queue_depth));
       c.requests.resize(c.slots.size());
       c.events.resize(c.slots.size());
+      c.queued.reserve(c.slots.size());
       for (int s = config_.queue_depth - 1; s >= 0; --s) c.free.push_back(s);
     }
+    first_failure_.reserve(kFallbackFailure.size());
     thread_ = std::thread([this] { work(); });
   } catch (...) {
     for (const auto& c : contexts_) {
@@ -170,7 +178,7 @@ void DirectFile::wake() const {
   }
 }
 
-void DirectFile::work() {
+void DirectFile::work() noexcept {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     for (const auto& c : contexts_) reap_ready(*c, lock);
@@ -230,9 +238,13 @@ void DirectFile::submit(Context& c, std::unique_lock<std::mutex>& lock) {
     }
     if (error == EINTR) continue;
     if (error == EAGAIN && c.in_flight > 0) return;  // the kernel's queue is full: later
-    // Refused outright: the queued requests fail with the reason.
-    std::vector<iocb*> refused = std::exchange(c.queued, {});
-    for (iocb* cb : refused) complete(c, static_cast<int>(cb->aio_data), -error);
+    // Refused outright: the queued requests fail with the reason (popped, so that the
+    // vector keeps its reserved memory).
+    while (!c.queued.empty()) {
+      const iocb* cb = c.queued.back();
+      c.queued.pop_back();
+      complete(c, static_cast<int>(cb->aio_data), -error);
+    }
     release_kept();
   }
 }
@@ -311,11 +323,15 @@ void DirectFile::finish_short(const Request& r, int64_t done) {
 
 void DirectFile::record_failure(const Request& r, long result) {
   if (!first_failure_.empty()) return;
-  const std::string what = str_cat("[aio] ", r.write ? "write" : "read", " of ", r.bytes,
-                                   " bytes at offset ", r.offset, " of ", path_, ": ");
-  first_failure_ = result < 0 ? what + system_reason(static_cast<int>(-result))
-                              : str_cat(what, "expected ", r.bytes, " bytes, transferred ", result,
-                                        r.write ? "" : " (the file ends before)");
+  try {
+    const std::string what = str_cat("[aio] ", r.write ? "write" : "read", " of ", r.bytes,
+                                     " bytes at offset ", r.offset, " of ", path_, ": ");
+    first_failure_ = result < 0 ? what + system_reason(static_cast<int>(-result))
+                                : str_cat(what, "expected ", r.bytes, " bytes, transferred ",
+                                          result, r.write ? "" : " (the file ends before)");
+  } catch (...) {  // no memory for the message: the reserved one says what it can
+    first_failure_.assign(kFallbackFailure);
+  }
 }
 
 bool DirectFile::done_locked(const Transfer& t) const {
@@ -329,7 +345,10 @@ bool DirectFile::done(const Transfer& t) const {
 }
 
 void DirectFile::throw_failure() {
-  if (!first_failure_.empty()) throw Error(std::exchange(first_failure_, std::string()));
+  if (first_failure_.empty()) return;
+  std::string what = first_failure_;
+  first_failure_.clear();  // keeps the reserved memory for the I/O thread's next failure
+  throw Error(std::move(what));
 }
 
 void DirectFile::wait_for(const Transfer& t) {

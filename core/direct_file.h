@@ -149,8 +149,10 @@ class DirectFile {
   };
   Transfer start(bool write, int64_t offset, void* buffer, int64_t bytes,
                  std::shared_ptr<const void> keep);
-  // The I/O thread (Note [The I/O thread]) and its steps, each under mutex_.
-  void work();
+  // The I/O thread (Note [The I/O thread]) and its steps, each under mutex_. None of them
+  // allocates (the vectors are reserved at construction, a failure's message falls back to
+  // reserved memory), so the thread cannot throw, and a failure reaches a waiter instead.
+  void work() noexcept;
   // Moves pending requests into free slots of the contexts that take them, and submits.
   void fill(std::unique_lock<std::mutex>& lock);
   // Submits the context's queued requests, as far as the kernel takes them now (unlocking
