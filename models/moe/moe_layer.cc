@@ -1,0 +1,159 @@
+#include "models/moe/moe_layer.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/error.h"
+#include "core/factories.h"
+#include "core/grad_mode.h"
+
+namespace tessera::moe {
+namespace {
+
+constexpr double kJitter = 1e-2;  // DeepSpeed's multiplicative_jitter epsilon
+
+// A 1-D i64 index tensor on `device`.
+Tensor index_tensor(const std::vector<int64_t>& values, Device device) {
+  return from_vector(values, {static_cast<int64_t>(values.size())}).to(device);
+}
+
+// `rows` (N, C) with one zero row appended: (N + 1, C). Index N reads zeros.
+Tensor with_zero_row(const Tensor& rows) {
+  return cat({rows, zeros({1, rows.size(1)}, {rows.dtype(), rows.device()})}, 0);
+}
+
+}  // namespace
+
+MoeLayer::MoeLayer(int64_t n_embd, int64_t num_experts, const GateConfig& gate, bool use_residual,
+                   const std::function<std::unique_ptr<Layer>(int64_t expert)>& make_expert,
+                   Generator& gen, DType dtype)
+    : n_embd_(n_embd),
+      num_experts_(num_experts),
+      config_(gate),
+      gen_(gen),
+      gate_(n_embd, num_experts, /*bias=*/false, DType::f32) {
+  check_gate_config(config_, num_experts_, "[moe]");
+  register_module("gate", gate_);
+  for (int64_t e = 0; e < num_experts_; ++e) experts_.push_back(make_expert(e));
+  register_module("experts", experts_);
+  if (use_residual) {
+    residual_mlp_ = make_expert(-1);
+    coefficient_ = std::make_unique<Linear>(n_embd, 2, /*bias=*/true, dtype);
+    register_module("mlp", *residual_mlp_);
+    register_module("coefficient", *coefficient_);
+  }
+}
+
+RoutingNoise MoeLayer::draw_noise(int64_t tokens) const {
+  RoutingNoise noise;
+  const bool gumbel =
+      (config_.k == 1 && is_training() && config_.noisy_gate_policy == NoisyGatePolicy::rsample) ||
+      (config_.k == 2 && config_.top2_2nd_expert_sampling);
+  if (gumbel) {
+    // Gumbel(0, 1) = -log(-log(U)); U = 0 gives -inf, a choice never made.
+    const std::vector<float> u = rand({tokens * num_experts_}, gen_).to_vector<float>();
+    noise.gumbel.resize(u.size());
+    for (size_t i = 0; i < u.size(); ++i) {
+      noise.gumbel[i] = static_cast<float>(-std::log(-std::log(static_cast<double>(u[i]))));
+    }
+  }
+  if (config_.k == 1 && config_.use_rts && config_.drop_tokens) {
+    noise.priority = rand({tokens}, gen_).to_vector<float>();
+  }
+  return noise;
+}
+
+MoeOutput MoeLayer::forward(const Tensor& x) const {
+  TS_CHECK(x.dim() >= 1 && x.size(-1) == n_embd_, "[moe] expected an input of (..., ", n_embd_,
+           "), found ", shape_str(x.shape()));
+  const int64_t S = x.numel() / n_embd_, E = num_experts_;
+  TS_CHECK(S > 0, "[moe] expected at least one token, found none");
+  const Tensor tokens = reshape(x, {S, n_embd_});  // (S, C)
+
+  // Gate, in f32 (Note [MoE routing]).
+  Tensor gate_in = cast(tokens, DType::f32);
+  if (is_training() && config_.noisy_gate_policy == NoisyGatePolicy::jitter) {
+    gate_in = mul(gate_in,
+                  rand({S, n_embd_}, gen_, {DType::f32, x.device()}, 1.0 - kJitter, 1.0 + kJitter));
+  }
+  const Tensor logits = gate_(gate_in);  // (S, E)
+  const Tensor probs = softmax(logits);  // (S, E)
+  MoeOutput out;
+  {
+    NoGradGuard no_grad;
+    out.routing = route(logits.to(Device::cpu()).to_vector<float>(),
+                        probs.to(Device::cpu()).to_vector<float>(), S, E, config_, is_training(),
+                        draw_noise(S));
+  }
+  const Routing& r = out.routing;
+  const int64_t C = r.capacity, k = r.k;
+
+  // l_aux = E * sum_e mean_s(probs) * (first choices' fraction).
+  std::vector<float> fraction(r.first_choice_fraction.begin(), r.first_choice_fraction.end());
+  const Tensor ce = from_vector(fraction, {E}).to(x.device());
+  out.l_aux = mul(sum(mul(mean(probs, {0}), ce)), scalar_like(ce, static_cast<double>(E)));
+
+  // Dispatch: slot (e, c) reads its token's row, or the zero row at S.
+  std::vector<int64_t> reads = r.slot_tokens();
+  for (int64_t& t : reads) t = t < 0 ? S : t;
+  const Tensor buffers = index_select(with_zero_row(tokens), 0, index_tensor(reads, x.device()));
+
+  // Experts, each on its C rows: (E * C, C) -> (E * C, C).
+  std::vector<Tensor> outputs;
+  outputs.reserve(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& expert = static_cast<const Layer&>(experts_[static_cast<size_t>(e)]);
+    outputs.push_back(expert(narrow(buffers, 0, e * C, C)));
+  }
+  const Tensor expert_rows = with_zero_row(cat(outputs, 0));  // (E * C + 1, C)
+
+  // Combine: each choice reads its slot's row (the zero row when dropped), weighted.
+  const Tensor flat_probs = reshape(probs, {S * E});
+  std::vector<Tensor> picked(static_cast<size_t>(k)), weight(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) {
+    std::vector<int64_t> rows(static_cast<size_t>(S)), at(static_cast<size_t>(S));
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t slot = r.slot[static_cast<size_t>(s * k + j)];
+      rows[static_cast<size_t>(s)] = slot < 0 ? E * C : slot;
+      at[static_cast<size_t>(s)] = s * E + r.expert[static_cast<size_t>(s * k + j)];
+    }
+    picked[static_cast<size_t>(j)] = index_select(expert_rows, 0, index_tensor(rows, x.device()));
+    weight[static_cast<size_t>(j)] = index_select(flat_probs, 0, index_tensor(at, x.device()));
+  }
+  if (k == 2) {
+    // p_j / (p1 + p2) over the kept choices; a token with none kept divides by f32's
+    // epsilon (DeepSpeed's clamp), a choice dropped weighs 0.
+    std::vector<float> kept1(static_cast<size_t>(S)), kept2(static_cast<size_t>(S));
+    std::vector<bool> none_kept(static_cast<size_t>(S));
+    for (size_t s = 0; s < static_cast<size_t>(S); ++s) {
+      kept1[s] = r.slot[2 * s] >= 0 ? 1.0f : 0.0f;
+      kept2[s] = r.slot[2 * s + 1] >= 0 ? 1.0f : 0.0f;
+      none_kept[s] = r.slot[2 * s] < 0 && r.slot[2 * s + 1] < 0;
+    }
+    const Tensor g1 = mul(weight[0], from_vector(kept1, {S}).to(x.device()));
+    const Tensor g2 = mul(weight[1], from_vector(kept2, {S}).to(x.device()));
+    const Tensor denom = where(from_vector(none_kept, {S}).to(x.device()),
+                               scalar_like(g1, std::numeric_limits<float>::epsilon()), add(g1, g2));
+    weight[0] = div(g1, denom);
+    weight[1] = div(g2, denom);
+  }
+  Tensor y;
+  for (int64_t j = 0; j < k; ++j) {
+    const Tensor w = unsqueeze(cast(weight[static_cast<size_t>(j)], x.dtype()), 1);  // (S, 1)
+    const Tensor term = mul(picked[static_cast<size_t>(j)], w);
+    y = j == 0 ? term : add(y, term);
+  }
+
+  if (residual_mlp_) {
+    const Tensor dense = (*residual_mlp_)(tokens);
+    const Tensor c = softmax((*coefficient_)(tokens));  // (S, 2)
+    y = add(mul(y, narrow(c, 1, 0, 1)), mul(dense, narrow(c, 1, 1, 1)));
+  }
+  out.output = reshape(y, x.shape());
+  return out;
+}
+
+}  // namespace tessera::moe

@@ -1,0 +1,64 @@
+// A mixture-of-experts layer: DeepSpeed's deepspeed.moe.layer.MoE (DeepSpeed-MoE,
+// arXiv:2201.05596; GShard, arXiv:2006.16668) on one rank.
+//
+// Note [MoE dispatch and combine]
+// The gate (Note [MoE routing] in gating.h) gives each token up to k slots in the experts'
+// capacity buffers (E x C rows). Dispatch fills the buffers by gathering token rows
+// (index_select over the tokens plus one zero row, which empty slots read), each expert
+// runs on its C rows, and combine gathers each token's rows back from the experts' outputs
+// (plus one zero row, which dropped choices read) and sums them weighted by the gate. Both
+// are gathers by index, differentiated as scatters (index_select's backward), instead of
+// DeepSpeed's one-hot einsums over tokens x experts x capacity. The gate and its weights
+// are f32 whatever the model's dtype (DeepSpeed's TopKGate); the combine weights are cast
+// to it. With use_residual (Residual MoE, PR-MoE) the output is
+// moe(x) * c0 + mlp(x) * c1 with c = softmax(coefficient(x)).
+// The layer returns l_aux; the model adds coefficient * l_aux to its loss, as DeepSpeed's
+// users do.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "autograd/module.h"
+#include "core/philox.h"
+#include "models/layers/linear.h"
+#include "models/moe/gating.h"
+
+namespace tessera::moe {
+
+// What one call of the layer gives.
+struct MoeOutput {
+  Tensor output;    // (..., C), as the input
+  Tensor l_aux;     // scalar f32: the load-balancing loss, differentiable through the gate
+  Routing routing;  // the gate's decisions: capacity, per-expert counts, dropped choices
+};
+
+class MoeLayer : public Module {
+ public:
+  // `num_experts` experts made by make_expert(e), registered as "experts.<e>"; the gate
+  // "gate" (an f32 Linear, C -> num_experts, no bias); with use_residual a dense expert
+  // "mlp" = make_expert(-1) and "coefficient" (Linear C -> 2 with bias, in `dtype`).
+  // Jitter, Gumbel noise and random priorities draw from `gen`.
+  MoeLayer(int64_t n_embd, int64_t num_experts, const GateConfig& gate, bool use_residual,
+           const std::function<std::unique_ptr<Layer>(int64_t expert)>& make_expert, Generator& gen,
+           DType dtype = DType::f32);
+
+  MoeOutput forward(const Tensor& x) const;  // (..., C) -> (..., C)
+
+  int64_t num_experts() const { return num_experts_; }
+  const GateConfig& gate_config() const { return config_; }
+
+ private:
+  // The gate's random draws for `tokens` tokens (Note [MoE routing]).
+  RoutingNoise draw_noise(int64_t tokens) const;
+
+  int64_t n_embd_, num_experts_;
+  GateConfig config_;
+  Generator& gen_;
+  Linear gate_;
+  ModuleList experts_;
+  std::unique_ptr<Layer> residual_mlp_;
+  std::unique_ptr<Linear> coefficient_;
+};
+
+}  // namespace tessera::moe
