@@ -1,30 +1,53 @@
 #include "models/gpt2/block.h"
 
 #include "autograd/ops.h"
+#include "core/error.h"
+#include "models/moe/expert_mlp.h"
 
 namespace tessera {
 
-Block::Block(const GptConfig& cfg, parallel::DropoutStreams& streams,
+Block::Block(const GptConfig& cfg, int64_t layer, parallel::DropoutStreams& streams,
              parallel::Communicator& model_group, parallel::AsyncCollectives* async)
     : ln_1_(cfg.n_embd, cfg.layer_norm_eps, cfg.bias),
       attn_(cfg, streams, model_group, async),
-      ln_2_(cfg.n_embd, cfg.layer_norm_eps, cfg.bias),
-      mlp_(cfg, streams.replicated(), model_group, async) {
+      ln_2_(cfg.n_embd, cfg.layer_norm_eps, cfg.bias) {
   register_module("ln_1", ln_1_);
   register_module("attn", attn_);
   register_module("ln_2", ln_2_);
-  register_module("mlp", mlp_);
+  if (cfg.moe && cfg.moe->is_moe_block(layer)) {
+    TS_CHECK(model_group.size() == 1, "[gpt2] moe: experts are not split over a tensor-parallel ",
+             "group (DeepSpeed's enable_expert_tensor_parallelism is not supported by Tessera); "
+             "expected tensor_parallel.tp_size 1, found ",
+             model_group.size());
+    const int64_t c = cfg.n_embd;
+    const bool bias = cfg.bias;
+    moe_ = std::make_unique<moe::MoeLayer>(
+        c, cfg.moe->experts_at(layer), cfg.moe->gate, cfg.moe->use_residual,
+        [c, bias](int64_t) { return std::make_unique<moe::ExpertMlp>(c, 4 * c, bias); },
+        streams.replicated());
+    register_module("mlp", *moe_);
+  } else {
+    mlp_ = std::make_unique<Mlp>(cfg, streams.replicated(), model_group, async);
+    register_module("mlp", *mlp_);
+  }
 }
 
-Tensor Block::forward(const Tensor& x) const {
+Tensor Block::feed_forward(const Tensor& h, std::vector<Tensor>* aux_losses) const {
+  if (mlp_) return mlp_->forward(h);
+  moe::MoeOutput out = moe_->forward(h);
+  if (aux_losses) aux_losses->push_back(out.l_aux);
+  return out.output;
+}
+
+Tensor Block::forward(const Tensor& x, std::vector<Tensor>* aux_losses) const {
   const Tensor h = x + attn_.forward(ln_1_(x));
-  return h + mlp_.forward(ln_2_(h));
+  return h + feed_forward(ln_2_(h), aux_losses);
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
                              int64_t start) const {
   const Tensor h = x + attn_.forward_cached(ln_1_(x), cache_k, cache_v, start);
-  return h + mlp_.forward(ln_2_(h));
+  return h + feed_forward(ln_2_(h), nullptr);
 }
 
 }  // namespace tessera

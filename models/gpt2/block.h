@@ -6,6 +6,7 @@
 #include "models/gpt2/config.h"
 #include "models/gpt2/mlp.h"
 #include "models/layers/layer_norm.h"
+#include "models/moe/moe_layer.h"
 
 namespace tessera {
 
@@ -14,11 +15,15 @@ class Block : public Module {
   // Children "ln_1", "attn", "ln_2", "mlp" (Hugging Face names); dropout draws from
   // `streams`; attention heads and the MLP's hidden features are split over `model_group`,
   // with `async` (collectives over it) for the column-parallel input gradients (Note
-  // [Overlapped input gradients] in parallel/tensor/layers.h).
-  Block(const GptConfig& cfg, parallel::DropoutStreams& streams,
+  // [Overlapped input gradients] in parallel/tensor/layers.h). Block `layer` of a model
+  // with cfg.moe has a mixture of experts as its "mlp" where cfg.moe says so (Note
+  // [GPT-MoE] in moe_config.h), routing with noise from streams.replicated().
+  Block(const GptConfig& cfg, int64_t layer, parallel::DropoutStreams& streams,
         parallel::Communicator& model_group, parallel::AsyncCollectives* async = nullptr);
-  // x + attn(ln_1(x)), then + mlp(ln_2(.)).
-  Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+  // x + attn(ln_1(x)), then + mlp(ln_2(.)). An MoE block appends its load-balancing loss to
+  // `aux_losses` (when given).
+  Tensor forward(const Tensor& x,
+                 std::vector<Tensor>* aux_losses = nullptr) const;  // (B, T, C) -> (B, T, C)
   // forward() for inference with a KV cache (see CausalSelfAttention::forward_cached).
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
                         int64_t start) const;  // (B, T, C) -> (B, T, C)
@@ -27,7 +32,11 @@ class Block : public Module {
   LayerNorm ln_1_;
   CausalSelfAttention attn_;
   LayerNorm ln_2_;
-  Mlp mlp_;
+  std::unique_ptr<Mlp> mlp_;            // a dense block's
+  std::unique_ptr<moe::MoeLayer> moe_;  // an MoE block's
+
+  // The MLP's output for h (B, T, C).
+  Tensor feed_forward(const Tensor& h, std::vector<Tensor>* aux_losses) const;
 };
 
 }  // namespace tessera

@@ -8,16 +8,40 @@
 
 namespace tessera {
 
-int64_t GptConfig::num_parameters() const {
-  const int64_t c = n_embd;
-  const int64_t b = bias ? 1 : 0;
-  const int64_t per_layer = 2 * (c + b * c)          // ln_1, ln_2
+namespace {
+
+// Parameters of `cfg`'s model when each MoE block counts `experts(layer)` experts.
+template <class Experts>
+int64_t count_parameters(const GptConfig& cfg, const Experts& experts) {
+  const int64_t c = cfg.n_embd;
+  const int64_t b = cfg.bias ? 1 : 0;
+  const int64_t mlp = 4 * c * c + b * 4 * c          // c_fc
+                      + 4 * c * c + b * c;           // c_proj
+  const int64_t attention = 2 * (c + b * c)          // ln_1, ln_2
                             + 3 * c * c + b * 3 * c  // c_attn
-                            + c * c + b * c          // attn.c_proj
-                            + 4 * c * c + b * 4 * c  // c_fc
-                            + 4 * c * c + b * c;     // mlp.c_proj
-  const int64_t head = tie_word_embeddings ? 0 : padded_vocab_size() * c;
-  return padded_vocab_size() * c + block_size * c + n_layer * per_layer + (c + b * c) + head;
+                            + c * c + b * c;         // attn.c_proj
+  int64_t blocks = 0;
+  for (int64_t layer = 0; layer < cfg.n_layer; ++layer) {
+    blocks += attention;
+    if (!cfg.moe || !cfg.moe->is_moe_block(layer)) {
+      blocks += mlp;
+      continue;
+    }
+    const int64_t residual = cfg.moe->use_residual ? mlp + 2 * c + 2 : 0;        // + coefficient
+    blocks += c * cfg.moe->experts_at(layer) + experts(layer) * mlp + residual;  // + gate
+  }
+  const int64_t head = cfg.tie_word_embeddings ? 0 : cfg.padded_vocab_size() * c;
+  return cfg.padded_vocab_size() * c + cfg.block_size * c + blocks + (c + b * c) + head;
+}
+
+}  // namespace
+
+int64_t GptConfig::num_parameters() const {
+  return count_parameters(*this, [&](int64_t layer) { return moe->experts_at(layer); });
+}
+
+int64_t GptConfig::active_parameters() const {
+  return count_parameters(*this, [&](int64_t) { return int64_t{moe->gate.k}; });
 }
 
 double GptConfig::attention_probs_dropout() const {
@@ -43,6 +67,7 @@ void GptConfig::validate(const std::string& where) const {
            attention_probs_dropout());
   TS_CHECK(layer_norm_eps > 0.0, where, "layer_norm_eps: expected a number > 0, found ",
            layer_norm_eps);
+  if (moe) moe->validate(n_layer, where + "moe.");
   if (sparse_attention) {
     const SparsityConfig& s = *sparse_attention;
     TS_CHECK(s.mode == SparsityMode::dense || s.unidirectional, where,
@@ -89,6 +114,7 @@ GptConfig GptConfig::from_json(JsonObjectReader model) {
   if (model.has("sparse_attention")) {
     cfg.sparse_attention = SparsityConfig::from_json(model.object("sparse_attention"));
   }
+  if (model.has("moe")) cfg.moe = GptMoeConfig::from_json(model.object("moe"));
   model.finish();
   cfg.validate("[config] " + model.path() + ".");
   return cfg;
@@ -107,6 +133,7 @@ nlohmann::json GptConfig::to_json() const {
                       {"layer_norm_eps", layer_norm_eps}};
   if (attention_dropout) j["attention_dropout"] = *attention_dropout;
   if (sparse_attention) j["sparse_attention"] = sparse_attention->to_json();
+  if (moe) j["moe"] = moe->to_json();
   return j;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/json.h"
+#include "models/gpt2/moe_config.h"
 #include "models/sparse/sparsity_config.h"
 
 namespace tessera {
@@ -27,6 +28,9 @@ struct GptConfig {
   // block attends through this layout instead of dense causal attention. GPT is causal,
   // so the layout must be unidirectional (or dense).
   std::optional<SparsityConfig> sparse_attention;
+  // Mixture-of-experts MLPs in some blocks (the model section's "moe": Note [GPT-MoE] in
+  // models/gpt2/moe_config.h).
+  std::optional<GptMoeConfig> moe;
 
   // vocab_size rounded up to a multiple of 128 (GEMM-friendly; padding rows are never
   // predicted: the loss and sampling use the first vocab_size logits only).
@@ -36,8 +40,11 @@ struct GptConfig {
   // rate for every dropout, as nanoGPT's and Hugging Face's defaults), except with block-sparse
   // attention, whose probabilities DeepSpeed's SparseSelfAttention never drops (0).
   double attention_probs_dropout() const;
-  // Parameters with the padded vocabulary (what the model allocates).
+  // Parameters with the padded vocabulary (what the model allocates), every expert counted.
   int64_t num_parameters() const;
+  // Parameters one token's forward pass uses: an MoE block counts its gate, k experts and
+  // its residual MLP (num_parameters() without MoE).
+  int64_t active_parameters() const;
   // Throws one line naming the first inconsistent field (n_embd % n_head, sizes <= 0, ...);
   // each message starts with `where` followed by the field name.
   void validate(const std::string& where = "[gpt2] ") const;

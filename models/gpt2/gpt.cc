@@ -40,7 +40,7 @@ Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part,
   }
   const int64_t end = part.end_block < 0 ? cfg.n_layer : part.end_block;
   for (int64_t i = part.first_block; i < end; ++i) {
-    h.push_back(std::make_unique<Block>(cfg, streams, model_group, async));
+    h.push_back(std::make_unique<Block>(cfg, i, streams, model_group, async));
   }
   register_module("h", h);
   if (part.final_norm) {
@@ -91,6 +91,12 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_grou
                 (part.end_block >= part.first_block && part.end_block <= cfg.n_layer)),
            "[gpt2] blocks [", part.first_block, ", ", part.end_block, ") are not blocks of a ",
            cfg.n_layer, "-layer model");
+  // The load-balancing losses are added by the loss of the forward that made them, which a
+  // pipeline stage without the head does not compute.
+  TS_CHECK(!cfg.moe || part.whole(cfg),
+           "[gpt2] moe: a mixture-of-experts model in a "
+           "pipeline is not supported by Tessera yet (its earlier stages' load-balancing "
+           "losses would not reach the loss); expected pipeline.stages 1");
   register_module("transformer", transformer_);
   if (part.head && !cfg.tie_word_embeddings) {
     const int64_t rows = cfg.padded_vocab_size() / model_group_.size();  // Vp / P, split like wte
@@ -166,13 +172,22 @@ Tensor Gpt::head(const Tensor& x) const {
 Tensor Gpt::blocks(Tensor x) const {
   return checkpoint_sequential(
       std::move(x), transformer_.h.size(), checkpoint_interval_,
-      [this](size_t i, const Tensor& y) { return block(i).forward(y); },
+      [this](size_t i, const Tensor& y) { return block(i).forward(y, &aux_losses_); },
       dropout_streams_.generators(), checkpoint_policy_);
 }
 
 Tensor Gpt::forward(const Tensor& idx) const {
   require(part_.whole(cfg_), "forward needs the whole model (use forward_stage)");
   return forward_stage(idx);
+}
+
+void Gpt::set_activation_checkpointing(int64_t interval, CheckpointPolicy policy) {
+  TS_CHECK(interval == 0 || !cfg_.moe,
+           "[gpt2] moe: activation checkpointing of a "
+           "mixture-of-experts model is not supported by Tessera yet (a recomputed block's "
+           "load-balancing loss would not reach the loss); expected it off");
+  checkpoint_interval_ = interval;
+  checkpoint_policy_ = std::move(policy);
 }
 
 std::vector<std::string> Gpt::tied_parameter_names() const {
@@ -184,6 +199,7 @@ std::vector<std::string> Gpt::tied_parameter_names() const {
 }
 
 Tensor Gpt::forward_stage(const Tensor& input) const {
+  aux_losses_.clear();
   Tensor x = part_.embedding ? embed(input, 0) : input;
   x = blocks(x);
   if (part_.final_norm) x = (*transformer_.ln_f)(x);
@@ -203,8 +219,14 @@ Tensor Gpt::loss(const Tensor& logits, const Tensor& targets) const {
                                                   model_group_);
   }
   // The padding columns are not classes (cross_entropy's `classes`).
-  return cross_entropy(reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}), -100,
-                       cfg_.vocab_size);
+  Tensor loss = cross_entropy(reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}),
+                              -100, cfg_.vocab_size);
+  if (cfg_.moe && !aux_losses_.empty()) {  // Note [GPT-MoE] in moe_config.h
+    Tensor aux = aux_losses_.front();
+    for (size_t i = 1; i < aux_losses_.size(); ++i) aux = add(aux, aux_losses_[i]);
+    loss = add(loss, mul(cast(aux, loss.dtype()), scalar_like(loss, cfg_.moe->aux_loss_coef)));
+  }
+  return loss;
 }
 
 Tensor Gpt::forward_cached(const Tensor& idx, KvCache& cache) const {

@@ -85,7 +85,8 @@ class Gpt : public LanguageModel {
   // stage's (B, T, C); returns the logits when it holds the head, else (B, T, C).
   Tensor forward_stage(const Tensor& input) const override;
   // Mean cross-entropy over the first vocab_size logits (padding is never predicted), from
-  // forward()'s logits. Collective over the model group. Needs the head.
+  // forward()'s logits, plus moe.aux_loss_coef times the MoE blocks' load-balancing losses of
+  // the latest forward. Collective over the model group. Needs the head.
   Tensor loss(const Tensor& logits,
               const Tensor& targets) const override;  // (B, T, Vp/P), (B, T) -> ()
   // Inference: logits of the new positions idx (B, T) placed after the cache's contents,
@@ -94,10 +95,9 @@ class Gpt : public LanguageModel {
 
   // Recompute blocks in backward instead of storing their activations: every `interval`
   // consecutive blocks form one checkpoint (0: none; 1, or true: each block).
-  void set_activation_checkpointing(int64_t interval, CheckpointPolicy policy = {}) override {
-    checkpoint_interval_ = interval;
-    checkpoint_policy_ = std::move(policy);
-  }
+  // Not with MoE blocks yet: a recomputed block's load-balancing loss would not reach the
+  // loss.
+  void set_activation_checkpointing(int64_t interval, CheckpointPolicy policy = {}) override;
 
   // Pipelines (forward_stage) and tensor slicing (a model group).
   static constexpr parallel::ModelCapabilities kCapabilities{true, true};
@@ -107,6 +107,9 @@ class Gpt : public LanguageModel {
   std::vector<std::string> tied_parameter_names() const override;
 
   const GptConfig& config() const { return cfg_; }
+  // The MoE blocks' load-balancing losses (scalars) of the latest forward, in block order
+  // (Note [GPT-MoE] in moe_config.h); empty without MoE.
+  const std::vector<Tensor>& aux_losses() const { return aux_losses_; }
   // The layers this model holds (all of them unless built as a pipeline stage).
   const GptPart& part() const { return part_; }
   // The tensor-parallel group (of one without one given).
@@ -152,6 +155,9 @@ class Gpt : public LanguageModel {
   mutable parallel::DropoutStreams dropout_streams_;
   Transformer transformer_;
   Tensor lm_head_;  // (Vp / P, C), defined only when the head is not tied
+  // The MoE blocks' load-balancing losses of the latest forward, which loss() adds (Note
+  // [GPT-MoE] in moe_config.h). Mutable: a forward pass records them.
+  mutable std::vector<Tensor> aux_losses_;
   int64_t checkpoint_interval_ = 0;
   CheckpointPolicy checkpoint_policy_;
 };

@@ -27,13 +27,22 @@ std::shared_ptr<const ModelSpec> GptSpec::parse(JsonObjectReader& model,
 }
 
 std::string GptSpec::describe() const {
-  return fmt::format("GPT-2 {} layers, {} heads, width {}, {} parameters, {} attention",
-                     config_.n_layer, config_.n_head, config_.n_embd, num_parameters(),
+  std::string moe;
+  if (const std::optional<GptMoeConfig>& m = config_.moe) {
+    std::string experts;
+    for (const int64_t n : m->num_experts)
+      experts += (experts.empty() ? "" : "/") + std::to_string(n);
+    moe = fmt::format(", mixture of {} experts in every {} block(s), top-{}, {} active per token",
+                      experts, m->moe_every, m->gate.k, config_.active_parameters());
+  }
+  return fmt::format("GPT-2 {} layers, {} heads, width {}, {} parameters{}, {} attention",
+                     config_.n_layer, config_.n_head, config_.n_embd, num_parameters(), moe,
                      attention_description(config_.sparse_attention));
 }
 
 double GptSpec::flops_per_token(int64_t seq_len) const {
-  return transformer_flops_per_token(num_parameters(), config_.n_layer, config_.n_embd,
+  // A token's products use the active parameters only (k experts of each MoE block).
+  return transformer_flops_per_token(config_.active_parameters(), config_.n_layer, config_.n_embd,
                                      config_.n_head, seq_len, config_.sparse_attention);
 }
 

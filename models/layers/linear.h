@@ -12,6 +12,7 @@ class Linear : public Layer {
   Linear(int64_t in_features, int64_t out_features, bool bias = true, DType dtype = DType::f32);
 
   Tensor& weight() { return weight_; }
+  const Tensor& weight() const { return weight_; }
   Tensor& bias() { return bias_; }
 
  protected:

@@ -88,8 +88,10 @@ Routing route(const std::vector<float>& logits, const std::vector<float>& probs,
   const bool random_selection = k == 1 && config.use_rts && config.drop_tokens;
   TS_CHECK(!random_selection || static_cast<int64_t>(noise.priority.size()) == S,
            "[moe] routing: expected ", S, " random priorities, found ", noise.priority.size());
-  // DeepSpeed asserts this for top-1: fewer tokens than min_capacity cannot fill it.
-  TS_CHECK(k != 1 || S >= config.min_capacity, "[moe] top-1 gating of ", S,
+  // DeepSpeed asserts this for top-1: fewer tokens than min_capacity cannot fill it. Not
+  // when evaluating: generation routes a few tokens at a time (none is dropped then, as
+  // C >= min_capacity > S).
+  TS_CHECK(k != 1 || !training || S >= config.min_capacity, "[moe] top-1 gating of ", S,
            " tokens: expected at least min_capacity (", config.min_capacity,
            ") tokens; set min_capacity lower or give more tokens");
 

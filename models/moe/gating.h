@@ -18,6 +18,8 @@
 //   0.. in token order, second choices queue after all of the expert's first choices; a
 //   choice whose slot is C or beyond is dropped. The combine weights p1 / (p1 + p2) and
 //   p2 / (p1 + p2) count only the kept choices (a token with one kept choice weighs it 1).
+// - Top-1 in training needs at least min_capacity tokens (DeepSpeed asserts it; evaluation,
+//   generation's few tokens a step included, does not).
 // - Load-balancing loss l_aux = E * sum_e mean_s(probs[s, e]) * (fraction of tokens whose
 //   first choice is e, before dropping), the same for k = 1 and 2.
 // - exp_counts: tokens per expert before dropping (first and second choices for k = 2).

@@ -79,8 +79,10 @@ MoeOutput MoeLayer::forward(const Tensor& x) const {
     gate_in = mul(gate_in,
                   rand({S, n_embd_}, gen_, {DType::f32, x.device()}, 1.0 - kJitter, 1.0 + kJitter));
   }
-  const Tensor logits = gate_(gate_in);  // (S, E)
-  const Tensor probs = softmax(logits);  // (S, E)
+  // A mixed-precision run may have made the gate's weight 16-bit: its product then runs in
+  // that dtype, the softmax and the routing still in f32.
+  const Tensor logits = cast(gate_(cast(gate_in, gate_.weight().dtype())), DType::f32);  // (S, E)
+  const Tensor probs = softmax(logits);                                                  // (S, E)
   MoeOutput out;
   {
     NoGradGuard no_grad;
