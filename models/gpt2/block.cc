@@ -32,16 +32,17 @@ Block::Block(const GptConfig& cfg, int64_t layer, parallel::DropoutStreams& stre
   }
 }
 
-Tensor Block::feed_forward(const Tensor& h, std::vector<Tensor>* aux_losses) const {
+Tensor Block::feed_forward(const Tensor& h, std::vector<moe::MoeOutput>* moe) const {
   if (mlp_) return mlp_->forward(h);
   moe::MoeOutput out = moe_->forward(h);
-  if (aux_losses) aux_losses->push_back(out.l_aux);
-  return out.output;
+  const Tensor y = std::move(out.output);
+  if (moe) moe->push_back(std::move(out));
+  return y;
 }
 
-Tensor Block::forward(const Tensor& x, std::vector<Tensor>* aux_losses) const {
+Tensor Block::forward(const Tensor& x, std::vector<moe::MoeOutput>* moe) const {
   const Tensor h = x + attn_.forward(ln_1_(x));
-  return h + feed_forward(ln_2_(h), aux_losses);
+  return h + feed_forward(ln_2_(h), moe);
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,

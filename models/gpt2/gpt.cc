@@ -172,13 +172,42 @@ Tensor Gpt::head(const Tensor& x) const {
 Tensor Gpt::blocks(Tensor x) const {
   return checkpoint_sequential(
       std::move(x), transformer_.h.size(), checkpoint_interval_,
-      [this](size_t i, const Tensor& y) { return block(i).forward(y, &aux_losses_); },
+      [this](size_t i, const Tensor& y) { return block(i).forward(y, &moe_outputs_); },
       dropout_streams_.generators(), checkpoint_policy_);
 }
 
 Tensor Gpt::forward(const Tensor& idx) const {
   require(part_.whole(cfg_), "forward needs the whole model (use forward_stage)");
   return forward_stage(idx);
+}
+
+void Gpt::count_expert_load() const {
+  if (expert_load_.empty()) {
+    for (int64_t layer = part_.first_block; cfg_.moe && layer < cfg_.n_layer; ++layer) {
+      if (cfg_.moe->is_moe_block(layer)) {
+        parallel::ExpertLoad load;
+        load.block = layer;
+        load.tokens.assign(static_cast<size_t>(cfg_.moe->experts_at(layer)), 0);
+        expert_load_.push_back(std::move(load));
+      }
+    }
+  }
+  TS_INTERNAL_ASSERT(moe_outputs_.size() == expert_load_.size(), "one gate result per MoE block");
+  for (size_t i = 0; i < moe_outputs_.size(); ++i) {
+    const moe::Routing& r = moe_outputs_[i].routing;
+    parallel::ExpertLoad& load = expert_load_[i];
+    for (size_t e = 0; e < load.tokens.size(); ++e) load.tokens[e] += r.counts[e];
+    load.dropped += r.dropped;
+    load.capacity = r.capacity;
+    load.aux_loss += moe_outputs_[i].l_aux.item<double>();
+    ++load.passes;
+  }
+}
+
+std::vector<parallel::ExpertLoad> Gpt::take_expert_load() {
+  std::vector<parallel::ExpertLoad> taken = std::move(expert_load_);
+  expert_load_.clear();
+  return taken;
 }
 
 void Gpt::set_activation_checkpointing(int64_t interval, CheckpointPolicy policy) {
@@ -199,9 +228,10 @@ std::vector<std::string> Gpt::tied_parameter_names() const {
 }
 
 Tensor Gpt::forward_stage(const Tensor& input) const {
-  aux_losses_.clear();
+  moe_outputs_.clear();
   Tensor x = part_.embedding ? embed(input, 0) : input;
   x = blocks(x);
+  if (is_training()) count_expert_load();
   if (part_.final_norm) x = (*transformer_.ln_f)(x);
   return part_.head ? head(x) : x;
 }
@@ -221,9 +251,9 @@ Tensor Gpt::loss(const Tensor& logits, const Tensor& targets) const {
   // The padding columns are not classes (cross_entropy's `classes`).
   Tensor loss = cross_entropy(reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}),
                               -100, cfg_.vocab_size);
-  if (cfg_.moe && !aux_losses_.empty()) {  // Note [GPT-MoE] in moe_config.h
-    Tensor aux = aux_losses_.front();
-    for (size_t i = 1; i < aux_losses_.size(); ++i) aux = add(aux, aux_losses_[i]);
+  if (cfg_.moe && !moe_outputs_.empty()) {  // Note [GPT-MoE] in moe_config.h
+    Tensor aux = moe_outputs_.front().l_aux;
+    for (size_t i = 1; i < moe_outputs_.size(); ++i) aux = add(aux, moe_outputs_[i].l_aux);
     loss = add(loss, mul(cast(aux, loss.dtype()), scalar_like(loss, cfg_.moe->aux_loss_coef)));
   }
   return loss;

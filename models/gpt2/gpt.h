@@ -107,9 +107,10 @@ class Gpt : public LanguageModel {
   std::vector<std::string> tied_parameter_names() const override;
 
   const GptConfig& config() const { return cfg_; }
-  // The MoE blocks' load-balancing losses (scalars) of the latest forward, in block order
-  // (Note [GPT-MoE] in moe_config.h); empty without MoE.
-  const std::vector<Tensor>& aux_losses() const { return aux_losses_; }
+  // The MoE blocks' load-balancing losses and routing of the latest forward, in block order
+  // (Note [GPT-MoE] in moe_config.h; their outputs undefined); empty without MoE.
+  const std::vector<moe::MoeOutput>& moe_outputs() const { return moe_outputs_; }
+  std::vector<parallel::ExpertLoad> take_expert_load() override;
   // The layers this model holds (all of them unless built as a pipeline stage).
   const GptPart& part() const { return part_; }
   // The tensor-parallel group (of one without one given).
@@ -142,6 +143,8 @@ class Gpt : public LanguageModel {
   Tensor embed(const Tensor& idx, int64_t start) const;  // (B, T) -> (B, T, C)
   Tensor head(const Tensor& x) const;                    // (B, T, C) -> (B, T, Vp / P)
   Tensor blocks(Tensor x) const;                         // (B, T, C) -> (B, T, C)
+  // Adds the latest training forward's gate results to expert_load_.
+  void count_expert_load() const;
   const Block& block(size_t i) const { return static_cast<const Block&>(transformer_.h[i]); }
 
   GptConfig cfg_;
@@ -155,9 +158,11 @@ class Gpt : public LanguageModel {
   mutable parallel::DropoutStreams dropout_streams_;
   Transformer transformer_;
   Tensor lm_head_;  // (Vp / P, C), defined only when the head is not tied
-  // The MoE blocks' load-balancing losses of the latest forward, which loss() adds (Note
-  // [GPT-MoE] in moe_config.h). Mutable: a forward pass records them.
-  mutable std::vector<Tensor> aux_losses_;
+  // The MoE blocks' gate results of the latest forward, whose load-balancing losses loss()
+  // adds (Note [GPT-MoE] in moe_config.h), and the training passes' sums since
+  // take_expert_load(). Mutable: a forward pass records them.
+  mutable std::vector<moe::MoeOutput> moe_outputs_;
+  mutable std::vector<parallel::ExpertLoad> expert_load_;
   int64_t checkpoint_interval_ = 0;
   CheckpointPolicy checkpoint_policy_;
 };

@@ -13,6 +13,17 @@
 
 namespace tessera::parallel {
 
+// What one mixture-of-experts layer's gate did over some forward passes (the trainer logs
+// it per step: DeepSpeed's exp_counts and the load-balancing loss).
+struct ExpertLoad {
+  int64_t block = 0;            // the layer's index in the model (GPT: its block)
+  std::vector<int64_t> tokens;  // per expert: tokens routed to it, dropped ones included
+  int64_t dropped = 0;          // choices dropped for capacity
+  int64_t capacity = 0;         // the last pass's slots per expert
+  double aux_loss = 0;          // the load-balancing loss, summed over the passes
+  int64_t passes = 0;           // forward passes counted
+};
+
 // The parallel modes a model kind supports beyond data parallelism and ZeRO.
 struct ModelCapabilities {
   bool pipeline = false;        // forward_stage() runs one pipeline stage's layers
@@ -39,6 +50,10 @@ class TrainableModel : public Module {
   // stream: Note [Overlapped input gradients] in parallel/tensor/layers.h), rethrowing its
   // error. The engine calls it before each optimizer step.
   virtual void wait_for_communication() {}
+
+  // Mixture-of-experts models: per MoE layer, what its gate did in the training forward
+  // passes since the last call, which starts the count afresh (none by default).
+  virtual std::vector<ExpertLoad> take_expert_load() { return {}; }
 
   // The parallel modes this model supports beyond data parallelism (none by default).
   virtual ModelCapabilities capabilities() const { return {}; }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -103,11 +104,11 @@ TEST_CASE("the loss adds aux_loss_coef times the blocks' load-balancing losses",
   const Tensor ids = random_ids(2, 16, 5), targets = random_ids(2, 16, 6);
   NoGradGuard no_grad;
   const Tensor logits = model.forward(ids);
-  REQUIRE(model.aux_losses().size() == 2);
+  REQUIRE(model.moe_outputs().size() == 2);
   double aux = 0;
-  for (const Tensor& a : model.aux_losses()) {
-    aux += a.item<double>();
-    CHECK(a.item<double>() >= 1.0 - 1e-6);  // E * sum me * ce >= 1, equal when balanced
+  for (const moe::MoeOutput& m : model.moe_outputs()) {
+    aux += m.l_aux.item<double>();
+    CHECK_FALSE(m.output.defined());  // not kept beyond the forward
   }
   const double total = model.loss(logits, targets).item<double>();
   GptConfig plain_cfg = cfg;
@@ -115,6 +116,27 @@ TEST_CASE("the loss adds aux_loss_coef times the blocks' load-balancing losses",
   const Gpt plain(plain_cfg, 3);
   const double ce = plain.loss(plain.forward(ids), targets).item<double>();
   CHECK(total == Approx(ce + 0.5 * aux).epsilon(1e-5));
+}
+
+TEST_CASE("training forwards count each block's expert load until taken", "[gpt][moe]") {
+  Gpt model(moe_config(), 3);
+  const Tensor ids = random_ids(2, 16, 5);
+  NoGradGuard no_grad;
+  model.forward(ids);
+  model.forward(ids);
+  model.eval();
+  model.forward(ids);  // not counted
+  const std::vector<parallel::ExpertLoad> load = model.take_expert_load();
+  REQUIRE(load.size() == 2);
+  CHECK(load[0].block == 1);
+  CHECK(load[1].block == 3);
+  CHECK(load[1].tokens.size() == 4);
+  for (const parallel::ExpertLoad& l : load) {
+    CHECK(l.passes == 2);
+    CHECK(std::accumulate(l.tokens.begin(), l.tokens.end(), int64_t{0}) == 2 * 32 * 2);  // top-2
+    CHECK(l.aux_loss > 0);
+  }
+  CHECK(model.take_expert_load().empty());
 }
 
 TEST_CASE("an MoE GPT learns, its gates included", "[gpt][moe]") {

@@ -291,6 +291,15 @@ TrainResult Trainer::run() {
                             {"comm_bytes", s.comm_bytes},
                             {"elapsed_s", seconds_since(start)}};
       if (!s.comm.empty()) rec["comm"] = s.comm;
+      // Mixture-of-experts blocks: this rank's tokens per expert over the step's
+      // micro-batches, dropped choices, capacity and mean load-balancing loss.
+      for (const parallel::ExpertLoad& load : model_->take_expert_load()) {
+        rec["moe"].push_back({{"block", load.block},
+                              {"tokens", load.tokens},
+                              {"dropped", load.dropped},
+                              {"capacity", load.capacity},
+                              {"aux_loss", load.aux_loss / static_cast<double>(load.passes)}});
+      }
       metrics_->write(rec);
     }
     if (cfg_.engine.wall_clock_breakdown) times.add(s);

@@ -4,6 +4,7 @@
 // selection and second-expert sampling resumes bit for bit.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <fstream>
 #include <string>
 
 #include "tests/test_files.h"
@@ -45,6 +46,24 @@ TEST_CASE("a GPT-MoE learns Tiny Shakespeare", "[trainer][moe]") {
   testing::train_on_threads(run, dir, 1, ResumeMode::never);
   const testing::RunMetrics m = testing::read_run_metrics(dir);
   CHECK(m.val_losses.rbegin()->second < 0.7 * std::log(65.0));
+  // Each step's record carries the MoE block's load: 16 x 32 tokens, top-2.
+  std::ifstream metrics(dir / "metrics.jsonl");
+  std::string line;
+  int64_t records = 0;
+  while (std::getline(metrics, line)) {
+    const Json rec = Json::parse(line);
+    if (rec["kind"] != "train") continue;
+    ++records;
+    REQUIRE(rec["moe"].size() == 1);
+    const Json& load = rec["moe"][0];
+    CHECK(load["block"] == 1);
+    int64_t tokens = 0;
+    for (const Json& t : load["tokens"]) tokens += t.get<int64_t>();
+    CHECK(tokens == 16 * 32 * 2);
+    CHECK(load["capacity"] == 320);  // ceil(512 / 4 x 1.25 x 2)
+    CHECK(load["aux_loss"].get<double>() > 0);
+  }
+  CHECK(records == 150);
 }
 
 // `steps` steps on `world` thread ranks at ZeRO `stage`, 2 micro-batches per rank.
