@@ -75,6 +75,15 @@ std::vector<int64_t> Routing::slot_tokens() const {
   return tokens_at;
 }
 
+void Routing::widen(int64_t new_capacity) {
+  TS_CHECK(new_capacity >= capacity, "[moe] routing: a capacity of ", capacity,
+           " cannot shrink to ", new_capacity);
+  for (int64_t& s : slot) {
+    if (s >= 0) s = s / capacity * new_capacity + s % capacity;
+  }
+  capacity = new_capacity;
+}
+
 Routing route(const std::vector<float>& logits, const std::vector<float>& probs, int64_t tokens,
               int64_t experts, const GateConfig& config, bool training, const RoutingNoise& noise) {
   const int64_t S = tokens, E = experts, k = config.k;

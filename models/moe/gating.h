@@ -81,6 +81,9 @@ struct Routing {
   int64_t dropped = 0;  // choices dropped for capacity
   // (E x C): the token in each slot, or -1 where a slot is empty.
   std::vector<int64_t> slot_tokens() const;
+  // Grows the capacity to `capacity` (at least the current one), each choice keeping its
+  // position: expert parallelism without dropping takes the group's largest capacity.
+  void widen(int64_t capacity);
 };
 
 // Routes S tokens given their gate logits and probabilities (S x E, row-major, f32).

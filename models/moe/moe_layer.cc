@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "parallel/expert/all_to_all.h"
 
 namespace tessera::moe {
 namespace {
@@ -29,15 +30,23 @@ Tensor with_zero_row(const Tensor& rows) {
 
 MoeLayer::MoeLayer(int64_t n_embd, int64_t num_experts, const GateConfig& gate, bool use_residual,
                    const std::function<std::unique_ptr<Layer>(int64_t expert)>& make_expert,
-                   Generator& gen, DType dtype)
+                   Generator& gen, DType dtype, parallel::Communicator* expert_group)
     : n_embd_(n_embd),
       num_experts_(num_experts),
+      expert_group_(expert_group),
+      ep_size_(expert_group ? expert_group->size() : 1),
+      ep_rank_(expert_group ? expert_group->rank() : 0),
       config_(gate),
       gen_(gen),
-      gate_(n_embd, num_experts, /*bias=*/false, DType::f32) {
+      gate_(n_embd, num_experts, /*bias=*/false, DType::f32),
+      experts_(first_local_expert()) {
   check_gate_config(config_, num_experts_, "[moe]");
+  TS_CHECK(num_experts_ % ep_size_ == 0, "[moe] num_experts: expected a multiple of ep_size (",
+           ep_size_, "), found ", num_experts_);
   register_module("gate", gate_);
-  for (int64_t e = 0; e < num_experts_; ++e) experts_.push_back(make_expert(e));
+  for (int64_t e = 0; e < local_experts(); ++e) {
+    experts_.push_back(make_expert(first_local_expert() + e));
+  }
   register_module("experts", experts_);
   if (use_residual) {
     residual_mlp_ = make_expert(-1);
@@ -66,6 +75,23 @@ RoutingNoise MoeLayer::draw_noise(int64_t tokens) const {
   return noise;
 }
 
+Tensor MoeLayer::run_experts(const Tensor& buffers, int64_t C) const {
+  const int64_t P = ep_size_, L = local_experts();
+  // (E * C, C) -> (P * L * C, C): from every rank, its rows for this rank's experts.
+  const Tensor mine = P > 1 ? parallel::all_to_all_rows(buffers, *expert_group_) : buffers;
+  const Tensor by_rank = reshape(mine, {P, L * C, n_embd_});
+  std::vector<Tensor> outputs;  // per local expert (P, C, C)
+  outputs.reserve(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    const auto& expert = static_cast<const Layer&>(experts_[static_cast<size_t>(l)]);
+    const Tensor rows = reshape(narrow(by_rank, 1, l * C, C), {P * C, n_embd_});
+    outputs.push_back(reshape(expert(rows), {P, C, n_embd_}));
+  }
+  // (P, L * C, C) -> (P * L * C, C), back to the ranks whose tokens they are: (E * C, C).
+  const Tensor done = reshape(cat(outputs, 1), {P * L * C, n_embd_});
+  return P > 1 ? parallel::all_to_all_rows(done, *expert_group_) : done;
+}
+
 MoeOutput MoeLayer::forward(const Tensor& x) const {
   TS_CHECK(x.dim() >= 1 && x.size(-1) == n_embd_, "[moe] expected an input of (..., ", n_embd_,
            "), found ", shape_str(x.shape()));
@@ -90,6 +116,13 @@ MoeOutput MoeLayer::forward(const Tensor& x) const {
                         probs.to(Device::cpu()).to_vector<float>(), S, E, config_, is_training(),
                         draw_noise(S));
   }
+  if (ep_size_ > 1 && !config_.drop_tokens) {  // one capacity for the group: its largest
+    const Tensor largest =
+        scalar_tensor(static_cast<double>(out.routing.capacity), {DType::f64, x.device()})
+            .view({1});
+    expert_group_->all_reduce(largest, parallel::ReduceOp::max);
+    out.routing.widen(static_cast<int64_t>(largest.to(Device::cpu()).item<double>()));
+  }
   const Routing& r = out.routing;
   const int64_t C = r.capacity, k = r.k;
 
@@ -103,14 +136,7 @@ MoeOutput MoeLayer::forward(const Tensor& x) const {
   for (int64_t& t : reads) t = t < 0 ? S : t;
   const Tensor buffers = index_select(with_zero_row(tokens), 0, index_tensor(reads, x.device()));
 
-  // Experts, each on its C rows: (E * C, C) -> (E * C, C).
-  std::vector<Tensor> outputs;
-  outputs.reserve(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) {
-    const auto& expert = static_cast<const Layer&>(experts_[static_cast<size_t>(e)]);
-    outputs.push_back(expert(narrow(buffers, 0, e * C, C)));
-  }
-  const Tensor expert_rows = with_zero_row(cat(outputs, 0));  // (E * C + 1, C)
+  const Tensor expert_rows = with_zero_row(run_experts(buffers, C));  // (E * C + 1, C)
 
   // Combine: each choice reads its slot's row (the zero row when dropped), weighted.
   const Tensor flat_probs = reshape(probs, {S * E});

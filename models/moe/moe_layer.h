@@ -14,6 +14,18 @@
 // moe(x) * c0 + mlp(x) * c1 with c = softmax(coefficient(x)).
 // The layer returns l_aux; the model adds coefficient * l_aux to its loss, as DeepSpeed's
 // users do.
+//
+// Note [Expert parallelism]
+// Over an expert-parallel group of P ranks (DeepSpeed's ep_size) each rank holds E / P
+// experts, the global experts [rank * E / P, (rank + 1) * E / P), registered under their
+// global index. Every rank gates its own tokens into all E experts' buffers (E x C rows);
+// an all-to-all sends each rank the buffers of its experts from every rank (P x E / P x C
+// rows), each local expert runs on its P x C rows, and a second all-to-all returns the
+// outputs to the ranks whose tokens they are, where combine proceeds as on one rank. The
+// all-to-alls are autograd ops (parallel/expert/all_to_all.h): backward sends the
+// gradients the other way. Every rank must use the same capacity: without drop_tokens the
+// group takes its largest (an all-reduce, as DeepSpeed's); with it, every rank must route
+// equally many tokens.
 #pragma once
 
 #include <functional>
@@ -23,6 +35,7 @@
 #include "core/philox.h"
 #include "models/layers/linear.h"
 #include "models/moe/gating.h"
+#include "parallel/comm/communicator.h"
 
 namespace tessera::moe {
 
@@ -35,24 +48,34 @@ struct MoeOutput {
 
 class MoeLayer : public Module {
  public:
-  // `num_experts` experts made by make_expert(e), registered as "experts.<e>"; the gate
-  // "gate" (an f32 Linear, C -> num_experts, no bias); with use_residual a dense expert
-  // "mlp" = make_expert(-1) and "coefficient" (Linear C -> 2 with bias, in `dtype`).
-  // Jitter, Gumbel noise and random priorities draw from `gen`.
+  // `num_experts` experts made by make_expert(e), registered as "experts.<e>" (with an
+  // expert-parallel group, this rank's share: Note [Expert parallelism]); the gate "gate"
+  // (an f32 Linear, C -> num_experts, no bias); with use_residual a dense expert "mlp" =
+  // make_expert(-1) and "coefficient" (Linear C -> 2 with bias, in `dtype`). Jitter,
+  // Gumbel noise and random priorities draw from `gen`. The group must outlive the layer
+  // and its size divide num_experts.
   MoeLayer(int64_t n_embd, int64_t num_experts, const GateConfig& gate, bool use_residual,
            const std::function<std::unique_ptr<Layer>(int64_t expert)>& make_expert, Generator& gen,
-           DType dtype = DType::f32);
+           DType dtype = DType::f32, parallel::Communicator* expert_group = nullptr);
 
   MoeOutput forward(const Tensor& x) const;  // (..., C) -> (..., C)
 
   int64_t num_experts() const { return num_experts_; }
+  // The experts this rank holds: [first_local_expert(), + local_experts()).
+  int64_t local_experts() const { return num_experts_ / ep_size_; }
+  int64_t first_local_expert() const { return ep_rank_ * local_experts(); }
   const GateConfig& gate_config() const { return config_; }
 
  private:
   // The gate's random draws for `tokens` tokens (Note [MoE routing]).
   RoutingNoise draw_noise(int64_t tokens) const;
+  // The experts' outputs for the dispatched buffers (E * C, C): this rank's experts alone,
+  // or the group's through two all-to-alls (Note [Expert parallelism]).
+  Tensor run_experts(const Tensor& buffers, int64_t capacity) const;
 
   int64_t n_embd_, num_experts_;
+  parallel::Communicator* expert_group_;  // null: every expert here
+  int ep_size_, ep_rank_;
   GateConfig config_;
   Generator& gen_;
   Linear gate_;
