@@ -326,9 +326,10 @@ void DirectFile::record_failure(const Request& r, long result) {
   try {
     const std::string what = str_cat("[aio] ", r.write ? "write" : "read", " of ", r.bytes,
                                      " bytes at offset ", r.offset, " of ", path_, ": ");
-    first_failure_ = result < 0 ? what + system_reason(static_cast<int>(-result))
-                                : str_cat(what, "expected ", r.bytes, " bytes, transferred ",
-                                          result, r.write ? "" : " (the file ends before)");
+    // Copied in, not moved: first_failure_ keeps its reserved memory.
+    first_failure_.assign(result < 0 ? what + system_reason(static_cast<int>(-result))
+                                     : str_cat(what, "expected ", r.bytes, " bytes, transferred ",
+                                               result, r.write ? "" : " (the file ends before)"));
   } catch (...) {  // no memory for the message: the reserved one says what it can
     first_failure_.assign(kFallbackFailure);
   }
@@ -346,8 +347,9 @@ bool DirectFile::done(const Transfer& t) const {
 
 void DirectFile::throw_failure() {
   if (first_failure_.empty()) return;
-  std::string what = first_failure_;
-  first_failure_.clear();  // keeps the reserved memory for the I/O thread's next failure
+  std::string what = std::exchange(first_failure_, std::string());
+  // Memory for the I/O thread's next failure, reserved here on the caller's thread.
+  first_failure_.reserve(kFallbackFailure.size());
   throw Error(std::move(what));
 }
 

@@ -153,7 +153,7 @@ class Tensor {
   // into `staging` (pinned host memory of at least nbytes(), any dtype) and that copy queued on
   // the device's compute stream, which runs it before any later kernel. `src` may change at
   // once; `staging` must not be written until the device has read it (an Event recorded
-  // after this call, or any later copy to the host on the compute stream).
+  // after this call and waited for, or a later synchronous copy to the host).
   const Tensor& copy_queued_(const Tensor& src, const Tensor& staging) const;
   // Sets every element of this view to `value`.
   const Tensor& fill_(double value) const;

@@ -32,17 +32,17 @@ Block::Block(const GptConfig& cfg, int64_t layer, parallel::DropoutStreams& stre
   }
 }
 
-Tensor Block::feed_forward(const Tensor& h, std::vector<moe::MoeOutput>* moe) const {
+Tensor Block::feed_forward(const Tensor& h, std::vector<moe::MoeOutput>* moe_out) const {
   if (mlp_) return mlp_->forward(h);
   moe::MoeOutput out = moe_->forward(h);
   const Tensor y = std::move(out.output);
-  if (moe) moe->push_back(std::move(out));
+  if (moe_out) moe_out->push_back(std::move(out));
   return y;
 }
 
-Tensor Block::forward(const Tensor& x, std::vector<moe::MoeOutput>* moe) const {
+Tensor Block::forward(const Tensor& x, std::vector<moe::MoeOutput>* moe_out) const {
   const Tensor h = x + attn_.forward(ln_1_(x));
-  return h + feed_forward(ln_2_(h), moe);
+  return h + feed_forward(ln_2_(h), moe_out);
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,

@@ -21,9 +21,9 @@ class Block : public Module {
   Block(const GptConfig& cfg, int64_t layer, parallel::DropoutStreams& streams,
         parallel::Communicator& model_group, parallel::AsyncCollectives* async = nullptr);
   // x + attn(ln_1(x)), then + mlp(ln_2(.)). An MoE block appends its gate's load-balancing
-  // loss and routing to `moe` (when given; the output left undefined).
+  // loss and routing to `moe_out` (when given; the output left undefined).
   Tensor forward(const Tensor& x,
-                 std::vector<moe::MoeOutput>* moe = nullptr) const;  // (B, T, C) -> (B, T, C)
+                 std::vector<moe::MoeOutput>* moe_out = nullptr) const;  // (B, T, C) -> (B, T, C)
   // forward() for inference with a KV cache (see CausalSelfAttention::forward_cached).
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
                         int64_t start) const;  // (B, T, C) -> (B, T, C)
@@ -36,7 +36,7 @@ class Block : public Module {
   std::unique_ptr<moe::MoeLayer> moe_;  // an MoE block's
 
   // The MLP's output for h (B, T, C).
-  Tensor feed_forward(const Tensor& h, std::vector<moe::MoeOutput>* moe) const;
+  Tensor feed_forward(const Tensor& h, std::vector<moe::MoeOutput>* moe_out) const;
 };
 
 }  // namespace tessera

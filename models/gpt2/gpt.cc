@@ -183,7 +183,8 @@ Tensor Gpt::forward(const Tensor& idx) const {
 
 void Gpt::count_expert_load() const {
   if (expert_load_.empty()) {
-    for (int64_t layer = part_.first_block; cfg_.moe && layer < cfg_.n_layer; ++layer) {
+    const int64_t end = part_.end_block < 0 ? cfg_.n_layer : part_.end_block;
+    for (int64_t layer = part_.first_block; cfg_.moe && layer < end; ++layer) {
       if (cfg_.moe->is_moe_block(layer)) {
         parallel::ExpertLoad load;
         load.block = layer;
@@ -199,14 +200,22 @@ void Gpt::count_expert_load() const {
     for (size_t e = 0; e < load.tokens.size(); ++e) load.tokens[e] += r.counts[e];
     load.dropped += r.dropped;
     load.capacity = r.capacity;
-    load.aux_loss += moe_outputs_[i].l_aux.item<double>();
     ++load.passes;
+    // Summed on the loss's device, read when taken (reading each would wait for it).
+    NoGradGuard no_grad;
+    const Tensor aux = moe_outputs_[i].l_aux.detach().to(DType::f64);
+    aux_sums_.resize(expert_load_.size());
+    aux_sums_[i] = aux_sums_[i].defined() ? add(aux_sums_[i], aux) : aux;
   }
 }
 
 std::vector<parallel::ExpertLoad> Gpt::take_expert_load() {
   std::vector<parallel::ExpertLoad> taken = std::move(expert_load_);
+  for (size_t i = 0; i < taken.size() && i < aux_sums_.size(); ++i) {
+    taken[i].aux_loss = aux_sums_[i].to(Device::cpu()).item<double>();
+  }
   expert_load_.clear();
+  aux_sums_.clear();
   return taken;
 }
 
@@ -251,7 +260,7 @@ Tensor Gpt::loss(const Tensor& logits, const Tensor& targets) const {
   // The padding columns are not classes (cross_entropy's `classes`).
   Tensor loss = cross_entropy(reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}),
                               -100, cfg_.vocab_size);
-  if (cfg_.moe && !moe_outputs_.empty()) {  // Note [GPT-MoE] in moe_config.h
+  if (cfg_.moe && is_training() && !moe_outputs_.empty()) {  // Note [GPT-MoE] in moe_config.h
     Tensor aux = moe_outputs_.front().l_aux;
     for (size_t i = 1; i < moe_outputs_.size(); ++i) aux = add(aux, moe_outputs_[i].l_aux);
     loss = add(loss, mul(cast(aux, loss.dtype()), scalar_like(loss, cfg_.moe->aux_loss_coef)));

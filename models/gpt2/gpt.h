@@ -85,8 +85,10 @@ class Gpt : public LanguageModel {
   // stage's (B, T, C); returns the logits when it holds the head, else (B, T, C).
   Tensor forward_stage(const Tensor& input) const override;
   // Mean cross-entropy over the first vocab_size logits (padding is never predicted), from
-  // forward()'s logits, plus moe.aux_loss_coef times the MoE blocks' load-balancing losses of
-  // the latest forward. Collective over the model group. Needs the head.
+  // forward()'s logits, plus, in training, moe.aux_loss_coef times the MoE blocks'
+  // load-balancing losses of the latest forward (an evaluation reports the language model's
+  // loss alone, as Megatron-DeepSpeed's "lm loss"). Collective over the model group. Needs
+  // the head.
   Tensor loss(const Tensor& logits,
               const Tensor& targets) const override;  // (B, T, Vp/P), (B, T) -> ()
   // Inference: logits of the new positions idx (B, T) placed after the cache's contents,
@@ -163,6 +165,7 @@ class Gpt : public LanguageModel {
   // take_expert_load(). Mutable: a forward pass records them.
   mutable std::vector<moe::MoeOutput> moe_outputs_;
   mutable std::vector<parallel::ExpertLoad> expert_load_;
+  mutable std::vector<Tensor> aux_sums_;  // per MoE block: expert_load_'s aux_loss, f64
   int64_t checkpoint_interval_ = 0;
   CheckpointPolicy checkpoint_policy_;
 };

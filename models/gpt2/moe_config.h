@@ -7,8 +7,9 @@
 // moe_every 2 makes every other block sparse, starting with the second. num_experts is one
 // count for every MoE block, or one per MoE block (PR-MoE's pyramid: more experts in later
 // blocks, DeepSpeed-MoE arXiv:2201.05596 section 4.1). Each expert is the dense block's
-// feed-forward network (C -> 4C -> C), and the model's loss adds aux_loss_coef times the sum
-// of the MoE blocks' load-balancing losses (Megatron-DeepSpeed's --moe-loss-coeff, 0.01).
+// feed-forward network (C -> 4C -> C), and the model's training loss adds aux_loss_coef times
+// the sum of the MoE blocks' load-balancing losses (Megatron-DeepSpeed's --moe-loss-coeff,
+// 0.01); evaluation reports the cross-entropy alone.
 #pragma once
 
 #include <cstdint>

@@ -61,8 +61,11 @@ void check_gate_config(const GateConfig& config, int64_t experts, const std::str
 }
 
 int64_t expert_capacity(int64_t tokens, int64_t experts, double factor, int64_t min_capacity) {
-  const auto c = static_cast<int64_t>(
-      std::ceil(static_cast<double>(tokens) / static_cast<double>(experts) * factor));
+  // In f32, as DeepSpeed's _capacity multiplies by torch.tensor(capacity_factor): 40 tokens
+  // over 4 experts at 1.1 give 11 there (f64 would give 12).
+  const float per_expert =
+      static_cast<float>(static_cast<double>(tokens) / static_cast<double>(experts));
+  const auto c = static_cast<int64_t>(std::ceil(per_expert * static_cast<float>(factor)));
   return std::max(c, min_capacity);
 }
 

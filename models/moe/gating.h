@@ -5,7 +5,8 @@
 // DeepSpeed's TopKGate (deepspeed/moe/sharded_moe.py, top1gating and top2gating; GShard,
 // arXiv:2006.16668, Algorithm 1; Switch Transformer, arXiv:2101.03961), everything in f32:
 // - probs = softmax(x W_g^T) over E experts, for S tokens.
-// - Capacity per expert C = ceil(S / E * capacity_factor * k), at least min_capacity
+// - Capacity per expert C = ceil(S / E * capacity_factor * k) (the product in f32, as
+//   DeepSpeed's), at least min_capacity
 //   (eval_capacity_factor outside training). Without drop_tokens, C is the largest number
 //   of tokens any expert received (no token is dropped).
 // - Top-1: expert argmax(probs), or argmax(logits + Gumbel noise) with the RSample policy.
@@ -17,7 +18,8 @@
 //   top2_2nd_expert_sampling) with the first masked out. First choices take the slots
 //   0.. in token order, second choices queue after all of the expert's first choices; a
 //   choice whose slot is C or beyond is dropped. The combine weights p1 / (p1 + p2) and
-//   p2 / (p1 + p2) count only the kept choices (a token with one kept choice weighs it 1).
+//   p2 / (p1 + p2) count only the kept choices (a token with one kept choice weighs it 1;
+//   the sum is clamped below at f32's epsilon, so one with none weighs 0).
 // - Top-1 in training needs at least min_capacity tokens (DeepSpeed asserts it; evaluation,
 //   generation's few tokens a step included, does not).
 // - Load-balancing loss l_aux = E * sum_e mean_s(probs[s, e]) * (fraction of tokens whose
@@ -38,6 +40,7 @@ enum class NoisyGatePolicy { none, jitter, rsample };
 
 // Parses "None" (or absent), "Jitter" or "RSample", as DeepSpeed spells them.
 NoisyGatePolicy parse_noisy_gate_policy(const std::string& name);
+// DeepSpeed's spelling of `policy` ("None", "Jitter", "RSample").
 std::string to_string(NoisyGatePolicy policy);
 
 // deepspeed.moe.layer.MoE's gating arguments, with DeepSpeed's defaults.

@@ -28,6 +28,15 @@ Tensor with_zero_row(const Tensor& rows) {
 
 }  // namespace
 
+GateLinear::GateLinear(int64_t n_embd, int64_t num_experts)
+    : weight_(zeros({num_experts, n_embd})) {
+  register_parameter("weight", weight_);
+}
+
+Tensor GateLinear::forward(const Tensor& x) const {
+  return linear(cast(x, DType::f32), cast(weight_, DType::f32), Tensor());
+}
+
 MoeLayer::MoeLayer(int64_t n_embd, int64_t num_experts, const GateConfig& gate, bool use_residual,
                    const std::function<std::unique_ptr<Layer>(int64_t expert)>& make_expert,
                    Generator& gen, DType dtype, parallel::Communicator* expert_group)
@@ -38,7 +47,7 @@ MoeLayer::MoeLayer(int64_t n_embd, int64_t num_experts, const GateConfig& gate, 
       ep_rank_(expert_group ? expert_group->rank() : 0),
       config_(gate),
       gen_(gen),
-      gate_(n_embd, num_experts, /*bias=*/false, DType::f32),
+      gate_(n_embd, num_experts),
       experts_(first_local_expert()) {
   check_gate_config(config_, num_experts_, "[moe]");
   TS_CHECK(num_experts_ % ep_size_ == 0, "[moe] num_experts: expected a multiple of ep_size (",
@@ -75,6 +84,24 @@ RoutingNoise MoeLayer::draw_noise(int64_t tokens) const {
   return noise;
 }
 
+void MoeLayer::agree_on_capacity(Routing& routing, Device device) const {
+  // The group's largest and (negated) smallest capacity, in one all-reduce.
+  const Tensor c = from_vector(std::vector<double>{static_cast<double>(routing.capacity),
+                                                   -static_cast<double>(routing.capacity)},
+                               {2})
+                       .to(device);
+  expert_group_->all_reduce(c, parallel::ReduceOp::max);
+  const std::vector<double> v = c.to(Device::cpu()).to_vector<double>();
+  const auto largest = static_cast<int64_t>(v[0]), smallest = static_cast<int64_t>(-v[1]);
+  if (config_.drop_tokens) {
+    TS_CHECK(largest == smallest, "[moe] expert parallelism with drop_tokens: expected every ",
+             "rank of the group to route as many tokens (one capacity), found capacities ",
+             smallest, " to ", largest);
+    return;
+  }
+  routing.widen(largest);  // one capacity for the group: its largest
+}
+
 Tensor MoeLayer::run_experts(const Tensor& buffers, int64_t C) const {
   const int64_t P = ep_size_, L = local_experts();
   // (E * C, C) -> (P * L * C, C): from every rank, its rows for this rank's experts.
@@ -105,10 +132,8 @@ MoeOutput MoeLayer::forward(const Tensor& x) const {
     gate_in = mul(gate_in,
                   rand({S, n_embd_}, gen_, {DType::f32, x.device()}, 1.0 - kJitter, 1.0 + kJitter));
   }
-  // A mixed-precision run may have made the gate's weight 16-bit: its product then runs in
-  // that dtype, the softmax and the routing still in f32.
-  const Tensor logits = cast(gate_(cast(gate_in, gate_.weight().dtype())), DType::f32);  // (S, E)
-  const Tensor probs = softmax(logits);                                                  // (S, E)
+  const Tensor logits = gate_(gate_in);  // (S, E) f32
+  const Tensor probs = softmax(logits);  // (S, E) f32
   MoeOutput out;
   {
     NoGradGuard no_grad;
@@ -116,13 +141,7 @@ MoeOutput MoeLayer::forward(const Tensor& x) const {
                         probs.to(Device::cpu()).to_vector<float>(), S, E, config_, is_training(),
                         draw_noise(S));
   }
-  if (ep_size_ > 1 && !config_.drop_tokens) {  // one capacity for the group: its largest
-    const Tensor largest =
-        scalar_tensor(static_cast<double>(out.routing.capacity), {DType::f64, x.device()})
-            .view({1});
-    expert_group_->all_reduce(largest, parallel::ReduceOp::max);
-    out.routing.widen(static_cast<int64_t>(largest.to(Device::cpu()).item<double>()));
-  }
+  if (ep_size_ > 1) agree_on_capacity(out.routing, x.device());
   const Routing& r = out.routing;
   const int64_t C = r.capacity, k = r.k;
 
@@ -152,19 +171,18 @@ MoeOutput MoeLayer::forward(const Tensor& x) const {
     weight[static_cast<size_t>(j)] = index_select(flat_probs, 0, index_tensor(at, x.device()));
   }
   if (k == 2) {
-    // p_j / (p1 + p2) over the kept choices; a token with none kept divides by f32's
-    // epsilon (DeepSpeed's clamp), a choice dropped weighs 0.
+    // p_j / (p1 + p2) over the kept choices, the sum clamped below at f32's epsilon
+    // (DeepSpeed's clamp: a token with none kept weighs 0), a choice dropped weighs 0.
     std::vector<float> kept1(static_cast<size_t>(S)), kept2(static_cast<size_t>(S));
-    std::vector<bool> none_kept(static_cast<size_t>(S));
     for (size_t s = 0; s < static_cast<size_t>(S); ++s) {
       kept1[s] = r.slot[2 * s] >= 0 ? 1.0f : 0.0f;
       kept2[s] = r.slot[2 * s + 1] >= 0 ? 1.0f : 0.0f;
-      none_kept[s] = r.slot[2 * s] < 0 && r.slot[2 * s + 1] < 0;
     }
     const Tensor g1 = mul(weight[0], from_vector(kept1, {S}).to(x.device()));
     const Tensor g2 = mul(weight[1], from_vector(kept2, {S}).to(x.device()));
-    const Tensor denom = where(from_vector(none_kept, {S}).to(x.device()),
-                               scalar_like(g1, std::numeric_limits<float>::epsilon()), add(g1, g2));
+    const Tensor both = add(g1, g2);
+    const Tensor eps = scalar_like(both, std::numeric_limits<float>::epsilon());
+    const Tensor denom = where(lt(both, eps), eps, both);
     weight[0] = div(g1, denom);
     weight[1] = div(g2, denom);
   }

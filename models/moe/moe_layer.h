@@ -25,7 +25,7 @@
 // all-to-alls are autograd ops (parallel/expert/all_to_all.h): backward sends the
 // gradients the other way. Every rank must use the same capacity: without drop_tokens the
 // group takes its largest (an all-reduce, as DeepSpeed's); with it, every rank must route
-// equally many tokens.
+// equally many tokens (checked).
 #pragma once
 
 #include <functional>
@@ -38,6 +38,20 @@
 #include "parallel/comm/communicator.h"
 
 namespace tessera::moe {
+
+// The gate's linear map, C -> E without bias, computed in f32 whatever dtype a
+// mixed-precision run gives its weight (DeepSpeed's TopKGate casts its wg back to f32).
+class GateLinear : public Layer {
+ public:
+  // Parameter "weight" (E, C), zero-initialized like Linear.
+  GateLinear(int64_t n_embd, int64_t num_experts);
+
+ protected:
+  Tensor forward(const Tensor& x) const override;  // (S, C) -> (S, E) f32
+
+ private:
+  Tensor weight_;
+};
 
 // What one call of the layer gives.
 struct MoeOutput {
@@ -60,15 +74,21 @@ class MoeLayer : public Module {
 
   MoeOutput forward(const Tensor& x) const;  // (..., C) -> (..., C)
 
+  // All experts of the layer, this rank's or not.
   int64_t num_experts() const { return num_experts_; }
   // The experts this rank holds: [first_local_expert(), + local_experts()).
   int64_t local_experts() const { return num_experts_ / ep_size_; }
   int64_t first_local_expert() const { return ep_rank_ * local_experts(); }
+  // The gating arguments the layer was built with.
   const GateConfig& gate_config() const { return config_; }
 
  private:
   // The gate's random draws for `tokens` tokens (Note [MoE routing]).
   RoutingNoise draw_noise(int64_t tokens) const;
+  // Expert parallelism: makes `routing`'s capacity the group's (Note [Expert parallelism]),
+  // through an all-reduce of tensors on `device`; throws on every rank alike when ranks
+  // that drop tokens disagree.
+  void agree_on_capacity(Routing& routing, Device device) const;
   // The experts' outputs for the dispatched buffers (E * C, C): this rank's experts alone,
   // or the group's through two all-to-alls (Note [Expert parallelism]).
   Tensor run_experts(const Tensor& buffers, int64_t capacity) const;
@@ -78,7 +98,7 @@ class MoeLayer : public Module {
   int ep_size_, ep_rank_;
   GateConfig config_;
   Generator& gen_;
-  Linear gate_;
+  GateLinear gate_;
   ModuleList experts_;
   std::unique_ptr<Layer> residual_mlp_;
   std::unique_ptr<Linear> coefficient_;

@@ -86,8 +86,9 @@ OffloadParamConfig read_offload_param(JsonObjectReader& s, int stage) {
     // Pinned host memory speeds a GPU run's copies; a CPU run's parameters are host memory.
     c.pin_memory = o.get<bool>("pin_memory", false);
     // DeepSpeed's cap on the parameter elements kept in host memory with device "nvme"
-    // (offload_config.py): an upper bound, which Tessera meets by keeping none there beyond
-    // the chunk being read or written (Note [Offloaded parameters] in partitioned_params.h).
+    // (deepspeed/runtime/zero/offload_config.py): an upper bound, which Tessera meets by keeping
+    // none there beyond the chunk being read or written (Note [Offloaded parameters] in
+    // partitioned_params.h).
     o.get_in_range<double>("max_in_cpu", 1e9, 0, 9e18);
     TS_CHECK(c.device != OffloadParamConfig::Device::nvme || !c.nvme_path.empty(), "[config] ",
              o.key_path("nvme_path"),

@@ -83,6 +83,8 @@ void ZeroOptimizer::host_step() {
     inner_->update_part([&](const NamedParameter& p) { return names.count(p.name) > 0; });
     // The 16-bit values travel through the gradients' pinned copies, read by now, while
     // the host updates the next sub-group; the next step's copies into them queue after.
+    // Until then the master chunks' grad() hold those 16-bit bytes: nothing reads the
+    // masters' gradients between steps.
     for (const int64_t b : groups[g]) weights_->round_chunk_queued(b, host_gradient(b));
   }
   inner_->finish_step();

@@ -158,26 +158,38 @@ TEST_CASE("a pinned source freed while its copy is queued is not reused too earl
 TEST_CASE("copy_queued_ converts through pinned staging and equals copy_", "[gpu]") {
   REQUIRE(cuda::device_count() > 0);
   Generator g(6);
-  // A large GEMM queued first keeps the device busy, so the queued copies wait behind it.
+  const std::vector<DType> dtypes = {DType::bf16, DType::f16, DType::f32};
+  std::vector<Tensor> sources, got;
+  for (DType dt : dtypes) {
+    sources.push_back(randn({999}, g));
+    got.push_back(zeros({999}, {dt, Device::cuda(0)}));
+  }
+  // A large GEMM queued first keeps the device busy, so the queued copies wait behind it:
+  // their sources are overwritten (allowed) and their staging kept (required) meanwhile.
   const Tensor a = randn({4096, 4096}, g).to(Device::cuda(0));
   const Tensor busy = kernels::matmul(a, a, false, false);
-  const Tensor staging = zeros({1000}).pin_memory();  // 4000 bytes: room for 1000 bf16 or f32
-  for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
-    INFO(dtype_name(dt));
-    const Tensor src = randn({999}, g);
-    const Tensor want = zeros({999}, {dt, Device::cuda(0)});
-    want.copy_(src);
-    const Tensor got = zeros({999}, {dt, Device::cuda(0)});
-    got.copy_queued_(src, staging);
-    src.fill_(5.0);  // the source may change at once
-    CHECK(got.to(Device::cpu()).to_vector<double>() == want.to(Device::cpu()).to_vector<double>());
+  std::vector<Tensor> staging;
+  std::vector<std::vector<float>> values;
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    staging.push_back(zeros({1000}).pin_memory());  // 4000 bytes: room for 1000 of any dtype
+    values.push_back(sources[i].to_vector<float>());
+    got[i].copy_queued_(sources[i], staging[i]);
+    sources[i].fill_(5.0);
   }
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    INFO(dtype_name(dtypes[i]));
+    const Tensor want = zeros({999}, {dtypes[i], Device::cuda(0)});
+    want.copy_(from_vector(values[i]));
+    CHECK(got[i].to(Device::cpu()).to_vector<double>() ==
+          want.to(Device::cpu()).to_vector<double>());
+  }
+  const Tensor& staging_full = staging.front();  // for the refusals below
   const Tensor d = zeros({2001}, {DType::bf16, Device::cuda(0)});
-  CHECK_THROWS_WITH(d.copy_queued_(randn({2001}, g), staging),
+  CHECK_THROWS_WITH(d.copy_queued_(randn({2001}, g), staging_full),
                     Catch::Contains("expected staging of at least 4002 bytes"));
   CHECK_THROWS_WITH(d.narrow(0, 0, 10).copy_queued_(randn({10}, g), zeros({10})),
                     Catch::Contains("pageable memory"));
-  CHECK_THROWS_WITH(zeros({10}).copy_queued_(randn({10}, g), staging),
+  CHECK_THROWS_WITH(zeros({10}).copy_queued_(randn({10}, g), staging_full),
                     Catch::Contains("contiguous CUDA destination"));
   CHECK(busy.numel() == 4096 * 4096);
 }

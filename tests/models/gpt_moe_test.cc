@@ -96,6 +96,15 @@ TEST_CASE("an MoE GPT's parameters are its experts', counted by num_parameters",
   GptConfig dense = cfg;
   dense.moe.reset();
   CHECK(cfg.active_parameters() == dense.num_parameters() + 2 * mlp + 16 * 2 + 16 * 4);
+  // Residual MoE adds a dense MLP and a 2-way coefficient per MoE block.
+  GptConfig residual = cfg;
+  residual.moe->use_residual = true;
+  int64_t with_residual = 0;
+  for (const NamedParameter& p : Gpt(residual, 1).named_parameters()) {
+    with_residual += p.tensor.numel();
+  }
+  CHECK(with_residual == residual.num_parameters());
+  CHECK(residual.num_parameters() == cfg.num_parameters() + 2 * (mlp + 2 * 16 + 2));
 }
 
 TEST_CASE("the loss adds aux_loss_coef times the blocks' load-balancing losses", "[gpt][moe]") {
@@ -177,7 +186,7 @@ TEST_CASE("cached generation through MoE blocks equals the full forward", "[gpt]
   const std::vector<float> full = model.forward(ids).to_vector<float>();
   KvCache cache(model.config(), 1, 16);
   std::vector<float> stepped;
-  for (int64_t t = 0; t < 9; ++t) {  // one token at a time: fewer than min_capacity
+  for (int64_t t = 0; t < 9; ++t) {  // one token at a time, as generation routes
     const std::vector<float> l =
         model.forward_cached(narrow(ids, 1, t, 1).contiguous(), cache).to_vector<float>();
     stepped.insert(stepped.end(), l.begin(), l.end());

@@ -2,6 +2,7 @@
 // against the single-rank layer: each rank's output and input gradient equal those of a
 // layer holding every expert run on that rank's tokens alone, and each expert's weight
 // gradient on the rank holding it is the sum of the single-rank gradients over all ranks.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 #include <memory>
@@ -41,6 +42,7 @@ void init(MoeLayer& layer) {
 }
 
 struct Result {
+  int64_t capacity = 0;
   std::vector<float> out, x_grad;
   std::map<std::string, std::vector<float>> grads;
 };
@@ -60,7 +62,7 @@ Result run(MoeLayer& layer, int r) {
   x.set_requires_grad(true);
   const MoeOutput out = layer.forward(x);
   backward(add(sum(mul(out.output, weights(r))), out.l_aux));
-  Result res{out.output.to_vector<float>(), x.grad().to_vector<float>(), {}};
+  Result res{out.routing.capacity, out.output.to_vector<float>(), x.grad().to_vector<float>(), {}};
   for (const NamedParameter& p : layer.named_parameters()) {
     res.grads[p.name] = p.tensor.grad().to_vector<float>();
   }
@@ -106,6 +108,12 @@ TEST_CASE("expert-parallel MoE equals the single-rank layer per rank", "[moe][pa
         got[static_cast<size_t>(group.rank())] = run(*layer, group.rank());
         first[static_cast<size_t>(group.rank())] = layer->first_local_expert();
       });
+      // Without drops the ranks' own capacities differ here and the group takes the largest.
+      int64_t largest = 0, smallest = 1 << 30;
+      for (const Result& w : want)
+        largest = std::max(largest, w.capacity), smallest = std::min(smallest, w.capacity);
+      if (!c.drop) CHECK(smallest < largest);
+      for (const Result& g : got) CHECK(g.capacity == (c.drop ? smallest : largest));
       for (int r = 0; r < c.ranks; ++r) {
         INFO("rank " << r);
         const Result& g = got[static_cast<size_t>(r)];
@@ -129,6 +137,23 @@ TEST_CASE("expert-parallel MoE equals the single-rank layer per rank", "[moe][pa
       }
     }
   }
+}
+
+TEST_CASE("expert parallelism refuses ranks that drop tokens at different capacities",
+          "[moe][parallel]") {
+  GateConfig gate;
+  gate.min_capacity = 0;
+  gate.use_rts = false;
+  CHECK_THROWS_WITH(parallel::run_thread_ranks(
+                        2,
+                        [&](parallel::Communicator& group) {
+                          Generator gen(1);
+                          const std::unique_ptr<MoeLayer> layer = make_layer(gate, gen, &group);
+                          Generator g(3);
+                          // 10 and 20 tokens: capacities 3 and 5.
+                          layer->forward(randn({10 * (group.rank() + 1), kEmbd}, g));
+                        }),
+                    Catch::Contains("found capacities 3 to 5"));
 }
 
 TEST_CASE("all_to_all_rows exchanges blocks of rows and sends gradients back", "[moe][parallel]") {

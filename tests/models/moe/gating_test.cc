@@ -137,6 +137,7 @@ TEST_CASE("capacity is DeepSpeed's ceil(S / E * factor), at least min_capacity",
   CHECK(expert_capacity(10, 4, 1.5, 0) == 4);   // ceil(3.75)
   CHECK(expert_capacity(64, 8, 2.0, 4) == 16);  // top-2 doubles the factor
   CHECK(expert_capacity(1024, 8, 1.25, 4) == 160);
+  CHECK(expert_capacity(40, 4, 1.1, 0) == 11);  // f32, as DeepSpeed: 10 x 1.1f rounds to 11
 }
 
 TEST_CASE("top-1 routing keeps the first C tokens per expert, or the C of highest priority",

@@ -241,6 +241,35 @@ TEST_CASE("the MoE layer runs 16-bit experts with an f32 gate", "[moe]") {
   CHECK(out.output.dtype() == DType::bf16);
   CHECK(out.l_aux.dtype() == DType::f32);
   CHECK(out.output.shape() == x.shape());
+
+  // A mixed-precision run makes every parameter 16-bit; the gate's product stays f32: its
+  // load-balancing loss is the f32 one of the bf16 weights, not a bf16 product's.
+  layer.to(Device::cpu(), DType::bf16);
+  const std::vector<double> w = layer.named_parameters().front().tensor.to_vector<double>();
+  const std::vector<double> xs = x.to_vector<double>();
+  std::vector<double> me(kExperts, 0.0), ce(kExperts, 0.0);
+  for (int64_t s = 0; s < 8; ++s) {
+    std::vector<double> p(kExperts);
+    double total = 0;
+    for (int64_t e = 0; e < kExperts; ++e) {
+      double l = 0;
+      for (int64_t c = 0; c < kEmbd; ++c)
+        l += w[static_cast<size_t>(e * kEmbd + c)] * xs[static_cast<size_t>(s * kEmbd + c)];
+      total += p[static_cast<size_t>(e)] = std::exp(l);
+    }
+    int64_t first = 0;
+    for (int64_t e = 0; e < kExperts; ++e) {
+      p[static_cast<size_t>(e)] /= total;
+      me[static_cast<size_t>(e)] += p[static_cast<size_t>(e)] / 8;
+      if (p[static_cast<size_t>(e)] > p[static_cast<size_t>(first)]) first = e;
+    }
+    ce[static_cast<size_t>(first)] += 1.0 / 8;
+  }
+  double l_aux = 0;
+  for (int64_t e = 0; e < kExperts; ++e)
+    l_aux += kExperts * me[static_cast<size_t>(e)] * ce[static_cast<size_t>(e)];
+  CHECK(layer.named_parameters().front().tensor.dtype() == DType::bf16);
+  CHECK(layer.forward(x).l_aux.item<double>() == Approx(l_aux).epsilon(1e-5));
 }
 
 TEST_CASE("noisy gating draws from the layer's generator only while training", "[moe]") {

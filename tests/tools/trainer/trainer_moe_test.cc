@@ -1,7 +1,7 @@
 // The trainer with a GPT-MoE model (Note [GPT-MoE] in models/gpt2/moe_config.h): it learns
 // Tiny Shakespeare; data parallelism with ZeRO stages 1-3 follows stage 0 (every expert runs
 // on every rank each step, so stage 3 gathers alike everywhere); a run with random token
-// selection and second-expert sampling resumes bit for bit.
+// selection and RSample's Gumbel noise resumes bit for bit.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -9,6 +9,7 @@
 
 #include "tests/test_files.h"
 #include "tests/testing.h"
+#include "tests/tools/trainer/data_parallel_runs.h"
 #include "tests/tools/trainer/random_shard.h"
 #include "tests/tools/trainer/run_metrics.h"
 #include "tests/tools/trainer/shakespeare_data.h"
@@ -66,44 +67,27 @@ TEST_CASE("a GPT-MoE learns Tiny Shakespeare", "[trainer][moe]") {
   CHECK(records == 150);
 }
 
-// `steps` steps on `world` thread ranks at ZeRO `stage`, 2 micro-batches per rank.
-Json parallel_run(const fs::path& data, const fs::path& dir, int stage, int64_t steps) {
-  Json z = {{"stage", stage}};
-  if (stage == 3) z["stage3_param_persistence_threshold"] = 40;
-  return {{"train_batch_size", 8},
-          {"gradient_accumulation_steps", 2},
-          {"gradient_clipping", 1.0},
-          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-2}, {"weight_decay", 0.1}}}}},
-          {"zero_optimization", z},
-          {"model", moe_model(29, 8, 2)},
-          {"data", {{"train", (data / "train_*.bin").string()}}},
-          {"trainer",
-           {{"steps", steps},
-            {"threads", 1},
-            {"seed", 3},
-            {"log_dir", dir.string()},
-            {"checkpoint_dir", (dir / "ckpt").string()},
-            {"checkpoint_interval", 4},
-            {"keep_last", 0}}}};
+// The data-parallel test model (tests/tools/trainer/data_parallel_runs.h) with 4 experts,
+// top-2, in its second block, plus `gate` (more gate keys).
+Json moe_run(const fs::path& data, const fs::path& dir, int stage, int64_t steps,
+             const Json& gate = Json::object()) {
+  Json moe = {{"num_experts", 4}, {"k", 2}, {"capacity_factor", 1.25}};
+  moe.merge_patch(gate);
+  return testing::run_config(data, dir, stage, steps, 400, {{"model", {{"moe", moe}}}});
 }
 
 TEST_CASE("data-parallel GPT-MoE with ZeRO stages 1-3 follows stage 0", "[trainer][moe][zero]") {
   const fs::path root = testing::fresh_dir("trainer_moe_zero");
   testing::write_random_shard(root / "data", 29);
-  const fs::path base = root / "stage0";
-  testing::train_on_threads(parallel_run(root / "data", base, 0, 6), base, 2, ResumeMode::never);
-  const testing::RunMetrics want = testing::read_run_metrics(base);
+  const testing::Outcome want = testing::train(moe_run(root / "data", root / "stage0", 0, 6),
+                                               root / "stage0", 2, ResumeMode::never);
   REQUIRE(want.losses.size() == 6);
   for (int stage : {1, 2, 3}) {
     DYNAMIC_SECTION("stage " << stage) {
       const fs::path dir = root / ("stage" + std::to_string(stage));
-      testing::train_on_threads(parallel_run(root / "data", dir, stage, 6), dir, 2,
-                                ResumeMode::never);
-      const testing::RunMetrics got = testing::read_run_metrics(dir);
-      for (const auto& [step, loss] : want.losses) {
-        INFO("step " << step);
-        CHECK(got.losses.at(step) == Approx(loss).epsilon(1e-5));
-      }
+      testing::check_close(
+          testing::train(moe_run(root / "data", dir, stage, 6), dir, 2, ResumeMode::never), want,
+          1e-5);
     }
   }
 }
@@ -111,25 +95,16 @@ TEST_CASE("data-parallel GPT-MoE with ZeRO stages 1-3 follows stage 0", "[traine
 TEST_CASE("a GPT-MoE run with random routing resumes bit for bit", "[trainer][moe]") {
   const fs::path root = testing::fresh_dir("trainer_moe_resume");
   testing::write_random_shard(root / "data", 29);
-  auto run = [&](const fs::path& dir) {
-    Json doc = parallel_run(root / "data", dir, 2, 8);
-    doc["model"]["moe"]["k"] = 1;  // random token selection (use_rts, on by default) ...
-    doc["model"]["moe"]["capacity_factor"] = 0.5;  // ... decides which tokens drop
-    doc["model"]["moe"]["noisy_gate_policy"] = "RSample";
-    return doc;
-  };
-  const fs::path full = root / "full";
-  testing::train_on_threads(run(full), full, 2, ResumeMode::never);
+  // Top-1 with random token selection (use_rts, on by default) deciding which tokens drop,
+  // and RSample's Gumbel noise choosing the experts.
+  const Json gate = {{"k", 1}, {"capacity_factor", 0.5}, {"noisy_gate_policy", "RSample"}};
+  const testing::Outcome want = testing::train(moe_run(root / "data", root / "full", 2, 6, gate),
+                                               root / "full", 2, ResumeMode::never);
   const fs::path dir = root / "resumed";
-  fs::create_directories(dir / "ckpt");
-  fs::copy(full / "ckpt" / "step_00000004", dir / "ckpt" / "step_00000004",
-           fs::copy_options::recursive);
-  testing::write_bytes(dir / "ckpt" / "latest", "step_00000004\n");
-  testing::train_on_threads(run(dir), dir, 2, ResumeMode::required);
-  const testing::RunMetrics want = testing::read_run_metrics(full);
-  const testing::RunMetrics got = testing::read_run_metrics(dir);
-  REQUIRE(got.losses.size() == 4);  // steps 5-8
-  for (const auto& [step, loss] : got.losses) CHECK(loss == want.losses.at(step));
+  testing::copy_run_at(root / "full", 3, dir);
+  const testing::Outcome got =
+      testing::train(moe_run(root / "data", dir, 2, 6, gate), dir, 2, ResumeMode::required);
+  testing::check_close(got, want, 0.0);
 }
 
 }  // namespace
