@@ -1,5 +1,6 @@
 #include "models/gpt2/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -170,10 +171,42 @@ Tensor Gpt::head(const Tensor& x) const {
 }
 
 Tensor Gpt::blocks(Tensor x) const {
+  if (cfg_.moe && checkpoint_interval_ > 0 && GradMode::is_enabled()) {
+    return checkpointed_moe_blocks(std::move(x));
+  }
   return checkpoint_sequential(
       std::move(x), transformer_.h.size(), checkpoint_interval_,
       [this](size_t i, const Tensor& y) { return block(i).forward(y, &moe_outputs_); },
       dropout_streams_.generators(), checkpoint_policy_);
+}
+
+Tensor Gpt::checkpointed_moe_blocks(Tensor x) const {
+  const size_t n = transformer_.h.size(), k = static_cast<size_t>(checkpoint_interval_);
+  for (size_t first = 0; first < n; first += k) {
+    const size_t end = std::min(n, first + k);
+    // The first run's gate results (routing, for the counts); the recomputation's are the same.
+    auto first_run = std::make_shared<std::vector<moe::MoeOutput>>();
+    auto ran = std::make_shared<bool>(false);
+    const TensorList out = checkpoint(
+        // By value: backward recomputes the segment after this function has returned.
+        [this, first, end, first_run, ran](const TensorList& in) {
+          std::vector<moe::MoeOutput> segment;
+          Tensor y = in[0];
+          for (size_t i = first; i < end; ++i) y = block(i).forward(y, &segment);
+          TensorList outputs{y};
+          for (const moe::MoeOutput& m : segment) outputs.push_back(m.l_aux);
+          if (!*ran) *first_run = std::move(segment), *ran = true;
+          return outputs;
+        },
+        {x}, dropout_streams_.generators(), checkpoint_policy_);
+    x = out[0];
+    for (size_t j = 0; j < first_run->size(); ++j) {
+      moe::MoeOutput m = std::move((*first_run)[j]);
+      m.l_aux = out[1 + j];  // the segment's output: loss() reaches the gate through it
+      moe_outputs_.push_back(std::move(m));
+    }
+  }
+  return x;
 }
 
 Tensor Gpt::forward(const Tensor& idx) const {
@@ -217,15 +250,6 @@ std::vector<parallel::ExpertLoad> Gpt::take_expert_load() {
   expert_load_.clear();
   aux_sums_.clear();
   return taken;
-}
-
-void Gpt::set_activation_checkpointing(int64_t interval, CheckpointPolicy policy) {
-  TS_CHECK(interval == 0 || !cfg_.moe,
-           "[gpt2] moe: activation checkpointing of a "
-           "mixture-of-experts model is not supported by Tessera yet (a recomputed block's "
-           "load-balancing loss would not reach the loss); expected it off");
-  checkpoint_interval_ = interval;
-  checkpoint_policy_ = std::move(policy);
 }
 
 std::vector<std::string> Gpt::tied_parameter_names() const {

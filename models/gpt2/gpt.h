@@ -97,9 +97,12 @@ class Gpt : public LanguageModel {
 
   // Recompute blocks in backward instead of storing their activations: every `interval`
   // consecutive blocks form one checkpoint (0: none; 1, or true: each block).
-  // Not with MoE blocks yet: a recomputed block's load-balancing loss would not reach the
-  // loss.
-  void set_activation_checkpointing(int64_t interval, CheckpointPolicy policy = {}) override;
+  // With MoE blocks each segment also returns its blocks' load-balancing losses, which
+  // loss() adds, so their gradient reaches the gates through the recomputation.
+  void set_activation_checkpointing(int64_t interval, CheckpointPolicy policy = {}) override {
+    checkpoint_interval_ = interval;
+    checkpoint_policy_ = std::move(policy);
+  }
 
   // Pipelines (forward_stage) and tensor slicing (a model group).
   static constexpr parallel::ModelCapabilities kCapabilities{true, true};
@@ -145,6 +148,9 @@ class Gpt : public LanguageModel {
   Tensor embed(const Tensor& idx, int64_t start) const;  // (B, T) -> (B, T, C)
   Tensor head(const Tensor& x) const;                    // (B, T, C) -> (B, T, Vp / P)
   Tensor blocks(Tensor x) const;                         // (B, T, C) -> (B, T, C)
+  // blocks() for an MoE model with activation checkpointing: each segment's outputs are its
+  // last block's and its MoE blocks' load-balancing losses.
+  Tensor checkpointed_moe_blocks(Tensor x) const;
   // Adds the latest training forward's gate results to expert_load_.
   void count_expert_load() const;
   const Block& block(size_t i) const { return static_cast<const Block&>(transformer_.h[i]); }

@@ -202,10 +202,33 @@ TEST_CASE("MoE GPT layouts Tessera does not support yet are refused with the rea
   first_half.end_block = 2;
   first_half.final_norm = first_half.head = false;
   CHECK_THROWS_WITH(Gpt(cfg, 1, nullptr, first_half), Catch::Contains("pipeline"));
-  Gpt model(cfg, 1);
-  CHECK_THROWS_WITH(model.set_activation_checkpointing(1),
-                    Catch::Contains("activation checkpointing"));
-  CHECK_NOTHROW(model.set_activation_checkpointing(0));
+}
+
+TEST_CASE("a checkpointed MoE GPT computes the same loss and gradients", "[gpt][moe]") {
+  GptConfig cfg = moe_config(1);  // top-1 with random token selection and RSample noise
+  cfg.moe->gate.use_rts = true;
+  cfg.moe->gate.noisy_gate_policy = moe::NoisyGatePolicy::rsample;
+  cfg.moe->gate.capacity_factor = 0.5;
+  const Tensor ids = random_ids(2, 16, 5), targets = random_ids(2, 16, 6);
+  std::vector<std::vector<float>> grads[2];
+  double losses[2];
+  for (int ckpt = 0; ckpt < 2; ++ckpt) {
+    Gpt model(cfg, 3);
+    model.set_activation_checkpointing(ckpt == 0 ? 0 : 2);  // segments of blocks 0-1, 2-3
+    const Tensor loss = model.loss(model.forward(ids), targets);
+    REQUIRE(model.moe_outputs().size() == 2);
+    losses[ckpt] = loss.item<double>();
+    backward(loss);
+    for (const NamedParameter& p : model.named_parameters()) {
+      grads[ckpt].push_back(p.tensor.grad().to_vector<float>());
+    }
+  }
+  CHECK(losses[1] == losses[0]);
+  REQUIRE(grads[1].size() == grads[0].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(grads[1][i] == grads[0][i]);
+  }
 }
 
 }  // namespace
