@@ -139,6 +139,34 @@ TEST_CASE("expert-parallel MoE equals the single-rank layer per rank", "[moe][pa
   }
 }
 
+TEST_CASE("expert parallelism's all-to-all bytes follow the formula", "[moe][parallel]") {
+  // Per forward and backward, four exchanges of the E x C x C buffers, each sending (P - 1) /
+  // P of them (Note [Bytes sent] in parallel/comm/communicator.h): 4 (P - 1) / P x E C C x 4
+  // bytes per rank.
+  GateConfig gate;
+  gate.k = 2;
+  gate.min_capacity = 0;
+  gate.use_rts = false;
+  gate.top2_2nd_expert_sampling = false;
+  std::vector<int64_t> bytes(4), calls(4), capacity(4);
+  parallel::run_thread_ranks(4, [&](parallel::Communicator& group) {
+    Generator gen(1);
+    const std::unique_ptr<MoeLayer> layer = make_layer(gate, gen, &group);
+    init(*layer);
+    group.reset_stats();
+    const Result r = run(*layer, group.rank());
+    const auto me = static_cast<size_t>(group.rank());
+    bytes[me] = group.stats()[parallel::CommOp::all_to_all].bytes_sent;
+    calls[me] = group.stats()[parallel::CommOp::all_to_all].calls;
+    capacity[me] = r.capacity;
+  });
+  for (size_t r = 0; r < 4; ++r) {
+    const int64_t buffer = kExperts * capacity[r] * kEmbd * 4;  // f32
+    CHECK(calls[r] == 4);
+    CHECK(bytes[r] == 4 * buffer * 3 / 4);
+  }
+}
+
 TEST_CASE("expert parallelism refuses ranks that drop tokens at different capacities",
           "[moe][parallel]") {
   GateConfig gate;
