@@ -90,10 +90,12 @@ Engine::Engine(const EngineConfig& config, TrainableModel& model,
                                         replica_duplicates(model, *groups, tied_.get()));
     if (pipelined) {
       ZeroOptimizer& zero = *optimizer_;
-      stage_ = std::make_unique<ModelStage>(model,
-                                            [&zero](const Tensor& root, const Tensor& grad, bool) {
-                                              zero.backward_unreduced(root, grad);
-                                            });
+      // Only the last stage's root is the loss (its seed not yet times the loss scale).
+      const bool loss_stage = groups->pipe->rank() == groups->pipe->size() - 1;
+      stage_ = std::make_unique<ModelStage>(
+          model, [&zero, loss_stage](const Tensor& root, const Tensor& grad, bool) {
+            zero.backward_unreduced(root, grad, loss_stage);
+          });
       executor_ = std::make_unique<pipeline::PipelineExecutor>(
           *groups->pipe, *stage_,
           pipeline::PartitionedTransfers{groups->model.get(), config.pipeline.pipe_partitioned,

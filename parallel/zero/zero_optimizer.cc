@@ -266,13 +266,13 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
   gradients_->finish_reductions();
 }
 
-void ZeroOptimizer::backward_unreduced(const Tensor& root, const Tensor& grad) {
+void ZeroOptimizer::backward_unreduced(const Tensor& root, const Tensor& grad, bool loss) {
   TS_CHECK(!gradients_->reduces_every_micro_batch(),
            "[zero] pipeline backward needs ZeRO stage 0 or 1, found stage ", config_.stage,
            " (it reduces during backward, before the tied gradients are summed)");
   reducing_ = false;
   in_backward_ = false;
-  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  const double loss_scale = scaler_ && loss ? scaler_->scale() : 1.0;
   const Tensor seed =
       loss_scale == 1.0 ? grad
                         : kernels::binary(kernels::BinaryOp::mul, grad,

@@ -187,11 +187,12 @@ class ZeroOptimizer {
   // backward(loss, scale) for one micro-batch (times the loss scale with f16); `boundary`
   // marks the last micro-batch of the step, after which every gradient has been reduced.
   void backward(const Tensor& loss, double scale, bool boundary);
-  // For a pipeline stage (Note [ZeRO under model parallelism]): backward from `root` (an
-  // activation, or the loss) seeded with `grad` times the loss scale, with no reduction;
-  // reduce_gradients() follows the last micro-batch, after the tied copies' gradients are
-  // summed. Stages 0-1 only.
-  void backward_unreduced(const Tensor& root, const Tensor& grad);
+  // For a pipeline stage (Note [ZeRO under model parallelism]): backward from `root` with no
+  // reduction; reduce_gradients() follows the last micro-batch, after the tied copies'
+  // gradients are summed. The last stage's root is the loss, seeded with `grad` times the
+  // loss scale (`loss` true); an earlier stage's is its output, seeded with the gradient
+  // the next stage sent, which carries the loss scale already. Stages 0-1 only.
+  void backward_unreduced(const Tensor& root, const Tensor& grad, bool loss);
   // Averages every gradient over the data-parallel group, as the boundary backward does.
   // Stages 0-1 only.
   void reduce_gradients();
