@@ -92,12 +92,6 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_grou
                 (part.end_block >= part.first_block && part.end_block <= cfg.n_layer)),
            "[gpt2] blocks [", part.first_block, ", ", part.end_block, ") are not blocks of a ",
            cfg.n_layer, "-layer model");
-  // The load-balancing losses are added by the loss of the forward that made them, which a
-  // pipeline stage without the head does not compute.
-  TS_CHECK(!cfg.moe || part.whole(cfg),
-           "[gpt2] moe: a mixture-of-experts model in a "
-           "pipeline is not supported by Tessera yet (its earlier stages' load-balancing "
-           "losses would not reach the loss); expected pipeline.stages 1");
   register_module("transformer", transformer_);
   if (part.head && !cfg.tie_word_embeddings) {
     const int64_t rows = cfg.padded_vocab_size() / model_group_.size();  // Vp / P, split like wte
@@ -282,15 +276,21 @@ Tensor Gpt::loss(const Tensor& logits, const Tensor& targets) const {
                                                   model_group_);
   }
   // The padding columns are not classes (cross_entropy's `classes`).
-  Tensor loss = cross_entropy(reshape(logits, {rows, logits.size(2)}), reshape(targets, {rows}),
-                              -100, cfg_.vocab_size);
-  if (cfg_.moe && is_training() && !moe_outputs_.empty()) {  // Note [GPT-MoE] in moe_config.h
-    Tensor aux = moe_outputs_.front().l_aux;
-    for (size_t i = 1; i < moe_outputs_.size(); ++i) aux = add(aux, moe_outputs_[i].l_aux);
-    loss = add(loss, mul(cast(aux, loss.dtype()), scalar_like(loss, cfg_.moe->aux_loss_coef)));
-  }
-  return loss;
+  const Tensor loss = cross_entropy(reshape(logits, {rows, logits.size(2)}),
+                                    reshape(targets, {rows}), -100, cfg_.vocab_size);
+  const Tensor aux = aux_term(loss.dtype());  // Note [GPT-MoE] in moe_config.h
+  return aux.defined() ? add(loss, aux) : loss;
 }
+
+Tensor Gpt::aux_term(DType dtype) const {
+  if (!cfg_.moe || !is_training() || moe_outputs_.empty()) return Tensor();
+  Tensor aux = moe_outputs_.front().l_aux;
+  for (size_t i = 1; i < moe_outputs_.size(); ++i) aux = add(aux, moe_outputs_[i].l_aux);
+  const Tensor sum = cast(aux, dtype);
+  return mul(sum, scalar_like(sum, cfg_.moe->aux_loss_coef));
+}
+
+Tensor Gpt::stage_extra_loss() const { return part_.head ? Tensor() : aux_term(DType::f32); }
 
 Tensor Gpt::forward_cached(const Tensor& idx, KvCache& cache) const {
   TS_CHECK(model_group_.size() == 1,

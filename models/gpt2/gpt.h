@@ -116,6 +116,9 @@ class Gpt : public LanguageModel {
   // (Note [GPT-MoE] in moe_config.h; their outputs undefined); empty without MoE.
   const std::vector<moe::MoeOutput>& moe_outputs() const { return moe_outputs_; }
   std::vector<parallel::ExpertLoad> take_expert_load() override;
+  // A pipeline stage without the head, in training: moe.aux_loss_coef times its MoE blocks'
+  // load-balancing losses of the latest forward (Note [GPT-MoE] in moe_config.h).
+  Tensor stage_extra_loss() const override;
   // The layers this model holds (all of them unless built as a pipeline stage).
   const GptPart& part() const { return part_; }
   // The tensor-parallel group (of one without one given).
@@ -151,6 +154,9 @@ class Gpt : public LanguageModel {
   // blocks() for an MoE model with activation checkpointing: each segment's outputs are its
   // last block's and its MoE blocks' load-balancing losses.
   Tensor checkpointed_moe_blocks(Tensor x) const;
+  // aux_loss_coef times the sum of the latest forward's load-balancing losses, as a scalar
+  // of `dtype`; undefined without any.
+  Tensor aux_term(DType dtype) const;
   // Adds the latest training forward's gate results to expert_load_.
   void count_expert_load() const;
   const Block& block(size_t i) const { return static_cast<const Block&>(transformer_.h[i]); }

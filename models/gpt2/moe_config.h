@@ -9,7 +9,10 @@
 // blocks, DeepSpeed-MoE arXiv:2201.05596 section 4.1). Each expert is the dense block's
 // feed-forward network (C -> 4C -> C), and the model's training loss adds aux_loss_coef times
 // the sum of the MoE blocks' load-balancing losses (Megatron-DeepSpeed's --moe-loss-coeff,
-// 0.01); evaluation reports the cross-entropy alone.
+// 0.01); evaluation reports the cross-entropy alone. A pipeline stage without the head hands
+// its blocks' term to the executor (stage_extra_loss), which backpropagates it from the
+// loss's seed and adds it to the reported loss; activation checkpointing makes each
+// segment return its blocks' terms (Gpt::checkpointed_moe_blocks).
 #pragma once
 
 #include <cstdint>

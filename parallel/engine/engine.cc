@@ -93,8 +93,9 @@ Engine::Engine(const EngineConfig& config, TrainableModel& model,
       // Only the last stage's root is the loss (its seed not yet times the loss scale).
       const bool loss_stage = groups->pipe->rank() == groups->pipe->size() - 1;
       stage_ = std::make_unique<ModelStage>(
-          model, [&zero, loss_stage](const Tensor& root, const Tensor& grad, bool) {
-            zero.backward_unreduced(root, grad, loss_stage);
+          model, [&zero, loss_stage](const Tensor& root, const Tensor& grad, bool,
+                                     const Tensor& extra, const Tensor& loss_seed) {
+            zero.backward_unreduced(root, grad, loss_stage, extra, loss_seed);
           });
       executor_ = std::make_unique<pipeline::PipelineExecutor>(
           *groups->pipe, *stage_,

@@ -23,8 +23,16 @@ Tensor ModelStage::loss(const Tensor& output, const Tensor& labels) {
 }
 
 void ModelStage::backward(const Tensor& root, const Tensor& grad, bool last) {
-  if (backward_) return backward_(root, grad, last);
-  tessera::backward(root, grad);
+  backward_with(root, grad, last, Tensor(), Tensor());
+}
+
+Tensor ModelStage::extra_loss() { return model_.stage_extra_loss(); }
+
+void ModelStage::backward_with(const Tensor& root, const Tensor& grad, bool last,
+                               const Tensor& extra, const Tensor& loss_seed) {
+  if (backward_) return backward_(root, grad, last, extra, loss_seed);
+  if (!extra.defined()) return tessera::backward(root, grad);
+  tessera::backward({root, extra}, {grad, loss_seed.to(extra.dtype())});
 }
 
 std::unique_ptr<Communicator> tied_stage_group(const TrainableModel& model, Communicator& pipe) {

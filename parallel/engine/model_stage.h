@@ -17,14 +17,20 @@ namespace tessera::parallel {
 
 class ModelStage : public pipeline::PipelineStage {
  public:
-  // backward(root, grad, last): how gradients flow, autograd's backward by default (an
-  // optimizer that reduces from gradient hooks passes its own). `model` must outlive this.
-  using Backward = std::function<void(const Tensor& root, const Tensor& grad, bool last)>;
+  // backward(root, grad, last, extra, loss_seed): how gradients flow from `root` seeded with
+  // `grad`, and from the scalar `extra` (when defined) seeded with `loss_seed`; autograd's
+  // backward by default (an optimizer that reduces from gradient hooks passes its own).
+  // `model` must outlive this.
+  using Backward = std::function<void(const Tensor& root, const Tensor& grad, bool last,
+                                      const Tensor& extra, const Tensor& loss_seed)>;
   explicit ModelStage(TrainableModel& model, Backward backward = {});
 
   Tensor forward(const Tensor& input) override;  // TrainableModel::forward_stage
   Tensor loss(const Tensor& output, const Tensor& labels) override;
   void backward(const Tensor& root, const Tensor& grad, bool last) override;
+  Tensor extra_loss() override;  // TrainableModel::stage_extra_loss
+  void backward_with(const Tensor& root, const Tensor& grad, bool last, const Tensor& extra,
+                     const Tensor& loss_seed) override;
   Device device() const override { return device_; }
 
  private:

@@ -51,6 +51,10 @@ class TrainableModel : public Module {
   // error. The engine calls it before each optimizer step.
   virtual void wait_for_communication() {}
 
+  // A pipeline stage without the loss: the scalar loss term its latest forward_stage() made
+  // besides its output (an MoE model's load-balancing losses, which the last stage's loss()
+  // adds for its own layers), backpropagated with the loss's seed; undefined by default.
+  virtual Tensor stage_extra_loss() const { return Tensor(); }
   // Mixture-of-experts models: per MoE layer, what its gate did in the training forward
   // passes since the last call, which starts the count afresh (none by default).
   virtual std::vector<ExpertLoad> take_expert_load() { return {}; }

@@ -20,11 +20,20 @@ constexpr int64_t kHeader = kMaxDims + 2;  // [ndim, dims..., dtype]
 
 // A stage's buffers: what each in-flight micro-batch needs between its instructions.
 struct Buffers {
-  std::vector<Tensor> inputs, outputs, labels, grads, losses;
-  explicit Buffers(int n) : inputs(n), outputs(n), labels(n), grads(n), losses(n) {}
+  std::vector<Tensor> inputs, outputs, labels, grads, losses, extras;
+  explicit Buffers(int n) : inputs(n), outputs(n), labels(n), grads(n), losses(n), extras(n) {}
 };
 
 }  // namespace
+
+void PipelineStage::backward_with(const Tensor& root, const Tensor& grad, bool last,
+                                  const Tensor& extra, const Tensor& loss_seed) {
+  TS_CHECK(!extra.defined(),
+           "[pipeline] a stage with an extra loss term must backpropagate it "
+           "(override backward_with); this one does not");
+  (void)loss_seed;
+  backward(root, grad, last);
+}
 
 PipelineExecutor::PipelineExecutor(Communicator& pipe, PipelineStage& stage,
                                    PartitionedTransfers transfers, bool nonblocking)
@@ -105,10 +114,11 @@ Tensor PipelineExecutor::recv(int peer, Channel& channel) {
 
 double PipelineExecutor::finish(double loss_sum, int micro_batches) {
   if (async_) async_->wait_all();  // the sends still travelling, and their errors
-  // The last stage's mean, to every stage.
+  // The last stage's losses plus the earlier stages' extra loss terms (zero without any),
+  // averaged over the micro-batches, on every stage: the loss one process reports.
   const Tensor mean =
       scalar_tensor(loss_sum / micro_batches, {DType::f64, stage_.device()}).view({1});
-  pipe_.broadcast(mean, pipe_.size() - 1);
+  pipe_.all_reduce(mean);
   return mean.to(Device::cpu()).to_vector<double>()[0];
 }
 
@@ -147,6 +157,8 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
             if (last) {
               buf.losses[b] = stage_.loss(buf.outputs[b], buf.labels[b]);
               loss_sum += buf.losses[b].to(Device::cpu()).to(DType::f64).item<double>();
+            } else if ((buf.extras[b] = stage_.extra_loss()).defined()) {
+              loss_sum += buf.extras[b].to(Device::cpu()).to(DType::f64).item<double>();
             }
             timing_.busy_s += seconds_since(t0);
             break;
@@ -163,9 +175,10 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
             if (last) {
               stage_.backward(buf.losses[b], grad_scale.to(buf.losses[b].dtype()), final_backward);
             } else {
-              stage_.backward(buf.outputs[b], buf.grads[b], final_backward);
+              stage_.backward_with(buf.outputs[b], buf.grads[b], final_backward, buf.extras[b],
+                                   grad_scale);
             }
-            buf.outputs[b] = buf.losses[b] = buf.grads[b] = Tensor();
+            buf.outputs[b] = buf.losses[b] = buf.grads[b] = buf.extras[b] = Tensor();
             timing_.busy_s += seconds_since(t0);
             break;
           }

@@ -62,6 +62,14 @@ class PipelineStage {
   // Backpropagates `grad` from `root` (a forward output, or the loss); `last` marks the
   // batch's last backward on this stage (gradient reduction may start there).
   virtual void backward(const Tensor& root, const Tensor& grad, bool last) = 0;
+  // A scalar loss term the latest forward() made besides its output, on a stage that does
+  // not compute the loss (a mixture of experts' load-balancing losses); undefined when none.
+  // The executor keeps it with its micro-batch for backward_with().
+  virtual Tensor extra_loss() { return Tensor(); }
+  // backward() that also backpropagates `extra` (an extra_loss(), when defined) from the
+  // seed a loss gets, `loss_seed`, in the same pass.
+  virtual void backward_with(const Tensor& root, const Tensor& grad, bool last, const Tensor& extra,
+                             const Tensor& loss_seed);
   // Where activations live (the device of the stage's parameters).
   virtual Device device() const = 0;
 };
@@ -129,6 +137,8 @@ class PipelineExecutor {
   // After a failure inside a batch: waits for what was started, so that nothing of this
   // batch pairs with the peers' next one (its own errors are the failure's consequences).
   void drain() noexcept;
+  // The step's loss on every stage: the stages' `loss_sum`s (the last stage's losses, the
+  // others' extra loss terms) summed over the pipe group, over `micro_batches`.
   double finish(double loss_sum, int micro_batches);
 
   Communicator& pipe_;

@@ -266,18 +266,24 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
   gradients_->finish_reductions();
 }
 
-void ZeroOptimizer::backward_unreduced(const Tensor& root, const Tensor& grad, bool loss) {
+void ZeroOptimizer::backward_unreduced(const Tensor& root, const Tensor& grad, bool loss,
+                                       const Tensor& extra, const Tensor& loss_seed) {
   TS_CHECK(!gradients_->reduces_every_micro_batch(),
            "[zero] pipeline backward needs ZeRO stage 0 or 1, found stage ", config_.stage,
            " (it reduces during backward, before the tied gradients are summed)");
   reducing_ = false;
   in_backward_ = false;
-  const double loss_scale = scaler_ && loss ? scaler_->scale() : 1.0;
-  const Tensor seed =
-      loss_scale == 1.0 ? grad
-                        : kernels::binary(kernels::BinaryOp::mul, grad,
-                                          scalar_tensor(loss_scale, {grad.dtype(), grad.device()}));
-  tessera::backward(root, seed);
+  const double scale = scaler_ ? scaler_->scale() : 1.0;
+  // `t` times the loss scale, in t's dtype.
+  const auto scaled = [scale](const Tensor& t, DType dtype) {
+    const Tensor d = t.to(dtype);
+    return scale == 1.0 ? d
+                        : kernels::binary(kernels::BinaryOp::mul, d,
+                                          scalar_tensor(scale, {dtype, d.device()}));
+  };
+  const Tensor seed = loss ? scaled(grad, grad.dtype()) : grad;
+  if (!extra.defined()) return tessera::backward(root, seed);
+  tessera::backward({root, extra}, {seed, scaled(loss_seed, extra.dtype())});
 }
 
 void ZeroOptimizer::reduce_gradients() {

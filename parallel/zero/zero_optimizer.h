@@ -191,8 +191,11 @@ class ZeroOptimizer {
   // reduction; reduce_gradients() follows the last micro-batch, after the tied copies'
   // gradients are summed. The last stage's root is the loss, seeded with `grad` times the
   // loss scale (`loss` true); an earlier stage's is its output, seeded with the gradient
-  // the next stage sent, which carries the loss scale already. Stages 0-1 only.
-  void backward_unreduced(const Tensor& root, const Tensor& grad, bool loss);
+  // the next stage sent, which carries the loss scale already. A defined `extra` (a scalar
+  // loss term of an earlier stage) is backpropagated in the same pass from `loss_seed`
+  // times the loss scale. Stages 0-1 only.
+  void backward_unreduced(const Tensor& root, const Tensor& grad, bool loss,
+                          const Tensor& extra = Tensor(), const Tensor& loss_seed = Tensor());
   // Averages every gradient over the data-parallel group, as the boundary backward does.
   // Stages 0-1 only.
   void reduce_gradients();

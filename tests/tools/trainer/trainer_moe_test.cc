@@ -92,6 +92,31 @@ TEST_CASE("data-parallel GPT-MoE with ZeRO stages 1-3 follows stage 0", "[traine
   }
 }
 
+TEST_CASE("a GPT-MoE pipeline equals one process, its first stage's aux losses included",
+          "[trainer][moe][3d]") {
+  const fs::path root = testing::fresh_dir("trainer_moe_pipeline");
+  testing::write_random_shard(root / "data", 29);
+  // Both blocks MoE (one per stage), and a coefficient large enough to matter.
+  const Json gate = {{"moe_every", 1}, {"aux_loss_coef", 0.5}};
+  const testing::Outcome want = testing::train(moe_run(root / "data", root / "single", 1, 6, gate),
+                                               root / "single", 1, ResumeMode::never);
+  for (const bool fp16 : {false, true}) {
+    DYNAMIC_SECTION((fp16 ? "fp16" : "fp32")) {
+      const fs::path dir = root / (fp16 ? "pipe_fp16" : "pipe");
+      Json doc = moe_run(root / "data", dir, 1, 6, gate);
+      doc["pipeline"] = {{"stages", 2}, {"partition_method", "uniform"}};
+      Json single_doc = moe_run(root / "data", root / "single_fp16", 1, 6, gate);
+      if (fp16) {
+        doc["fp16"] = single_doc["fp16"] = {{"enabled", true}, {"initial_scale_power", 8}};
+      }
+      const testing::Outcome reference =
+          fp16 ? testing::train(single_doc, root / "single_fp16", 1, ResumeMode::never) : want;
+      testing::check_close(testing::train(doc, dir, 2, ResumeMode::never), reference,
+                           fp16 ? 5e-3 : 1e-5);
+    }
+  }
+}
+
 TEST_CASE("a GPT-MoE run with random routing resumes bit for bit", "[trainer][moe]") {
   const fs::path root = testing::fresh_dir("trainer_moe_resume");
   testing::write_random_shard(root / "data", 29);
