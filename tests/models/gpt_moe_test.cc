@@ -15,6 +15,7 @@
 #include "models/gpt2/gpt.h"
 #include "models/gpt2/kv_cache.h"
 #include "optim/adam.h"
+#include "parallel/comm/thread_comm.h"
 #include "tests/tiny_gpt.h"
 
 namespace tessera {
@@ -195,13 +196,29 @@ TEST_CASE("cached generation through MoE blocks equals the full forward", "[gpt]
   for (size_t i = 0; i < full.size(); ++i) CHECK(stepped[i] == Approx(full[i]).margin(1e-4));
 }
 
-TEST_CASE("MoE GPT layouts Tessera does not support yet are refused with the reason",
-          "[gpt][moe]") {
+TEST_CASE("an MoE GPT stage hands its aux term to the pipeline; slicing is refused", "[gpt][moe]") {
   const GptConfig cfg = moe_config();
   GptPart first_half;
   first_half.end_block = 2;
   first_half.final_norm = first_half.head = false;
-  CHECK_THROWS_WITH(Gpt(cfg, 1, nullptr, first_half), Catch::Contains("pipeline"));
+  const Gpt stage(cfg, 1, nullptr, first_half);     // block 1 is an MoE block
+  CHECK_FALSE(stage.stage_extra_loss().defined());  // nothing before a forward
+  stage.forward_stage(random_ids(2, 8, 4));
+  REQUIRE(stage.stage_extra_loss().defined());
+  CHECK(stage.stage_extra_loss().item<double>() ==
+        Approx(0.5 * stage.moe_outputs().at(0).l_aux.item<double>()));
+  const Gpt whole(cfg, 1);  // the last stage's loss() adds its own blocks' term
+  CHECK_FALSE(whole.stage_extra_loss().defined());
+
+  std::vector<std::string> errors(2);
+  parallel::run_thread_ranks(2, [&](parallel::Communicator& group) {
+    try {
+      const Gpt sliced(cfg, 1, &group);
+    } catch (const std::exception& e) {
+      errors[static_cast<size_t>(group.rank())] = e.what();
+    }
+  });
+  for (const std::string& e : errors) CHECK_THAT(e, Catch::Contains("tensor-parallel"));
 }
 
 TEST_CASE("a checkpointed MoE GPT computes the same loss and gradients", "[gpt][moe]") {
