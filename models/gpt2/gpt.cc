@@ -180,16 +180,15 @@ Tensor Gpt::checkpointed_moe_blocks(Tensor x) const {
     const size_t end = std::min(n, first + k);
     // The first run's gate results (routing, for the counts); the recomputation's are the same.
     auto first_run = std::make_shared<std::vector<moe::MoeOutput>>();
-    auto ran = std::make_shared<bool>(false);
     const TensorList out = checkpoint(
         // By value: backward recomputes the segment after this function has returned.
-        [this, first, end, first_run, ran](const TensorList& in) {
+        [this, first, end, first_run](const TensorList& in) {
           std::vector<moe::MoeOutput> segment;
           Tensor y = in[0];
           for (size_t i = first; i < end; ++i) y = block(i).forward(y, &segment);
           TensorList outputs{y};
           for (const moe::MoeOutput& m : segment) outputs.push_back(m.l_aux);
-          if (!*ran) *first_run = std::move(segment), *ran = true;
+          if (first_run->empty()) *first_run = std::move(segment);
           return outputs;
         },
         {x}, dropout_streams_.generators(), checkpoint_policy_);
@@ -219,6 +218,7 @@ void Gpt::count_expert_load() const {
         expert_load_.push_back(std::move(load));
       }
     }
+    aux_sums_.resize(expert_load_.size());
   }
   TS_INTERNAL_ASSERT(moe_outputs_.size() == expert_load_.size(), "one gate result per MoE block");
   for (size_t i = 0; i < moe_outputs_.size(); ++i) {
@@ -231,14 +231,13 @@ void Gpt::count_expert_load() const {
     // Summed on the loss's device, read when taken (reading each would wait for it).
     NoGradGuard no_grad;
     const Tensor aux = moe_outputs_[i].l_aux.detach().to(DType::f64);
-    aux_sums_.resize(expert_load_.size());
     aux_sums_[i] = aux_sums_[i].defined() ? add(aux_sums_[i], aux) : aux;
   }
 }
 
 std::vector<parallel::ExpertLoad> Gpt::take_expert_load() {
   std::vector<parallel::ExpertLoad> taken = std::move(expert_load_);
-  for (size_t i = 0; i < taken.size() && i < aux_sums_.size(); ++i) {
+  for (size_t i = 0; i < taken.size(); ++i) {
     taken[i].aux_loss = aux_sums_[i].to(Device::cpu()).item<double>();
   }
   expert_load_.clear();

@@ -16,11 +16,6 @@ namespace {
 
 constexpr double kJitter = 1e-2;  // DeepSpeed's multiplicative_jitter epsilon
 
-// A 1-D i64 index tensor on `device`.
-Tensor index_tensor(const std::vector<int64_t>& values, Device device) {
-  return from_vector(values, {static_cast<int64_t>(values.size())}).to(device);
-}
-
 // `rows` (N, C) with one zero row appended: (N + 1, C). Index N reads zeros.
 Tensor with_zero_row(const Tensor& rows) {
   return cat({rows, zeros({1, rows.size(1)}, {rows.dtype(), rows.device()})}, 0);
@@ -147,44 +142,39 @@ MoeOutput MoeLayer::forward(const Tensor& x) const {
 
   // l_aux = E * sum_e mean_s(probs) * (first choices' fraction).
   std::vector<float> fraction(r.first_choice_fraction.begin(), r.first_choice_fraction.end());
-  const Tensor ce = from_vector(fraction, {E}).to(x.device());
+  const Tensor ce = from_vector(fraction).to(x.device());
   out.l_aux = mul(sum(mul(mean(probs, {0}), ce)), scalar_like(ce, static_cast<double>(E)));
 
   // Dispatch: slot (e, c) reads its token's row, or the zero row at S.
   std::vector<int64_t> reads = r.slot_tokens();
   for (int64_t& t : reads) t = t < 0 ? S : t;
-  const Tensor buffers = index_select(with_zero_row(tokens), 0, index_tensor(reads, x.device()));
+  const Tensor buffers = index_select(with_zero_row(tokens), 0, from_vector(reads).to(x.device()));
 
   const Tensor expert_rows = with_zero_row(run_experts(buffers, C));  // (E * C + 1, C)
 
-  // Combine: each choice reads its slot's row (the zero row when dropped), weighted.
-  const Tensor flat_probs = reshape(probs, {S * E});
+  // Combine: each choice reads its slot's row and its probability, or, dropped, the zero
+  // row and a zero appended to the probabilities.
+  const Tensor flat_probs = cat({reshape(probs, {S * E}), zeros({1}, {DType::f32, x.device()})}, 0);
   std::vector<Tensor> picked(static_cast<size_t>(k)), weight(static_cast<size_t>(k));
   for (int64_t j = 0; j < k; ++j) {
     std::vector<int64_t> rows(static_cast<size_t>(S)), at(static_cast<size_t>(S));
     for (int64_t s = 0; s < S; ++s) {
       const int64_t slot = r.slot[static_cast<size_t>(s * k + j)];
       rows[static_cast<size_t>(s)] = slot < 0 ? E * C : slot;
-      at[static_cast<size_t>(s)] = s * E + r.expert[static_cast<size_t>(s * k + j)];
+      at[static_cast<size_t>(s)] =
+          slot < 0 ? S * E : s * E + r.expert[static_cast<size_t>(s * k + j)];
     }
-    picked[static_cast<size_t>(j)] = index_select(expert_rows, 0, index_tensor(rows, x.device()));
-    weight[static_cast<size_t>(j)] = index_select(flat_probs, 0, index_tensor(at, x.device()));
+    picked[static_cast<size_t>(j)] = index_select(expert_rows, 0, from_vector(rows).to(x.device()));
+    weight[static_cast<size_t>(j)] = index_select(flat_probs, 0, from_vector(at).to(x.device()));
   }
   if (k == 2) {
-    // p_j / (p1 + p2) over the kept choices, the sum clamped below at f32's epsilon
-    // (DeepSpeed's clamp: a token with none kept weighs 0), a choice dropped weighs 0.
-    std::vector<float> kept1(static_cast<size_t>(S)), kept2(static_cast<size_t>(S));
-    for (size_t s = 0; s < static_cast<size_t>(S); ++s) {
-      kept1[s] = r.slot[2 * s] >= 0 ? 1.0f : 0.0f;
-      kept2[s] = r.slot[2 * s + 1] >= 0 ? 1.0f : 0.0f;
-    }
-    const Tensor g1 = mul(weight[0], from_vector(kept1, {S}).to(x.device()));
-    const Tensor g2 = mul(weight[1], from_vector(kept2, {S}).to(x.device()));
-    const Tensor both = add(g1, g2);
+    // p_j / (p1 + p2) over the kept choices (a dropped one weighs 0 already), the sum clamped
+    // below at f32's epsilon (DeepSpeed's clamp: a token with none kept weighs 0).
+    const Tensor both = add(weight[0], weight[1]);
     const Tensor eps = scalar_like(both, std::numeric_limits<float>::epsilon());
     const Tensor denom = where(lt(both, eps), eps, both);
-    weight[0] = div(g1, denom);
-    weight[1] = div(g2, denom);
+    weight[0] = div(weight[0], denom);
+    weight[1] = div(weight[1], denom);
   }
   Tensor y;
   for (int64_t j = 0; j < k; ++j) {

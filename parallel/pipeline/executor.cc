@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "autograd/engine.h"
+#include "autograd/ops.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/factories.h"
@@ -112,8 +113,9 @@ Tensor PipelineExecutor::recv(int peer, Channel& channel) {
   return gather_flat_pieces(mine, channel.shape, *slices_);
 }
 
-double PipelineExecutor::finish(double loss_sum, int micro_batches) {
+double PipelineExecutor::finish(double loss_sum, const Tensor& extra_sum, int micro_batches) {
   if (async_) async_->wait_all();  // the sends still travelling, and their errors
+  if (extra_sum.defined()) loss_sum += extra_sum.to(Device::cpu()).item<double>();
   // The last stage's losses plus the earlier stages' extra loss terms (zero without any),
   // averaged over the micro-batches, on every stage: the loss one process reports.
   const Tensor mean =
@@ -133,6 +135,7 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
   Buffers buf(train_buffers(m, stages, s));
   const Tensor grad_scale = scalar_tensor(1.0 / m, {DType::f32, stage_.device()});
   double loss_sum = 0.0;
+  Tensor extra_sum;  // the earlier stages' extra loss terms, f64 on the device
   int backwards = 0;
   try {
     for (const PipeStep& step : schedule) {
@@ -158,7 +161,9 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
               buf.losses[b] = stage_.loss(buf.outputs[b], buf.labels[b]);
               loss_sum += buf.losses[b].to(Device::cpu()).to(DType::f64).item<double>();
             } else if ((buf.extras[b] = stage_.extra_loss()).defined()) {
-              loss_sum += buf.extras[b].to(Device::cpu()).to(DType::f64).item<double>();
+              // Summed on the device, read once at the end (reading each would wait for it).
+              const Tensor v = buf.extras[b].detach().to(DType::f64);
+              extra_sum = extra_sum.defined() ? add(extra_sum, v) : v;
             }
             timing_.busy_s += seconds_since(t0);
             break;
@@ -207,7 +212,7 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
     drain();
     throw;
   }
-  const double loss = finish(loss_sum, m);
+  const double loss = finish(loss_sum, extra_sum, m);
   timing_.total_s = seconds_since(start);
   return loss;
 }
@@ -259,7 +264,7 @@ double PipelineExecutor::eval_batch(const std::vector<MicroBatch>& micro_batches
     drain();
     throw;
   }
-  const double loss = finish(loss_sum, m);
+  const double loss = finish(loss_sum, Tensor(), m);
   timing_.total_s = seconds_since(start);
   return loss;
 }

@@ -137,9 +137,10 @@ class PipelineExecutor {
   // After a failure inside a batch: waits for what was started, so that nothing of this
   // batch pairs with the peers' next one (its own errors are the failure's consequences).
   void drain() noexcept;
-  // The step's loss on every stage: the stages' `loss_sum`s (the last stage's losses, the
-  // others' extra loss terms) summed over the pipe group, over `micro_batches`.
-  double finish(double loss_sum, int micro_batches);
+  // The step's loss on every stage: the stages' `loss_sum` (the last stage's losses) plus
+  // `extra_sum` (an earlier stage's extra loss terms, f64 on the device; may be undefined),
+  // summed over the pipe group, over `micro_batches`.
+  double finish(double loss_sum, const Tensor& extra_sum, int micro_batches);
 
   Communicator& pipe_;
   std::unique_ptr<AsyncCollectives> async_;  // pipe_'s, when nonblocking

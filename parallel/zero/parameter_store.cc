@@ -217,17 +217,10 @@ void MasterWeights::round_chunks_in_step() {
   chunks_rounded_in_step_ = true;
 }
 
-void MasterWeights::round_chunk(int64_t block) { round_chunk_queued(block, Tensor()); }
-
-void MasterWeights::round_chunk_queued(int64_t block, const Tensor& staging) {
+void MasterWeights::round_chunk(int64_t block, const Tensor& staging) {
   const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(block)];
-  const Tensor mine = flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), blk.chunk);
-  const Tensor master = own_chunk(block);
-  if (staging.defined() && mine.device().is_cuda() && master.device().is_cpu()) {
-    mine.copy_queued_(master, staging);
-  } else {
-    mine.copy_(master);
-  }
+  round_into(flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), blk.chunk),
+             own_chunk(block), staging);
 }
 
 void MasterWeights::round_into_model() {
@@ -239,7 +232,7 @@ void MasterWeights::round_into_model() {
   for (const int64_t block : gather_order()) {
     const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(block)];
     const Tensor mine = flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), blk.chunk);
-    if (!chunks_rounded_in_step_) round_chunk(block);
+    if (!chunks_rounded_in_step_) round_chunk(block, Tensor());
     // 16 bits on the wire; the input must not overlap the output.
     gather_block(block, mine.clone(), flat_model_.narrow(0, blk.offset, blk.numel));
   }

@@ -48,11 +48,10 @@ class ParameterStore {
   // the masters: Note [ZeRO's offloaded state] in parallel/zero/zero_offload.h), so that
   // after_step() does not.
   virtual bool rounds_in_step() const { return false; }
-  virtual void round_chunk(int64_t block) {}
-  // round_chunk() through `staging` (pinned host memory, Tensor::copy_queued_) where the
-  // 16-bit chunk is on a CUDA device: the conversion is written there and its copy queued,
-  // so the host goes on while it travels. Elsewhere as round_chunk().
-  virtual void round_chunk_queued(int64_t block, const Tensor& staging) { round_chunk(block); }
+  // With `staging` defined (pinned host memory) and the 16-bit chunk on a CUDA device, the
+  // conversion goes through it and its copy is queued (round_into), so the host goes on
+  // while it travels.
+  virtual void round_chunk(int64_t block, const Tensor& staging) {}
   // Backward's progress, for stores that gather parameters (stage 3).
   virtual void begin_backward() {}
   virtual void grad_ready(int64_t param) {}
@@ -118,8 +117,7 @@ class MasterWeights final : public ParameterStore {
   void round_chunks_in_step();
   bool rounds_in_step() const override { return chunks_rounded_in_step_; }
   // Rounds this rank's chunk of `block` into the 16-bit model buffer (sharded masters).
-  void round_chunk(int64_t block) override;
-  void round_chunk_queued(int64_t block, const Tensor& staging) override;
+  void round_chunk(int64_t block, const Tensor& staging) override;
   // The f16 loss scaler (null for f32 and bf16).
   optim::LossScaler* scaler() const { return scaler_.get(); }
   // Sharded masters only: after_step() starts its gathers through `async` and `model` waits
@@ -205,8 +203,7 @@ class PartitionedWeights final : public ParameterStore {
   const std::vector<int64_t>& swap_ids() const { return swap_ids_; }
   bool rounds_in_step() const override { return partitioned_->rounds_in_step(); }
   // Rounds block `block`'s master chunk into the 16-bit shard (with a swapper, in the step).
-  void round_chunk(int64_t block) override { partitioned_->round_chunk(block, Tensor()); }
-  void round_chunk_queued(int64_t block, const Tensor& staging) override {
+  void round_chunk(int64_t block, const Tensor& staging) override {
     partitioned_->round_chunk(block, staging);
   }
   const PartitionedParams& partitioned() const { return *partitioned_; }

@@ -4,7 +4,6 @@
 #include <exception>
 #include <utility>
 
-#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
@@ -40,10 +39,7 @@ PartitionedParams::PartitionedParams(Communicator& dp, const FlatLayout& layout,
            " (f32 parameters are their own masters: offload_optimizer moves those)");
   if (is_half(dtype) && chunk_swapper_ == nullptr) {
     model_shard_ = zeros({layout_.shard_numel()}, {dtype, host_chunks ? Device::cpu() : device});
-    if (host_chunks && pinned) {
-      model_shard_.storage().reallocate(model_shard_.nbytes(), cuda::pinned_host_allocator());
-      model_shard_.fill_(0.0);
-    }
+    if (host_chunks && pinned) model_shard_ = model_shard_.pin_memory();
   }
   for (size_t i = 0; i < n; ++i) {
     const FlatLayout::Param& p = layout_.params[i];
@@ -348,15 +344,18 @@ Tensor PartitionedParams::gather_source(int64_t i) {
   return on_device;
 }
 
+void round_into(const Tensor& dst, const Tensor& master, const Tensor& staging) {
+  if (staging.defined() && dst.device().is_cuda() && master.device().is_cpu()) {
+    dst.copy_queued_(master, staging);
+  } else {
+    dst.copy_(master);
+  }
+}
+
 void PartitionedParams::round_chunk(int64_t i, const Tensor& staging) {
   if (model_chunks_.empty()) return;  // f32: the shard is what the gathers send
   if (chunk_ids_[i] < 0) {
-    const Tensor& chunk = model_chunks_[i];
-    if (staging.defined() && chunk.device().is_cuda() && shard_[i].device().is_cpu()) {
-      chunk.copy_queued_(shard_[i], staging);
-    } else {
-      chunk.copy_(shard_[i]);
-    }
+    round_into(model_chunks_[i], shard_[i], staging);
     return;
   }
   settle(i);                                 // no gather may be reading the chunk

@@ -78,6 +78,11 @@ struct ShardWrites {
   std::function<void(int64_t)> after;
 };
 
+// dst = master, rounded to dst's dtype (a 16-bit chunk from its f32 master). With `staging`
+// defined (pinned host memory) and a CUDA `dst` written from a host master, the conversion
+// goes through it and the copy is queued (Tensor::copy_queued_); otherwise copy_.
+void round_into(const Tensor& dst, const Tensor& master, const Tensor& staging);
+
 class PartitionedParams final : public ModuleHooks {
  public:
   // `params` in the flat order of `layout` (one block per parameter), of one dtype (f32,
@@ -115,8 +120,7 @@ class PartitionedParams final : public ModuleHooks {
   // it is in memory (NVMe offload), and after_step() rounds none.
   void round_chunks_in_step() { rounded_in_step_ = true; }
   bool rounds_in_step() const { return rounded_in_step_; }
-  // Rounds parameter i's f32 master chunk into the 16-bit shard; through `staging` when it is
-  // defined and the shard is on a CUDA device (Tensor::copy_queued_).
+  // Rounds parameter i's f32 master chunk into the 16-bit shard (round_into).
   void round_chunk(int64_t i, const Tensor& staging);
   // Replaces every parameter's value from whole tensors (flat order), on every rank alike.
   void load(const std::vector<Tensor>& whole);

@@ -142,13 +142,13 @@ void ZeroOptimizer::load_shard(const StateDict& shard) {
   const bool round = weights_->rounds_in_step();
   if (offload_) {
     offload_->load(parts.chunks, set_master, [&](int64_t b) {
-      if (round) weights_->round_chunk(b);
+      if (round) weights_->round_chunk(b, Tensor());
     });
   } else {
     inner_->begin_load(parts.chunks);
     for (int64_t b = 0; b < static_cast<int64_t>(layout_.blocks.size()) && set_master; ++b) {
       set_master(b);
-      if (round) weights_->round_chunk(b);
+      if (round) weights_->round_chunk(b, Tensor());
     }
     inner_->load_part(parts.chunks, [](const NamedParameter&) { return true; });
   }

@@ -50,7 +50,7 @@ void ZeroOptimizer::host_step() {
     for (int64_t b = 0; b < blocks; ++b) prepare_gradient(b);
     inner_->step();
     for (int64_t b = 0; b < blocks; ++b) {
-      weights_->round_chunk(b);
+      weights_->round_chunk(b, Tensor());
       release_host_gradient(b);
     }
     return;
@@ -58,8 +58,14 @@ void ZeroOptimizer::host_step() {
   // Pinned copies are queued on the device and travel while the host updates the sub-group
   // before them (the gradients) or after them (the rounded parameters) (Note [A step in parts] in
   // optim/optimizer.h: the same bits).
-  const std::vector<std::vector<int64_t>> groups =
-      sub_group_blocks(layout_, config_.sub_group_size);
+  if (host_groups_.empty()) {  // the sub-groups and their chunks' names, made once
+    host_groups_ = sub_group_blocks(layout_, config_.sub_group_size);
+    for (const std::vector<int64_t>& group : host_groups_) {
+      std::set<std::string>& names = host_group_names_.emplace_back();
+      for (const int64_t b : group) names.insert(chunk_name(b));
+    }
+  }
+  const std::vector<std::vector<int64_t>>& groups = host_groups_;
   cuda::Event arrived(device_.index);
   const auto fetch = [&](size_t g) {
     for (const int64_t b : groups[g]) {
@@ -78,14 +84,13 @@ void ZeroOptimizer::host_step() {
   for (size_t g = 0; g < groups.size(); ++g) {
     arrived.synchronize();  // sub-group g's gradients are on the host
     if (g + 1 < groups.size()) fetch(g + 1);
-    std::set<std::string> names;
-    for (const int64_t b : groups[g]) names.insert(chunk_name(b));
+    const std::set<std::string>& names = host_group_names_[g];
     inner_->update_part([&](const NamedParameter& p) { return names.count(p.name) > 0; });
     // The 16-bit values travel through the gradients' pinned copies, read by now, while
     // the host updates the next sub-group; the next step's copies into them queue after.
     // Until then the master chunks' grad() hold those 16-bit bytes: nothing reads the
     // masters' gradients between steps.
-    for (const int64_t b : groups[g]) weights_->round_chunk_queued(b, host_gradient(b));
+    for (const int64_t b : groups[g]) weights_->round_chunk(b, host_gradient(b));
   }
   inner_->finish_step();
 }

@@ -382,7 +382,7 @@ bool ZeroOptimizer::step() {
     const bool round = weights_->rounds_in_step();
     offload_->step([&](int64_t block) { prepare_gradient(block); },
                    [&](int64_t block) {
-                     if (round) weights_->round_chunk(block);
+                     if (round) weights_->round_chunk(block, Tensor());
                      release_host_gradient(block);
                    });
     // The step discarded swapped gradients: they read as zeros now, and their norm and

@@ -144,7 +144,7 @@ namespace tessera::parallel {
 // with each one's gradient copies queued on the device while the host updates the one
 // before, and its rounded 16-bit values, written into those gradients' pinned copies once
 // read, queued to the device while the host updates the one after (host_step,
-// round_chunk_queued). Not yet: f32 parameters on a GPU, the gradients moved to the host
+// round_chunk with staging). Not yet: f32 parameters on a GPU, the gradients moved to the host
 // during backward (DeepSpeed's, which frees the 4/N), and any overlap with "nvme" (whose
 // copies wait, each in turn).
 
@@ -390,6 +390,9 @@ class ZeroOptimizer {
   bool host_steps_ = false;
   std::vector<Tensor> host_grads_;
   bool pinned_ = false;  // offload_optimizer.pin_memory with "cpu": both in pinned memory
+  // host_step()'s sub-groups of blocks and their chunks' names (pinned), made at its first step.
+  std::vector<std::vector<int64_t>> host_groups_;
+  std::vector<std::set<std::string>> host_group_names_;
   // offload_param on a GPU: the 16-bit shard in host memory or the swap file, copied to the
   // device for each gather (Note [Offloaded parameters] in partitioned_params.h).
   bool host_chunks_ = false;

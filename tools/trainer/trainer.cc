@@ -280,6 +280,8 @@ TrainResult Trainer::run() {
     TS_CHECK(std::isfinite(s.loss), "[train] step ", step, ": the loss is ", s.loss,
              "; expected a finite number (lower the learning rate or enable gradient_clipping)");
     result.last_loss = s.loss;
+    // Taken on every rank, so that none keeps counting: rank 0's are logged.
+    const std::vector<parallel::ExpertLoad> expert_load = model_->take_expert_load();
     if (leader()) {
       nlohmann::json rec = {{"kind", "train"},
                             {"step", step},
@@ -293,7 +295,7 @@ TrainResult Trainer::run() {
       if (!s.comm.empty()) rec["comm"] = s.comm;
       // Mixture-of-experts blocks: this rank's tokens per expert over the step's
       // micro-batches, dropped choices, capacity and mean load-balancing loss.
-      for (const parallel::ExpertLoad& load : model_->take_expert_load()) {
+      for (const parallel::ExpertLoad& load : expert_load) {
         rec["moe"].push_back({{"block", load.block},
                               {"tokens", load.tokens},
                               {"dropped", load.dropped},
