@@ -155,4 +155,8 @@ Tensor ModuleCall::output(const Tensor& y) const {
   return out;
 }
 
+ModuleRefs::ModuleRefs(const std::vector<Module*>& modules) {
+  for (size_t i = 0; i < modules.size(); ++i) register_module(std::to_string(i), *modules[i]);
+}
+
 }  // namespace tessera

@@ -187,6 +187,14 @@ class Layer : public Module {
 
 // An indexed list of owned child modules named "0", "1", ... (from `first_index` on: a
 // pipeline stage holds blocks 4..7 of a model under their model-wide names).
+// Modules owned elsewhere under one root, for installing hooks on them together (an
+// optimizer's expert part: Note [Expert parameters] in parallel/zero/zero_optimizer.h).
+class ModuleRefs : public Module {
+ public:
+  // Registers each of `modules` under its index ("0", "1", ...); they must outlive this.
+  explicit ModuleRefs(const std::vector<Module*>& modules);
+};
+
 class ModuleList : public Module {
  public:
   explicit ModuleList(int64_t first_index = 0) : first_index_(first_index) {}

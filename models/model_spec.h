@@ -38,6 +38,9 @@ struct ModelPlacement {
   // Tensor slicing's input-gradient sums overlapped with the weight gradients' products
   // (Note [Overlapped input gradients] in parallel/tensor/layers.h).
   bool overlap_model_comm = true;
+  // Expert parallelism: the expert-parallel group that MoE layers split their experts over
+  // (parallel/expert/expert_groups.h); null: every rank holds all experts.
+  parallel::Communicator* expert_group = nullptr;
 };
 
 // What a kind supports beyond training.
@@ -52,8 +55,14 @@ class ModelSpec {
   virtual ~ModelSpec() = default;
   // model.type: "gpt2", "bert".
   virtual std::string type() const = 0;
-  // The model section as checkpoints record it; a run resumes only from an equal one.
+  // The model section as checkpoints record it; a run resumes only from one that is equal
+  // once without_placement() has dropped what only places it on ranks.
   virtual nlohmann::json to_json() const = 0;
+  // `model` (a to_json() of this kind) without its keys that place the model on ranks
+  // rather than define it (GPT-MoE's ep_size), so that a checkpoint resumes under another.
+  virtual nlohmann::json without_placement(nlohmann::json model) const { return model; }
+  // The expert-parallel group size its mixture-of-experts layers ask for (1: none).
+  virtual int64_t expert_parallel_size() const { return 1; }
   // "GPT-2 4 layers, 4 heads, width 128, 818944 parameters, dense attention".
   virtual std::string describe() const = 0;
   // Parameters of the whole model (padded vocabulary included).

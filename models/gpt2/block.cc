@@ -7,7 +7,8 @@
 namespace tessera {
 
 Block::Block(const GptConfig& cfg, int64_t layer, parallel::DropoutStreams& streams,
-             parallel::Communicator& model_group, parallel::AsyncCollectives* async)
+             parallel::Communicator& model_group, parallel::AsyncCollectives* async,
+             parallel::Communicator* expert_group)
     : ln_1_(cfg.n_embd, cfg.layer_norm_eps, cfg.bias),
       attn_(cfg, streams, model_group, async),
       ln_2_(cfg.n_embd, cfg.layer_norm_eps, cfg.bias) {
@@ -24,7 +25,7 @@ Block::Block(const GptConfig& cfg, int64_t layer, parallel::DropoutStreams& stre
     moe_ = std::make_unique<moe::MoeLayer>(
         c, cfg.moe->experts_at(layer), cfg.moe->gate, cfg.moe->use_residual,
         [c, bias](int64_t) { return std::make_unique<moe::ExpertMlp>(c, 4 * c, bias); },
-        streams.replicated());
+        streams.replicated(), DType::f32, expert_group);
     register_module("mlp", *moe_);
   } else {
     mlp_ = std::make_unique<Mlp>(cfg, streams.replicated(), model_group, async);

@@ -18,8 +18,10 @@ class Block : public Module {
   // [Overlapped input gradients] in parallel/tensor/layers.h). Block `layer` of a model
   // with cfg.moe has a mixture of experts as its "mlp" where cfg.moe says so (Note
   // [GPT-MoE] in moe_config.h), routing with noise from streams.replicated().
+  // An MoE block holds its share of the experts of `expert_group` (null: all of them).
   Block(const GptConfig& cfg, int64_t layer, parallel::DropoutStreams& streams,
-        parallel::Communicator& model_group, parallel::AsyncCollectives* async = nullptr);
+        parallel::Communicator& model_group, parallel::AsyncCollectives* async = nullptr,
+        parallel::Communicator* expert_group = nullptr);
   // x + attn(ln_1(x)), then + mlp(ln_2(.)). An MoE block appends its gate's load-balancing
   // loss and routing to `moe_out` (when given; the output left undefined).
   Tensor forward(const Tensor& x,
@@ -27,6 +29,8 @@ class Block : public Module {
   // forward() for inference with a KV cache (see CausalSelfAttention::forward_cached).
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
                         int64_t start) const;  // (B, T, C) -> (B, T, C)
+  // An MoE block's layer; null in a dense block.
+  moe::MoeLayer* moe() { return moe_.get(); }
 
  private:
   LayerNorm ln_1_;

@@ -26,7 +26,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part,
                               parallel::DropoutStreams& streams,
                               parallel::Communicator& model_group,
-                              parallel::AsyncCollectives* async)
+                              parallel::AsyncCollectives* async,
+                              parallel::Communicator* expert_group)
     : h(part.first_block) {
   if (part.embedding || (part.head && cfg.tie_word_embeddings)) {
     wte = std::make_unique<parallel::VocabParallelEmbedding>(cfg.padded_vocab_size(), cfg.n_embd,
@@ -41,7 +42,7 @@ Gpt::Transformer::Transformer(const GptConfig& cfg, const GptPart& part,
   }
   const int64_t end = part.end_block < 0 ? cfg.n_layer : part.end_block;
   for (int64_t i = part.first_block; i < end; ++i) {
-    h.push_back(std::make_unique<Block>(cfg, i, streams, model_group, async));
+    h.push_back(std::make_unique<Block>(cfg, i, streams, model_group, async, expert_group));
   }
   register_module("h", h);
   if (part.final_norm) {
@@ -76,7 +77,7 @@ std::unique_ptr<parallel::Communicator> own_group(const GptConfig& cfg,
 }  // namespace
 
 Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group,
-         const GptPart& part, bool overlap_comm)
+         const GptPart& part, bool overlap_comm, parallel::Communicator* expert_group)
     : cfg_(cfg),
       seed_(seed),
       part_(part),
@@ -86,7 +87,7 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_grou
                        ? std::make_unique<parallel::AsyncCollectives>(model_group_)
                        : nullptr),
       dropout_streams_(seed, dropout_stream_name(part), model_group_.rank()),
-      transformer_(cfg, part, dropout_streams_, model_group_, model_async_.get()) {
+      transformer_(cfg, part, dropout_streams_, model_group_, model_async_.get(), expert_group) {
   TS_CHECK(part.first_block >= 0 && part.first_block <= cfg.n_layer &&
                (part.end_block < 0 ||
                 (part.end_block >= part.first_block && part.end_block <= cfg.n_layer)),
@@ -243,6 +244,18 @@ std::vector<parallel::ExpertLoad> Gpt::take_expert_load() {
   expert_load_.clear();
   aux_sums_.clear();
   return taken;
+}
+
+bool Gpt::is_expert_parameter(const std::string& name) const {
+  return name.rfind("transformer.h.", 0) == 0 && name.find(".mlp.experts.") != std::string::npos;
+}
+
+std::vector<Module*> Gpt::expert_modules() {
+  std::vector<Module*> out;
+  for (size_t i = 0; i < transformer_.h.size(); ++i) {
+    if (moe::MoeLayer* layer = block(i).moe()) out.push_back(&layer->experts());
+  }
+  return out;
 }
 
 std::vector<std::string> Gpt::tied_parameter_names() const {

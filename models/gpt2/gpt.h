@@ -68,8 +68,12 @@ class Gpt : public LanguageModel {
   // [Overlapped input gradients] in parallel/tensor/layers.h; Megatron's default): a worker
   // thread on thread ranks and MPI with MPI_THREAD_MULTIPLE, NCCL's stream on CUDA; host
   // staging and MPI without it sum at once.
+  // With `expert_group` (an expert-parallel group: parallel/expert/expert_groups.h) each MoE
+  // block holds its share of the experts (Note [Expert parallelism] in
+  // models/moe/moe_layer.h); the group must outlive the model.
   Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_group = nullptr,
-      const GptPart& part = {}, bool overlap_comm = true);
+      const GptPart& part = {}, bool overlap_comm = true,
+      parallel::Communicator* expert_group = nullptr);
 
   // GPT-2 initialization, a function of (seed, parameter name) only: N(0, 0.02) for
   // weights and embeddings, N(0, 0.02 / sqrt(2 n_layer)) for the residual projections
@@ -116,6 +120,10 @@ class Gpt : public LanguageModel {
   // (Note [GPT-MoE] in moe_config.h; their outputs undefined); empty without MoE.
   const std::vector<moe::MoeOutput>& moe_outputs() const { return moe_outputs_; }
   std::vector<parallel::ExpertLoad> take_expert_load() override;
+  // The experts' parameters: "transformer.h.<i>.mlp.experts.<e>.*".
+  bool is_expert_parameter(const std::string& name) const override;
+  // Each MoE block's experts (this rank's share of them).
+  std::vector<Module*> expert_modules() override;
   // A pipeline stage without the head, in training: moe.aux_loss_coef times its MoE blocks'
   // load-balancing losses of the latest forward (Note [GPT-MoE] in moe_config.h).
   Tensor stage_extra_loss() const override;
@@ -135,7 +143,8 @@ class Gpt : public LanguageModel {
   // (wte also on a stage with a tied head).
   struct Transformer : Module {
     Transformer(const GptConfig& cfg, const GptPart& part, parallel::DropoutStreams& streams,
-                parallel::Communicator& model_group, parallel::AsyncCollectives* async);
+                parallel::Communicator& model_group, parallel::AsyncCollectives* async,
+                parallel::Communicator* expert_group);
     std::unique_ptr<parallel::VocabParallelEmbedding> wte;
     std::unique_ptr<Embedding> wpe;
     std::unique_ptr<Dropout> drop;
@@ -160,6 +169,7 @@ class Gpt : public LanguageModel {
   // Adds the latest training forward's gate results to expert_load_.
   void count_expert_load() const;
   const Block& block(size_t i) const { return static_cast<const Block&>(transformer_.h[i]); }
+  Block& block(size_t i) { return static_cast<Block&>(transformer_.h[i]); }
 
   GptConfig cfg_;
   uint64_t seed_;  // of the initialization

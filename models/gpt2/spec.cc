@@ -46,7 +46,16 @@ double GptSpec::flops_per_token(int64_t seq_len) const {
                                      config_.n_head, seq_len, config_.sparse_attention);
 }
 
+nlohmann::json GptSpec::without_placement(nlohmann::json model) const {
+  if (model.contains("moe") && model["moe"].is_object()) model["moe"].erase("ep_size");
+  return model;
+}
+
 void GptSpec::check_layout(int64_t stages, int64_t tp) const {
+  TS_CHECK(expert_parallel_size() == 1 || (stages == 1 && tp == 1),
+           "[config] $.model.moe.ep_size: expert parallelism with pipeline stages or tensor "
+           "slicing is not supported by Tessera yet; expected ep_size 1 with pipeline.stages ",
+           stages, " and tensor_parallel.tp_size ", tp, ", found ", expert_parallel_size());
   TS_CHECK(config_.n_head % tp == 0, "[config] $.tensor_parallel.tp_size: ", tp,
            " does not divide model.n_head ", config_.n_head, "; expected a divisor of it");
   TS_CHECK(config_.padded_vocab_size() % tp == 0, "[config] $.tensor_parallel.tp_size: ", tp,
@@ -70,7 +79,7 @@ std::unique_ptr<LanguageModel> GptSpec::build(uint64_t seed,
     part = part_of_stage(config_, parts, static_cast<int>(placement.stage));
   }
   return std::make_unique<Gpt>(config_, seed, placement.model_group, part,
-                               placement.overlap_model_comm);
+                               placement.overlap_model_comm, placement.expert_group);
 }
 
 void GptSpec::load_pretrained(LanguageModel& model, const std::string& path) const {

@@ -25,6 +25,9 @@ class GptSpec : public ModelSpec {
 
   std::string type() const override { return "gpt2"; }
   nlohmann::json to_json() const override { return config_.to_json(); }
+  // Drops model.moe.ep_size.
+  nlohmann::json without_placement(nlohmann::json model) const override;
+  int64_t expert_parallel_size() const override { return config_.moe ? config_.moe->ep_size : 1; }
   std::string describe() const override;
   int64_t num_parameters() const override { return config_.num_parameters(); }
   double flops_per_token(int64_t seq_len) const override;

@@ -79,6 +79,8 @@ class MoeLayer : public Module {
   // The experts this rank holds: [first_local_expert(), + local_experts()).
   int64_t local_experts() const { return num_experts_ / ep_size_; }
   int64_t first_local_expert() const { return ep_rank_ * local_experts(); }
+  // This rank's experts: "<e>" for e in [first_local_expert(), + local_experts()).
+  Module& experts() { return experts_; }
   // The gating arguments the layer was built with.
   const GateConfig& gate_config() const { return config_; }
 

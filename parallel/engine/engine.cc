@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "autograd/ops.h"
@@ -46,6 +49,30 @@ void accumulate(Tensor& total, const Tensor& loss) {
   total = total.defined() ? add(total, l) : l;
 }
 
+// The parameters of `groups` that `take` accepts, moved into groups of their own (same rate
+// and decay; empty ones left out).
+std::vector<optim::ParamGroup> take_params(std::vector<optim::ParamGroup>& groups,
+                                           const std::function<bool(const std::string&)>& take) {
+  std::vector<optim::ParamGroup> taken;
+  for (optim::ParamGroup& g : groups) {
+    optim::ParamGroup mine{{}, g.lr, g.weight_decay};
+    std::vector<NamedParameter> kept;
+    for (NamedParameter& p : g.params) (take(p.name) ? mine.params : kept).push_back(std::move(p));
+    g.params = std::move(kept);
+    if (!mine.params.empty()) taken.push_back(std::move(mine));
+  }
+  return taken;
+}
+
+// Appends the entries of `from` whose keys `to` lacks.
+void add_missing(StateDict& to, const StateDict& from) {
+  std::set<std::string> have;
+  for (const auto& [key, t] : to) have.insert(key);
+  for (const auto& [key, t] : from) {
+    if (have.insert(key).second) to.emplace_back(key, t);
+  }
+}
+
 // Every tensor of `state` on the CPU (checkpoint files are written from host memory).
 StateDict on_cpu(StateDict state) {
   for (auto& [name, t] : state) t = t.to(Device::cpu());
@@ -56,13 +83,14 @@ StateDict on_cpu(StateDict state) {
 
 Engine::Engine(const EngineConfig& config, TrainableModel& model,
                std::vector<optim::ParamGroup> param_groups, Device device, Communicator& data,
-               ParallelGroups* groups, Communicator* device_data)
+               ParallelGroups* groups, Communicator* device_data, Communicator* expert_data)
     : config_(config),
       model_(model),
       device_(device),
       data_(data),
       groups_(groups),
-      gradient_group_(device_data ? *device_data : data) {
+      gradient_group_(device_data ? *device_data : data),
+      expert_data_(expert_data) {
   TS_CHECK(groups == nullptr || groups->data.get() == &data,
            "[engine] expected `data` to be the 3D groups' data group, found another communicator");
   TS_CHECK(gradient_group_.size() == data.size() && gradient_group_.rank() == data.rank(),
@@ -80,10 +108,26 @@ Engine::Engine(const EngineConfig& config, TrainableModel& model,
            " ranks: expected a model that can be sliced, found one that cannot");
   // Initialized in f32 on the CPU (the same weights everywhere), then placed.
   model.to(device, config.mixed_precision.dtype);
+  ExpertParameters experts;  // Note [Expert parameters] in parallel/zero/zero_optimizer.h
+  if (expert_data != nullptr) {
+    TS_CHECK(groups == nullptr,
+             "[engine] expert parallelism with a pipeline or tensor slicing: not supported by "
+             "Tessera yet; expected neither with an expert-data group");
+    experts.group = expert_data;
+    experts.params = take_params(param_groups, [&model](const std::string& name) {
+      return model.is_expert_parameter(name);
+    });
+    TS_CHECK(!experts.params.empty(),
+             "[engine] expert parallelism: expected a model with experts (a mixture of experts), "
+             "found no expert parameters");
+    expert_modules_ = std::make_unique<ModuleRefs>(model.expert_modules());
+    experts.modules = expert_modules_.get();
+  }
   optimizer_ = std::make_unique<ZeroOptimizer>(
       gradient_group_, model, std::move(param_groups), config.optimizer, config.zero,
       config.mixed_precision,
-      [&model](const std::string& name, const Tensor& out) { model.init_parameter(name, out); });
+      [&model](const std::string& name, const Tensor& out) { model.init_parameter(name, out); },
+      experts);
   if (groups) {
     if (pipelined) tied_ = tied_stage_group(model, *groups->pipe);
     optimizer_->set_model_parallel_norm(*groups->pipe_model,
@@ -116,7 +160,12 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
   TS_CHECK(static_cast<int64_t>(micro_batches.size()) == gas, "[engine] train_batch: expected ",
            gas, " micro-batches (gradient_accumulation_steps), found ", micro_batches.size());
   StepStats stats;
-  const int64_t bytes_before = gradient_group_.stats().total_bytes_sent();
+  // The gradients' groups: the data group's and the expert-data group's bytes.
+  const auto gradient_bytes = [this] {
+    return gradient_group_.stats().total_bytes_sent() +
+           (expert_data_ ? expert_data_->stats().total_bytes_sent() : 0);
+  };
+  const int64_t bytes_before = gradient_bytes();
   if (const OneBitOptimizer* onebit = optimizer_->onebit()) {
     stats.comm = onebit_step_name(onebit->next_step_kind());
   }
@@ -145,7 +194,7 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
     loss = data_parallel_loss(micro_batches, stats);
     step_optimizer(stats, loss);
   }
-  stats.comm_bytes = gradient_group_.stats().total_bytes_sent() - bytes_before;
+  stats.comm_bytes = gradient_bytes() - bytes_before;
   return stats;
 }
 
@@ -272,10 +321,34 @@ EngineCheckpoint Engine::save_state() {
     c.parts = static_cast<int>(groups_->grid.pipe_size());
     c.part = writer ? groups_->coord.pipe : -1;
   }
+  if (optimizer_->experts()) save_experts(c);
   return c;
 }
 
-bool Engine::load_own_shard(const EngineCheckpoint& saved, const EngineCounters& counters) {
+void Engine::save_experts(EngineCheckpoint& c) {
+  ZeroOptimizer& experts = *optimizer_->experts();
+  // Collective over the expert-data group where the part shards them.
+  StateDict weights = experts.whole_parameters();
+  StateDict state = experts.whole_state_dict();
+  const int ep = data_.size() / expert_data_->size();
+  c.expert_parts = ep;
+  if (expert_data_->rank() != 0) return;
+  c.experts = on_cpu(std::move(weights));
+  c.expert_optimizer = on_cpu(std::move(state));
+  c.expert_part = data_.rank() % ep;  // its expert-parallel rank (Note [Expert groups])
+}
+
+std::vector<NamedParameter> Engine::part_parameters(bool experts) const {
+  std::vector<NamedParameter> params = model_.named_parameters();
+  if (optimizer_->experts() == nullptr) return params;
+  std::erase_if(params, [&](const NamedParameter& p) {
+    return model_.is_expert_parameter(p.name) != experts;
+  });
+  return params;
+}
+
+bool Engine::load_own_shard(const EngineCheckpoint& saved, const StateDict& model,
+                            const EngineCounters& counters) {
   if (groups_ || !optimizer_->sharded() || saved.optimizer_shards.empty() ||
       counters.zero_layout->to_json() != optimizer_->layout().to_json()) {
     return false;
@@ -287,9 +360,9 @@ bool Engine::load_own_shard(const EngineCheckpoint& saved, const EngineCounters&
   if (with_parameters && !optimizer_->shards_parameters()) return false;
   if (!with_parameters) {
     // Validate-then-write: the shard is checked before the weights change.
-    check_only_parameters(saved.model, model_.named_parameters(), false);
+    check_only_parameters(model, part_parameters(false), false);
     optimizer_->check_shard(mine);
-    optimizer_->load_parameters(saved.model);
+    optimizer_->load_parameters(model);
   }
   optimizer_->load_shard(mine);
   return true;
@@ -299,15 +372,29 @@ void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& cou
   TS_CHECK(saved.optimizer_shards.empty() || counters.zero_layout.has_value(),
            "[engine] the checkpoint has optimizer shards but no ZeRO layout ($.zero.layout "
            "of state.json); expected the layout that wrote them");
-  if (!load_own_shard(saved, counters)) {
+  // The experts' entries, wherever the saving run put them (Note [Expert checkpoints]).
+  ZeroOptimizer* experts = optimizer_->experts();
+  const auto is_expert = [this](const std::string& name) {
+    return model_.is_expert_parameter(name);
+  };
+  StateDict model = saved.model;
+  StateDict optimizer = saved.optimizer;
+  StateDict expert_model = saved.experts;
+  StateDict expert_optimizer = saved.expert_optimizer;
+  if (experts) {
+    add_missing(expert_model, take_entries(model, is_expert, false));
+    add_missing(expert_optimizer, take_entries(optimizer, is_expert, true));
+  } else {
+    add_missing(model, expert_model);
+    add_missing(optimizer, expert_optimizer);
+  }
+  if (!load_own_shard(saved, model, counters)) {
     // One path for every other layout: the whole per-parameter state, whatever world and
     // stage saved it (the parameter shards, where there are any, give the whole weights);
     // this rank's part of it, its stage's parameters sliced over its model group (all of
     // them, whole, without a pipeline or slicing), into the optimizer, which puts them
     // where its stage keeps them (the f32 masters, stage 3's shards). Validate-then-write:
     // both check every tensor before changing any.
-    StateDict model = saved.model;
-    StateDict optimizer = saved.optimizer;
     if (!saved.optimizer_shards.empty()) {
       const std::string param_prefix = std::string(kParameterShard) + ".";
       for (auto& [key, t] : whole_state(*counters.zero_layout, saved.optimizer_shards)) {
@@ -318,7 +405,11 @@ void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& cou
         }
       }
     }
-    const std::vector<NamedParameter> params = model_.named_parameters();
+    if (experts) {
+      add_missing(expert_model, take_entries(model, is_expert, false));
+      add_missing(expert_optimizer, take_entries(optimizer, is_expert, true));
+    }
+    const std::vector<NamedParameter> params = part_parameters(false);
     const int rank = groups_ ? groups_->coord.model : 0;
     const int size = groups_ ? groups_->grid.model_size() : 1;
     if (!groups_) {
@@ -329,6 +420,17 @@ void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& cou
     }
     optimizer_->load_parameters(take_local(model, params, rank, size, false));
     optimizer_->load_whole_state(take_local(optimizer, params, rank, size, true));
+    // A checkpoint without expert parts counts the experts' steps with the others'.
+    for (const auto& [key, t] : optimizer) {
+      if (key == "step") add_missing(expert_optimizer, {{key, t}});
+    }
+  }
+  // Each part checks its tensors before changing any; a bad expert part fails the resume
+  // after the other parameters were loaded.
+  if (experts) {
+    const std::vector<NamedParameter> mine = part_parameters(true);
+    experts->load_parameters(take_local(expert_model, mine, 0, 1, false));
+    experts->load_whole_state(take_local(expert_optimizer, mine, 0, 1, true));
   }
   restore_rank_state(saved.rank_state, counters.grid == grid_json());
   scheduler_->set_last_batch_iteration(counters.scheduler_last_batch_iteration);

@@ -46,6 +46,17 @@
 // to what it holds (parallel/engine/model_parallel_state.h): resuming at the same layout is
 // exact, and tools/generate and zero_to_fp32 read the same files.
 //
+// Note [Expert checkpoints]
+// Under expert parallelism (Note [Expert parameters] in parallel/zero/zero_optimizer.h) the
+// experts' state is saved apart from the rest, whole: each expert-data group gathers its
+// experts' weights and optimizer state (global names, "transformer.h.1.mlp.experts.5.*"),
+// and its rank 0, whose data rank is its expert-parallel rank e, writes them as expert
+// part e (DeepSpeed likewise writes them per expert-parallel rank, expp_rank_<e>_*). The
+// other parameters are saved as without experts. Loading, every part is merged, and each
+// rank takes its own experts by name; a checkpoint without expert parts (ep_size 1) has
+// the experts among the other weights and state, and a run without an expert part takes the
+// experts' parts with the rest, so any ep_size and world size resumes any other.
+//
 // Note [Dropout per step]
 // The dropout streams are derived, not saved: at step s each draws from the Philox key
 // hash(k, s), k being the stream's own key (a pipeline stage's differs from stage 0's, a
@@ -119,6 +130,14 @@ struct EngineCheckpoint {
   // The per-rank optimizer state (ZeroOptimizer::rank_state()): saved by every rank;
   // loading, this rank's, or empty.
   StateDict rank_state;
+  // Expert parallelism (Note [Expert checkpoints]). Saving: the whole weights and optimizer
+  // state of this rank's experts where it writes expert part `expert_part` (-1 elsewhere) of
+  // `expert_parts`. Loading: every part's, merged (a loader may have put the weights into
+  // `model` instead).
+  StateDict experts;
+  StateDict expert_optimizer;
+  int expert_parts = 0;
+  int expert_part = -1;
 };
 
 // The engine's counters in a checkpoint's state.json (Engine::state_json()).
@@ -137,13 +156,17 @@ class Engine {
   // data-parallel group; `groups`, for a pipeline or tensor slicing, the 3D groups, which
   // move tensors on `device` (`data` must be groups->data); `device_data`, the same ranks
   // as `data` over the device (an NCCL group), moves gradients, parameters and mean losses
-  // instead of `data`.
+  // instead of `data`. `expert_data`, for expert parallelism, is the expert-data group
+  // (parallel/expert/expert_groups.h; over the device like `device_data`) that the model's
+  // experts reduce over (Note [Expert parameters] in parallel/zero/zero_optimizer.h); not
+  // with `groups`.
   // At ZeRO stage 3 the model may be unmaterialized (built under a DeferredInitGuard): its
   // init_parameter() then initializes each parameter as it is partitioned. Every argument
   // must outlive the engine. Collective.
   Engine(const EngineConfig& config, TrainableModel& model,
          std::vector<optim::ParamGroup> param_groups, Device device, Communicator& data,
-         ParallelGroups* groups = nullptr, Communicator* device_data = nullptr);
+         ParallelGroups* groups = nullptr, Communicator* device_data = nullptr,
+         Communicator* expert_data = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -198,7 +221,15 @@ class Engine {
   // Loads this rank's own optimizer shard as it is where the checkpoint's ZeRO layout is
   // this run's (Note [Streamed checkpoints] in parallel/zero/zero_optimizer.h), with its
   // parameter shard or the whole weights; false (nothing changed) where it is not.
-  bool load_own_shard(const EngineCheckpoint& saved, const EngineCounters& counters);
+  // `model`: the checkpoint's weights, the experts' taken out (Note [Expert checkpoints]).
+  bool load_own_shard(const EngineCheckpoint& saved, const StateDict& model,
+                      const EngineCounters& counters);
+  // Saving: the expert part's whole state into `c` (Note [Expert checkpoints]). Collective
+  // over the expert-data group.
+  void save_experts(EngineCheckpoint& c);
+  // This rank's parameters, without the experts' where the optimizer has an expert part, or
+  // the experts' alone (`experts`).
+  std::vector<NamedParameter> part_parameters(bool experts) const;
 
   EngineConfig config_;
   TrainableModel& model_;
@@ -210,7 +241,9 @@ class Engine {
   std::unique_ptr<optim::LrScheduler> scheduler_;
   std::unique_ptr<pipeline::PipelineStage> stage_;  // pipelines only
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
-  std::unique_ptr<Communicator> tied_;  // the stages holding tied parameters
+  std::unique_ptr<Communicator> tied_;      // the stages holding tied parameters
+  Communicator* expert_data_;               // expert parallelism's expert-data group, or null
+  std::unique_ptr<Module> expert_modules_;  // the model's experts, for the expert part's hooks
   int64_t step_ = 0;
 };
 

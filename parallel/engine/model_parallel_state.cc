@@ -76,6 +76,21 @@ StateDict take_local(const StateDict& full, const std::vector<NamedParameter>& p
   return out;
 }
 
+StateDict take_entries(StateDict& state, const std::function<bool(const std::string&)>& is_param,
+                       bool optimizer) {
+  StateDict taken, kept;
+  for (auto& entry : state) {
+    const std::string& key = entry.first;
+    const size_t dot = key.find('.');
+    const bool match =
+        optimizer ? key != "step" && dot != std::string::npos && is_param(key.substr(dot + 1))
+                  : is_param(key);
+    (match ? taken : kept).push_back(std::move(entry));
+  }
+  state = std::move(kept);
+  return taken;
+}
+
 void check_only_parameters(const StateDict& state, const std::vector<NamedParameter>& params,
                            bool optimizer) {
   const auto by_name = index(params);

@@ -4,6 +4,8 @@
 // model.
 #pragma once
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "autograd/module.h"
@@ -22,6 +24,11 @@ StateDict gather_full(const StateDict& local, const std::vector<NamedParameter>&
 // ones sliced. Throws, naming the key, when one of its parameters is missing.
 StateDict take_local(const StateDict& full, const std::vector<NamedParameter>& params, int rank,
                      int size, bool optimizer);
+
+// Moves the entries of `state` whose parameter `is_param` accepts ("<name>"; with `optimizer`,
+// "<kind>.<name>") into the result, both in their order; the others ("step" too) stay.
+StateDict take_entries(StateDict& state, const std::function<bool(const std::string&)>& is_param,
+                       bool optimizer);
 
 // Throws, naming the key, unless every key of `state` names one of `params` ("<name>"; with
 // `optimizer`, "step" and "<kind>.<name>"): a whole checkpoint for a rank that holds the

@@ -58,6 +58,14 @@ class TrainableModel : public Module {
   // Mixture-of-experts models: per MoE layer, what its gate did in the training forward
   // passes since the last call, which starts the count afresh (none by default).
   virtual std::vector<ExpertLoad> take_expert_load() { return {}; }
+  // Mixture-of-experts models: whether the parameter `name` (of this model or of the same
+  // model under another expert-parallel layout) belongs to an expert, whose gradients the
+  // engine reduces over the expert-data group (Note [Expert parameters] in
+  // parallel/zero/zero_optimizer.h); false by default.
+  virtual bool is_expert_parameter(const std::string& name) const { return false; }
+  // Mixture-of-experts models: the modules that hold this rank's experts (each MoE layer's
+  // list of them), holding no other parameters; none by default.
+  virtual std::vector<Module*> expert_modules() { return {}; }
 
   // The parallel modes this model supports beyond data parallelism (none by default).
   virtual ModelCapabilities capabilities() const { return {}; }

@@ -94,12 +94,16 @@ void GradientReducer::average_into(const Tensor& sum, const std::vector<Tensor>&
       offset += o.numel();
     }
   };
-  const int world = dp_.size();
-  if (world == 1) {  // nothing crosses a wire, so nothing is rounded to its dtype
+  const int world = averaging_.mean_over > 0 ? averaging_.mean_over : dp_.size();
+  if (dp_.size() == 1) {  // nothing crosses a wire, so nothing is rounded to its dtype
+    const double mean = 1.0 / world;
     if (add) {
-      each_out(sum, [](const Tensor& o, const Tensor& s) { kernels::axpy_(o, s.to(DType::f32)); });
-    } else if (sum.raw_data() != out.raw_data()) {
-      out.copy_(sum);
+      each_out(sum, [mean](const Tensor& o, const Tensor& s) {
+        kernels::axpy_(o, s.to(DType::f32), mean);
+      });
+    } else {
+      if (sum.raw_data() != out.raw_data()) out.copy_(sum);
+      if (world != 1) kernels::scale_(out, mean);
     }
     if (then) then();
     return;

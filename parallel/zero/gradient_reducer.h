@@ -31,11 +31,14 @@ namespace tessera::parallel {
 //   16-bit communication, or prescale_gradients:  pre = 1 / W, post = 1
 //   otherwise, with gradient_predivide_factor f:  pre = 1 / f, post = f / W  (f = 1: post only)
 // Dividing first keeps an fp16 sum of W ranks from overflowing; the choice changes rounding
-// only.
+// only. W is the group's size, except for expert parameters, whose group is a part of the
+// data group while their gradients average over all of it (mean_over: Note [Expert
+// parameters] in zero_optimizer.h).
 struct Averaging {
   DType communication = DType::f32;  // the dtype gradients are reduced in: f32, f16 or bf16
   bool prescale = false;             // prescale_gradients
   double predivide_factor = 1.0;     // gradient_predivide_factor (> 0)
+  int mean_over = 0;                 // W; 0: the group's size
 };
 
 class GradientReducer {

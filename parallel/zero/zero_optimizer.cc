@@ -20,8 +20,20 @@ namespace tessera::parallel {
 
 ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
                              const optim::OptimizerConfig& optimizer, const ZeroConfig& zero,
-                             const MixedPrecision& precision, const ParameterInit& init)
-    : dp_(dp), model_(model), config_(zero), precision_(precision), groups_(std::move(groups)) {
+                             const MixedPrecision& precision, const ParameterInit& init,
+                             const ExpertParameters& experts)
+    : ZeroOptimizer(dp, model, std::move(groups), optimizer, zero, precision, init, experts, 0) {}
+
+ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
+                             const optim::OptimizerConfig& optimizer, const ZeroConfig& zero,
+                             const MixedPrecision& precision, const ParameterInit& init,
+                             const ExpertParameters& experts, int mean_over)
+    : dp_(dp),
+      model_(model),
+      config_(zero),
+      precision_(precision),
+      groups_(std::move(groups)),
+      mean_over_(mean_over) {
   TS_CHECK(config_.stage >= 0 && config_.stage <= 3, "[zero] expected stage 0 to 3, found ",
            config_.stage);
   TS_CHECK(config_.stage == 0 || optimizer.type != optim::OptimizerType::lamb,
@@ -35,7 +47,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
   check_mixed_precision(precision_, config_.stage);
   const DType dtype = precision_.dtype;
   const Averaging averaging{precision_.communication_dtype(), config_.prescale_gradients,
-                            config_.gradient_predivide_factor};
+                            config_.gradient_predivide_factor, mean_over_};
   TS_CHECK(averaging.predivide_factor > 0 && std::isfinite(averaging.predivide_factor),
            "[zero] expected a gradient_predivide_factor > 0, found ", averaging.predivide_factor);
   const DType accumulation = precision_.accumulation_dtype(config_.stage);
@@ -147,6 +159,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
     register_post_accumulate_hook(params_[i],
                                   [this, i](Tensor&) { on_grad_ready(static_cast<int64_t>(i)); });
   }
+  if (experts.group != nullptr) make_expert_part(experts, optimizer, init);
   zero_grad();
 }
 
@@ -223,9 +236,25 @@ ZeroOptimizer::~ZeroOptimizer() {
 void ZeroOptimizer::zero_grad() {
   overflow_ = false;
   gradients_->zero_grad();
+  if (experts_) experts_->zero_grad();
 }
 
 void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
+  begin_backward(boundary);
+  if (experts_) experts_->begin_backward(boundary);
+  try {
+    const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+    tessera::backward(loss, scalar_tensor(scale * loss_scale, {loss.dtype(), loss.device()}));
+  } catch (...) {
+    abort_backward();
+    if (experts_) experts_->abort_backward();
+    throw;
+  }
+  end_backward();
+  if (experts_) experts_->end_backward();
+}
+
+void ZeroOptimizer::begin_backward(bool boundary) {
   const bool every_micro_batch = gradients_->reduces_every_micro_batch();
   reducing_ = every_micro_batch || boundary;
   const bool from_hooks = every_micro_batch || config_.overlap_comm;
@@ -235,22 +264,22 @@ void ZeroOptimizer::backward(const Tensor& loss, double scale, bool boundary) {
   }
   in_backward_ = reducing_ && from_hooks;
   weights_->begin_backward();
+}
+
+void ZeroOptimizer::abort_backward() noexcept {
+  in_backward_ = false;
   try {
-    const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
-    tessera::backward(loss, scalar_tensor(scale * loss_scale, {loss.dtype(), loss.device()}));
-  } catch (...) {
-    in_backward_ = false;
-    try {
-      weights_->end_backward();
-    } catch (...) {  // the backward pass's error is the one to report
-    }
-    gradients_->drop_collected();
-    try {
-      gradients_->finish_reductions();  // the started ones still pair with the peers'
-    } catch (...) {                     // the backward pass's error is the one to report
-    }
-    throw;
+    weights_->end_backward();
+  } catch (...) {  // the backward pass's error is the one to report
   }
+  gradients_->drop_collected();
+  try {
+    gradients_->finish_reductions();  // the started ones still pair with the peers'
+  } catch (...) {                     // the backward pass's error is the one to report
+  }
+}
+
+void ZeroOptimizer::end_backward() {
   in_backward_ = false;
   weights_->end_backward();
   if (!reducing_) {
@@ -291,9 +320,13 @@ void ZeroOptimizer::reduce_gradients() {
            "[zero] reduce_gradients is for stages 0-1, found stage ", config_.stage);
   for (size_t b = 0; b < layout_.blocks.size(); ++b) reduce_block(static_cast<int64_t>(b));
   gradients_->finish_reductions();
+  if (experts_) experts_->reduce_gradients();
 }
 
 void ZeroOptimizer::set_model_parallel_norm(Communicator& group, std::set<std::string> duplicates) {
+  TS_CHECK(experts_ == nullptr,
+           "[zero] model parallelism with expert parameters: not supported by Tessera yet; "
+           "expected no pipeline and no tensor slicing with ep_size > 1");
   norm_group_ = &group;
   counted_.clear();  // empty: every parameter counts
   if (!duplicates.empty()) {
@@ -333,6 +366,7 @@ void ZeroOptimizer::settle_communication() const {
   attempt([this] { weights_->settle(); });  // the step's gathers, queued before any reduction
   attempt([this] { gradients_->finish_reductions(); });
   if (async_) attempt([this] { async_->wait_all(); });
+  if (experts_) attempt([this] { experts_->settle_communication(); });
   if (first) std::rethrow_exception(first);
 }
 
@@ -340,8 +374,8 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   NoGradGuard no_grad;
   settle_communication();
   // This rank's share; gradients that are not sharded are the same on every rank of dp.
-  double sq = gradients_->squared_norm(counted_);
-  const bool sharded_grads = gradients_->sharded();
+  double sq = experts_ ? squared_norm_with_experts() : gradients_->squared_norm(counted_);
+  const bool sharded_grads = gradients_->sharded() && !experts_;
   if (sharded_grads || norm_group_ != nullptr) {
     // On the parameters' device: an NCCL group moves device tensors only.
     const Tensor total = scalar_tensor(sq, {DType::f64, device_});
@@ -364,7 +398,10 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   double factor = 1.0 / loss_scale;
   const double coef = max_norm / (norm + 1e-6);
   if (max_norm > 0.0 && std::isfinite(norm) && coef < 1.0) factor *= coef;
-  if (factor != 1.0) gradients_->scale(factor);
+  if (factor != 1.0) {
+    gradients_->scale(factor);
+    if (experts_) experts_->gradients_->scale(factor);
+  }
   return norm;
 }
 
@@ -375,6 +412,12 @@ bool ZeroOptimizer::step() {
     scaler_->update(overflow_);
     if (overflow_) return false;  // DeepSpeed skips the step and keeps the parameters
   }
+  apply_step();
+  if (experts_) experts_->apply_step();
+  return true;
+}
+
+void ZeroOptimizer::apply_step() {
   if (offload_) {
     // Backward's buffers, cached by the CPU allocator, would hold the room the sub-groups
     // need: they go back to the system, and the next backward maps them afresh.
@@ -394,7 +437,6 @@ bool ZeroOptimizer::step() {
     inner_->step();
   }
   weights_->after_step();
-  return true;
 }
 
 void ZeroOptimizer::make_masters_resident() const {
@@ -405,9 +447,15 @@ bool ZeroOptimizer::full_precision_reduction() const {
   return onebit_ == nullptr || onebit_->reduce_gradients_next();
 }
 
-void ZeroOptimizer::set_lr(double lr) { inner_->set_lr(lr); }
+void ZeroOptimizer::set_lr(double lr) {
+  inner_->set_lr(lr);
+  if (experts_) experts_->set_lr(lr);
+}
 double ZeroOptimizer::lr() const { return inner_->lr(); }
-bool ZeroOptimizer::set_momentum(double beta1) { return inner_->set_momentum(beta1); }
+bool ZeroOptimizer::set_momentum(double beta1) {
+  if (experts_) experts_->set_momentum(beta1);
+  return inner_->set_momentum(beta1);
+}
 int64_t ZeroOptimizer::step_count() const { return inner_->step_count(); }
 
 const PartitionedParams* ZeroOptimizer::partitioned() const {
@@ -439,6 +487,12 @@ ModelStateBytes ZeroOptimizer::model_state_bytes() const {
     const int64_t chunks = partitioned_->partitioned().host_chunk_bytes();
     m.params -= chunks;
     m.on_host += chunks;
+  }
+  if (experts_) {
+    const ModelStateBytes e = experts_->model_state_bytes();
+    m.params += e.params;
+    m.grads += e.grads;
+    m.optimizer += e.optimizer;
   }
   return m;
 }

@@ -148,6 +148,33 @@ namespace tessera::parallel {
 // during backward (DeepSpeed's, which frees the 4/N), and any overlap with "nvme" (whose
 // copies wait, each in turn).
 
+// Note [Expert parameters]
+// Under expert parallelism (parallel/expert/expert_groups.h) each rank of a data group of D
+// ranks holds E / P of every MoE layer's experts, and the D / P ranks that hold the same
+// ones form its expert-data group. The optimizer then has two parts, as DeepSpeed's MoE
+// parameter groups (split_params_into_different_moe_groups_for_optimizer in
+// deepspeed/moe/utils.py): the other parameters over the data group as above, and the
+// experts' in a second ZeroOptimizer (experts()) over the expert-data group, with the same
+// stage, precision and optimizer. An expert's gradients are summed over its expert-data
+// group and divided by D, not D / P: its backward has already summed what its expert group's
+// P ranks sent it (the all-to-all's backward), so the sum covers all D ranks' micro-batches,
+// and D gives the mean over them that the other parameters take and one process takes,
+// whatever ep_size is. The two parts act as one optimizer: one backward pass fills both (each
+// reducing over its own group), the gradient norm adds both parts' squares (every element
+// once) in one all-reduce over the data group, one clip coefficient and one f16 overflow
+// decision apply to both, and they step together under this part's loss scale. Checkpoints
+// save and load each part on its own (the engine: Note [Expert checkpoints] in
+// parallel/engine/engine.h). Not with the 1-bit optimizers, offload, or model parallelism
+// (refused).
+struct ExpertParameters {
+  Communicator* group = nullptr;          // the expert-data group; null: no expert part
+  std::vector<optim::ParamGroup> params;  // the experts' parameters, as decay groups
+  // A module tree holding the experts and no other parameters, on which the expert part
+  // installs its module hooks (stage 3, and overlap_comm's gathers at stages 1-2) in place
+  // of the data part's. It must outlive the optimizer.
+  Module* modules = nullptr;
+};
+
 // Bytes of model state one rank holds (the buffers the optimizer owns).
 struct ModelStateBytes {
   int64_t params = 0;
@@ -174,10 +201,13 @@ class ZeroOptimizer {
   // hooks; a stage 3 model's partitioned parameters then hold no values (take whole_parameters()
   // before).
   // At stage 3 parameters may be unmaterialized (Note [Partitioned construction] in
-  // autograd/module.h): `init` then gives each its values.
+  // autograd/module.h): `init` then gives each its values. With `experts`, the experts'
+  // parameters (not in `groups`) go to the expert part (Note [Expert parameters]), whose
+  // group's size must divide dp's.
   ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
                 const optim::OptimizerConfig& optimizer, const ZeroConfig& zero,
-                const MixedPrecision& precision = {}, const ParameterInit& init = {});
+                const MixedPrecision& precision = {}, const ParameterInit& init = {},
+                const ExpertParameters& experts = {});
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -238,6 +268,10 @@ class ZeroOptimizer {
   int64_t step_count() const;
 
   int stage() const { return config_.stage; }
+  // The expert part (Note [Expert parameters]), or null. The functions below that save and
+  // load state cover this part only; the engine takes the expert part's through this. The
+  // others (backward, clipping, the step, the learning rate, model_state_bytes) cover both.
+  ZeroOptimizer* experts() const { return experts_.get(); }
   const FlatLayout& layout() const { return layout_; }
   Communicator& comm() const { return dp_; }
   ModelStateBytes model_state_bytes() const;
@@ -314,6 +348,25 @@ class ZeroOptimizer {
   void load_whole_state(const StateDict& whole);
 
  private:
+  // The expert part's constructor: `mean_over` is the data group's size (Note [Expert
+  // parameters]).
+  ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim::ParamGroup> groups,
+                const optim::OptimizerConfig& optimizer, const ZeroConfig& zero,
+                const MixedPrecision& precision, const ParameterInit& init,
+                const ExpertParameters& experts, int mean_over);
+  // Makes experts_ (zero_experts.cc), checking what the two parts need.
+  void make_expert_part(const ExpertParameters& experts, const optim::OptimizerConfig& optimizer,
+                        const ParameterInit& init);
+  // backward()'s parts around the autograd pass (both parts' run each): before it; after
+  // it, reducing what the hooks left; and after a failed pass, dropping what it collected.
+  void begin_backward(bool boundary);
+  void end_backward();
+  void abort_backward() noexcept;
+  // The squared norm of the averaged gradients with the expert part's added, over the data
+  // group (Note [Expert parameters]); collective over it.
+  double squared_norm_with_experts();
+  // step() once the loss scale allows it: the inner optimizer's update, then the gathers.
+  void apply_step();
   // Finishes whatever async_ still carries (a forward without its backward leaves prefetched
   // gathers; a step leaves its parameters' gathers at stages 1-2) before this object uses
   // the group itself. Const: it changes no value, only waits for those already decided.
@@ -402,6 +455,9 @@ class ZeroOptimizer {
   bool in_backward_ = false;
   Communicator* norm_group_ = nullptr;  // the model-parallel group of the norm, if any
   std::vector<bool> counted_;           // per parameter: counted in the norm (empty: all)
+  int mean_over_ = 0;                   // the expert part's averaging (Note [Expert parameters])
+  // The expert part (Note [Expert parameters]); last, so that it goes first.
+  std::unique_ptr<ZeroOptimizer> experts_;
 };
 
 }  // namespace tessera::parallel

@@ -65,9 +65,12 @@ TEST_CASE("the moe section reads DeepSpeed's names and round-trips", "[gpt][moe]
   CHECK_THROWS_WITH(GptConfig::from_json(JsonObjectReader(bad, "config", "$.model")),
                     Catch::Contains("one per MoE block (2 with n_layer 4"));
   bad = cfg.to_json();
-  bad["moe"]["ep_size"] = 2;
-  CHECK_THROWS_WITH(GptConfig::from_json(JsonObjectReader(bad, "config", "$.model")),
-                    Catch::Contains("expert parallelism is not supported"));
+  bad["moe"]["ep_size"] = 2;  // splits both blocks' experts
+  CHECK(GptConfig::from_json(JsonObjectReader(bad, "config", "$.model")).moe->ep_size == 2);
+  bad["moe"]["ep_size"] = 4;
+  CHECK_THROWS_WITH(
+      GptConfig::from_json(JsonObjectReader(bad, "config", "$.model")),
+      Catch::Contains("ep_size: expected a divisor of every num_experts (2), found 4"));
   bad = cfg.to_json();
   bad["moe"]["capacity"] = 2;
   CHECK_THROWS_WITH(GptConfig::from_json(JsonObjectReader(bad, "config", "$.model")),

@@ -123,9 +123,11 @@ CheckpointContents load_whole_or_shards(const fs::path& d, const Manifest& manif
   for (const ManifestEntry& l : manifest.files) {
     const bool whole_optimizer = l.name == "optimizer.safetensors";
     const bool shard = l.name.rfind("zero_pp_rank_", 0) == 0;
-    // Per-rank state files are checked by the one rank that reads each.
-    const bool rank_file = l.name.rfind("rank_state_", 0) == 0;
-    if ((whole_optimizer && !with_optimizer) || (shard && !read_shards) || rank_file) continue;
+    // Per-rank state files are checked by the one rank that reads each, expert parts by
+    // load_expert_parts.
+    const bool own_reader =
+        l.name.rfind("rank_state_", 0) == 0 || l.name.rfind("expp_rank_", 0) == 0;
+    if ((whole_optimizer && !with_optimizer) || (shard && !read_shards) || own_reader) continue;
     verify_file(d, l);
   }
   CheckpointContents c;
@@ -148,6 +150,39 @@ CheckpointContents load_whole_or_shards(const fs::path& d, const Manifest& manif
   }
   if (with_optimizer) c.optimizer_shards = std::move(shards);
   return c;
+}
+
+// Reads the expert parts (Note [Expert checkpoints] in parallel/engine/engine.h) into `c`:
+// the weights into `experts` (into `model` with `whole_weights`), the optimizer state into
+// `expert_optimizer` (`with_optimizer` only). Each file is checked against the manifest.
+void load_expert_parts(const fs::path& d, const Manifest& manifest, bool with_optimizer,
+                       bool whole_weights, CheckpointContents& c) {
+  std::set<std::string> seen_optimizer;
+  for (int e = 0;; ++e) {
+    const ManifestEntry* model = manifest.find(expert_model_name(e));
+    if (model == nullptr) break;
+    const ManifestEntry* optimizer = manifest.find(expert_optimizer_name(e));
+    TS_CHECK(optimizer != nullptr, "[checkpoint] ", manifest.path.string(), ": lists ",
+             expert_model_name(e), " but not ", expert_optimizer_name(e));
+    verify_file(d, *model);
+    StateDict& weights = whole_weights ? c.model : c.experts;
+    for (auto& [name, t] : read_safetensors((d / model->name).string()).tensors) {
+      weights.emplace_back(name, t);
+    }
+    if (!with_optimizer) continue;
+    verify_file(d, *optimizer);
+    for (auto& [key, t] : read_safetensors((d / optimizer->name).string()).tensors) {
+      if (seen_optimizer.insert(key).second) c.expert_optimizer.emplace_back(key, t);
+    }
+  }
+}
+
+// Every expert part's files when this run has any (then every part is written).
+void add_expert_files(const CheckpointContents& contents, std::vector<std::string>& files) {
+  for (int e = 0; e < contents.expert_parts; ++e) {
+    files.push_back(expert_model_name(e));
+    files.push_back(expert_optimizer_name(e));
+  }
 }
 
 // Every rank's rank_state_<r> file when this rank has per-rank state (then all do).
@@ -187,6 +222,11 @@ std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents
   if (!contents.rank_state.empty()) {
     write_safetensors((tmp / rank_state_name(rank)).string(), contents.rank_state);
   }
+  if (contents.expert_part >= 0) {
+    write_safetensors((tmp / expert_model_name(contents.expert_part)).string(), contents.experts);
+    write_safetensors((tmp / expert_optimizer_name(contents.expert_part)).string(),
+                      contents.expert_optimizer);
+  }
   if (contents.parts > 0) return save_parts(step, contents, comm, tmp, final_dir);
   const bool sharded = !contents.optimizer_shard.empty();
   if (sharded)
@@ -210,6 +250,7 @@ std::string CheckpointDir::save(int64_t step, const CheckpointContents& contents
     } else {
       files.push_back("optimizer.safetensors");
     }
+    add_expert_files(contents, files);
     add_rank_state_files(contents, world, files);
     commit(step, world, files, tmp, final_dir);
   }
@@ -356,6 +397,7 @@ CheckpointContents load_checkpoint(const std::string& dir, bool with_optimizer, 
   CheckpointContents c = manifest.lists(model_part_name(0))
                              ? load_parts(d, manifest, with_optimizer)
                              : load_whole_or_shards(d, manifest, with_optimizer, whole_weights);
+  load_expert_parts(d, manifest, with_optimizer, whole_weights || !with_optimizer, c);
   c.rank_state = std::move(rank_state);
   return c;
 }
@@ -393,6 +435,14 @@ int64_t checkpoint_step(const std::string& dir) {
 
 std::string optimizer_shard_name(int rank) {
   return "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states.safetensors";
+}
+
+std::string expert_model_name(int ep_rank) {
+  return "expp_rank_" + std::to_string(ep_rank) + "_model_states.safetensors";
+}
+
+std::string expert_optimizer_name(int ep_rank) {
+  return "expp_rank_" + std::to_string(ep_rank) + "_optim_states.safetensors";
 }
 
 std::string rank_state_name(int rank) {

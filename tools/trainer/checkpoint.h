@@ -12,6 +12,11 @@
 //                       /model_part_<s>.safetensors, optimizer_part_<s>.safetensors
 //                                      pipeline stage s's whole tensors (pipeline and
 //                                      tensor-parallel runs; instead of the files above)
+//                       /expp_rank_<e>_model_states.safetensors,
+//                       expp_rank_<e>_optim_states.safetensors
+//                                      expert parallelism: expert-parallel rank e's experts'
+//                                      whole weights and optimizer state (Note [Expert
+//                                      checkpoints] in parallel/engine/engine.h)
 //                       /rank_state_<r>.safetensors
 //                                      rank r's per-rank optimizer state (the 1-bit
 //                                      optimizers' error buffers and local values)
@@ -49,9 +54,11 @@ namespace tessera::train {
 using parallel::kParameterShard;
 
 // The engine's tensors (parallel::EngineCheckpoint: whole weights, whole or sharded
-// optimizer state, a pipeline run's parts, per-rank state) and state.json. Loading, the
-// parts come back merged into `model` and `optimizer`, as if one process had saved them,
-// and `rank_state` is the state of the rank load_checkpoint() was asked for.
+// optimizer state, a pipeline run's parts, expert parts, per-rank state) and state.json.
+// Loading, the parts come back merged into `model` and `optimizer`, as if one process had
+// saved them, the expert parts into `experts` and `expert_optimizer` (the weights into
+// `model` where load_checkpoint() makes whole weights), and `rank_state` is the state of
+// the rank load_checkpoint() was asked for.
 struct CheckpointContents : parallel::EngineCheckpoint {
   nlohmann::json state;  // state.json: the engine's counters and the trainer's (see Trainer)
 };
@@ -142,6 +149,10 @@ int64_t checkpoint_step(const std::string& dir);
 
 // The file of rank r's optimizer shard: "zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors".
 std::string optimizer_shard_name(int rank);
+// The files of expert-parallel rank e's experts: "expp_rank_<e>_model_states.safetensors",
+// "expp_rank_<e>_optim_states.safetensors".
+std::string expert_model_name(int ep_rank);
+std::string expert_optimizer_name(int ep_rank);
 // The file of rank r's per-rank optimizer state: "rank_state_<r>.safetensors".
 std::string rank_state_name(int rank);
 // The files of pipeline stage s's part: "model_part_<s>.safetensors",

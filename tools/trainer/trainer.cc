@@ -68,6 +68,12 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
       world_(world),
       groups_(make_groups(cfg_, device_world ? *device_world : world)),
       dp_(groups_ ? *groups_->data : world) {
+  // Expert parallelism has no pipeline or slicing (GptSpec::check_layout): the groups split
+  // the data group, which is the world, on the device where there is one.
+  if (const int64_t ep = cfg_.model->expert_parallel_size(); ep > 1) {
+    expert_groups_ =
+        parallel::make_expert_groups(device_world ? *device_world : world, static_cast<int>(ep));
+  }
   if (leader()) {
     for (const std::string& w : cfg_.warnings) log_warn("{}", w);
     for (const std::string& line : cfg_.auto_filled) log_info("config: {}", line);
@@ -80,7 +86,9 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
     // Pretrained weights load into a whole model.
     std::optional<DeferredInitGuard> partitioned;
     if (cfg_.engine.zero.stage == 3 && cfg_.init_from.empty()) partitioned.emplace();
-    model_ = cfg_.model->build(t.seed, placement(cfg_, groups_.get()));
+    ModelPlacement where = placement(cfg_, groups_.get());
+    where.expert_group = expert_groups_.expert.get();
+    model_ = cfg_.model->build(t.seed, where);
   }
   model_->set_activation_checkpointing(
       cfg_.checkpoint_activations ? 1 : cfg_.engine.pipeline.activation_checkpoint_interval,
@@ -93,7 +101,8 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
       cfg_.engine, *model_,
       optim::decay_groups(model_->named_parameters(), oc.lr, oc.weight_decay, t.no_decay_1d,
                           t.no_decay_names),
-      t.device, dp_, groups_.get(), groups_ ? nullptr : device_world);
+      t.device, dp_, groups_.get(), groups_ ? nullptr : device_world,
+      expert_groups_.expert_data.get());
 
   data::LoaderOptions lo;
   lo.batch_size = cfg_.engine.batch.train_micro_batch_size_per_gpu;
@@ -164,11 +173,18 @@ std::vector<parallel::pipeline::MicroBatch> Trainer::micro_batches(data::DataLoa
   return out;
 }
 
+int64_t Trainer::all_to_all_bytes() const {
+  if (!expert_groups_.expert) return 0;
+  return expert_groups_.expert->stats()[parallel::CommOp::all_to_all].bytes_sent;
+}
+
 void Trainer::restore(const std::string& dir, const CheckpointContents& c) {
   const SavedTrainerState s = read_trainer_state(c.state, dir);
   const nlohmann::json model = cfg_.model->to_json();
-  TS_CHECK(s.model == model, "[train] the checkpoint's model ", s.model.dump(),
-           " differs from the config's ", model.dump(), "; expected the same model to resume");
+  // The experts' placement (ep_size) may change: the engine reshards them.
+  TS_CHECK(cfg_.model->without_placement(s.model) == cfg_.model->without_placement(model),
+           "[train] the checkpoint's model ", s.model.dump(), " differs from the config's ",
+           model.dump(), "; expected the same model to resume");
   // The layout that saved it: any other may resume (Note [3D checkpoints]).
   engine_->load_state(c, s);
   train_loader_->restore(s.loader);
@@ -268,6 +284,7 @@ TrainResult Trainer::run() {
   const int64_t first = engine_->global_steps();
   for (int64_t step = first; step < total_steps_;) {
     const auto t0 = Clock::now();
+    const int64_t all_to_all_before = all_to_all_bytes();
     const parallel::StepStats s =
         engine_->train_batch(micro_batches(*train_loader_, gas, step * gas * dp_.size()));
     step = engine_->global_steps();
@@ -293,6 +310,7 @@ TrainResult Trainer::run() {
                             {"comm_bytes", s.comm_bytes},
                             {"elapsed_s", seconds_since(start)}};
       if (!s.comm.empty()) rec["comm"] = s.comm;
+      if (expert_groups_.expert) rec["all_to_all_bytes"] = all_to_all_bytes() - all_to_all_before;
       // Mixture-of-experts blocks: this rank's tokens per expert over the step's
       // micro-batches, dropped choices, capacity and mean load-balancing loss.
       for (const parallel::ExpertLoad& load : expert_load) {
@@ -338,12 +356,14 @@ TrainResult Trainer::run() {
   // (Note [Gathers after the step] in parallel/zero/parameter_store.h), before sampling and
   // the communication report read them.
   engine_->optimizer().wait_for_parameters();
-  // Stage 3 gathers parameters in every forward: every rank samples, rank 0 prints.
+  // Stage 3 gathers parameters in every forward, and split experts trade tokens in every
+  // forward: every rank samples, rank 0 prints.
   if (engine_->model_parallel() && t.sample.tokens > 0 && leader()) {
     log_info(
         "no sample: the model is split over ranks; sample from the checkpoint with "
         "tools/generate");
-  } else if ((leader() || engine_->optimizer().stage() == 3) && t.sample.tokens > 0 && tokenizer_) {
+  } else if ((leader() || engine_->optimizer().stage() == 3 || expert_groups_.expert) &&
+             t.sample.tokens > 0 && tokenizer_) {
     sample_text();
   }
   result.seconds = seconds_since(start);

@@ -12,6 +12,7 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/engine/checkpoint_policy.h"
 #include "parallel/engine/engine.h"
+#include "parallel/expert/expert_groups.h"
 #include "parallel/topology.h"
 #include "parallel/zero/zero_optimizer.h"
 #include "tools/data/loader.h"
@@ -95,6 +96,8 @@ class Trainer {
   // GEMM's peak; otherwise (f32, fp16, or no AVX512_BF16) against the FMA peak.
   bool cpu_bf16() const;
   void save_checkpoint();
+  // This rank's all-to-all bytes over its expert-parallel group so far (0 without one).
+  int64_t all_to_all_bytes() const;
   // Loads checkpoint `c`, read from directory `dir`.
   void restore(const std::string& dir, const CheckpointContents& c);
   void sample_text();
@@ -106,6 +109,9 @@ class Trainer {
   // Pipeline or tensor-parallel runs: split from the device world where there is one.
   std::unique_ptr<parallel::ParallelGroups> groups_;
   parallel::Communicator& dp_;  // the data-parallel group (the world without 3D)
+  // Expert parallelism (model.moe.ep_size > 1): split from the device world where there is
+  // one; empty otherwise.
+  parallel::ExpertGroups expert_groups_;
   // The recomputed segments' times (activation_checkpointing.profile), filled by the model's
   // CheckpointPolicy.
   std::shared_ptr<parallel::CheckpointTimes> checkpoint_times_ =
