@@ -12,7 +12,10 @@
 // 0.01); evaluation reports the cross-entropy alone. A pipeline stage without the head hands
 // its blocks' term to the executor (stage_extra_loss), which backpropagates it from the
 // loss's seed and adds it to the reported loss; activation checkpointing makes each
-// segment return its blocks' terms (Gpt::checkpointed_moe_blocks).
+// segment return its blocks' terms (Gpt::checkpointed_moe_blocks). ep_size splits each MoE
+// block's experts over an expert group of that many data-parallel ranks (Note [Expert
+// groups] in parallel/expert/expert_groups.h); it places the model rather than defining it,
+// so checkpoints reshard to another (GptSpec::without_placement).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +33,7 @@ struct GptMoeConfig {
   moe::GateConfig gate;
   bool use_residual = false;
   double aux_loss_coef = 0.01;
-  int64_t ep_size = 1;
+  int64_t ep_size = 1;  // must divide every num_experts
 
   // Whether block `layer` (0-based) has an MoE MLP.
   bool is_moe_block(int64_t layer) const { return (layer + 1) % moe_every == 0; }

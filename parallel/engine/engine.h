@@ -92,8 +92,9 @@ struct StepStats {
   double lr = 0;         // the rate the step used
   bool skipped = false;  // an f16 overflow skipped the step (the scale was lowered)
   double attempted_loss_scale = 1;  // the f16 loss scale the step ran with
-  // Sent on the gradients' group by the operations that finished during the step (with
-  // overlap_comm, the previous step's last gathers may count here).
+  // Sent on the gradients' groups (the data group, and the expert-data group under expert
+  // parallelism) by the operations that finished during the step (with overlap_comm, the
+  // previous step's last gathers may count here).
   int64_t comm_bytes = 0;
   std::string comm;  // 1-bit optimizers: what the step communicated; empty otherwise
   // With wall_clock_breakdown (DeepSpeed's fwd, bwd and step timers; the device is

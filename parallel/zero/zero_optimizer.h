@@ -155,7 +155,10 @@ namespace tessera::parallel {
 // parameter groups (split_params_into_different_moe_groups_for_optimizer in
 // deepspeed/moe/utils.py): the other parameters over the data group as above, and the
 // experts' in a second ZeroOptimizer (experts()) over the expert-data group, with the same
-// stage, precision and optimizer. An expert's gradients are summed over its expert-data
+// stage, precision and optimizer. At stage 3 (which DeepSpeed refuses for MoE) each expert
+// is partitioned over its expert-data group and gathered by the expert part's own module
+// hooks on the experts (ExpertParameters::modules); every rank runs each of its experts in
+// every forward, on its whole capacity buffer, so the ranks of a group gather alike. An expert's gradients are summed over its expert-data
 // group and divided by D, not D / P: its backward has already summed what its expert group's
 // P ranks sent it (the all-to-all's backward), so the sum covers all D ranks' micro-batches,
 // and D gives the mean over them that the other parameters take and one process takes,

@@ -83,6 +83,7 @@ bool ProgressReporter::show(int64_t step, const parallel::StepStats& s,
 
 void log_communication(const parallel::Communicator& gradients,
                        const parallel::ParallelGroups* groups,
+                       const parallel::ExpertGroups& experts,
                        const parallel::ZeroOptimizer& optimizer, int64_t steps) {
   const double per_step = static_cast<double>(gradients.stats().total_bytes_sent()) / steps / 1e6;
   if (gradients.size() > 1) {
@@ -96,6 +97,15 @@ void log_communication(const parallel::Communicator& gradients,
         "{:.3f} MB",
         per_step, static_cast<double>(groups->pipe->stats().total_bytes_sent()) / steps / 1e6,
         static_cast<double>(groups->model->stats().total_bytes_sent()) / steps / 1e6);
+  }
+  if (experts.expert) {
+    log_info(
+        "rank 0 bytes sent per step: expert group ({} ranks, all-to-all) {:.3f} MB, expert-data "
+        "group ({} ranks) {:.3f} MB",
+        experts.expert->size(),
+        static_cast<double>(experts.expert->stats().total_bytes_sent()) / steps / 1e6,
+        experts.expert_data->size(),
+        static_cast<double>(experts.expert_data->stats().total_bytes_sent()) / steps / 1e6);
   }
 }
 

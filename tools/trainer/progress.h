@@ -9,6 +9,7 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/engine/checkpoint_policy.h"
 #include "parallel/engine/engine.h"
+#include "parallel/expert/expert_groups.h"
 #include "parallel/topology.h"
 #include "parallel/zero/zero_optimizer.h"
 
@@ -85,9 +86,10 @@ class ProgressReporter {
 
 // Rank 0's bytes sent per step over `steps` steps, logged at the end of a run: on the
 // gradients' group (with its per-operation summary) when data parallel, and on each of the
-// 3D `groups` when there are some.
+// 3D `groups` when there are some, and on the expert groups of expert parallelism.
 void log_communication(const parallel::Communicator& gradients,
                        const parallel::ParallelGroups* groups,
+                       const parallel::ExpertGroups& experts,
                        const parallel::ZeroOptimizer& optimizer, int64_t steps);
 
 // Rank 0's memory, logged at the end of a run: the three places of DeepSpeed's estimates

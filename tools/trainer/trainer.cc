@@ -275,6 +275,8 @@ TrainResult Trainer::run() {
   if (leader()) log_run(peak);
   engine_->gradient_group().reset_stats();
   if (groups_) groups_->pipe->reset_stats(), groups_->model->reset_stats();
+  if (expert_groups_.expert)
+    expert_groups_.expert->reset_stats(), expert_groups_.expert_data->reset_stats();
   ThroughputMeter meter(cfg_.engine.batch.train_batch_size * cfg_.data.seq_len,
                         cfg_.model->flops_per_token(cfg_.data.seq_len), peak);
   ProgressReporter progress(leader(), total_steps_, cfg_.engine.steps_per_print);
@@ -371,8 +373,8 @@ TrainResult Trainer::run() {
     log_info("done: {} steps in {:.1f} s{}", result.steps, result.seconds,
              result.val_loss ? fmt::format(", val loss {:.4f}", *result.val_loss) : "");
     log_memory(engine_->optimizer(), cfg_.trainer.device);
-    log_communication(engine_->gradient_group(), groups_.get(), engine_->optimizer(),
-                      std::max<int64_t>(result.steps - first, 1));
+    log_communication(engine_->gradient_group(), groups_.get(), expert_groups_,
+                      engine_->optimizer(), std::max<int64_t>(result.steps - first, 1));
   }
   return result;
 }

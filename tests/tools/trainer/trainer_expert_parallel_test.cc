@@ -1,7 +1,7 @@
 // Expert parallelism in the trainer (Note [Expert parameters] in
 // parallel/zero/zero_optimizer.h, Note [Expert checkpoints] in parallel/engine/engine.h):
 // ep_size 2 and 4 on 4 thread ranks follow ep_size 1 on the same ranks (the same
-// micro-batches, so the same routing, drops and load-balancing losses) at ZeRO stages 0-2
+// micro-batches, so the same routing, drops and load-balancing losses) at ZeRO stages 0-3
 // and with fp16; without drops or the auxiliary loss a run equals one process; checkpoints
 // hold each expert-parallel rank's experts and resume under any other ep_size and world.
 #include <catch2/catch.hpp>
@@ -51,7 +51,8 @@ TEST_CASE("expert parallelism follows ep_size 1 on the same ranks", "[trainer][m
   const testing::Outcome want =
       testing::train(ep_run(root / "data", root / "ep1", 0, 1), root / "ep1", 4, ResumeMode::never);
   REQUIRE(want.losses.size() == 6);
-  for (const auto& [ep, stage] : {std::pair{2, 0}, {2, 1}, {2, 2}, {4, 0}, {4, 2}}) {
+  for (const auto& [ep, stage] :
+       {std::pair{2, 0}, {2, 1}, {2, 2}, {2, 3}, {4, 0}, {4, 2}, {4, 3}}) {
     DYNAMIC_SECTION("ep_size " << ep << ", stage " << stage) {
       const fs::path dir = root / ("ep" + std::to_string(ep) + "_s" + std::to_string(stage));
       testing::check_close(
@@ -70,6 +71,18 @@ TEST_CASE("expert parallelism follows ep_size 1 on the same ranks", "[trainer][m
               2 * 4 * (ep - 1) * (4 * capacity * 25 * 4) / ep);
       }
       CHECK(records == 6);
+    }
+  }
+  // Both parts' reductions (and at stage 1 their gathers after the step, at stage 3 their
+  // gathers) on worker threads of their own.
+  for (const int stage : {1, 3}) {
+    DYNAMIC_SECTION("ep_size 2, stage " << stage << ", overlap_comm") {
+      const fs::path dir = root / ("ep2_s" + std::to_string(stage) + "_overlap");
+      const Json overlap = {{"zero_optimization", {{"overlap_comm", true}}}};
+      testing::check_close(
+          testing::train(ep_run(root / "data", dir, stage, 2, Json::object(), overlap), dir, 4,
+                         ResumeMode::never),
+          want, 1e-5);
     }
   }
 }
