@@ -1,5 +1,5 @@
-// Pipelines, tensor slicing and ZeRO-3 with CUDA tensors, through the trainer, against the
-// same layout on the CPU: several thread ranks share one GPU over host staging
+// Pipelines, tensor slicing, ZeRO-3 and expert parallelism with CUDA tensors, through the
+// trainer, against the same layout on the CPU: several thread ranks share one GPU over host staging
 // (parallel/comm/host_staged_comm.h), as NCCL refuses two ranks on one device; with two
 // GPUs, three layouts of two ranks run over NCCL, one GPU per rank, as tools/train does
 // under mpirun, and each overlapped mode there gives its blocking run's bits. The 3D groups are
@@ -39,6 +39,7 @@ constexpr int64_t kVocab = testing::kCycleVocab;
 struct Layout {
   int pipe, data, model, zero;
   std::string precision;  // "fp32", "bf16" or "fp16"
+  int ep = 0;             // > 0: a GPT-MoE whose experts split over ep_size = ep ranks
   int ranks() const { return pipe * data * model; }
 };
 
@@ -78,6 +79,8 @@ Json run_config(const fs::path& data, const fs::path& dir, const Layout& layout,
         {"checkpoint_dir", (dir / "ckpt").string()},
         {"checkpoint_interval", 8},
         {"keep_last", 0}}}};
+  // 4 experts, top-2, in the second block (Note [GPT-MoE] in models/gpt2/moe_config.h).
+  if (layout.ep > 0) doc["model"]["moe"] = {{"num_experts", 4}, {"k", 2}, {"ep_size", layout.ep}};
   if (layout.precision == "bf16") doc["bf16"] = {{"enabled", true}};
   if (layout.precision == "fp16") doc["fp16"] = {{"enabled", true}, {"initial_scale_power", 8}};
   return doc;
@@ -120,7 +123,7 @@ void train(const Json& doc, const fs::path& dir, int ranks, DeviceGroup how) {
 void check_follows_cpu(const fs::path& root, const Layout& layout, DeviceGroup how) {
   const std::string name = std::to_string(layout.pipe) + std::to_string(layout.data) +
                            std::to_string(layout.model) + "_z" + std::to_string(layout.zero) + "_" +
-                           layout.precision;
+                           layout.precision + "_ep" + std::to_string(layout.ep);
   const fs::path cpu = root / (name + "_cpu");
   const fs::path gpu = root / (name + (how == DeviceGroup::nccl ? "_nccl" : "_staged"));
   train(run_config(root / "data", cpu, layout, "cpu"), cpu, layout.ranks(), how);
@@ -186,6 +189,23 @@ TEST_CASE("pipelines, tensor slicing and ZeRO-3 on one GPU follow the CPU", "[gp
         Layout{1, 2, 2, 2, "fp32"}, Layout{1, 2, 1, 3, "fp32"}, Layout{1, 2, 1, 3, "bf16"}}) {
     DYNAMIC_SECTION("(" << l.pipe << ", " << l.data << ", " << l.model << "), ZeRO " << l.zero
                         << ", " << l.precision) {
+      check_follows_cpu(root, l, DeviceGroup::host_staged);
+    }
+  }
+}
+
+TEST_CASE("expert parallelism on one GPU follows the CPU", "[gpu][moe]") {
+  use_full_f32_products();
+  REQUIRE(cuda::device_count() > 0);
+  const fs::path root = testing::fresh_dir("expert_parallel_gpu_staged");
+  testing::write_cycle_shards(root / "data");
+  // The token all-to-alls, the expert-data group's reductions and ZeRO-3's expert gathers
+  // move CUDA tensors through host staging (Note [Expert parameters] in
+  // parallel/zero/zero_optimizer.h).
+  for (const Layout& l : {Layout{1, 2, 1, 1, "fp32", 2}, Layout{1, 4, 1, 2, "bf16", 2},
+                          Layout{1, 4, 1, 3, "fp32", 4}}) {
+    DYNAMIC_SECTION("data " << l.data << ", ep_size " << l.ep << ", ZeRO " << l.zero << ", "
+                            << l.precision) {
       check_follows_cpu(root, l, DeviceGroup::host_staged);
     }
   }
