@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <vector>
 
@@ -77,27 +78,38 @@ StateDict weights_from_shards(const nlohmann::json& state, std::vector<StateDict
   return out;
 }
 
-// Merges the stage parts of a pipeline checkpoint (the tied wte is in two of them, equal).
+// Merges the numbered part files i = 0, 1, ... for as long as the manifest lists
+// model_name(i): each one's tensors into `model` and, with `with_optimizer`, its
+// optimizer_name(i)'s into `optimizer`, skipping keys an earlier part had (a pipeline's tied
+// wte is in two parts, equal). Each file is checked against the manifest first.
+void merge_part_files(const fs::path& d, const Manifest& manifest,
+                      const std::function<std::string(int)>& model_name,
+                      const std::function<std::string(int)>& optimizer_name, bool with_optimizer,
+                      StateDict& model, StateDict& optimizer) {
+  std::set<std::string> seen_model, seen_optimizer;
+  const auto merge = [&d](const ManifestEntry& file, StateDict& into, std::set<std::string>& seen) {
+    verify_file(d, file);
+    for (auto& [key, t] : read_safetensors((d / file.name).string()).tensors) {
+      if (seen.insert(key).second) into.emplace_back(key, t);
+    }
+  };
+  for (int i = 0;; ++i) {
+    const ManifestEntry* weights = manifest.find(model_name(i));
+    if (weights == nullptr) break;
+    const ManifestEntry* state = manifest.find(optimizer_name(i));
+    TS_CHECK(state != nullptr, "[checkpoint] ", manifest.path.string(), ": lists ", model_name(i),
+             " but not ", optimizer_name(i));
+    merge(*weights, model, seen_model);
+    if (with_optimizer) merge(*state, optimizer, seen_optimizer);
+  }
+}
+
+// Merges the stage parts of a pipeline checkpoint.
 CheckpointContents load_parts(const fs::path& d, const Manifest& manifest, bool with_optimizer) {
   CheckpointContents c;
   c.state = parse_json_file((d / "state.json").string());
-  std::set<std::string> seen_model, seen_optimizer;
-  for (int s = 0;; ++s) {
-    const ManifestEntry* model = manifest.find(model_part_name(s));
-    if (model == nullptr) break;
-    const ManifestEntry* optimizer = manifest.find(optimizer_part_name(s));
-    TS_CHECK(optimizer != nullptr, "[checkpoint] ", manifest.path.string(), ": lists ",
-             model_part_name(s), " but not ", optimizer_part_name(s));
-    verify_file(d, *model);
-    for (auto& [name, t] : read_safetensors((d / model->name).string()).tensors) {
-      if (seen_model.insert(name).second) c.model.emplace_back(name, t);
-    }
-    if (!with_optimizer) continue;
-    verify_file(d, *optimizer);
-    for (auto& [key, t] : read_safetensors((d / optimizer->name).string()).tensors) {
-      if (seen_optimizer.insert(key).second) c.optimizer.emplace_back(key, t);
-    }
-  }
+  merge_part_files(d, manifest, model_part_name, optimizer_part_name, with_optimizer, c.model,
+                   c.optimizer);
   return c;
 }
 
@@ -157,24 +169,8 @@ CheckpointContents load_whole_or_shards(const fs::path& d, const Manifest& manif
 // `expert_optimizer` (`with_optimizer` only). Each file is checked against the manifest.
 void load_expert_parts(const fs::path& d, const Manifest& manifest, bool with_optimizer,
                        bool whole_weights, CheckpointContents& c) {
-  std::set<std::string> seen_optimizer;
-  for (int e = 0;; ++e) {
-    const ManifestEntry* model = manifest.find(expert_model_name(e));
-    if (model == nullptr) break;
-    const ManifestEntry* optimizer = manifest.find(expert_optimizer_name(e));
-    TS_CHECK(optimizer != nullptr, "[checkpoint] ", manifest.path.string(), ": lists ",
-             expert_model_name(e), " but not ", expert_optimizer_name(e));
-    verify_file(d, *model);
-    StateDict& weights = whole_weights ? c.model : c.experts;
-    for (auto& [name, t] : read_safetensors((d / model->name).string()).tensors) {
-      weights.emplace_back(name, t);
-    }
-    if (!with_optimizer) continue;
-    verify_file(d, *optimizer);
-    for (auto& [key, t] : read_safetensors((d / optimizer->name).string()).tensors) {
-      if (seen_optimizer.insert(key).second) c.expert_optimizer.emplace_back(key, t);
-    }
-  }
+  merge_part_files(d, manifest, expert_model_name, expert_optimizer_name, with_optimizer,
+                   whole_weights ? c.model : c.experts, c.expert_optimizer);
 }
 
 // Every expert part's files when this run has any (then every part is written).
