@@ -185,8 +185,6 @@ class Layer : public Module {
   virtual Tensor forward(const Tensor& x) const = 0;
 };
 
-// An indexed list of owned child modules named "0", "1", ... (from `first_index` on: a
-// pipeline stage holds blocks 4..7 of a model under their model-wide names).
 // Modules owned elsewhere under one root, for installing hooks on them together (an
 // optimizer's expert part: Note [Expert parameters] in parallel/zero/zero_optimizer.h).
 class ModuleRefs : public Module {
@@ -195,6 +193,8 @@ class ModuleRefs : public Module {
   explicit ModuleRefs(const std::vector<Module*>& modules);
 };
 
+// An indexed list of owned child modules named "0", "1", ... (from `first_index` on: a
+// pipeline stage holds blocks 4..7 of a model under their model-wide names).
 class ModuleList : public Module {
  public:
   explicit ModuleList(int64_t first_index = 0) : first_index_(first_index) {}

@@ -63,6 +63,8 @@ class ModelSpec {
   virtual nlohmann::json without_placement(nlohmann::json model) const { return model; }
   // The expert-parallel group size its mixture-of-experts layers ask for (1: none).
   virtual int64_t expert_parallel_size() const { return 1; }
+  // Of num_parameters(), the experts' (0 without a mixture of experts).
+  virtual int64_t expert_parameters() const { return 0; }
   // "GPT-2 4 layers, 4 heads, width 128, 818944 parameters, dense attention".
   virtual std::string describe() const = 0;
   // Parameters of the whole model (padded vocabulary included).

@@ -78,12 +78,37 @@ int body(int argc, char** argv) {
   }
 
   const int64_t params = model.num_parameters();
+  // Expert parallelism: each rank holds 1 / ep of the experts, sharded over world / ep ranks.
+  const int64_t ep = model.moe ? model.moe->ep_size : 1;
+  const int64_t experts = ep > 1 ? model.expert_parameters() : 0;
+  // A per-rank estimate of `bytes(stage, params, world)` with the experts split that way;
+  // -1 where ep does not divide the world.
+  const auto per_rank = [&](const auto& bytes, int stage, int world) -> double {
+    if (world % ep != 0) return -1;
+    const int64_t dense = bytes(stage, params - experts, world);
+    return gib(dense +
+               (experts > 0 ? bytes(stage, experts / ep, world / static_cast<int>(ep)) : 0));
+  };
+  const auto fp32_bytes = [](int stage, int64_t p, int world) {
+    return parallel::fp32_model_state_bytes(stage, p, world);
+  };
+  const auto mixed_bytes = [](int stage, int64_t p, int world) {
+    return parallel::mixed_model_state_bytes(stage, p, world, false);
+  };
   const int64_t c = model.n_embd;
   // DeepSpeed's L: the largest module's parameters; in a GPT-2 the token embedding.
   const int64_t largest = std::max(
       {model.padded_vocab_size() * c, model.block_size * c, 4 * c * c + (model.bias ? 4 * c : 0)});
-  std::printf("%s: %lld parameters, largest layer %lld\n\n", source.c_str(),
+  std::printf("%s: %lld parameters, largest layer %lld\n", source.c_str(),
               static_cast<long long>(params), static_cast<long long>(largest));
+  if (experts > 0) {
+    std::printf(
+        "%lld of them experts, split over expert groups of ep_size %lld (a rank holds 1 / %lld\n"
+        "of them, sharded over world / %lld ranks); '-': a world that ep_size does not divide\n",
+        static_cast<long long>(experts), static_cast<long long>(ep), static_cast<long long>(ep),
+        static_cast<long long>(ep));
+  }
+  std::printf("\n");
 
   std::printf(
       "Tessera fp32 training, model states per rank in GiB (parameters 4, gradients 4,\n"
@@ -92,7 +117,8 @@ int body(int argc, char** argv) {
   for (const int world : worlds) {
     std::printf("%8d", world);
     for (int stage = 0; stage <= 3; ++stage) {
-      std::printf(" %10.3f", gib(parallel::fp32_model_state_bytes(stage, params, world)));
+      const double g = per_rank(fp32_bytes, stage, world);
+      g < 0 ? std::printf(" %10s", "-") : std::printf(" %10.3f", g);
     }
     std::printf("\n");
   }
@@ -105,12 +131,19 @@ int body(int argc, char** argv) {
   for (const int world : worlds) {
     std::printf("%8d", world);
     for (int stage = 0; stage <= 3; ++stage) {
-      std::printf(" %10.3f", gib(parallel::mixed_model_state_bytes(stage, params, world, false)));
+      const double g = per_rank(mixed_bytes, stage, world);
+      g < 0 ? std::printf(" %10s", "-") : std::printf(" %10.3f", g);
     }
     std::printf("\n");
   }
   std::printf("(bf16 at stage 1 with gradient_accumulation_steps > 1 sums in fp32: + %.3f GiB)\n",
-              gib(4.0 * static_cast<double>(params)));
+              gib(4.0 * static_cast<double>(params - experts + experts / ep)));
+  if (experts > 0) {
+    std::printf(
+        "\nNo offload or DeepSpeed estimates: offload is refused with expert parallelism, and\n"
+        "DeepSpeed's estimators count every expert on every GPU.\n");
+    return 0;
+  }
 
   std::printf(
       "\nThe same with offload_optimizer \"nvme\", in memory / in the swap file, GiB per rank\n"

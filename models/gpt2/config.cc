@@ -44,6 +44,11 @@ int64_t GptConfig::active_parameters() const {
   return count_parameters(*this, [&](int64_t) { return int64_t{moe->gate.k}; });
 }
 
+int64_t GptConfig::expert_parameters() const {
+  if (!moe) return 0;
+  return num_parameters() - count_parameters(*this, [](int64_t) { return int64_t{0}; });
+}
+
 double GptConfig::attention_probs_dropout() const {
   if (attention_dropout) return *attention_dropout;
   return sparse_attention ? 0.0 : dropout;

@@ -45,6 +45,9 @@ struct GptConfig {
   // Parameters one token's forward pass uses: an MoE block counts its gate, k experts and
   // its residual MLP (num_parameters() without MoE).
   int64_t active_parameters() const;
+  // The experts' parameters: num_parameters() less the model's with no experts (0 without
+  // MoE).
+  int64_t expert_parameters() const;
   // Throws one line naming the first inconsistent field (n_embd % n_head, sizes <= 0, ...);
   // each message starts with `where` followed by the field name.
   void validate(const std::string& where = "[gpt2] ") const;

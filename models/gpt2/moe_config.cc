@@ -24,6 +24,7 @@ void GptMoeConfig::validate(int64_t n_layer, const std::string& where) const {
   TS_CHECK(aux_loss_coef >= 0, where, "aux_loss_coef: expected a number >= 0, found ",
            aux_loss_coef);
   // Each rank of an expert-parallel group holds an equal share of every MoE block's experts.
+  TS_CHECK(ep_size >= 1, where, "ep_size: expected an integer >= 1, found ", ep_size);
   for (const int64_t n : num_experts) {
     TS_CHECK(n % ep_size == 0, where, "ep_size: expected a divisor of every num_experts (", n,
              "), found ", ep_size);

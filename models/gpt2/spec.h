@@ -27,6 +27,7 @@ class GptSpec : public ModelSpec {
   nlohmann::json to_json() const override { return config_.to_json(); }
   // Drops model.moe.ep_size.
   nlohmann::json without_placement(nlohmann::json model) const override;
+  int64_t expert_parameters() const override { return config_.expert_parameters(); }
   int64_t expert_parallel_size() const override { return config_.moe ? config_.moe->ep_size : 1; }
   std::string describe() const override;
   int64_t num_parameters() const override { return config_.num_parameters(); }

@@ -338,12 +338,18 @@ void Engine::save_experts(EngineCheckpoint& c) {
   c.expert_part = data_.rank() % ep;  // its expert-parallel rank (Note [Expert groups])
 }
 
-std::vector<NamedParameter> Engine::part_parameters(bool experts) const {
+std::vector<NamedParameter> Engine::data_part_parameters() const {
   std::vector<NamedParameter> params = model_.named_parameters();
   if (optimizer_->experts() == nullptr) return params;
-  std::erase_if(params, [&](const NamedParameter& p) {
-    return model_.is_expert_parameter(p.name) != experts;
-  });
+  std::erase_if(params,
+                [this](const NamedParameter& p) { return model_.is_expert_parameter(p.name); });
+  return params;
+}
+
+std::vector<NamedParameter> Engine::expert_part_parameters() const {
+  std::vector<NamedParameter> params = model_.named_parameters();
+  std::erase_if(params,
+                [this](const NamedParameter& p) { return !model_.is_expert_parameter(p.name); });
   return params;
 }
 
@@ -360,7 +366,7 @@ bool Engine::load_own_shard(const EngineCheckpoint& saved, const StateDict& mode
   if (with_parameters && !optimizer_->shards_parameters()) return false;
   if (!with_parameters) {
     // Validate-then-write: the shard is checked before the weights change.
-    check_only_parameters(model, part_parameters(false), false);
+    check_only_parameters(model, data_part_parameters(), false);
     optimizer_->check_shard(mine);
     optimizer_->load_parameters(model);
   }
@@ -381,12 +387,11 @@ void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& cou
   StateDict optimizer = saved.optimizer;
   StateDict expert_model = saved.experts;
   StateDict expert_optimizer = saved.expert_optimizer;
+  // A run without an expert part takes the experts' parts into the rest below; its own shard
+  // is never one of an expert-parallel run's, whose layout leaves the experts out.
   if (experts) {
     add_missing(expert_model, take_entries(model, is_expert, false));
     add_missing(expert_optimizer, take_entries(optimizer, is_expert, true));
-  } else {
-    add_missing(model, expert_model);
-    add_missing(optimizer, expert_optimizer);
   }
   if (!load_own_shard(saved, model, counters)) {
     // One path for every other layout: the whole per-parameter state, whatever world and
@@ -408,8 +413,11 @@ void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& cou
     if (experts) {
       add_missing(expert_model, take_entries(model, is_expert, false));
       add_missing(expert_optimizer, take_entries(optimizer, is_expert, true));
+    } else {
+      add_missing(model, expert_model);
+      add_missing(optimizer, expert_optimizer);
     }
-    const std::vector<NamedParameter> params = part_parameters(false);
+    const std::vector<NamedParameter> params = data_part_parameters();
     const int rank = groups_ ? groups_->coord.model : 0;
     const int size = groups_ ? groups_->grid.model_size() : 1;
     if (!groups_) {
@@ -428,7 +436,7 @@ void Engine::load_state(const EngineCheckpoint& saved, const EngineCounters& cou
   // Each part checks its tensors before changing any; a bad expert part fails the resume
   // after the other parameters were loaded.
   if (experts) {
-    const std::vector<NamedParameter> mine = part_parameters(true);
+    const std::vector<NamedParameter> mine = expert_part_parameters();
     experts->load_parameters(take_local(expert_model, mine, 0, 1, false));
     experts->load_whole_state(take_local(expert_optimizer, mine, 0, 1, true));
   }

@@ -51,9 +51,10 @@
 // experts' state is saved apart from the rest, whole: each expert-data group gathers its
 // experts' weights and optimizer state (global names, "transformer.h.1.mlp.experts.5.*"),
 // and its rank 0, whose data rank is its expert-parallel rank e, writes them as expert
-// part e (DeepSpeed likewise writes them per expert-parallel rank, expp_rank_<e>_*). The
-// other parameters are saved as without experts. Loading, every part is merged, and each
-// rank takes its own experts by name; a checkpoint without expert parts (ep_size 1) has
+// part e (DeepSpeed writes its experts' optimizer state per expert-parallel rank too,
+// expp_rank_<e>_mp_rank_00_optim_states.pt, and their weights per expert). The other
+// parameters are saved as without experts. Loading, every rank reads every part (mapped: it
+// copies only what it takes) and takes its own experts by name; a checkpoint without expert parts (ep_size 1) has
 // the experts among the other weights and state, and a run without an expert part takes the
 // experts' parts with the rest, so any ep_size and world size resumes any other.
 //
@@ -228,9 +229,12 @@ class Engine {
   // Saving: the expert part's whole state into `c` (Note [Expert checkpoints]). Collective
   // over the expert-data group.
   void save_experts(EngineCheckpoint& c);
-  // This rank's parameters, without the experts' where the optimizer has an expert part, or
-  // the experts' alone (`experts`).
-  std::vector<NamedParameter> part_parameters(bool experts) const;
+  // This rank's parameters that the optimizer's data part holds: all of them, or without the
+  // experts' where it has an expert part (Note [Expert parameters] in
+  // parallel/zero/zero_optimizer.h).
+  std::vector<NamedParameter> data_part_parameters() const;
+  // The expert part's: this rank's experts' parameters.
+  std::vector<NamedParameter> expert_part_parameters() const;
 
   EngineConfig config_;
   TrainableModel& model_;
@@ -238,13 +242,14 @@ class Engine {
   Communicator& data_;
   ParallelGroups* groups_;
   Communicator& gradient_group_;
+  Communicator* expert_data_;  // expert parallelism's expert-data group, or null
+  // The model's experts, for the expert part's hooks; before optimizer_, which it outlives.
+  std::unique_ptr<Module> expert_modules_;
   std::unique_ptr<ZeroOptimizer> optimizer_;
   std::unique_ptr<optim::LrScheduler> scheduler_;
   std::unique_ptr<pipeline::PipelineStage> stage_;  // pipelines only
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
-  std::unique_ptr<Communicator> tied_;      // the stages holding tied parameters
-  Communicator* expert_data_;               // expert parallelism's expert-data group, or null
-  std::unique_ptr<Module> expert_modules_;  // the model's experts, for the expert part's hooks
+  std::unique_ptr<Communicator> tied_;  // the stages holding tied parameters
   int64_t step_ = 0;
 };
 

@@ -158,13 +158,13 @@ namespace tessera::parallel {
 // stage, precision and optimizer. At stage 3 (which DeepSpeed refuses for MoE) each expert
 // is partitioned over its expert-data group and gathered by the expert part's own module
 // hooks on the experts (ExpertParameters::modules); every rank runs each of its experts in
-// every forward, on its whole capacity buffer, so the ranks of a group gather alike. An expert's gradients are summed over its expert-data
-// group and divided by D, not D / P: its backward has already summed what its expert group's
-// P ranks sent it (the all-to-all's backward), so the sum covers all D ranks' micro-batches,
-// and D gives the mean over them that the other parameters take and one process takes,
-// whatever ep_size is. The two parts act as one optimizer: one backward pass fills both (each
-// reducing over its own group), the gradient norm adds both parts' squares (every element
-// once) in one all-reduce over the data group, one clip coefficient and one f16 overflow
+// every forward, on its whole capacity buffer, so the ranks of a group gather alike. An expert's
+// gradients are summed over its expert-data group and divided by D, not D / P: its backward has
+// already summed what its expert group's P ranks sent it (the all-to-all's backward), so the sum
+// covers all D ranks' micro-batches, and D gives the mean over them that the other parameters take
+// and one process takes, whatever ep_size is. The two parts act as one optimizer: one backward pass
+// fills both (each reducing over its own group), the gradient norm adds both parts' squares (every
+// element once) in one all-reduce over the data group, one clip coefficient and one f16 overflow
 // decision apply to both, and they step together under this part's loss scale. Checkpoints
 // save and load each part on its own (the engine: Note [Expert checkpoints] in
 // parallel/engine/engine.h). Not with the 1-bit optimizers, offload, or model parallelism
@@ -229,8 +229,8 @@ class ZeroOptimizer {
   // times the loss scale. Stages 0-1 only.
   void backward_unreduced(const Tensor& root, const Tensor& grad, bool loss,
                           const Tensor& extra = Tensor(), const Tensor& loss_seed = Tensor());
-  // Averages every gradient over the data-parallel group, as the boundary backward does.
-  // Stages 0-1 only.
+  // Averages every gradient over the data-parallel group (the expert part's over its own
+  // group: Note [Expert parameters]), as the boundary backward does. Stages 0-1 only.
   void reduce_gradients();
   // Model parallelism: clip_grad_norm() sums the squared gradients over `group` (every rank
   // of one model replica: DeepSpeed's model-parallel group), leaving out the parameters
@@ -256,8 +256,8 @@ class ZeroOptimizer {
   void swap_out_offloaded() {
     if (offload_) offload_->swap_out_resident();
   }
-  // Waits for every operation this optimizer still has travelling on the data group: the
-  // parameters are then current, and the group free for direct use.
+  // Waits for every operation this optimizer (both parts) still has travelling on its groups:
+  // the parameters are then current, and the groups free for direct use.
   void wait_for_parameters() const { settle_communication(); }
   // The f16 loss scaler (null for f32 and bf16).
   const optim::LossScaler* loss_scaler() const { return scaler_; }
@@ -271,10 +271,14 @@ class ZeroOptimizer {
   int64_t step_count() const;
 
   int stage() const { return config_.stage; }
-  // The expert part (Note [Expert parameters]), or null. The functions below that save and
-  // load state cover this part only; the engine takes the expert part's through this. The
-  // others (backward, clipping, the step, the learning rate, model_state_bytes) cover both.
-  ZeroOptimizer* experts() const { return experts_.get(); }
+  // The expert part (Note [Expert parameters]), or null. Backward, clipping, the step,
+  // zero_grad, set_lr, set_momentum, wait_for_parameters and model_state_bytes cover both
+  // parts; everything else (the layout, the group, the state saved and loaded, the
+  // parameters whole, the stage-3 parameters, the reductions' peak) this part only: the
+  // engine takes the expert part's through this. The expert part's own loss scaler is
+  // unused: this part's scales both.
+  ZeroOptimizer* experts() { return experts_.get(); }
+  const ZeroOptimizer* experts() const { return experts_.get(); }
   const FlatLayout& layout() const { return layout_; }
   Communicator& comm() const { return dp_; }
   ModelStateBytes model_state_bytes() const;
@@ -322,8 +326,8 @@ class ZeroOptimizer {
   // stage 0's state_dict(), or the shards all-gathered over the data-parallel group and
   // unsharded (collective at stages 1-3).
   StateDict whole_state_dict() const;
-  // Every trainable parameter whole in f32 (name -> tensor, flat order). Collective where
-  // shards_parameters(): stage 3, where the parameters are gathered one at a time into new
+  // Every trainable parameter of this part whole in f32 (name -> tensor, flat order). Collective
+  // where shards_parameters(): stage 3, where the parameters are gathered one at a time into new
   // tensors, and f16/bf16 at stages 1-2, whose f32 masters are gathered into host tensors;
   // the f32 master weights with f16/bf16 at stage 0; the model's own tensors otherwise.
   StateDict whole_parameters();

@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "parallel/zero/memory_estimate.h"
 #include "tools/data/loader.h"
@@ -54,14 +56,23 @@ std::vector<std::string> describe_run_config(const RunConfig& c, int64_t world_s
       e.optimizer.weight_decay, "; schedule: ", e.scheduler ? e.scheduler->name() : "constant",
       "; gradient clipping: ", e.gradient_clipping > 0 ? str_cat(e.gradient_clipping) : "off"));
   lines.push_back("model: " + c.model->describe());
-  // Each rank of a pipeline stage and tensor slice holds about 1 / (stages x tp) of them.
-  const int64_t part = (c.model->num_parameters() + stages * tp - 1) / (stages * tp);
+  // Each rank of a pipeline stage and tensor slice holds about 1 / (stages x tp) of them; under
+  // expert parallelism (no stages or slices) a rank holds 1 / ep_size of the experts, sharded
+  // over the ep_size-th part of the data group that holds the same ones.
+  const int64_t ep = c.model->expert_parallel_size();
+  const int64_t experts = ep > 1 ? c.model->expert_parameters() : 0;
+  const int64_t part = (c.model->num_parameters() - experts + stages * tp - 1) / (stages * tp);
   const int dp_size = static_cast<int>(e.data_parallel_size);
   const bool f32_accumulation = is_half(dtype) && mp.accumulation_dtype(stage) == DType::f32 &&
                                 e.batch.gradient_accumulation_steps > 1;
+  const auto states = [&](int64_t params, int ranks) {
+    return is_half(dtype)
+               ? parallel::mixed_model_state_bytes(stage, params, ranks, f32_accumulation)
+               : parallel::fp32_model_state_bytes(stage, params, ranks);
+  };
   const int64_t state =
-      is_half(dtype) ? parallel::mixed_model_state_bytes(stage, part, dp_size, f32_accumulation)
-                     : parallel::fp32_model_state_bytes(stage, part, dp_size);
+      states(part, dp_size) +
+      (experts > 0 ? states(experts / ep, std::max<int>(1, dp_size / static_cast<int>(ep))) : 0);
   std::string where;
   const bool optimizer_nvme =
       e.zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::nvme;
@@ -82,8 +93,12 @@ std::vector<std::string> describe_run_config(const RunConfig& c, int64_t world_s
                                                           optimizer_nvme, params_nvme);
     where = str_cat(": ", mib(state - nvme), " in memory, ", mib(nvme), " in the NVMe swap file");
   }
-  lines.push_back(str_cat("model states per rank: ", mib(state), where, " (", part,
-                          " parameters per stage and slice; activations and buckets come on top)"));
+  const std::string held = experts > 0
+                               ? str_cat(part, " parameters besides the experts and ", experts / ep,
+                                         " of the experts' (1 / ep_size) per rank")
+                               : str_cat(part, " parameters per stage and slice");
+  lines.push_back(str_cat("model states per rank: ", mib(state), where, " (", held,
+                          "; activations and buckets come on top)"));
   lines.push_back(str_cat("training: ",
                           c.trainer.epochs ? str_cat(*c.trainer.epochs, " epoch(s)")
                                            : str_cat(c.trainer.steps, " steps"),

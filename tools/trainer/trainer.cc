@@ -245,11 +245,15 @@ void Trainer::log_run(double peak_flops) const {
                  zero.offload_param.nvme_path;
   }
   if (!offloaded.empty()) offloaded += ")";
+  const std::string experts =
+      expert_groups_.expert
+          ? fmt::format(" (experts split over groups of {})", expert_groups_.expert->size())
+          : std::string();
   log_info(
-      "model: {}; {} steps of {} tokens; {} data-parallel rank(s) x {} pipeline stage(s) x {} "
+      "model: {}; {} steps of {} tokens; {} data-parallel rank(s){} x {} pipeline stage(s) x {} "
       "tensor-parallel rank(s), ZeRO stage {}{}, {} on {}; {}",
       cfg_.model->describe(), total_steps_, cfg_.engine.batch.train_batch_size * cfg_.data.seq_len,
-      dp_.size(), cfg_.engine.pipeline.stages, cfg_.engine.tensor_parallel.tp_size,
+      dp_.size(), experts, cfg_.engine.pipeline.stages, cfg_.engine.tensor_parallel.tp_size,
       engine_->optimizer().stage(), offloaded, dtype_name(engine_->optimizer().precision()),
       cfg_.trainer.device.str(),
       !on_cuda ? fmt::format("{} peak {:.0f} GFLOP/s on {} threads per rank",

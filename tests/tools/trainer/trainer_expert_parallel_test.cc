@@ -171,9 +171,9 @@ TEST_CASE("expert parallelism refuses what it cannot split", "[trainer][moe][exp
           ep_run(root / "data", root / "w3", 0, 2, Json::object(), {{"train_batch_size", 12}}),
           root / "w3", 3, ResumeMode::never),
       Catch::Contains("ep_size 2: expected a divisor of the data-parallel group's 3 ranks"));
-  // 4 experts do not split over 8 ranks' worth of experts.
+  // ep_size 8 does not divide 4 experts.
   CHECK_THROWS_WITH(
-      parse_run_config(ep_run(root / "data", root / "e3", 0, 8), "test", root.string(), 8),
+      parse_run_config(ep_run(root / "data", root / "ep8", 0, 8), "test", root.string(), 8),
       Catch::Contains("ep_size: expected a divisor of every num_experts (4), found 8"));
   // A pipeline with split experts.
   CHECK_THROWS_WITH(parse_run_config(ep_run(root / "data", root / "pipe", 0, 2, Json::object(),
