@@ -291,8 +291,14 @@ TrainResult Trainer::run() {
   for (int64_t step = first; step < total_steps_;) {
     const auto t0 = Clock::now();
     const int64_t all_to_all_before = all_to_all_bytes();
-    const parallel::StepStats s =
-        engine_->train_batch(micro_batches(*train_loader_, gas, step * gas * dp_.size()));
+    parallel::StepStats s;
+    try {
+      s = engine_->train_batch(micro_batches(*train_loader_, gas, step * gas * dp_.size()));
+    } catch (const Error& e) {
+      // The step, for the one line a failed run ends with (a collective that timed out names
+      // its operation, group and missing ranks itself).
+      throw Error(str_cat("[train] step ", step + 1, ": ", e.what()));
+    }
     step = engine_->global_steps();
     meter.add_step(seconds_since(t0));
     if (s.skipped && leader()) {
