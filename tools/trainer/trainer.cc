@@ -288,17 +288,21 @@ TrainResult Trainer::run() {
   CheckpointProfile checkpoint_profile(checkpoint_times_);  // activation_checkpointing.profile
   TrainResult result;
   const int64_t first = engine_->global_steps();
+  // f(), its error naming step n: the one line a failed run ends with (a collective that timed
+  // out names its operation, group and missing ranks itself).
+  const auto at_step = [](int64_t n, const auto& f) {
+    try {
+      return f();
+    } catch (const Error& e) {
+      throw Error(str_cat("[train] step ", n, ": ", e.what()));
+    }
+  };
   for (int64_t step = first; step < total_steps_;) {
     const auto t0 = Clock::now();
     const int64_t all_to_all_before = all_to_all_bytes();
-    parallel::StepStats s;
-    try {
-      s = engine_->train_batch(micro_batches(*train_loader_, gas, step * gas * dp_.size()));
-    } catch (const Error& e) {
-      // The step, for the one line a failed run ends with (a collective that timed out names
-      // its operation, group and missing ranks itself).
-      throw Error(str_cat("[train] step ", step + 1, ": ", e.what()));
-    }
+    const parallel::StepStats s = at_step(step + 1, [&] {
+      return engine_->train_batch(micro_batches(*train_loader_, gas, step * gas * dp_.size()));
+    });
     step = engine_->global_steps();
     meter.add_step(seconds_since(t0));
     if (s.skipped && leader()) {
@@ -349,7 +353,7 @@ TrainResult Trainer::run() {
     }
     const bool last = step == total_steps_;
     if (val_loader_ && ((t.eval_interval > 0 && step % t.eval_interval == 0) || last)) {
-      result.val_loss = evaluate();
+      result.val_loss = at_step(step, [&] { return evaluate(); });
       if (leader()) {
         metrics_->write({{"kind", "eval"},
                          {"step", step},
@@ -360,7 +364,7 @@ TrainResult Trainer::run() {
     }
     if ((t.checkpoint_interval > 0 && step % t.checkpoint_interval == 0) ||
         (last && t.checkpoint_interval >= 0)) {
-      save_checkpoint();
+      at_step(step, [&] { save_checkpoint(); });
     }
   }
   result.steps = engine_->global_steps();
