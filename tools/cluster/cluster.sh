@@ -5,7 +5,7 @@
 # iproute2's `ip` and `tc`.
 #
 #   tools/cluster/cluster.sh up ts0 3                 # hosts ts0-h0..ts0-h2, 10.77.0.1..3
-#   tools/cluster/cluster.sh shape ts0 1 rate 1gbit delay 1ms
+#   tools/cluster/cluster.sh shape ts0 1 rate 1gbit     # or: netem delay 1ms loss 1%
 #   tools/cluster/cluster.sh mpirun ts0 3 -- bazel-bin/tools/train --config c.json
 #   tools/cluster/cluster.sh bytes ts0                # each host's bytes sent and received
 #   tools/cluster/cluster.sh cut ts0 2                # host 2's link down (heal: up again)
@@ -20,9 +20,11 @@
 # (one slot each, round-robin) and netns_agent.sh as its launch agent (plm_rsh_agent: it
 # enters the named host's namespace instead of logging in), with shared memory off and TCP
 # restricted to 10.77.0.0/24 for both the out-of-band channel and the byte transfer layer,
-# so every message between ranks crosses the veth links. `shape` puts a netem qdisc on a
-# host's eth0 (its outgoing traffic: rate, delay, loss), `cut` and `heal` take its bridge
-# port down and up. `down` kills what runs in the namespaces, deletes them (their veths go
+# so every message between ranks crosses the veth links. `shape` limits what a host's eth0
+# sends: `rate R` with a token bucket (tbf; its burst 1 ms of R, at least 256 KB), or a netem
+# qdisc with netem's own arguments (delay, loss, rate), where the kernel has sch_netem (this
+# machine's does not: tbf, htb and pfifo are all it offers). `cut` and `heal` take a host's
+# bridge port down and up. `down` kills what runs in the namespaces, deletes them (their veths go
 # with them) and fails if any namespace or interface with the prefix is left. Prefixes of
 # at most 8 characters keep interface names within Linux's 15.
 #
@@ -115,7 +117,7 @@ run_mpi() {
   code=0
   ip netns exec "$prefix-h0" mpirun --allow-run-as-root --oversubscribe -np "$np" \
     --hostfile "$hostfile" --map-by node --tag-output \
-    --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
+    --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 --mca plm_rsh_num_concurrent 1 \
     --mca oob_tcp_if_include 10.77.0.0/24 --mca btl tcp,self \
     --mca btl_tcp_if_include 10.77.0.0/24 \
     --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 \
@@ -138,7 +140,24 @@ shape)
   i=$1
   shift
   command -v tc >/dev/null || die "shape: expected iproute2's tc on PATH, found none"
-  tc -n "$prefix-h$i" qdisc replace dev eth0 root netem "$@"
+  case "${1:-}" in
+  rate)
+    bits=$(echo "${2:-}" | awk '/^[0-9.]+(bit|kbit|mbit|gbit)$/ {
+      n = $0 + 0; u = $0; sub(/^[0-9.]+/, "", u)
+      print n * (u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : 1)}')
+    [ -n "$bits" ] || die "shape rate: expected a rate such as 100mbit or 1gbit, found \"${2:-}\""
+    # At least 256 KB: veth hands tbf segments of up to 64 KB (GSO), which a smaller bucket
+    # would drop.
+    burst=$(awk -v b="$bits" 'BEGIN {x = b / 8 / 1000; printf "%d", x < 262144 ? 262144 : x}')
+    tc -n "$prefix-h$i" qdisc replace dev eth0 root tbf rate "$2" burst "$burst" latency 100ms
+    ;;
+  netem)
+    shift
+    tc -n "$prefix-h$i" qdisc replace dev eth0 root netem "$@" ||
+      die "shape netem: the kernel refused netem (no sch_netem?); \`rate\` works without it"
+    ;;
+  *) die "shape: expected \"rate R\" or \"netem ARGS...\", found \"$*\"" ;;
+  esac
   ;;
 cut | heal)
   host_index "$prefix" "${1:-x}"
