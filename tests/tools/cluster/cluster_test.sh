@@ -1,8 +1,10 @@
 #!/bin/sh
-# tools/train across the hosts of tools/cluster/cluster.sh (Note [Namespace cluster]): three
+# tools/train across the hosts of tools/cluster/cluster.sh (Note [Namespace cluster]): four
 # network-namespace hosts that talk over veth links by TCP only.
 #   - ZeRO stages 1, 2 and 3 across 3 hosts give the single-process losses and weights
 #     within 1e-6, as on one host (tests/tools/trainer/train_mpi_test.sh);
+#   - (pipe, data, model) = (2, 1, 2) across 4 hosts gives the single-process run within
+#     1e-5, and 1-bit Adam across 4 hosts the bits of 4 ranks on one host;
 #   - the bytes the hosts' interfaces sent during the stage-2 run, against the bytes the
 #     communicators counted (Note [Bytes sent] in parallel/comm/communicator.h): at least
 #     those, at most 1.6 times (TCP/IP headers, MPI's protocol, Open MPI's own algorithms
@@ -28,7 +30,8 @@ export TMPDIR="$WORK" OMP_NUM_THREADS=1
 
 PREFIX="tc$(($$ % 1000000))"
 trap '"$CLUSTER" down "$PREFIX"' EXIT
-"$CLUSTER" up "$PREFIX" 3
+"$CLUSTER" up "$PREFIX" 4
+. "$RUNFILES/tests/mpi_env.sh"
 
 write_text text.txt 20000
 prepare_chars text.txt
@@ -81,6 +84,50 @@ echo "stage 2 across 3 hosts: $wire bytes on the wire, $counted counted by the c
 awk -v r="$ratio" 'BEGIN {exit !(r >= 1.0 && r <= 1.6)}' ||
   fail "wire bytes / counted bytes = $ratio; expected 1.0 to 1.6"
 echo "ok: the wire carried $ratio times the bytes the communicators counted"
+
+# 3D: (pipe, data, model) = (2, 1, 2), one rank a host (train_mpi_test.sh's config3d).
+config3d() {
+  cat >"$1.json" <<JSON
+{
+  "train_batch_size": 8, "gradient_accumulation_steps": 2,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
+  "gradient_clipping": 0.5,
+  "zero_optimization": {"stage": $4},
+  "pipeline": {"stages": $2},
+  "tensor_parallel": {"tp_size": $3},
+  "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 2, "n_head": 4,
+            "n_embd": 24, "bias": false},
+  "data": {"train": "$WORK/data/train_*.bin", "sampling": "random"},
+  "trainer": {"steps": 6, "seed": 11, "threads": 1, "log_dir": "$WORK/$1/log",
+              "checkpoint_dir": "$WORK/$1/ckpt", "checkpoint_interval": 3, "keep_last": 0}
+}
+JSON
+}
+config3d single3d 1 1 0
+"$TRAIN" --config single3d.json >single3d.log 2>&1 || fail "single3d failed: $(tail -n 5 single3d.log)"
+config3d p2d1m2 2 2 1
+timeout 240 "$CLUSTER" mpirun "$PREFIX" 4 -- "$TRAIN" --config "$WORK/p2d1m2.json" --comm-timeout 60 \
+  >p2d1m2.log 2>&1 || fail "p2d1m2 failed: $(tail -n 5 p2d1m2.log)"
+"$COMPARE" single3d p2d1m2 1e-5 || fail "the (2, 1, 2) run across 4 hosts differs from one process"
+echo "ok: (2, 1, 2) across 4 hosts equals one process"
+
+# 1-bit Adam (4 full-precision steps, then compressed): across 4 hosts as on one.
+for where in hosts local; do
+  config "onebit_$where" 0 8
+  sed -i -e 's/"type": "AdamW", "params": {/"type": "OneBitAdam", "params": {"freeze_step": 4, /' \
+    -e 's/"train_batch_size": 12,/"train_batch_size": 16,/' "onebit_$where.json"
+  if [ "$where" = hosts ]; then
+    timeout 240 "$CLUSTER" mpirun "$PREFIX" 4 -- "$TRAIN" --config "$WORK/onebit_hosts.json" \
+      --comm-timeout 60 >onebit_hosts.log 2>&1 || fail "onebit_hosts failed: $(tail -n 5 onebit_hosts.log)"
+  else
+    mpi_run 240 4 "$TRAIN" --config onebit_local.json --comm-timeout 60 >onebit_local.log 2>&1 ||
+      fail "onebit_local failed: $(tail -n 5 onebit_local.log)"
+  fi
+done
+grep -q '"comm":"compressed"' onebit_hosts/log/metrics.jsonl ||
+  fail "onebit_hosts never compressed: $(tail -n 1 onebit_hosts/log/metrics.jsonl)"
+"$COMPARE" onebit_local onebit_hosts 0 || fail "1-bit Adam across 4 hosts differs from 4 ranks on one host"
+echo "ok: 1-bit Adam across 4 hosts gives the bits of 4 ranks on one host"
 
 # A cut link: host 2's bridge port goes down at step 3 of a long run.
 config cut 1 100000
