@@ -32,42 +32,26 @@ PREFIX="tc$(($$ % 1000000))"
 trap '"$CLUSTER" down "$PREFIX"' EXIT
 "$CLUSTER" up "$PREFIX" 4
 . "$RUNFILES/tests/mpi_env.sh"
+. "$RUNFILES/tests/tools/trainer/mpi_configs.sh"
 
 write_text text.txt 20000
 prepare_chars text.txt
 
-# config NAME STAGE STEPS: writes NAME.json, logging to NAME/log and NAME/ckpt (the model
-# and batch of train_mpi_test.sh, 12 sequences a step).
-config() {
-  stage3=
-  [ "$2" != 3 ] || stage3=', "stage3_param_persistence_threshold": 30, "stage3_max_live_parameters": 6000'
-  cat >"$1.json" <<JSON
-{
-  "train_batch_size": 12, "gradient_accumulation_steps": 2,
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
-  "gradient_clipping": 0.5,
-  "zero_optimization": {"stage": $2, "reduce_bucket_size": 3000$stage3},
-  "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 2, "n_head": 5,
-            "n_embd": 25, "bias": false},
-  "data": {"train": "$WORK/data/train_*.bin", "sampling": "random"},
-  "trainer": {"steps": $3, "seed": 11, "threads": 1, "log_dir": "$WORK/$1/log",
-              "checkpoint_dir": "$WORK/$1/ckpt", "checkpoint_interval": 3, "keep_last": 0}
-}
-JSON
-}
+# The model of train_mpi_test.sh (mpi_configs.sh), 12 sequences a step.
+batch12='"train_batch_size": 12, "gradient_accumulation_steps": 2'
 
 # sent_bytes: the bytes all hosts' interfaces have sent.
 sent_bytes() {
   "$CLUSTER" bytes "$PREFIX" | awk '{s += $2} END {print s}'
 }
 
-config single 0 6
+config single 0 6 "$batch12"
 "$TRAIN" --config single.json >single.log 2>&1 || fail "the single-process run failed: $(tail -n 5 single.log)"
 for stage in 1 2 3; do
   name="s${stage}_hosts3"
-  config "$name" "$stage" 6
+  config "$name" "$stage" 6 "$batch12"
   before=$(sent_bytes)
-  timeout 240 "$CLUSTER" mpirun "$PREFIX" 3 -- "$TRAIN" --config "$WORK/$name.json" --comm-timeout 60 \
+  timeout 240 "$CLUSTER" mpirun "$PREFIX" 3 -- "$TRAIN" --config "$name.json" --comm-timeout 60 \
     >"$name.log" 2>&1 || fail "$name failed: $(tail -n 5 "$name.log")"
   [ "$stage" != 2 ] || wire=$(($(sent_bytes) - before))
   "$COMPARE" single "$name" 1e-6 || fail "$name differs from the single-process run"
@@ -85,39 +69,22 @@ awk -v r="$ratio" 'BEGIN {exit !(r >= 1.0 && r <= 1.6)}' ||
   fail "wire bytes / counted bytes = $ratio; expected 1.0 to 1.6"
 echo "ok: the wire carried $ratio times the bytes the communicators counted"
 
-# 3D: (pipe, data, model) = (2, 1, 2), one rank a host (train_mpi_test.sh's config3d).
-config3d() {
-  cat >"$1.json" <<JSON
-{
-  "train_batch_size": 8, "gradient_accumulation_steps": 2,
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
-  "gradient_clipping": 0.5,
-  "zero_optimization": {"stage": $4},
-  "pipeline": {"stages": $2},
-  "tensor_parallel": {"tp_size": $3},
-  "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 2, "n_head": 4,
-            "n_embd": 24, "bias": false},
-  "data": {"train": "$WORK/data/train_*.bin", "sampling": "random"},
-  "trainer": {"steps": 6, "seed": 11, "threads": 1, "log_dir": "$WORK/$1/log",
-              "checkpoint_dir": "$WORK/$1/ckpt", "checkpoint_interval": 3, "keep_last": 0}
-}
-JSON
-}
+# 3D: (pipe, data, model) = (2, 1, 2), one rank a host.
 config3d single3d 1 1 0
 "$TRAIN" --config single3d.json >single3d.log 2>&1 || fail "single3d failed: $(tail -n 5 single3d.log)"
 config3d p2d1m2 2 2 1
-timeout 240 "$CLUSTER" mpirun "$PREFIX" 4 -- "$TRAIN" --config "$WORK/p2d1m2.json" --comm-timeout 60 \
+timeout 240 "$CLUSTER" mpirun "$PREFIX" 4 -- "$TRAIN" --config p2d1m2.json --comm-timeout 60 \
   >p2d1m2.log 2>&1 || fail "p2d1m2 failed: $(tail -n 5 p2d1m2.log)"
 "$COMPARE" single3d p2d1m2 1e-5 || fail "the (2, 1, 2) run across 4 hosts differs from one process"
 echo "ok: (2, 1, 2) across 4 hosts equals one process"
 
 # 1-bit Adam (4 full-precision steps, then compressed): across 4 hosts as on one.
 for where in hosts local; do
-  config "onebit_$where" 0 8
-  sed -i -e 's/"type": "AdamW", "params": {/"type": "OneBitAdam", "params": {"freeze_step": 4, /' \
-    -e 's/"train_batch_size": 12,/"train_batch_size": 16,/' "onebit_$where.json"
+  config "onebit_$where" 0 8 '"train_batch_size": 16, "gradient_accumulation_steps": 2'
+  sed -i 's/"type": "AdamW", "params": {/"type": "OneBitAdam", "params": {"freeze_step": 4, /' \
+    "onebit_$where.json"
   if [ "$where" = hosts ]; then
-    timeout 240 "$CLUSTER" mpirun "$PREFIX" 4 -- "$TRAIN" --config "$WORK/onebit_hosts.json" \
+    timeout 240 "$CLUSTER" mpirun "$PREFIX" 4 -- "$TRAIN" --config onebit_hosts.json \
       --comm-timeout 60 >onebit_hosts.log 2>&1 || fail "onebit_hosts failed: $(tail -n 5 onebit_hosts.log)"
   else
     mpi_run 240 4 "$TRAIN" --config onebit_local.json --comm-timeout 60 >onebit_local.log 2>&1 ||
@@ -130,8 +97,8 @@ grep -q '"comm":"compressed"' onebit_hosts/log/metrics.jsonl ||
 echo "ok: 1-bit Adam across 4 hosts gives the bits of 4 ranks on one host"
 
 # A cut link: host 2's bridge port goes down at step 3 of a long run.
-config cut 1 100000
-timeout 120 "$CLUSTER" mpirun "$PREFIX" 3 -- "$TRAIN" --config "$WORK/cut.json" --comm-timeout 5 \
+config cut 1 100000 "$batch12"
+timeout 120 "$CLUSTER" mpirun "$PREFIX" 3 -- "$TRAIN" --config cut.json --comm-timeout 5 \
   >cut.log 2>&1 &
 job=$!
 deadline=$(($(date +%s) + 60))

@@ -29,6 +29,7 @@ COMPARE="$RUNFILES/tests/tools/trainer/compare_runs"
 ZERO_TO_FP32="$RUNFILES/tools/zero_to_fp32"
 
 . "$RUNFILES/tests/mpi_env.sh"
+. "$RUNFILES/tests/tools/trainer/mpi_configs.sh"
 
 # mpi SECONDS NP ARGS...: tools/train on NP ranks, killed after SECONDS.
 mpi() {
@@ -40,31 +41,6 @@ mpi() {
 
 write_text text.txt 20000
 prepare_chars text.txt
-
-# config NAME STAGE STEPS [BATCH_KEYS [MORE_KEYS]]: writes NAME.json, logging to NAME/log
-# and NAME/ckpt. $ZERO_KEYS, when set, is spliced into zero_optimization.
-# No biases: the key bias is pure rounding noise under Adam (tests/parallel/zero_optimizer_test.cc).
-config() {
-  batch=${4:-'"train_batch_size": 8, "gradient_accumulation_steps": 2'}
-  # Stage 3: parameters above 30 elements partitioned, at most 6000 gathered (wte: 3200).
-  stage3=
-  [ "$2" != 3 ] || stage3=', "stage3_param_persistence_threshold": 30, "stage3_max_live_parameters": 6000'
-  cat >"$1.json" <<JSON
-{
-  $batch,${5:+
-  $5,}
-  "steps_per_print": 2,
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
-  "gradient_clipping": 0.5,
-  "zero_optimization": {"stage": $2, "reduce_bucket_size": 3000$stage3${ZERO_KEYS:-}},
-  "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 2, "n_head": 5,
-            "n_embd": 25, "bias": false},
-  "data": {"train": "data/train_*.bin", "sampling": "random"},
-  "trainer": {"steps": $3, "seed": 11, "threads": 1, "log_dir": "$1/log",
-              "checkpoint_dir": "$1/ckpt", "checkpoint_interval": 3, "keep_last": 0}
-}
-JSON
-}
 
 config single 0 6
 "$TRAIN" --config single.json >single.log 2>&1 || fail "the single-process run failed: $(tail -n 5 single.log)"
@@ -204,24 +180,6 @@ code=0
   fail "zero_to_fp32 on a run directory: expected exit 1 and a one-line error, found $code: $(cat bad.log)"
 [ ! -e bad.safetensors ] || fail "zero_to_fp32 wrote output after an error"
 echo "ok: zero_to_fp32 consolidates stage-3 shards to the single-process weights"
-# 3D: config3d NAME PIPE TP ZERO writes NAME.json (4 heads of 6, so both slices divide).
-config3d() {
-  cat >"$1.json" <<JSON
-{
-  "train_batch_size": 8, "gradient_accumulation_steps": 2,
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
-  "gradient_clipping": 0.5,
-  "zero_optimization": {"stage": $4},
-  "pipeline": {"stages": $2},
-  "tensor_parallel": {"tp_size": $3},
-  "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 2, "n_head": 4,
-            "n_embd": 24, "bias": false},
-  "data": {"train": "data/train_*.bin", "sampling": "random"},
-  "trainer": {"steps": 6, "seed": 11, "threads": 1, "log_dir": "$1/log",
-              "checkpoint_dir": "$1/ckpt", "checkpoint_interval": 3, "keep_last": 0}
-}
-JSON
-}
 config3d single3d 1 1 0
 "$TRAIN" --config single3d.json >single3d.log 2>&1 || fail "single3d failed: $(tail -n 5 single3d.log)"
 config3d p2d2m2 2 2 1
