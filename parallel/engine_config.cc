@@ -46,7 +46,6 @@ AioConfig read_aio(JsonObjectReader& root) {
 // errors that say why, never "unknown key" and never silently ignored.
 const std::pair<const char*, const char*> kNotSupported[] = {
     {"amp", "Apex AMP is PyTorch-only; use fp16 or bf16"},
-    {"elasticity", "elastic training is not implemented"},
     {"flops_profiler", "the flops profiler is not implemented; the trainer reports MFU"},
     {"curriculum_learning", "curriculum learning is not implemented"},
     {"data_efficiency", "data efficiency (curriculum, random-LTD) is not implemented"},
@@ -246,6 +245,19 @@ EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& c
   c.train_micro_batch_size_per_gpu = root.optional<int64_t>("train_micro_batch_size_per_gpu");
   c.gradient_accumulation_steps = root.optional<int64_t>("gradient_accumulation_steps");
   for (const auto& [key, why] : kNotSupported) refuse_unless_disabled(root, key, why);
+  if (ElasticityConfig e = ElasticityConfig::from_json(root.object("elasticity")); e.enabled) {
+    // DeepSpeed's error (deepspeed/runtime/config.py), unless told to override the keys.
+    TS_CHECK(e.ignore_non_elastic_batch_info ||
+                 !(c.train_batch_size || c.train_micro_batch_size_per_gpu ||
+                   c.gradient_accumulation_steps),
+             "[config] $.elasticity: One or more batch related parameters were found in your "
+             "config (train_batch_size, train_micro_batch_size_per_gpu, and/or "
+             "gradient_accumulation_steps). These parameters *will not be used* since elastic "
+             "training is enabled, which takes control of these parameters. If you want to "
+             "suppress this error (the parameters will be silently ignored) please set "
+             "'ignore_non_elastic_batch_info': true in your config.");
+    c.elasticity = e;
+  }
   // Without effect (configs/README.md, "Accepted but without effect").
   root.get<bool>("zero_allow_untested_optimizer", false);
   // Where the average divides (Note [Gradient averaging] in parallel/zero/gradient_reducer.h).
@@ -376,6 +388,19 @@ void finish_engine_config(EngineConfig& config, int64_t world_size) {
       ProcessGrid::for_world(static_cast<int>(world_size), static_cast<int>(config.pipeline.stages),
                              static_cast<int>(config.tensor_parallel.tp_size));
   config.data_parallel_size = grid.data_size();
+  if (const std::optional<ElasticityConfig>& e = config.elasticity) {
+    // Note [Elastic batch] in parallel/elasticity.h: the batch keys are the elastic ones.
+    const int64_t model = config.pipeline.stages * config.tensor_parallel.tp_size;
+    TS_CHECK(e->model_parallel_size == model,
+             "[config] $.elasticity.model_parallel_size: expected pipeline.stages x "
+             "tensor_parallel.tp_size (",
+             model, "), found ", e->model_parallel_size);
+    const int64_t world = grid.data_size();
+    const ElasticBatch b = elastic_batch(*e, world);
+    const int64_t micro = elastic_micro_batch(*e, b, world);
+    config.batch = resolve_batch(b.train_batch_size, micro, std::nullopt, world);
+    return;
+  }
   config.batch = resolve_batch(config.train_batch_size, config.train_micro_batch_size_per_gpu,
                                config.gradient_accumulation_steps, grid.data_size());
 }

@@ -15,6 +15,7 @@
 #include "optim/config.h"
 #include "optim/loss_scaler.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/elasticity.h"
 #include "parallel/zero/mixed_precision.h"
 #include "parallel/zero/zero_config.h"
 
@@ -83,6 +84,9 @@ struct EngineConfig {
   std::optional<int64_t> train_micro_batch_size_per_gpu;
   std::optional<int64_t> gradient_accumulation_steps;
   BatchConfig batch;
+  // $.elasticity when enabled: the batch comes from it instead of the keys above (Note
+  // [Elastic batch] in parallel/elasticity.h).
+  std::optional<ElasticityConfig> elasticity;
   optim::OptimizerConfig optimizer;
   // The `scheduler` section; absent means a constant learning rate.
   std::shared_ptr<const optim::LrSchedule> scheduler;
