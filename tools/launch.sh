@@ -4,7 +4,7 @@
 #
 #   tools/launch.sh --restarts 5 --worlds 4,3,2 -- --config configs/my_elastic.json
 #   tools/launch.sh --launch 'tools/cluster/cluster.sh mpirun ts0 {np} --' --worlds 3,2 \
-#     -- --config cfg.json
+#     --before-restart 'sh fence_bad_nodes.sh' -- --config cfg.json
 #
 # Note [Restarts]
 # Attempt i runs `LAUNCH TRAIN ARGS...` with {np} in LAUNCH replaced by the i-th size of
@@ -16,7 +16,9 @@
 # the config gives that size (an "elasticity" section keeps it the same: Note [Elastic
 # batch] in parallel/elasticity.h). Before each attempt `train --check-config --world N`
 # checks the config for that size, so a config error ends the launch at once instead of
-# being retried. An attempt that exits 0 ends the launch; one that fails is retried until
+# being retried. --before-restart CMD runs (through sh) before each restart, for what an
+# operator does between attempts: fence or replace a node, heal a link; a failure of it
+# ends the launch. An attempt that exits 0 ends the launch; one that fails is retried until
 # --restarts are spent, and the launch exits with the last attempt's code. Exit code 2
 # (usage) and 3 (no device) are not retried either.
 set -eu
@@ -28,6 +30,7 @@ die() {
 
 restarts=3
 worlds=1
+before_restart=
 launch='mpirun --allow-run-as-root --oversubscribe -np {np}'
 train="${TESSERA_TRAIN:-bazel-bin/tools/train}"
 while [ $# -gt 0 ]; do
@@ -36,8 +39,9 @@ while [ $# -gt 0 ]; do
   --worlds) worlds=${2:?}; shift 2 ;;
   --launch) launch=${2:?}; shift 2 ;;
   --train) train=${2:?}; shift 2 ;;
+  --before-restart) before_restart=${2:?}; shift 2 ;;
   --) shift; break ;;
-  *) die "unknown flag \"$1\"; expected --restarts N, --worlds A,B,..., --launch CMD, --train PATH, then -- and the trainer's flags" ;;
+  *) die "unknown flag \"$1\"; expected --restarts N, --worlds A,B,..., --launch CMD, --train PATH, --before-restart CMD, then -- and the trainer's flags" ;;
   esac
 done
 case "$restarts" in '' | *[!0-9]*) die "--restarts: expected an integer >= 0, found \"$restarts\"" ;; esac
@@ -78,5 +82,8 @@ while :; do
     exit "$code"
   fi
   echo "launch: exit code $code; restarting from the latest checkpoint" >&2
+  if [ -n "$before_restart" ]; then
+    sh -c "$before_restart" || { echo "launch: --before-restart failed; not restarting" >&2; exit 1; }
+  fi
   attempt=$((attempt + 1))
 done

@@ -9,6 +9,7 @@
 #   tools/cluster/cluster.sh mpirun ts0 3 -- bazel-bin/tools/train --config c.json
 #   tools/cluster/cluster.sh bytes ts0                # each host's bytes sent and received
 #   tools/cluster/cluster.sh cut ts0 2                # host 2's link down (heal: up again)
+#   tools/cluster/cluster.sh reset ts0                # kill what runs on the hosts, heal all
 #   tools/cluster/cluster.sh down ts0                 # removes everything `up` made
 #
 # Note [Namespace cluster]
@@ -24,7 +25,9 @@
 # sends: `rate R` with a token bucket (tbf; its burst 1 ms of R, at least 256 KB), or a netem
 # qdisc with netem's own arguments (delay, loss, rate), where the kernel has sch_netem (this
 # machine's does not: tbf, htb and pfifo are all it offers). `cut` and `heal` take a host's
-# bridge port down and up. `down` kills what runs in the namespaces, deletes them (their veths go
+# bridge port down and up; `reset` kills every process in the hosts (a dead job's
+# stragglers: daemons and ranks cut off from mpirun) and heals every link, as an operator
+# restoring a cluster between runs would. `down` kills what runs in the namespaces, deletes them (their veths go
 # with them) and fails if any namespace or interface with the prefix is left. Prefixes of
 # at most 8 characters keep interface names within Linux's 15.
 #
@@ -127,7 +130,7 @@ run_mpi() {
   return "$code"
 }
 
-[ $# -ge 2 ] || die "usage: cluster.sh up|down|shape|cut|heal|bytes|mpirun PREFIX [...] (see the header)"
+[ $# -ge 2 ] || die "usage: cluster.sh up|down|shape|cut|heal|reset|bytes|mpirun PREFIX [...] (see the header)"
 command=$1 prefix=$2
 shift 2
 need_tools
@@ -171,6 +174,12 @@ bytes)
       "$(ip netns exec "$h" cat /sys/class/net/eth0/statistics/rx_bytes)"
   done
   ;;
+reset)
+  for h in $(hosts "$prefix"); do
+    for pid in $(ip netns pids "$h"); do kill -KILL "$pid" 2>/dev/null || true; done
+    ip -n "$prefix-sw" link set "${prefix}${h#"$prefix"-}p" up
+  done
+  ;;
 mpirun) run_mpi "$prefix" "$@" ;;
-*) die "unknown command \"$command\"; expected up, down, shape, cut, heal, bytes or mpirun" ;;
+*) die "unknown command \"$command\"; expected up, down, shape, cut, heal, reset, bytes or mpirun" ;;
 esac
