@@ -7,7 +7,7 @@
 #   tools/cluster/cluster.sh up ts0 3                 # hosts ts0-h0..ts0-h2, 10.77.0.1..3
 #   tools/cluster/cluster.sh shape ts0 1 rate 1gbit     # or: netem delay 1ms loss 1%
 #   tools/cluster/cluster.sh mpirun ts0 3 -- bazel-bin/tools/train --config c.json
-#   tools/cluster/cluster.sh bytes ts0                # each host's bytes sent and received
+#   tools/cluster/cluster.sh bytes ts0                # per host: bytes sent, received, packets sent
 #   tools/cluster/cluster.sh cut ts0 2                # host 2's link down (heal: up again)
 #   tools/cluster/cluster.sh reset ts0                # kill what runs on the hosts, heal all
 #   tools/cluster/cluster.sh down ts0                 # removes everything `up` made
@@ -170,8 +170,8 @@ cut | heal)
   ;;
 bytes)
   for h in $(hosts "$prefix"); do
-    echo "$h $(ip netns exec "$h" cat /sys/class/net/eth0/statistics/tx_bytes)" \
-      "$(ip netns exec "$h" cat /sys/class/net/eth0/statistics/rx_bytes)"
+    stat() { ip netns exec "$h" cat "/sys/class/net/eth0/statistics/$1"; }
+    echo "$h $(stat tx_bytes) $(stat rx_bytes) $(stat tx_packets)"
   done
   ;;
 reset)
