@@ -8,24 +8,9 @@
 set -eu
 
 RUNFILES="${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-tessera}"
-CLUSTER="$RUNFILES/tools/cluster/cluster.sh"
-if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-  echo "skipped: the namespace cluster needs root, ip and tc (uid $(id -u))"
-  exit 0
-fi
-WORK="${TEST_TMPDIR:-$(mktemp -d)}/chaos"
-. "$RUNFILES/tests/tools/trainer/tool_env.sh"
-. "$RUNFILES/tests/tools/trainer/mpi_configs.sh"
-COMPARE="$RUNFILES/tests/tools/trainer/compare_runs"
+NAME=chaos HOSTS=3
+. "$RUNFILES/tests/tools/cluster/cluster_env.sh"
 LAUNCH="$RUNFILES/tools/launch.sh"
-export TMPDIR="$WORK" OMP_NUM_THREADS=1
-
-PREFIX="tx$(($$ % 1000000))"
-trap '"$CLUSTER" down "$PREFIX"' EXIT
-"$CLUSTER" up "$PREFIX" 3
-
-write_text text.txt 20000
-prepare_chars text.txt
 batch12='"train_batch_size": 12, "gradient_accumulation_steps": 2'
 STEPS=60
 

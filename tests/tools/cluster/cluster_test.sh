@@ -17,25 +17,10 @@
 set -eu
 
 RUNFILES="${TEST_SRCDIR:-$0.runfiles}/${TEST_WORKSPACE:-tessera}"
-CLUSTER="$RUNFILES/tools/cluster/cluster.sh"
-if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-  echo "skipped: the namespace cluster needs root, ip and tc (uid $(id -u))"
-  exit 0
-fi
-WORK="${TEST_TMPDIR:-$(mktemp -d)}/cluster"
-. "$RUNFILES/tests/tools/trainer/tool_env.sh"
-COMPARE="$RUNFILES/tests/tools/trainer/compare_runs"
+NAME=cluster HOSTS=4
+. "$RUNFILES/tests/tools/cluster/cluster_env.sh"
 ZERO_TO_FP32="$RUNFILES/tools/zero_to_fp32"
-export TMPDIR="$WORK" OMP_NUM_THREADS=1
-
-PREFIX="tc$(($$ % 1000000))"
-trap '"$CLUSTER" down "$PREFIX"' EXIT
-"$CLUSTER" up "$PREFIX" 4
 . "$RUNFILES/tests/mpi_env.sh"
-. "$RUNFILES/tests/tools/trainer/mpi_configs.sh"
-
-write_text text.txt 20000
-prepare_chars text.txt
 
 # The model of train_mpi_test.sh (mpi_configs.sh), 12 sequences a step.
 batch12='"train_batch_size": 12, "gradient_accumulation_steps": 2'
