@@ -1,7 +1,6 @@
 #include "parallel/elasticity.h"
 
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -24,16 +23,30 @@ std::string list_str(const std::vector<int64_t>& v) {
   return out.str();
 }
 
+// a * b, or a config error naming `what` when it overflows.
+int64_t product(int64_t a, int64_t b, const char* what) {
+  int64_t p = 0;
+  TS_CHECK(!__builtin_mul_overflow(a, b, &p), "[config] $.elasticity: ", what, " overflows: ", a,
+           " * ", b);
+  return p;
+}
+
 // The world sizes that train `batch` with a micro-batch from `micro` (Note [Elastic batch]).
 std::vector<int64_t> valid_world_sizes(int64_t batch, const std::vector<int64_t>& micro,
                                        int64_t min_gpus, int64_t max_gpus) {
   std::set<int64_t> valid;
+  const auto add = [&](int64_t i, int64_t limit) {
+    if (i <= limit && i >= min_gpus && i <= max_gpus) valid.insert(i);
+  };
   for (const int64_t mb : micro) {
     if (batch % mb != 0) continue;
     const int64_t g = batch / mb;
-    if (g >= min_gpus && g <= max_gpus) valid.insert(g);
-    for (int64_t i = 1; i <= g / 2 && i <= max_gpus; ++i) {
-      if (i >= min_gpus && g % i == 0) valid.insert(i);
+    add(g, g);
+    // g's divisors up to g / 2, found in pairs (i, g / i) up to sqrt(g).
+    for (int64_t i = 1; i <= g / i; ++i) {
+      if (g % i != 0) continue;
+      add(i, g / 2);
+      add(g / i, g / 2);
     }
   }
   return {valid.begin(), valid.end()};
@@ -45,10 +58,13 @@ ElasticBatch search(const std::vector<int64_t>& micro, int64_t max_batch, int64_
   for (const int64_t mb : micro) {
     TS_CHECK(mb <= max_batch, "[config] $.elasticity.micro_batch_sizes: ", mb,
              " is larger than the maximum batch, ", max_batch,
-             "; expected micro-batch sizes at most max_train_batch_size");
+             " (max_train_batch_size; per node with version 0.2); expected micro-batch sizes at "
+             "most that");
   }
   int64_t lcm = 1;
-  for (const int64_t mb : micro) lcm = std::lcm(lcm, mb);
+  for (const int64_t mb : micro) {
+    lcm = product(lcm / std::gcd(lcm, mb), mb, "the micro-batch sizes' least common multiple");
+  }
   std::vector<int64_t> bases = micro;
   bases.push_back(lcm);
   std::set<int64_t> candidates;
@@ -61,7 +77,7 @@ ElasticBatch search(const std::vector<int64_t>& micro, int64_t max_batch, int64_
     for (const int64_t h : kHighlyComposite) {
       if (h <= max_batch / b) scale = h;
     }
-    candidates.insert(b * scale);
+    candidates.insert(product(b, scale, "a candidate batch"));
   }
   ElasticBatch best{*std::min_element(micro.begin(), micro.end()), {}};
   size_t best_count = 0;
@@ -130,25 +146,27 @@ ElasticBatch elastic_batch(const ElasticityConfig& c, int64_t world) {
   const int64_t max_nodes = c.max_gpus / c.num_gpus_per_node;
   ElasticBatch b = search(c.micro_batch_sizes, c.max_train_batch_size / per_node, min_nodes,
                           max_nodes, c.prefer_larger_batch);
-  b.train_batch_size *= per_node;
-  for (int64_t& n : b.valid_world_sizes) n *= per_node;
+  b.train_batch_size = product(b.train_batch_size, per_node, "the elastic batch");
+  for (int64_t& n : b.valid_world_sizes) n = product(n, per_node, "a valid world size");
   if (std::binary_search(b.valid_world_sizes.begin(), b.valid_world_sizes.end(), world)) return b;
   // DeepSpeed's fall-back: the largest (or smallest) multiple of micro x world within the
-  // maximum, for this world alone.
-  const double dp = static_cast<double>(world * c.model_parallel_size) /
-                    static_cast<double>(c.num_gpus_per_node) * static_cast<double>(per_node);
-  ElasticBatch fallback{0, {static_cast<int64_t>(dp)}};
-  bool first = true;
+  // maximum, for this world alone. DeepSpeed's dp, world x mp / gpn x (gpn / mp), is the
+  // world itself, as num_gpus_per_node is a multiple of model_parallel_size; multiples of
+  // 0 (a micro-batch x world above the maximum) do not count.
+  ElasticBatch fallback{0, {world}};
   for (const int64_t mb : c.micro_batch_sizes) {
-    const double unit = static_cast<double>(mb) * dp;
-    const auto batch =
-        static_cast<int64_t>(std::floor(static_cast<double>(c.max_train_batch_size) / unit) * unit);
-    if (first || (c.prefer_larger_batch ? batch > fallback.train_batch_size
-                                        : batch < fallback.train_batch_size)) {
+    const int64_t unit = product(mb, world, "micro-batch x world");
+    const int64_t batch = c.max_train_batch_size / unit * unit;
+    if (batch == 0) continue;
+    if (fallback.train_batch_size == 0 ||
+        (c.prefer_larger_batch ? batch > fallback.train_batch_size
+                               : batch < fallback.train_batch_size)) {
       fallback.train_batch_size = batch;
-      first = false;
     }
   }
+  TS_CHECK(fallback.train_batch_size > 0, "[config] $.elasticity: ", world,
+           " data-parallel ranks times every micro-batch size exceed max_train_batch_size (",
+           c.max_train_batch_size, "); expected fewer ranks or a larger maximum");
   return fallback;
 }
 

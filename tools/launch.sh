@@ -20,7 +20,8 @@
 # operator does between attempts: fence or replace a node, heal a link; a failure of it
 # ends the launch. An attempt that exits 0 ends the launch; one that fails is retried until
 # --restarts are spent, and the launch exits with the last attempt's code. Exit code 2
-# (usage) and 3 (no device) are not retried either.
+# (usage) and 3 (no device) are not retried either. TERM or INT to the launcher goes on to
+# the running attempt and ends the launch.
 set -eu
 
 die() {
@@ -68,10 +69,18 @@ while :; do
   "$train" --check-config --config "$config" --world "$np" >/dev/null ||
     { echo "launch: the config does not fit $np ranks; not launching" >&2; exit 1; }
   echo "launch: attempt $((attempt + 1)) of $((restarts + 1)) on $np ranks" >&2
-  command=$(echo "$launch" | sed "s/{np}/$np/g")
+  command=$(printf '%s\n' "$launch" | sed "s/{np}/$np/g")
   code=0
-  # shellcheck disable=SC2086 # the launch command is split into words on purpose
-  $command "$train" "$@" || code=$?
+  # The launch command is split into words (not globbed) on purpose; the attempt runs in the
+  # background so that a TERM or INT to the launcher reaches it.
+  set -f
+  # shellcheck disable=SC2086
+  $command "$train" "$@" &
+  child=$!
+  set +f
+  trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM INT
+  wait "$child" || code=$?
+  trap - TERM INT
   [ "$code" -ne 0 ] || exit 0
   if [ "$code" -eq 2 ] || [ "$code" -eq 3 ]; then
     echo "launch: exit code $code (usage or no device); not restarting" >&2

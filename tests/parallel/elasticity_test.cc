@@ -74,6 +74,13 @@ TEST_CASE("version 0.2 searches whole nodes", "[elasticity]") {
   CHECK(b.valid_world_sizes.front() == 8);
   CHECK(b.valid_world_sizes[1] == 10);
   CHECK(b.valid_world_sizes.back() == 360);
+  // 7 ranks are not among them: DeepSpeed's fall-back, the largest multiple of micro x 7
+  // within the maximum (12 x 7 x 119 = 17 x 7 x 84 = 9996), for 7 alone.
+  const ElasticityConfig c = read(v2);
+  const ElasticBatch seven = elastic_batch(c, 7);
+  CHECK(seven.train_batch_size == 9996);
+  CHECK(seven.valid_world_sizes == std::vector<int64_t>{7});
+  CHECK(elastic_micro_batch(c, seven, 7) == 17);  // 1428 a rank: 12 and 17 divide it
 }
 
 TEST_CASE("the elasticity section is checked as DeepSpeed checks it", "[elasticity]") {
@@ -96,6 +103,11 @@ TEST_CASE("the elasticity section is checked as DeepSpeed checks it", "[elastici
   bad = fixture();
   bad["micro_batch_sizes"] = {8, 20000};
   CHECK_THROWS_WITH(elastic_batch(read(bad), 64), Contains("20000 is larger than the maximum"));
+  // Micro-batch sizes whose least common multiple does not fit 64 bits.
+  bad = fixture();
+  bad["max_train_batch_size"] = int64_t{1} << 40;
+  bad["micro_batch_sizes"] = {97, 89, 83, 79, 73, 71, 67, 61, 59, 53, 47};
+  CHECK_THROWS_WITH(elastic_batch(read(bad), 64), Contains("least common multiple overflows"));
 }
 
 // The engine config of `doc` finished for `world` ranks.

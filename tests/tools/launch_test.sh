@@ -1,5 +1,5 @@
 #!/bin/sh
-# tools/launch.sh (Note [Restarts]): a 2-rank run of 30 steps whose rank is killed with SIGKILL
+# tools/launch.sh (Note [Restarts]): a 2-rank run of 60 steps whose rank is killed with SIGKILL
 # at step 5 is restarted from its latest checkpoint and ends bit for bit as the uninterrupted run;
 # an elastic run killed the same way is restarted on 1 rank with the same global batch and
 # ends bit for bit as a 1-rank run resumed from the same checkpoint; a config that does not
@@ -31,23 +31,23 @@ launched() {
   done
   victim=$(ps -eo pid=,args= | awk -v c="--config $1.json" 'index($0, c) && $2 ~ /train$/ {print $1}' | tail -n 1)
   [ -n "$victim" ] || fail "$1: no rank process found"
-  kill -KILL "$victim"
+  kill -KILL "$victim" 2>/dev/null || true
   code=0
   wait "$launch" || code=$?
   [ "$code" = 0 ] || fail "$1: the launch failed with $code: $(tail -n 5 "$1.log")"
   grep -q 'launch: attempt 2 of 3 on' "$1.log" || fail "$1: no second attempt: $(grep launch: "$1.log")"
 }
 
-config whole 1 30
+config whole 1 60
 mpi_run 240 2 "$TRAIN" --config whole.json >whole.log 2>&1 || fail "whole failed: $(tail -n 5 whole.log)"
-config killed 1 30
+config killed 1 60
 launched killed 2
 "$COMPARE" whole killed 0 || fail "the restarted run differs from the uninterrupted one"
 echo "ok: a killed rank's job restarts from its checkpoint and ends bit for bit as the whole run"
 
 # Elastic: 8 sequences a step at 2 ranks (micro-batch 4) and at 1 (4 x 2 accumulation).
 elastic='"elasticity": {"enabled": true, "max_train_batch_size": 8, "micro_batch_sizes": [2, 4], "version": 0.1}'
-config elastic 1 30 "$elastic"
+config elastic 1 60 "$elastic"
 launched elastic 2,1
 grep -q 'launch: attempt 2 of 3 on 1 ranks' elastic.log || fail "elastic: the restart was not on 1 rank"
 step=$(sed -n 's/.*resumed from .*step_\([0-9]*\) at step.*/\1/p' elastic.log | tail -n 1)
@@ -55,7 +55,7 @@ step=$(sed -n 's/.*resumed from .*step_\([0-9]*\) at step.*/\1/p' elastic.log | 
 grep -q 'steps of 128 tokens; 1 data-parallel rank(s)' elastic.log ||
   fail "elastic: the 1-rank restart did not keep the batch of 8"
 # The same checkpoint resumed on 1 rank without the launcher.
-config alone 1 30 "$elastic"
+config alone 1 60 "$elastic"
 mkdir -p alone/ckpt alone/log
 cp -r "elastic/ckpt/step_$step" alone/ckpt/
 echo "step_$step" >alone/ckpt/latest

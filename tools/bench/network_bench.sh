@@ -9,7 +9,7 @@
 #   sudo sh tools/bench/network_bench.sh                       # 100mbit 1gbit 10gbit
 #   sudo RATES="1gbit" STEPS=80 sh tools/bench/network_bench.sh
 #
-# Each host's eth0 sends at most RATE (a netem qdisc), so a ring step between hosts runs at
+# Each host's eth0 sends at most RATE (a token bucket, cluster.sh's `shape rate`), so a ring step between hosts runs at
 # the link's rate; the hosts' CPU is this machine's, shared. DeepSpeed's figures, for
 # comparison (its tutorials, BERT-Large on bandwidth-limited clusters): 1-bit Adam up to 5x
 # less communication and up to 3.4x faster; 0/1 Adam up to 26x less communication; 1-bit

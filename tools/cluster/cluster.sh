@@ -19,12 +19,13 @@
 # nothing is routed to or from any other network, and the machine's own interfaces are
 # untouched. `mpirun` runs Open MPI's mpirun inside host 0 with a hostfile naming the hosts
 # (one slot each, round-robin) and netns_agent.sh as its launch agent (plm_rsh_agent: it
-# enters the named host's namespace instead of logging in), with shared memory off and TCP
+# enters the named host's namespace instead of logging in, with a temporary directory of the
+# host's own: Note [Start-up hangs]), with shared memory off and TCP
 # restricted to 10.77.0.0/24 for both the out-of-band channel and the byte transfer layer,
 # so every message between ranks crosses the veth links. `shape` limits what a host's eth0
 # sends: `rate R` with a token bucket (tbf; its burst 1 ms of R, at least 256 KB), or a netem
-# qdisc with netem's own arguments (delay, loss, rate), where the kernel has sch_netem (this
-# machine's does not: tbf, htb and pfifo are all it offers). `cut` and `heal` take a host's
+# qdisc with netem's own arguments (delay, loss, rate), where the kernel has sch_netem (not
+# every kernel does; tbf is nearly everywhere). `cut` and `heal` take a host's
 # bridge port down and up; `reset` kills every process in the hosts (a dead job's
 # stragglers: daemons and ranks cut off from mpirun) and heals every link, as an operator
 # restoring a cluster between runs would. `down` kills what runs in the namespaces, deletes them (their veths go
@@ -39,6 +40,14 @@
 # probes every 2 s, 3 of them: ~11 s here, 300 s + 9 x 20 s by default), and with data in
 # flight, after TCP's retransmissions (net.ipv4.tcp_retries2 = 5: ~12 s, where Linux's 15
 # takes about 15 minutes). The same settings bound a real cluster's wait for a dead node.
+#
+# Note [Start-up hangs]
+# The hosts share one file system and one host name, so their Open MPI daemons would share
+# one session directory (TMPDIR/ompi.<host name>.<uid>/...), where one daemon's clean-up
+# raced another's start-up: the loser exited at once ("A call to mkdir was unable to create
+# the desired directory") and mpirun waited for it forever, silently, in about one launch in
+# eight. netns_agent.sh gives each host a temporary directory of its own; `down` removes
+# them.
 set -eu
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -63,7 +72,7 @@ check_prefix() {
 
 # hosts PREFIX: the host namespaces, in order.
 hosts() {
-  ip netns list | awk -v p="$1-h" 'index($1, p) == 1 {print $1}' | sort -t h -k 2 -n
+  ip netns list | awk -v p="$1-h" 'index($1, p) == 1 {print $1}' | sort -t- -k2.2n
 }
 
 up() {
@@ -78,10 +87,8 @@ up() {
   while [ "$i" -lt "$n" ]; do
     host="$prefix-h$i"
     ip netns add "$host"
-    ip link add "${prefix}h${i}e" type veth peer name "${prefix}h${i}p"
-    ip link set "${prefix}h${i}e" netns "$host"
-    ip link set "${prefix}h${i}p" netns "$prefix-sw"
-    ip -n "$host" link set "${prefix}h${i}e" name eth0
+    # Made inside the two namespaces: the machine's own namespace never holds either end.
+    ip link add eth0 netns "$host" type veth peer name "${prefix}h${i}p" netns "$prefix-sw"
     ip -n "$host" addr add "10.77.0.$((i + 1))/24" dev eth0
     ip -n "$host" link set eth0 up
     ip -n "$host" link set lo up
@@ -94,12 +101,24 @@ up() {
   done
 }
 
+# kill_all NS: kills every process in namespace NS, again while new ones appear (a launcher
+# may start one between two passes), up to 5 passes.
+kill_all() {
+  n=0
+  while [ "$n" -lt 5 ] && [ -n "$(ip netns pids "$1" 2>/dev/null)" ]; do
+    for pid in $(ip netns pids "$1" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+    sleep 0.1
+    n=$((n + 1))
+  done
+}
+
 down() {
   prefix=$1
   for ns in $(ip netns list | awk -v p="$prefix-" 'index($1, p) == 1 {print $1}'); do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+    kill_all "$ns"
     ip netns del "$ns"
   done
+  rm -rf "${TMPDIR:-/tmp}/$prefix"-h*  # the hosts' temporary directories (netns_agent.sh)
   left=$(ip netns list | awk -v p="$prefix-" 'index($1, p) == 1 {print $1}')
   [ -z "$left" ] || die "down: namespaces left: $left"
   ! ip -o link | grep -q "${prefix}h[0-9]*[ep][@:]" || die "down: interfaces left: $(ip -o link | grep "${prefix}h")"
@@ -107,7 +126,9 @@ down() {
 
 # host_index PREFIX I: checks that host I exists.
 host_index() {
-  ip netns list | grep -q "^$1-h$2\b" || die "no host $1-h$2 (hosts: $(hosts "$1" | tr '\n' ' '))"
+  case "$2" in '' | *[!0-9]*) die "expected a host number, found \"$2\"" ;; esac
+  ip netns list | awk '{print $1}' | grep -qx "$1-h$2" ||
+    die "no host $1-h$2 (hosts: $(hosts "$1" | tr '\n' ' '))"
 }
 
 run_mpi() {
@@ -116,11 +137,11 @@ run_mpi() {
   [ "${1:-}" = "--" ] && shift
   hostfile=$(mktemp "${TMPDIR:-/tmp}/$prefix.hosts.XXXXXX")
   for h in $(hosts "$prefix"); do echo "$h slots=1"; done >"$hostfile"
-  [ -s "$hostfile" ] || die "mpirun: no hosts named $prefix-h*; run \`up\` first"
+  [ -s "$hostfile" ] || { rm -f "$hostfile"; die "mpirun: no hosts named $prefix-h*; run \`up\` first"; }
   code=0
   ip netns exec "$prefix-h0" mpirun --allow-run-as-root --oversubscribe -np "$np" \
     --hostfile "$hostfile" --map-by node --tag-output \
-    --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 --mca plm_rsh_num_concurrent 1 \
+    --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include 10.77.0.0/24 --mca btl tcp,self \
     --mca btl_tcp_if_include 10.77.0.0/24 \
     --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 \
@@ -176,7 +197,7 @@ bytes)
   ;;
 reset)
   for h in $(hosts "$prefix"); do
-    for pid in $(ip netns pids "$h"); do kill -KILL "$pid" 2>/dev/null || true; done
+    kill_all "$h"
     ip -n "$prefix-sw" link set "${prefix}${h#"$prefix"-}p" up
   done
   ;;

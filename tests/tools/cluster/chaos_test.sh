@@ -15,8 +15,7 @@ batch12='"train_batch_size": 12, "gradient_accumulation_steps": 2'
 STEPS=60
 
 config whole 1 "$STEPS" "$batch12"
-timeout 300 "$CLUSTER" mpirun "$PREFIX" 3 -- "$TRAIN" --config whole.json --comm-timeout 60 \
-  >whole.log 2>&1 || fail "whole failed: $(tail -n 5 whole.log)"
+on_cluster 3 whole --comm-timeout 60 || fail "whole failed: $(tail -n 5 whole.log)"
 
 # The highest training step logged so far (0 before any).
 logged_step() {
@@ -39,6 +38,7 @@ config chaos 1 "$STEPS" "$batch12"
   --before-restart "$CLUSTER reset $PREFIX" -- --config chaos.json --comm-timeout 5 \
   >chaos.log 2>&1 &
 launch=$!
+BACKGROUND=$launch
 events=0
 last=0
 while [ "$events" -lt 5 ]; do

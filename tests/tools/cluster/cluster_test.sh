@@ -39,8 +39,7 @@ for stage in 1 2 3; do
   name="s${stage}_hosts3"
   config "$name" "$stage" 6 "$batch12"
   before=$(sent_bytes) before_packets=$(sent_packets)
-  timeout 240 "$CLUSTER" mpirun "$PREFIX" 3 -- "$TRAIN" --config "$name.json" --comm-timeout 60 \
-    >"$name.log" 2>&1 || fail "$name failed: $(tail -n 5 "$name.log")"
+  on_cluster 3 "$name" --comm-timeout 60 || fail "$name failed: $(tail -n 5 "$name.log")"
   [ "$stage" != 2 ] || wire=$(($(sent_bytes) - before)) packets=$(($(sent_packets) - before_packets))
   "$COMPARE" single "$name" 1e-6 || fail "$name differs from the single-process run"
 done
@@ -64,8 +63,7 @@ echo "ok: the wire carried $ratio times the bytes the communicators counted"
 config3d single3d 1 1 0
 "$TRAIN" --config single3d.json >single3d.log 2>&1 || fail "single3d failed: $(tail -n 5 single3d.log)"
 config3d p2d1m2 2 2 1
-timeout 240 "$CLUSTER" mpirun "$PREFIX" 4 -- "$TRAIN" --config p2d1m2.json --comm-timeout 60 \
-  >p2d1m2.log 2>&1 || fail "p2d1m2 failed: $(tail -n 5 p2d1m2.log)"
+on_cluster 4 p2d1m2 --comm-timeout 60 || fail "p2d1m2 failed: $(tail -n 5 p2d1m2.log)"
 "$COMPARE" single3d p2d1m2 1e-5 || fail "the (2, 1, 2) run across 4 hosts differs from one process"
 echo "ok: (2, 1, 2) across 4 hosts equals one process"
 
@@ -75,8 +73,7 @@ for where in hosts local; do
   sed -i 's/"type": "AdamW", "params": {/"type": "OneBitAdam", "params": {"freeze_step": 4, /' \
     "onebit_$where.json"
   if [ "$where" = hosts ]; then
-    timeout 240 "$CLUSTER" mpirun "$PREFIX" 4 -- "$TRAIN" --config onebit_hosts.json \
-      --comm-timeout 60 >onebit_hosts.log 2>&1 || fail "onebit_hosts failed: $(tail -n 5 onebit_hosts.log)"
+    on_cluster 4 onebit_hosts --comm-timeout 60 || fail "onebit_hosts failed: $(tail -n 5 onebit_hosts.log)"
   else
     mpi_run 240 4 "$TRAIN" --config onebit_local.json --comm-timeout 60 >onebit_local.log 2>&1 ||
       fail "onebit_local failed: $(tail -n 5 onebit_local.log)"
@@ -92,6 +89,7 @@ config cut 1 100000 "$batch12"
 timeout 120 "$CLUSTER" mpirun "$PREFIX" 3 -- "$TRAIN" --config cut.json --comm-timeout 5 \
   >cut.log 2>&1 &
 job=$!
+BACKGROUND=$job
 deadline=$(($(date +%s) + 60))
 until grep -q '"step":3,' cut/log/metrics.jsonl 2>/dev/null; do
   [ "$(date +%s)" -lt "$deadline" ] || fail "cut: the run did not reach step 3 in 60 s: $(tail -n 5 cut.log)"
