@@ -81,13 +81,13 @@ int body(int argc, char** argv) {
   // Expert parallelism: each rank holds 1 / ep of the experts, sharded over world / ep ranks.
   const int64_t ep = model.moe ? model.moe->ep_size : 1;
   const int64_t experts = ep > 1 ? model.expert_parameters() : 0;
-  // A per-rank estimate of `bytes(stage, params, world)` with the experts split that way;
-  // -1 where ep does not divide the world.
+  // A per-rank estimate in GiB of `bytes(stage, params, world)` with the experts split that
+  // way (Note [Expert model states]); -1 where ep does not divide the world.
   const auto per_rank = [&](const auto& bytes, int stage, int world) -> double {
     if (world % ep != 0) return -1;
-    const int64_t dense = bytes(stage, params - experts, world);
-    return gib(dense +
-               (experts > 0 ? bytes(stage, experts / ep, world / static_cast<int>(ep)) : 0));
+    return gib(parallel::expert_split_model_state_bytes(
+        [&](int64_t p, int w) { return bytes(stage, p, w); }, params, experts, world,
+        static_cast<int>(ep)));
   };
   const auto fp32_bytes = [](int stage, int64_t p, int world) {
     return parallel::fp32_model_state_bytes(stage, p, world);

@@ -53,10 +53,11 @@
 // and its rank 0, whose data rank is its expert-parallel rank e, writes them as expert
 // part e (DeepSpeed writes its experts' optimizer state per expert-parallel rank too,
 // expp_rank_<e>_mp_rank_00_optim_states.pt, and their weights per expert). The other
-// parameters are saved as without experts. Loading, every rank reads every part (mapped: it
-// copies only what it takes) and takes its own experts by name; a checkpoint without expert parts (ep_size 1) has
-// the experts among the other weights and state, and a run without an expert part takes the
-// experts' parts with the rest, so any ep_size and world size resumes any other.
+// parameters are saved as without experts. Loading, every rank checks and maps every part
+// (copying only what it takes) and takes its own experts by name; a checkpoint without
+// expert parts (ep_size 1) has the experts among the other weights and state, and a run
+// without an expert part takes the experts' parts with the rest, so any ep_size and world
+// size resumes any other.
 //
 // Note [Dropout per step]
 // The dropout streams are derived, not saved: at step s each draws from the Philox key

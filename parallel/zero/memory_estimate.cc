@@ -50,6 +50,16 @@ int64_t nvme_model_state_bytes(int stage, int64_t params, int world, bool half_p
   return (optimizer ? 8 + masters + gradient_bytes : 0) * shard + shard_bytes * shard;
 }
 
+int64_t expert_split_model_state_bytes(const std::function<int64_t(int64_t, int)>& bytes,
+                                       int64_t params, int64_t experts, int world, int ep) {
+  TS_CHECK(ep >= 1 && world % ep == 0 && experts >= 0 && experts <= params,
+           "[memory] expected ep_size dividing the world and experts among the parameters, "
+           "found ep_size ",
+           ep, ", world ", world, ", ", experts, " experts of ", params, " parameters");
+  const int64_t others = bytes(params - experts, world);
+  return experts > 0 ? others + bytes(experts / ep, world / ep) : others;
+}
+
 int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_accumulation) {
   const int64_t shard = checked_shard(stage, params, world);
   switch (stage) {

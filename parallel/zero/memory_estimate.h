@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace tessera::parallel {
 
@@ -27,6 +28,16 @@ int64_t fp32_model_state_bytes(int stage, int64_t params, int world);
 // stage 2 (its estimator: 2 P + 18 P / world); its stage 3 estimate is 18 P / world.
 // Stage 3's persistent parameters and gathered ones come on top.
 int64_t mixed_model_state_bytes(int stage, int64_t params, int world, bool f32_accumulation);
+
+// Note [Expert model states]
+// Under expert parallelism with ep_size `ep` (Note [Expert parameters] in
+// parallel/zero/zero_optimizer.h) a rank of `world` holds the parameters other than the
+// `experts` as above, and 1 / ep of the experts sharded over the world / ep ranks that hold
+// the same ones: bytes(params - experts, world) + bytes(experts / ep, world / ep), `bytes`
+// being one of the functions above for a stage and precision. Throws unless ep divides
+// world.
+int64_t expert_split_model_state_bytes(const std::function<int64_t(int64_t, int)>& bytes,
+                                       int64_t params, int64_t experts, int world, int ep);
 
 // Note [Offloaded model states]
 // With offload_optimizer "nvme" (stages 1-3; Note [ZeRO's offloaded state] in

@@ -89,3 +89,22 @@ TEST_CASE("DeepSpeed's ZeRO-2 and ZeRO-3 estimates match its reference values", 
 }
 
 }  // namespace tessera::parallel
+
+namespace tessera::parallel {
+namespace {
+
+TEST_CASE("expert parallelism: 1 / ep of the experts, sharded over world / ep", "[memory]") {
+  const auto fp32 = [](int stage) {
+    return [stage](int64_t p, int w) { return fp32_model_state_bytes(stage, p, w); };
+  };
+  // 40 other parameters whole at stage 0 (16 bytes each), 60 / 2 = 30 experts whole.
+  CHECK(expert_split_model_state_bytes(fp32(0), 100, 60, 4, 2) == 16 * 40 + 16 * 30);
+  // Stage 3: 40 over 4 ranks, 30 over 2.
+  CHECK(expert_split_model_state_bytes(fp32(3), 100, 60, 4, 2) == 16 * 10 + 16 * 15);
+  CHECK(expert_split_model_state_bytes(fp32(1), 100, 0, 4, 1) == fp32_model_state_bytes(1, 100, 4));
+  CHECK_THROWS_WITH(expert_split_model_state_bytes(fp32(0), 100, 60, 3, 2),
+                    Catch::Contains("expected ep_size dividing the world"));
+}
+
+}  // namespace
+}  // namespace tessera::parallel

@@ -65,14 +65,16 @@ std::vector<std::string> describe_run_config(const RunConfig& c, int64_t world_s
   const int dp_size = static_cast<int>(e.data_parallel_size);
   const bool f32_accumulation = is_half(dtype) && mp.accumulation_dtype(stage) == DType::f32 &&
                                 e.batch.gradient_accumulation_steps > 1;
-  const auto states = [&](int64_t params, int ranks) {
-    return is_half(dtype)
-               ? parallel::mixed_model_state_bytes(stage, params, ranks, f32_accumulation)
-               : parallel::fp32_model_state_bytes(stage, params, ranks);
-  };
-  const int64_t state =
-      states(part, dp_size) +
-      (experts > 0 ? states(experts / ep, std::max<int>(1, dp_size / static_cast<int>(ep))) : 0);
+  // As the trainer's make_expert_groups says it at start-up.
+  TS_CHECK(dp_size % ep == 0, "[expert parallel] ep_size ", ep,
+           ": expected a divisor of the data-parallel group's ", dp_size, " ranks");
+  const int64_t state = parallel::expert_split_model_state_bytes(
+      [&](int64_t params, int ranks) {
+        return is_half(dtype)
+                   ? parallel::mixed_model_state_bytes(stage, params, ranks, f32_accumulation)
+                   : parallel::fp32_model_state_bytes(stage, params, ranks);
+      },
+      part + experts, experts, dp_size, experts > 0 ? static_cast<int>(ep) : 1);
   std::string where;
   const bool optimizer_nvme =
       e.zero.offload_optimizer.device == parallel::OffloadOptimizerConfig::Device::nvme;
