@@ -82,6 +82,14 @@ void CommStats::add(CommOp op, int64_t bytes_sent, double simulated_seconds) {
   o.simulated_seconds += simulated_seconds;
 }
 
+void CommStats::add(const CommStats& other) {
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    ops_[i].calls += other.ops_[i].calls;
+    ops_[i].bytes_sent += other.ops_[i].bytes_sent;
+    ops_[i].simulated_seconds += other.ops_[i].simulated_seconds;
+  }
+}
+
 int64_t CommStats::total_bytes_sent() const {
   int64_t total = 0;
   for (const Op& o : ops_) total += o.bytes_sent;
@@ -146,6 +154,25 @@ CommStats Communicator::stats() const {
 void Communicator::reset_stats() {
   std::lock_guard<std::mutex> lock(stats_mutex_);
   stats_ = CommStats();
+}
+
+void Communicator::cancel(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(cancel_mutex_);
+    if (cancel_requested()) return;
+    cancel_reason_ = reason;
+  }
+  cancel_requested_.store(true, std::memory_order_release);
+}
+
+std::string Communicator::cancel_reason() const {
+  std::lock_guard<std::mutex> lock(cancel_mutex_);
+  return cancel_reason_;
+}
+
+void Communicator::add_stats(const CommStats& stats) {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  stats_.add(stats);
 }
 
 void Communicator::mark_broken(const std::string& reason) {
@@ -303,6 +330,7 @@ void Communicator::run(CommOp op, F&& f) {
   }
   Traffic traffic;
   try {
+    if (cancel_requested()) fail(op, str_cat("cancelled: ", cancel_reason()));
     traffic = f();
   } catch (const Error& e) {
     mark_broken(e.what());
@@ -316,10 +344,12 @@ void Communicator::run(CommOp op, F&& f) {
     stats_.add(op, traffic.sent, modeled);
   }
   if (modeled > 0) {
-    const Clock::time_point link_done =
-        std::max(issued, link_free_at_) +
-        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(modeled));
     const Clock::time_point returned = Clock::now();
+    // A receive's message was there when the backend returned (Note [Simulated link]).
+    const Clock::time_point start = std::max(issued, link_free_at_);
+    const Clock::time_point link_done =
+        (op == CommOp::recv ? std::max(start, returned) : start) +
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(modeled));
     link_free_at_ = std::max(link_done, returned);
     if (link_done > returned) std::this_thread::sleep_until(link_done);
   }

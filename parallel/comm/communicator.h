@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -88,6 +89,8 @@ class CommStats {
   };
   const Op& operator[](CommOp op) const { return ops_[static_cast<int>(op)]; }
   void add(CommOp op, int64_t bytes_sent, double simulated_seconds = 0);
+  // Adds every op's calls, bytes and link time of `other`.
+  void add(const CommStats& other);
   int64_t total_bytes_sent() const;
   // The modeled link time of every op; 0 while no simulated link is set.
   double total_simulated_seconds() const;
@@ -143,7 +146,9 @@ class QueuedWork {
 // (recv, and broadcast on a non-root rank), the bytes it receives: data cannot arrive
 // faster than its sender's link puts it out. The link carries one operation at a time,
 // from when the operation was issued or the link finished the one before, whichever is
-// later; the operation ends when the link is done with it or when the backend returned,
+// later, and a receive no earlier than its message was there (the backend returned: a
+// receive started ahead of its send gets the data a link time after the send, not at
+// once); the operation ends when the link is done with it or when the backend returned,
 // whichever is later, and the rank sleeps until then. So the real elapsed time (the
 // backend's work and any wait for peers) counts toward the modeled time, and on one
 // machine the delay is that of the simulated network rather than in addition to the
@@ -173,6 +178,9 @@ class Communicator {
   // so far).
   CommStats stats() const;
   void reset_stats();
+  // Counts `stats` as this group's: the operations of a group split off to carry some of
+  // this one's traffic (a pipeline's lanes, Note [Pipe lanes] in parallel/pipeline/lanes.h).
+  void add_stats(const CommStats& stats);
   // Models this rank's network link from the next operation on (Note [Simulated link]);
   // groups split off later inherit it. Throws on a negative or non-finite value, or on a
   // latency without a bandwidth (gbit_per_s 0 switches the model off).
@@ -182,6 +190,13 @@ class Communicator {
   // runs operations started earlier (Note [Simulated link]). Applies to the next operation
   // only, and only to the simulated link's timing.
   void set_issued_at(std::chrono::steady_clock::time_point t) { issued_at_ = t; }
+  // Makes this rank's operations now waiting for peers, on any thread, and all later ones
+  // fail with "cancelled: <reason>", which breaks the group: for a rank that will not go on
+  // with what it started (a pipeline's receives started ahead, after its stage failed).
+  // Thread-safe. MPI's operations and thread ranks' sends and receives stop waiting within
+  // a few milliseconds; the rest (thread ranks' collectives, NCCL, host staging) run on to
+  // their timeout.
+  void cancel(const std::string& reason);
   // Whether the operations may run on a thread other than the one that made the group, one
   // thread at a time (Note [Asynchronous collectives] in async_collectives.h).
   virtual bool runs_on_any_thread() const { return true; }
@@ -250,6 +265,10 @@ class Communicator {
   virtual bool reduces_16_bit() const { return false; }
   // Called once when an operation of this rank fails and the group breaks, with the error.
   virtual void on_broken(const std::string& reason) {}
+  // Whether cancel() was called; cancel_reason() says why. Safe on any thread: a backend's
+  // waits poll it.
+  bool cancel_requested() const { return cancel_requested_.load(std::memory_order_acquire); }
+  std::string cancel_reason() const;
 
  private:
   void check_tensor(CommOp op, const char* arg, const Tensor& t);
@@ -282,6 +301,9 @@ class Communicator {
   std::optional<std::chrono::steady_clock::time_point> issued_at_;
   std::chrono::steady_clock::time_point link_free_at_{};
   std::string broken_reason_;
+  mutable std::mutex cancel_mutex_;  // guards cancel_reason_
+  std::string cancel_reason_;
+  std::atomic<bool> cancel_requested_{false};
 };
 
 }  // namespace tessera::parallel

@@ -77,12 +77,14 @@ MPI_Datatype element_type(DType dtype) {
 struct PollResult {
   int code = MPI_SUCCESS;  // MPI's error, when the operation failed
   bool timed_out = false;
+  bool stopped = false;  // `stop` said so first
 };
 
 // Tests `request` until it completes, fails or `deadline` passes (Note [MPI waits under a
-// deadline]), calling `idle` (when given) before each sleep.
+// deadline]) or `stop` (when given) returns true, calling `idle` (when given) before each
+// sleep.
 PollResult poll(MPI_Request& request, Clock::time_point deadline, MPI_Status* status,
-                const std::function<void()>& idle = {}) {
+                const std::function<void()>& idle = {}, const std::function<bool()>& stop = {}) {
   const Clock::time_point start = Clock::now();
   std::chrono::microseconds pause = kFirstPause;
   for (;;) {
@@ -92,6 +94,7 @@ PollResult poll(MPI_Request& request, Clock::time_point deadline, MPI_Status* st
     const int code = MPI_Test(&request, &done, status);
     if (code != MPI_SUCCESS || done) return {code, false};
     if (Clock::now() >= deadline) return {MPI_SUCCESS, true};
+    if (stop && stop()) return {MPI_SUCCESS, false, true};
     if (Clock::now() - start < kSpin) {
       std::this_thread::yield();
     } else {
@@ -217,9 +220,15 @@ void MpiCommunicator::wait(CommOp op, const char* call, MPI_Request& request,
     askers_.clear();
   }
   const CommPosition here{op, sequence() - 1};
-  const PollResult result = poll(request, deadline_, status,
-                                 [&] { answer_roll_calls(comm_, here, askers_, abandoned_); });
+  const PollResult result = poll(
+      request, deadline_, status, [&] { answer_roll_calls(comm_, here, askers_, abandoned_); },
+      [&] { return cancel_requested(); });
   check(op, result.code, call);
+  if (result.stopped) {
+    // MPI may still write into them, as after a timeout.
+    for (Tensor& b : buffers) abandoned_.push_back(std::move(b));
+    fail(op, str_cat("cancelled: ", cancel_reason()));
+  }
   if (result.timed_out) {
     for (Tensor& b : buffers) abandoned_.push_back(std::move(b));
     const std::string timed_out = str_cat("timed out after ", options().timeout.count(), " ms");

@@ -17,6 +17,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How often a send or receive waiting for its peer looks whether it was cancelled.
+constexpr std::chrono::milliseconds kCancelCheck{5};
+
 struct Group;
 
 // One direction between two ranks: a sender posts a tensor and waits until the receiver
@@ -246,7 +249,11 @@ class ThreadCommunicator final : public Communicator {
             Pred ready) {
     const Clock::time_point deadline = Clock::now() + options().timeout;
     while (!ready()) {
-      if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !ready()) {
+      if (cancel_requested()) fail(op, str_cat("cancelled: ", cancel_reason()));
+      // Wakes every kCancelCheck to see whether the wait was cancelled (Communicator::cancel).
+      const Clock::time_point wake = std::min(deadline, Clock::now() + kCancelCheck);
+      if (cv.wait_until(lock, wake) == std::cv_status::timeout && !ready() &&
+          Clock::now() >= deadline) {
         fail(op, str_cat("timed out after ", options().timeout.count(), " ms waiting for rank ",
                          peer, " (exited, or called a different operation)"));
       }

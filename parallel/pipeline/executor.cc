@@ -19,6 +19,18 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kMaxDims = 6;
 constexpr int64_t kHeader = kMaxDims + 2;  // [ndim, dims..., dtype]
 
+// Receives started on a lane and not yet taken, at most (Note [Non-blocking stage
+// transfers]): the one being waited for and the next.
+constexpr size_t kReceivesAhead = 2;
+
+// What travels for one tensor of a channel: all of it, or this rank's piece of the flat
+// tensor (Note [Partitioned stage transfers]).
+Tensor receive_buffer(const Shape& shape, DType dtype, bool partitioned, const Communicator* slices,
+                      Device device) {
+  if (!partitioned) return empty(shape, {dtype, device});
+  return empty({(numel_of(shape) + slices->size() - 1) / slices->size()}, {dtype, device});
+}
+
 // A stage's buffers: what each in-flight micro-batch needs between its instructions.
 struct Buffers {
   std::vector<Tensor> inputs, outputs, labels, grads, losses, extras;
@@ -39,23 +51,53 @@ void PipelineStage::backward_with(const Tensor& root, const Tensor& grad, bool l
 PipelineExecutor::PipelineExecutor(Communicator& pipe, PipelineStage& stage,
                                    PartitionedTransfers transfers, bool nonblocking)
     : pipe_(pipe), stage_(stage), slices_(transfers.slices) {
-  if (nonblocking && pipe.size() > 1) async_ = std::make_unique<AsyncCollectives>(pipe);
+  if (nonblocking && uses_lanes(pipe)) {
+    lanes_ = make_pipe_lanes(pipe);
+    const auto lane = [](Lane& l) { return l.exists() ? &l : nullptr; };
+    act_out_.lane = lane(lanes_.activations_out);
+    act_in_.lane = lane(lanes_.activations_in);
+    grad_out_.lane = lane(lanes_.gradients_out);
+    grad_in_.lane = lane(lanes_.gradients_in);
+  } else if (nonblocking && pipe.size() > 1) {
+    async_ = std::make_unique<AsyncCollectives>(pipe);
+  }
   const bool split = slices_ != nullptr && slices_->size() > 1;
   act_out_.partitioned = act_in_.partitioned = split && transfers.activations;
   grad_out_.partitioned = grad_in_.partitioned = split && transfers.gradients;
 }
 
-CommHandle PipelineExecutor::send_now(const Tensor& t, int peer) {
+CommHandle PipelineExecutor::send_now(const Tensor& t, int peer, Channel& channel) {
+  if (channel.lane) return channel.lane->async->send(t, channel.lane->peer);
   if (async_) return async_->send(t, peer);
   pipe_.send(t, peer);
   return CommHandle();
 }
 
+void PipelineExecutor::wait_all() {
+  if (async_) async_->wait_all();
+  for (Lane* lane : lanes_.all()) {
+    if (lane->exists()) lane->async->wait_all();
+  }
+  fold_lane_stats(lanes_, pipe_);
+}
+
 void PipelineExecutor::drain() noexcept {
-  if (!async_) return;
-  try {
-    async_->wait_all();
-  } catch (...) {
+  std::vector<AsyncCollectives*> started;
+  if (async_) started.push_back(async_.get());
+  for (Lane* lane : lanes_.all()) {
+    if (!lane->exists()) continue;
+    lane->group->cancel(str_cat("stage ", pipe_.rank(), " failed"));
+    started.push_back(lane->async.get());
+  }
+  for (AsyncCollectives* async : started) {
+    try {
+      async->wait_all();
+    } catch (...) {
+    }
+  }
+  for (Channel* c : {&act_out_, &act_in_, &grad_out_, &grad_in_}) {
+    c->started.clear();
+    c->unstarted = 0;
   }
 }
 
@@ -76,7 +118,7 @@ CommHandle PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
     header[0] = data.dim();
     for (int64_t d = 0; d < data.dim(); ++d) header[1 + d] = data.size(d);
     header[kHeader - 1] = static_cast<int64_t>(data.dtype());
-    send_now(from_vector(header, {kHeader}).to(stage_.device()), peer);
+    send_now(from_vector(header, {kHeader}).to(stage_.device()), peer, channel);
     channel.known = true;
     channel.shape = data.shape();
     channel.dtype = data.dtype();
@@ -85,36 +127,83 @@ CommHandle PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
            pipe_.rank(), " sends ", shape_str(data.shape()), " ", dtype_name(data.dtype()),
            " to stage ", peer, "; expected the ", shape_str(channel.shape), " ",
            dtype_name(channel.dtype), " of its first message (shapes are fixed within a run)");
-  if (!channel.partitioned) return send_now(data, peer);
+  if (!channel.partitioned) return send_now(data, peer, channel);
   // This rank's piece of the flat tensor (Note [Partitioned stage transfers]).
-  return send_now(flat_piece(data, *slices_), peer);
+  return send_now(flat_piece(data, *slices_), peer, channel);
+}
+
+void PipelineExecutor::read_header(const Tensor& header, int peer, Channel& channel) {
+  const std::vector<int64_t> h = header.to(Device::cpu()).to_vector<int64_t>();
+  TS_CHECK(h[0] >= 0 && h[0] <= kMaxDims, "[pipeline] stage ", pipe_.rank(),
+           " received a header of ", h[0], " dims from stage ", peer, "; expected 0 to ", kMaxDims);
+  channel.shape.assign(h.begin() + 1, h.begin() + 1 + h[0]);
+  channel.dtype = static_cast<DType>(h[kHeader - 1]);
+  channel.known = true;
+}
+
+Tensor PipelineExecutor::assemble(const Tensor& t, const Channel& channel) {
+  return channel.partitioned ? gather_flat_pieces(t, channel.shape, *slices_) : t;
+}
+
+void PipelineExecutor::begin_receives(Channel& channel, int count) {
+  if (!channel.lane) return;
+  TS_CHECK(channel.started.empty(), "[pipeline] internal error: stage ", pipe_.rank(),
+           " begins a batch with ", channel.started.size(), " receives of the last not taken");
+  channel.unstarted = count;
+  start_receives(channel);
+}
+
+void PipelineExecutor::start_receives(Channel& channel) {
+  Lane& lane = *channel.lane;
+  if (!channel.known) {
+    if (channel.started.empty() && channel.unstarted > 0) {
+      const Tensor header = zeros({kHeader}, {DType::i64, stage_.device()});
+      channel.started.push_back({header, lane.async->recv(header, lane.peer), recv_calls_});
+    }
+    return;
+  }
+  while (channel.started.size() < kReceivesAhead && channel.unstarted > 0) {
+    const Tensor t =
+        receive_buffer(channel.shape, channel.dtype, channel.partitioned, slices_, stage_.device());
+    channel.started.push_back({t, lane.async->recv(t, lane.peer), recv_calls_});
+    --channel.unstarted;
+  }
 }
 
 Tensor PipelineExecutor::recv(int peer, Channel& channel) {
+  const int64_t call = ++recv_calls_;
+  if (channel.lane) {
+    if (!channel.known) {
+      TS_CHECK(!channel.started.empty(), "[pipeline] internal error: stage ", pipe_.rank(),
+               " takes more tensors from stage ", peer, " than its batch began receiving");
+      const Started header = channel.started.front();
+      channel.started.pop_front();
+      header.handle.wait();
+      read_header(header.tensor, peer, channel);
+      start_receives(channel);
+    }
+    TS_CHECK(!channel.started.empty(), "[pipeline] internal error: stage ", pipe_.rank(),
+             " takes more tensors from stage ", peer, " than its batch began receiving");
+    const Started next = channel.started.front();
+    channel.started.pop_front();
+    if (next.started_by < call) ++timing_.receives_ahead;
+    start_receives(channel);  // the one after travels while this one is used
+    next.handle.wait();
+    return assemble(next.tensor, channel);
+  }
   if (!channel.known) {
     const Tensor header = zeros({kHeader}, {DType::i64, stage_.device()});
     recv_now(header, peer);
-    const std::vector<int64_t> h = header.to(Device::cpu()).to_vector<int64_t>();
-    TS_CHECK(h[0] >= 0 && h[0] <= kMaxDims, "[pipeline] stage ", pipe_.rank(),
-             " received a header of ", h[0], " dims from stage ", peer, "; expected 0 to ",
-             kMaxDims);
-    channel.shape.assign(h.begin() + 1, h.begin() + 1 + h[0]);
-    channel.dtype = static_cast<DType>(h[kHeader - 1]);
-    channel.known = true;
+    read_header(header, peer, channel);
   }
-  if (!channel.partitioned) {
-    const Tensor t = empty(channel.shape, {channel.dtype, stage_.device()});
-    recv_now(t, peer);
-    return t;
-  }
-  const int64_t piece = (numel_of(channel.shape) + slices_->size() - 1) / slices_->size();
-  const Tensor mine = empty({piece}, {channel.dtype, stage_.device()});
-  recv_now(mine, peer);
-  return gather_flat_pieces(mine, channel.shape, *slices_);
+  const Tensor t =
+      receive_buffer(channel.shape, channel.dtype, channel.partitioned, slices_, stage_.device());
+  recv_now(t, peer);
+  return assemble(t, channel);
 }
 
 double PipelineExecutor::finish(double loss_sum, const Tensor& extra_sum, int micro_batches) {
-  if (async_) async_->wait_all();  // the sends still travelling, and their errors
+  wait_all();  // the sends still travelling, and their errors
   if (extra_sum.defined()) loss_sum += extra_sum.to(Device::cpu()).item<double>();
   // The last stage's losses plus the earlier stages' extra loss terms (zero without any),
   // averaged over the micro-batches, on every stage: the loss one process reports.
@@ -138,6 +227,9 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
   Tensor extra_sum;  // the earlier stages' extra loss terms, f64 on the device
   int backwards = 0;
   try {
+    follow_pipe_link(lanes_, pipe_);
+    begin_receives(act_in_, first ? 0 : m);
+    begin_receives(grad_in_, last ? 0 : m);
     for (const PipeStep& step : schedule) {
       for (const PipeInstruction& in : step) {
         const int b = in.buffer;
@@ -202,7 +294,7 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
             if (hooks.reduce_grads) hooks.reduce_grads();
             break;
           case PipeOp::optimizer_step:
-            if (async_) async_->wait_all();  // Note [Non-blocking stage transfers]
+            wait_all();  // Note [Non-blocking stage transfers]
             if (hooks.optimizer_step) hooks.optimizer_step();
             break;
         }
@@ -228,6 +320,8 @@ double PipelineExecutor::eval_batch(const std::vector<MicroBatch>& micro_batches
   double loss_sum = 0.0;
   std::vector<CommHandle> sent(2);  // per buffer: its output's send, waited for before reuse
   try {
+    follow_pipe_link(lanes_, pipe_);
+    begin_receives(act_in_, first ? 0 : m);
     for (const PipeStep& step : inference_schedule(m, stages, s)) {
       for (const PipeInstruction& in : step) {
         const int b = in.buffer;

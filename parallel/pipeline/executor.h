@@ -34,12 +34,20 @@
 // on its worker. The tensors sent are kept (the outputs until their backward) or owned by
 // the handle (gradients, headers, pieces), so none changes while travelling. The loss
 // broadcast at the end of a batch waits for everything first, and so does the optimizer
-// step (a failed send stops the step, as a blocking one did). NCCL queues them on its
-// stream instead of a worker (Note [Device-queued operations] in
-// parallel/comm/communicator.h); host staging blocks. pipeline.overlap_transfers false
+// step (a failed send stops the step, as a blocking one did). Where the backend has a
+// worker (thread ranks, MPI), each direction of each link is a lane of its own (Note [Pipe
+// lanes] in parallel/pipeline/lanes.h) and receives are started ahead: at the batch's start
+// and as each is taken, up to kReceivesAhead not yet taken, so a stage's next input
+// travels while it computes on the current one; buffers the receives fill are allocated
+// when they are started. After a failure the lanes are cancelled (Communicator::cancel):
+// a receive started ahead whose send will not come ends at once instead of at the timeout,
+// and the executor cannot be used again. NCCL queues the transfers on its stream instead of
+// a worker (Note [Device-queued operations] in parallel/comm/communicator.h), receiving
+// where needed; host staging blocks. pipeline.overlap_transfers false
 // (parallel/engine_config.h) makes the engine's executor block.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -47,6 +55,7 @@
 #include "core/tensor.h"
 #include "parallel/comm/async_collectives.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/pipeline/lanes.h"
 
 namespace tessera::parallel::pipeline {
 
@@ -89,10 +98,13 @@ struct StepHooks {
 };
 
 // Seconds of the last batch on this stage: busy in forward and backward, and in all (the
-// StepHooks' reductions and optimizer step included).
+// StepHooks' reductions and optimizer step included); and how many of its receives had
+// been started before the stage asked for their tensors (Note [Non-blocking stage
+// transfers]; headers not counted).
 struct PipelineTiming {
   double busy_s = 0;
   double total_s = 0;
+  int receives_ahead = 0;
 };
 
 // Which stage-to-stage transfers are partitioned over `slices`, the tensor-parallel group
@@ -120,21 +132,48 @@ class PipelineExecutor {
   const PipelineTiming& last_timing() const { return timing_; }
 
  private:
-  // A direction's tensor shape, learnt from the first message, and whether its data moves
-  // in tensor-parallel pieces.
+  // A receive started on a lane, not yet taken; `started_by` numbers the recv() call that
+  // started it (the one that will take it, when it was not started ahead).
+  struct Started {
+    Tensor tensor;
+    CommHandle handle;
+    int64_t started_by = 0;
+  };
+  // A direction's tensor shape, learnt from the first message, whether its data moves in
+  // tensor-parallel pieces, and its lane (Note [Pipe lanes]; null: the pipe group carries
+  // it) with the receives started on it.
   struct Channel {
     bool partitioned = false;
     bool known = false;
     Shape shape;
     DType dtype = DType::f32;
+    Lane* lane = nullptr;
+    std::deque<Started> started;  // oldest first; the header's alone while the shape is unknown
+    int unstarted = 0;            // of the batch's receives
   };
   // Sends t's data (started, when non-blocking: the handle says when it has gone).
   CommHandle send(const Tensor& t, int peer, Channel& channel);
+  // The next tensor from `peer`, waited for.
   Tensor recv(int peer, Channel& channel);
-  // pipe_'s send and receive, through async_ when there is one (a receive is waited for).
-  CommHandle send_now(const Tensor& t, int peer);
+  // A send and a waited-for receive on the channel's lane, else on pipe_ (through async_
+  // when there is one).
+  CommHandle send_now(const Tensor& t, int peer, Channel& channel);
   void recv_now(const Tensor& t, int peer);
-  // After a failure inside a batch: waits for what was started, so that nothing of this
+  // Receiving on a lane: the batch will take `count` tensors on `channel`; starts the
+  // first ones.
+  void begin_receives(Channel& channel, int count);
+  // Starts receives on the channel's lane until kReceivesAhead are not yet taken (only the
+  // header's while the shape is unknown).
+  void start_receives(Channel& channel);
+  // Records the shape and dtype a header from `peer` announces.
+  void read_header(const Tensor& header, int peer, Channel& channel);
+  // The tensor a received piece of a partitioned transfer belongs to (Note [Partitioned
+  // stage transfers]), or `t` itself.
+  Tensor assemble(const Tensor& t, const Channel& channel);
+  // Lanes, or pipe_'s async_: waits for every started operation.
+  void wait_all();
+  // After a failure inside a batch: cancels the lanes' operations (receives started ahead
+  // may never be matched) and waits for what was started on pipe_, so that nothing of this
   // batch pairs with the peers' next one (its own errors are the failure's consequences).
   void drain() noexcept;
   // The step's loss on every stage: the stages' `loss_sum` (the last stage's losses) plus
@@ -143,11 +182,13 @@ class PipelineExecutor {
   double finish(double loss_sum, const Tensor& extra_sum, int micro_batches);
 
   Communicator& pipe_;
-  std::unique_ptr<AsyncCollectives> async_;  // pipe_'s, when nonblocking
+  std::unique_ptr<AsyncCollectives> async_;  // pipe_'s, when nonblocking without lanes
+  PipeLanes lanes_;                          // when nonblocking and uses_lanes(pipe_)
   PipelineStage& stage_;
   Communicator* slices_;  // the tensor-parallel group of partitioned transfers
   Channel act_out_, act_in_, grad_out_, grad_in_;
   PipelineTiming timing_;
+  int64_t recv_calls_ = 0;  // recv()s so far, numbering Started::started_by
 };
 
 }  // namespace tessera::parallel::pipeline

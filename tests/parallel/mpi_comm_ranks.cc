@@ -333,6 +333,35 @@ TEST_CASE("mpi argument errors fail locally and name the op", "[mpi]") {
   }
 }
 
+TEST_CASE("mpi a cancelled receive on the worker ends at once with the reason", "[mpi]") {
+  // Rank 1 sends only after rank 0 has cancelled (and the other world's barrier says so),
+  // completing the receive MPI still holds; without cancel() rank 0 would wait for the
+  // minute-long timeout and fail with "timed out".
+  auto comm = new_world(std::chrono::minutes(1));
+  auto after = new_world();
+  if (comm->size() < 2 || comm->rank() > 1) {
+    after->barrier();
+    return;
+  }
+  if (comm->rank() == 1) {
+    after->barrier();
+    comm->send(tessera::zeros({3}), 0);
+    return;
+  }
+  std::string received, later;
+  {
+    AsyncCollectives async(*comm);
+    const CommHandle h = async.recv(tessera::zeros({3}), 1);
+    std::this_thread::sleep_for(20ms);  // the worker is waiting
+    comm->cancel("stage 0 failed");
+    received = error_of([&] { h.wait(); });
+    later = error_of([&] { async.send(tessera::zeros({3}), 1).wait(); });
+  }
+  after->barrier();
+  CHECK_THAT(received, Contains("recv #0: cancelled: stage 0 failed"));
+  CHECK_THAT(later, Contains("send #1: the group is unusable after an earlier failure"));
+}
+
 TEST_CASE("mpi recv of a message of another size fails with both sizes", "[mpi]") {
   {
     auto comm = new_world();

@@ -7,6 +7,7 @@
 // assertions are not thread-safe).
 #include "parallel/comm/async_collectives.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
@@ -220,6 +221,40 @@ TEST_CASE("a started collective's error comes from its wait, and breaks the grou
     // wait_all reports the first failed operation of those started: the same error.
     CHECK(second[r] == first[r]);
   }
+}
+
+TEST_CASE("a cancelled receive ends at once with the reason, and breaks the group",
+          "[comm][async]") {
+  // Rank 1 sends nothing until rank 0 has cancelled; without cancel() rank 0's receive would
+  // wait for its minute-long timeout and fail with "timed out".
+  std::string received, after;
+  std::atomic<bool> cancelled{false};
+  run_thread_ranks(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {
+          while (!cancelled.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          return;
+        }
+        AsyncCollectives async(comm);
+        const CommHandle h = async.recv(zeros({3}), 1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the worker is waiting
+        comm.cancel("stage 0 failed");
+        try {
+          h.wait();
+        } catch (const Error& e) {
+          received = e.what();
+        }
+        try {
+          async.send(zeros({3}), 1).wait();
+        } catch (const Error& e) {
+          after = e.what();
+        }
+        cancelled = true;
+      },
+      CommOptions{.timeout = std::chrono::seconds(60)});
+  CHECK_THAT(received, Catch::Contains("recv #0: cancelled: stage 0 failed"));
+  CHECK_THAT(after, Catch::Contains("send #1: the group is unusable after an earlier failure"));
 }
 
 TEST_CASE("a backend bound to its caller's thread runs started collectives at once",

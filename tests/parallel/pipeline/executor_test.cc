@@ -5,7 +5,9 @@
 #include "parallel/pipeline/executor.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -24,13 +26,17 @@ constexpr int kValues = 7;
 // sum(y * labels).
 class ScaleStage : public parallel::pipeline::PipelineStage {
  public:
-  explicit ScaleStage(int stage) {
+  // `fail_at`: the forward() call (from 0) that throws; -1: none.
+  explicit ScaleStage(int stage, int fail_at = -1) : fail_at_(fail_at) {
     std::vector<float> w(kValues);
     for (int i = 0; i < kValues; ++i) w[i] = static_cast<float>(i + 1 + stage);
     w_ = from_vector(w, {1, kValues});
     w_.set_requires_grad(true);
   }
-  Tensor forward(const Tensor& input) override { return mul(input, w_); }
+  Tensor forward(const Tensor& input) override {
+    TS_CHECK(forwards_++ != fail_at_, "forward ", fail_at_, " fails on purpose");
+    return mul(input, w_);
+  }
   Tensor loss(const Tensor& output, const Tensor& labels) override {
     return sum(mul(output, labels));
   }
@@ -42,7 +48,23 @@ class ScaleStage : public parallel::pipeline::PipelineStage {
 
  private:
   Tensor w_;
+  int fail_at_;
+  int forwards_ = 0;
 };
+
+// `micro_batches` inputs and labels of (1, 7) for batch `batch`.
+std::vector<parallel::pipeline::MicroBatch> make_batches(int micro_batches, int batch = 0) {
+  std::vector<parallel::pipeline::MicroBatch> batches;
+  for (int k = 0; k < micro_batches; ++k) {
+    std::vector<float> x(kValues), y(kValues);
+    for (int i = 0; i < kValues; ++i) {
+      x[i] = 0.5f * static_cast<float>(i - k - batch);
+      y[i] = static_cast<float>((i * 3 + k + batch) % 5) - 2.0f;
+    }
+    batches.push_back({from_vector(x, {1, kValues}), from_vector(y, {1, kValues})});
+  }
+  return batches;
+}
 
 struct Outcome {
   double loss = 0;
@@ -62,17 +84,8 @@ std::vector<Outcome> run(bool partitioned, bool nonblocking = true,
     ScaleStage stage(g.coord.pipe);
     parallel::pipeline::PipelineExecutor executor(
         *g.pipe, stage, {g.model.get(), partitioned, partitioned}, nonblocking);
-    std::vector<parallel::pipeline::MicroBatch> batches;
-    for (int k = 0; k < 2; ++k) {
-      std::vector<float> x(kValues), y(kValues);
-      for (int i = 0; i < kValues; ++i) {
-        x[i] = 0.5f * static_cast<float>(i - k);
-        y[i] = static_cast<float>((i * 3 + k) % 5) - 2.0f;
-      }
-      batches.push_back({from_vector(x, {1, kValues}), from_vector(y, {1, kValues})});
-    }
     Outcome o;
-    o.loss = executor.train_batch(batches);
+    o.loss = executor.train_batch(make_batches(2));
     o.grad = stage.weight().grad().to_vector<float>();
     o.pipe_bytes = g.pipe->stats().total_bytes_sent();
     std::lock_guard<std::mutex> lock(mutex);
@@ -110,6 +123,72 @@ TEST_CASE("non-blocking stage transfers give the blocking executor's bits", "[pi
       CHECK(nonblocking[r].pipe_bytes == blocking[r].pipe_bytes);
     }
   }
+}
+
+// Per rank of a 4-stage pipe through two batches of 4 micro-batches: the losses, the
+// weight's gradient and PipelineTiming::receives_ahead of each batch.
+struct TwoBatches {
+  std::vector<double> losses;
+  std::vector<float> grad;
+  std::vector<int> ahead;
+};
+
+std::vector<TwoBatches> run_two_batches(bool nonblocking) {
+  std::vector<TwoBatches> out(4);
+  parallel::run_thread_ranks(4, [&](parallel::Communicator& pipe) {
+    ScaleStage stage(pipe.rank());
+    parallel::pipeline::PipelineExecutor executor(pipe, stage, {}, nonblocking);
+    TwoBatches& o = out[pipe.rank()];  // each rank writes its own
+    for (int batch = 0; batch < 2; ++batch) {
+      o.losses.push_back(executor.train_batch(make_batches(4, batch)));
+      o.ahead.push_back(executor.last_timing().receives_ahead);
+    }
+    o.grad = stage.weight().grad().to_vector<float>();
+  });
+  return out;
+}
+
+TEST_CASE("receives are started ahead on the lanes and give the blocking bits", "[pipeline]") {
+  // Note [Pipe lanes]: each stage receives 4 tensors per direction and batch. The first
+  // batch's first tensor waits for its header; every other was started before it was asked
+  // for. Stages 1 and 2 receive both ways.
+  const std::vector<TwoBatches> blocking = run_two_batches(false);
+  const std::vector<TwoBatches> ahead = run_two_batches(true);
+  const std::vector<std::vector<int>> expected = {{3, 4}, {6, 8}, {6, 8}, {3, 4}};
+  for (int r = 0; r < 4; ++r) {
+    INFO("stage " << r);
+    CHECK(ahead[r].losses == blocking[r].losses);
+    CHECK(ahead[r].grad == blocking[r].grad);
+    CHECK(blocking[r].ahead == std::vector<int>{0, 0});
+    CHECK(ahead[r].ahead == expected[r]);
+  }
+}
+
+TEST_CASE("a failing stage cancels its receives started ahead instead of waiting for them",
+          "[pipeline]") {
+  // Stage 1 fails in its first forward with receives started for micro-batches 1 and 2;
+  // stage 0 sends micro-batch 2 only after micro-batch 0's gradient, which never comes.
+  // Without cancelling them stage 1 would wait for the 6 s timeout before reporting.
+  std::vector<std::string> errors(2);
+  std::vector<double> seconds(2);
+  parallel::run_thread_ranks(
+      2,
+      [&](parallel::Communicator& pipe) {
+        ScaleStage stage(pipe.rank(), pipe.rank() == 1 ? 0 : -1);
+        parallel::pipeline::PipelineExecutor executor(pipe, stage);
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          executor.train_batch(make_batches(4));
+        } catch (const Error& e) {
+          errors[pipe.rank()] = e.what();
+        }
+        seconds[pipe.rank()] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      },
+      parallel::CommOptions{.timeout = std::chrono::seconds(6)});
+  CHECK_THAT(errors[1], Catch::Contains("forward 0 fails on purpose"));
+  CHECK(seconds[1] < 3.0);
+  CHECK_THAT(errors[0], Catch::Contains("timed out"));
 }
 
 }  // namespace
