@@ -31,6 +31,28 @@ Tensor receive_buffer(const Shape& shape, DType dtype, bool partitioned, const C
   return empty({(numel_of(shape) + slices->size() - 1) / slices->size()}, {dtype, device});
 }
 
+bool is_receive(PipeOp op) { return op == PipeOp::recv_activation || op == PipeOp::recv_grad; }
+bool is_send(PipeOp op) { return op == PipeOp::send_activation || op == PipeOp::send_grad; }
+
+// Runs a step's instructions in their order, except, with `sends_first`, that a send goes
+// ahead of the receives before it in the step (Note [Sends before receives]).
+template <class F>
+void run_step(const PipeStep& step, bool sends_first, F&& execute) {
+  std::vector<const PipeInstruction*> receives;  // deferred, in order
+  for (const PipeInstruction& in : step) {
+    if (sends_first && is_receive(in.op)) {
+      receives.push_back(&in);
+      continue;
+    }
+    if (!is_send(in.op)) {
+      for (const PipeInstruction* r : receives) execute(*r);
+      receives.clear();
+    }
+    execute(in);
+  }
+  for (const PipeInstruction* r : receives) execute(*r);
+}
+
 // A stage's buffers: what each in-flight micro-batch needs between its instructions.
 struct Buffers {
   std::vector<Tensor> inputs, outputs, labels, grads, losses, extras;
@@ -230,8 +252,9 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
     follow_pipe_link(lanes_, pipe_);
     begin_receives(act_in_, first ? 0 : m);
     begin_receives(grad_in_, last ? 0 : m);
+    const bool sends_first = lanes_.activations_out.exists() || lanes_.activations_in.exists();
     for (const PipeStep& step : schedule) {
-      for (const PipeInstruction& in : step) {
+      run_step(step, sends_first, [&](const PipeInstruction& in) {
         const int b = in.buffer;
         switch (in.op) {
           case PipeOp::load_micro_batch: {
@@ -298,7 +321,7 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
             if (hooks.optimizer_step) hooks.optimizer_step();
             break;
         }
-      }
+      });
     }
   } catch (...) {
     drain();
@@ -322,8 +345,9 @@ double PipelineExecutor::eval_batch(const std::vector<MicroBatch>& micro_batches
   try {
     follow_pipe_link(lanes_, pipe_);
     begin_receives(act_in_, first ? 0 : m);
+    const bool sends_first = lanes_.activations_out.exists() || lanes_.activations_in.exists();
     for (const PipeStep& step : inference_schedule(m, stages, s)) {
-      for (const PipeInstruction& in : step) {
+      run_step(step, sends_first, [&](const PipeInstruction& in) {
         const int b = in.buffer;
         switch (in.op) {
           case PipeOp::load_micro_batch:
@@ -352,7 +376,7 @@ double PipelineExecutor::eval_batch(const std::vector<MicroBatch>& micro_batches
           default:
             TS_FAIL("[pipeline] internal error: ", to_string(in), " in an inference schedule");
         }
-      }
+      });
     }
   } catch (...) {
     drain();

@@ -45,6 +45,17 @@
 // a worker (Note [Device-queued operations] in parallel/comm/communicator.h), receiving
 // where needed; host staging blocks. pipeline.overlap_transfers false
 // (parallel/engine_config.h) makes the engine's executor block.
+//
+// Note [Sends before receives]
+// DeepSpeed's schedule puts a step's receives before its sends (stage 0 of two: RecvGrad(0)
+// SendAct(1) Bwd(0)), which blocking transfers need so that neighbours pair up; but a send
+// that waits behind a receive holds the next micro-batch's activation until the gradient
+// has come back, and the link's time then lies on the critical path twice per micro-batch.
+// With lanes a send never waits for anything, so each step's sends are started ahead of
+// the receives before them in the step (they send what earlier steps computed); nothing
+// else moves. Without lanes (one worker per group, NCCL's one stream) a send queued before
+// a receive could wait for a peer whose own send waits behind its receive, so the
+// schedule's order stays.
 #pragma once
 
 #include <deque>

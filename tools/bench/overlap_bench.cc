@@ -186,7 +186,18 @@ parallel::EngineConfig layout_config(bool overlap) {
 struct LayoutTiming {
   std::vector<double> step;  // rank 0's seconds per timed step
   int64_t bytes = 0;         // rank 0's bytes on the pipe and model groups per step
+  int64_t pipe_bytes = 0;    // of them on the pipe group
+  // Rank 0's model-group bytes of the step's forward passes (an eval batch of the same
+  // micro-batches): the row-parallel sums, which nothing computes beside.
+  int64_t forward_model_bytes = 0;
 };
+
+// Note [Ideal overlap] at (2, 1, 2): the step's computation with only the forward's
+// model-group bytes on the link, every other byte (stage transfers, the backward's
+// input-gradient sums) hidden: compute + link(forward model bytes).
+double ideal_layout_step(double compute_s, const LayoutTiming& calibration, double gbit) {
+  return compute_s + static_cast<double>(calibration.forward_model_bytes) * 8 / (gbit * 1e9);
+}
 
 // `rounds` x 2 timed steps per mode (overlap_transfers values), alternating by round, each
 // round's first step untimed, on 4 thread ranks laid out as (2, 1, 2).
@@ -231,13 +242,19 @@ std::vector<LayoutTiming> run_layout(const parallel::SimulatedLink& link,
       for (size_t m = 0; m < modes.size(); ++m) {
         engines[m]->train_batch(batches);
         for (int s = 0; s < 2; ++s) {
-          const int64_t before = bytes();
+          const int64_t before = bytes(), pipe_before = groups.pipe->stats().total_bytes_sent();
           const auto start = Clock::now();
           engines[m]->train_batch(batches);
           if (world.rank() == 0) {
             out[m].step.push_back(seconds_since(start));
             out[m].bytes = bytes() - before;
+            out[m].pipe_bytes = groups.pipe->stats().total_bytes_sent() - pipe_before;
           }
+        }
+        const int64_t model_before = groups.model->stats().total_bytes_sent();
+        engines[m]->eval_batch(batches);
+        if (world.rank() == 0) {
+          out[m].forward_model_bytes = groups.model->stats().total_bytes_sent() - model_before;
         }
       }
     }
@@ -299,11 +316,14 @@ int bench_main(int argc, char** argv) {
   const std::vector<LayoutTiming> timed = run_layout({.gbit_per_s = gbit}, {false, true}, rounds);
   const double blocking = bench::median(timed[0].step);
   const double overlapped = bench::median(timed[1].step);
-  print_row("2,1,2", compute, calibration.bytes, gbit, blocking, overlapped, 0);
+  print_row("2,1,2", compute, calibration.bytes, gbit, blocking, overlapped,
+            ideal_layout_step(compute, calibration, gbit));
   std::printf(
       "(compute: rank 0's step without a link; sent: its bytes per step, at 2,1,2 on the pipe "
-      "and model groups; ideal: blocking over the step with every byte hidden where it can "
-      "be, Note [Ideal overlap])\n");
+      "and model groups (pipe %.2f MB, the forward's model-group sums %.2f MB); ideal: blocking "
+      "over the step with every byte hidden where it can be, Note [Ideal overlap])\n",
+      static_cast<double>(calibration.pipe_bytes) / 1e6,
+      static_cast<double>(calibration.forward_model_bytes) / 1e6);
   return 0;
 }
 
