@@ -218,6 +218,7 @@ void Engine::step_optimizer(StepStats& stats, std::optional<double> local_loss) 
   stats.skipped = !optimizer_->step();
   // An overflow's step counts; the schedule does not move (DeepSpeed's behaviour).
   if (!stats.skipped) scheduler_->step();
+  stats.next_lr = scheduler_->lr();
   ++step_;
   stats.step_s = timer_now() - start;
 }

@@ -92,6 +92,7 @@ struct StepStats {
   double loss = 0;       // mean over micro-batches and data-parallel ranks
   double grad_norm = 0;  // of the averaged, unscaled gradient (inf or nan on f16 overflow)
   double lr = 0;         // the rate the step used
+  double next_lr = 0;    // the rate the next step will use (DeepSpeed's get_lr() after a step)
   bool skipped = false;  // an f16 overflow skipped the step (the scale was lowered)
   double attempted_loss_scale = 1;  // the f16 loss scale the step ran with
   // Sent on the gradients' groups (the data group, and the expert-data group under expert

@@ -142,6 +142,7 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
     c.model = parse_model_spec(model, sparse);
     c.data = read_data(root.required_object("data"), c.model->block_size());
     c.trainer = read_trainer(trainer, default_run_dir);
+    c.monitors = read_monitor_config(root);
     root.finish();
   } catch (const Error&) {
     // A check that read a collected problem's fallback may fail as its consequence: the

@@ -27,6 +27,7 @@
 #include "core/device.h"
 #include "models/model_spec.h"
 #include "parallel/engine_config.h"
+#include "tools/trainer/monitor.h"
 
 namespace tessera::train {
 
@@ -75,6 +76,7 @@ struct RunConfig {
   std::string init_from;  // weights to start from (.safetensors Hugging Face, or llm.c .bin)
   DataConfig data;
   TrainerConfig trainer;
+  MonitorConfig monitors;  // DeepSpeed's tensorboard, csv_monitor, wandb and comet sections
   std::vector<std::string> warnings;
   // The "auto" values (and absent keys) filled from Tessera's sections, one line each
   // (Note ["auto" values] in tools/trainer/auto_values.h).

@@ -156,6 +156,11 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
   }
   if (leader()) {
     metrics_ = std::make_unique<MetricsLog>(t.log_dir, resumed ? engine_->global_steps() : -1);
+    if (cfg_.monitors.enabled()) {
+      monitor_ = std::make_unique<Monitor>(
+          cfg_.monitors, t.log_dir,
+          resumed ? engine_->global_steps() * cfg_.engine.batch.train_batch_size : -1);
+    }
   }
 }
 
@@ -326,6 +331,11 @@ TrainResult Trainer::run() {
                             {"comm_bytes", s.comm_bytes},
                             {"elapsed_s", seconds_since(start)}};
       if (!s.comm.empty()) rec["comm"] = s.comm;
+      if (cfg_.engine.wall_clock_breakdown) {
+        rec["forward_ms"] = s.forward_s * 1e3;
+        rec["backward_ms"] = s.backward_s * 1e3;
+        rec["step_ms"] = s.step_s * 1e3;
+      }
       if (expert_groups_.expert) rec["all_to_all_bytes"] = all_to_all_bytes() - all_to_all_before;
       // Mixture-of-experts blocks: this rank's tokens per expert over the step's
       // micro-batches, dropped choices, capacity and mean load-balancing loss.
@@ -337,6 +347,12 @@ TrainResult Trainer::run() {
                               {"aux_loss", load.aux_loss / static_cast<double>(load.passes)}});
       }
       metrics_->write(rec);
+      if (monitor_) {
+        const optim::LossScaler* scaler = engine_->optimizer().loss_scaler();
+        monitor_->write_events(
+            train_step_events(rec, cfg_.engine.batch.train_batch_size, s.next_lr,
+                              scaler ? std::optional<double>(scaler->scale()) : std::nullopt));
+      }
     }
     if (cfg_.engine.wall_clock_breakdown) times.add(s);
     checkpoint_profile.add_step();
@@ -359,6 +375,10 @@ TrainResult Trainer::run() {
                          {"step", step},
                          {"val_loss", *result.val_loss},
                          {"elapsed_s", seconds_since(start)}});
+        if (monitor_) {
+          monitor_->write_events(
+              {eval_event(step, *result.val_loss, cfg_.engine.batch.train_batch_size)});
+        }
         log_info("step {}: val loss {:.4f}", step, *result.val_loss);
       }
     }

@@ -124,6 +124,7 @@ class Trainer {
   std::unique_ptr<CheckpointDir> checkpoints_;
   std::unique_ptr<RunLock> run_lock_;  // the leader's lock on trainer.log_dir
   std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<Monitor> monitor_;  // the leader's, when a monitor section is enabled
   int64_t total_steps_ = 0;
 };
 

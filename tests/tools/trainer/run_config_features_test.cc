@@ -156,11 +156,38 @@ TEST_CASE("features this build does not have are refused, saying why", "[run_con
         }) ==
         "[config] $.eigenvalue is not supported by Tessera: eigenvalue-based quantization "
         "schedules are outside Tessera's scope; expected it absent or with \"enabled\": false");
+  // Monitors (tools/trainer/monitor.h): DeepSpeed's keys, and no network services.
   CHECK(error_after([](Json& d) {
-          d["tensorboard"] = {{"output_path", "runs/"}};
+          d["wandb"] = {{"enabled", true}, {"project", "p"}, {"team", nullptr}};
         }) ==
-        "[config] $.tensorboard is not supported by Tessera: the trainer writes metrics.jsonl "
-        "and metrics.csv instead; expected it absent or with \"enabled\": false");
+        "[config] $.wandb needs network access; use tensorboard or csv_monitor; expected it "
+        "absent or with \"enabled\": false");
+  CHECK(error_after([](Json& d) {
+          d["comet"] = {{"enabled", true}, {"samples_log_interval", 10}};
+        }) ==
+        "[config] $.comet needs network access; use tensorboard or csv_monitor; expected it "
+        "absent or with \"enabled\": false");
+  CHECK_THAT(error_after([](Json& d) {
+               d["tensorboard"] = {{"enabled", true}, {"output_dir", "runs/"}};
+             }),
+             Catch::StartsWith("[config] unknown key $.tensorboard.output_dir"));
+  CHECK(error_after([](Json& d) {
+          d["csv_monitor"] = {{"enabled", "yes"}};
+        }) == "[config] $.csv_monitor.enabled: expected boolean, found string \"yes\"");
+  {
+    const RunConfig c = parse_edited([](Json& d) {
+      d["tensorboard"] = {{"enabled", true}, {"output_path", "runs/"}, {"job_name", "x"}};
+      d["csv_monitor"] = {{"enabled", true}};
+      d["wandb"] = {{"enabled", false}, {"group", nullptr}, {"team", nullptr}, {"project", "ds"}};
+      d["comet"] = {{"enabled", false},
+                    {"samples_log_interval", 100},
+                    {"online", nullptr},
+                    {"mode", nullptr},
+                    {"api_key", nullptr}};
+    });
+    CHECK(c.monitors.tensorboard.folder("run") == "runs/x");
+    CHECK(c.monitors.csv.folder("run") == "run/DeepSpeedJobName");
+  }
   CHECK_NOTHROW(parse_edited([](Json& d) {
     d["tensorboard"] = {{"enabled", false}, {"output_path", "runs/"}, {"job_name", "x"}};
     d["flops_profiler"] = {{"enabled", false}, {"profile_step", 1}};
