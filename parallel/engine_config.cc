@@ -47,7 +47,6 @@ AioConfig read_aio(JsonObjectReader& root) {
 const std::pair<const char*, const char*> kNotSupported[] = {
     {"amp", "Apex AMP is PyTorch-only; use fp16 or bf16"},
     {"flops_profiler", "the flops profiler is not implemented; the trainer reports MFU"},
-    {"curriculum_learning", "curriculum learning is not implemented"},
     {"data_efficiency", "data efficiency (curriculum, random-LTD) is not implemented"},
     {"progressive_layer_drop", "progressive layer drop is not implemented"},
     {"comms_logger", "communication logging is not implemented"},
@@ -254,6 +253,7 @@ EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& c
              "'ignore_non_elastic_batch_info': true in your config.");
     c.elasticity = e;
   }
+  c.curriculum = CurriculumConfig::from_json(root.object("curriculum_learning"));
   // Without effect (configs/README.md, "Accepted but without effect").
   root.get<bool>("zero_allow_untested_optimizer", false);
   // Where the average divides (Note [Gradient averaging] in parallel/zero/gradient_reducer.h).

@@ -15,6 +15,7 @@
 #include "optim/config.h"
 #include "optim/loss_scaler.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/curriculum.h"
 #include "parallel/elasticity.h"
 #include "parallel/zero/mixed_precision.h"
 #include "parallel/zero/zero_config.h"
@@ -87,6 +88,9 @@ struct EngineConfig {
   // $.elasticity when enabled: the batch comes from it instead of the keys above (Note
   // [Elastic batch] in parallel/elasticity.h).
   std::optional<ElasticityConfig> elasticity;
+  // $.curriculum_learning (Note [Curriculum schedule] in parallel/curriculum.h): the trainer
+  // truncates the training sequences to the schedule's length.
+  CurriculumConfig curriculum;
   optim::OptimizerConfig optimizer;
   // The `scheduler` section; absent means a constant learning rate.
   std::shared_ptr<const optim::LrSchedule> scheduler;

@@ -242,6 +242,10 @@ double Engine::data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro
   return loss_sum.item<double>() / static_cast<double>(gas);
 }
 
+void Engine::reset_activation_shapes() {
+  if (executor_) executor_->reset_shapes();
+}
+
 double Engine::eval_batch(const std::vector<pipeline::MicroBatch>& micro_batches) {
   TS_CHECK(!micro_batches.empty(), "[engine] eval_batch: expected micro-batches, found none");
   NoGradGuard no_grad;

@@ -181,6 +181,10 @@ class Engine {
   // The mean loss over `micro_batches` and the data-parallel ranks, without gradients, in
   // evaluation mode (no dropout). Collective.
   double eval_batch(const std::vector<pipeline::MicroBatch>& micro_batches);
+  // Before a batch whose micro-batches have another shape than the last one's (a
+  // curriculum's sequence length): a pipeline's stages learn the new shapes (DeepSpeed's
+  // reset_activation_shape). Nothing to do without a pipeline. Every rank calls it.
+  void reset_activation_shapes();
 
   // This rank's part of a checkpoint (Note [Data-parallel engine], Note [3D checkpoints]).
   // Collective.

@@ -154,6 +154,14 @@ CommHandle PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
   return send_now(flat_piece(data, *slices_), peer, channel);
 }
 
+void PipelineExecutor::reset_shapes() {
+  for (Channel* c : {&act_out_, &act_in_, &grad_out_, &grad_in_}) {
+    TS_CHECK(c->started.empty(), "[pipeline] internal error: stage ", pipe_.rank(),
+             " resets its shapes with receives started");
+    c->known = false;
+  }
+}
+
 void PipelineExecutor::read_header(const Tensor& header, int peer, Channel& channel) {
   const std::vector<int64_t> h = header.to(Device::cpu()).to_vector<int64_t>();
   TS_CHECK(h[0] >= 0 && h[0] <= kMaxDims, "[pipeline] stage ", pipe_.rank(),

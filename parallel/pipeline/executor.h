@@ -141,6 +141,10 @@ class PipelineExecutor {
   // The mean loss of a batch through the inference schedule, without gradients.
   double eval_batch(const std::vector<MicroBatch>& micro_batches);
   const PipelineTiming& last_timing() const { return timing_; }
+  // Forgets the transfers' shapes, so the next batch's first messages carry new headers:
+  // every stage calls it before the same batch when the micro-batches' shapes change (a
+  // curriculum's sequence length; DeepSpeed's reset_activation_shape).
+  void reset_shapes();
 
  private:
   // A receive started on a lane, not yet taken; `started_by` numbers the recv() call that

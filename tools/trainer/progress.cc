@@ -24,28 +24,25 @@ std::string format_duration(double s) {
 
 }  // namespace
 
-ThroughputMeter::ThroughputMeter(int64_t tokens_per_step, double flops_per_token, double peak_flops)
-    : tokens_per_step_(tokens_per_step),
-      flops_per_token_(flops_per_token),
-      peak_flops_(peak_flops) {}
+ThroughputMeter::ThroughputMeter(double peak_flops) : peak_flops_(peak_flops) {}
 
-void ThroughputMeter::add_step(double seconds) {
+void ThroughputMeter::add_step(double seconds, int64_t tokens, double flops) {
   window_s_ += seconds;
-  ++window_steps_;
+  window_tokens_ += static_cast<double>(tokens);
+  window_flops_ += flops;
   if (steps_ > 0) timed_s_ += seconds;  // the first step warms caches
   ++steps_;
   last_s_ = seconds;
 }
 
-void ThroughputMeter::start_window() { window_s_ = 0, window_steps_ = 0; }
+void ThroughputMeter::start_window() { window_s_ = window_tokens_ = window_flops_ = 0; }
 
 double ThroughputMeter::tokens_per_s() const {
-  if (window_steps_ == 0 || window_s_ <= 0) return 0;
-  return static_cast<double>(tokens_per_step_) / (window_s_ / static_cast<double>(window_steps_));
+  return window_s_ > 0 ? window_tokens_ / window_s_ : 0;
 }
 
 double ThroughputMeter::mfu() const {
-  return peak_flops_ > 0 ? tokens_per_s() * flops_per_token_ / peak_flops_ : 0;
+  return peak_flops_ > 0 && window_s_ > 0 ? window_flops_ / window_s_ / peak_flops_ : 0;
 }
 
 double ThroughputMeter::step_seconds() const {

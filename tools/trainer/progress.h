@@ -52,9 +52,9 @@ class ThroughputMeter {
  public:
   // `peak_flops`: every rank's together (PaLM's MFU: model FLOPs over the hardware peak);
   // 0 when unknown, and then mfu() is 0.
-  ThroughputMeter(int64_t tokens_per_step, double flops_per_token, double peak_flops);
-  // After each step, with its wall time.
-  void add_step(double seconds);
+  explicit ThroughputMeter(double peak_flops);
+  // After each step, with its wall time, tokens and model FLOPs (a curriculum's steps differ).
+  void add_step(double seconds, int64_t tokens, double flops);
   // Starts a new window (after a report).
   void start_window();
   double tokens_per_s() const;  // over the window
@@ -62,11 +62,9 @@ class ThroughputMeter {
   double step_seconds() const;  // the mean, for the time left
 
  private:
-  int64_t tokens_per_step_;
-  double flops_per_token_;
   double peak_flops_;
-  double window_s_ = 0, timed_s_ = 0, last_s_ = 0;
-  int64_t window_steps_ = 0, steps_ = 0;
+  double window_s_ = 0, window_tokens_ = 0, window_flops_ = 0, timed_s_ = 0, last_s_ = 0;
+  int64_t steps_ = 0;
 };
 
 // The leader's terminal output: a log line at every `steps_per_print`-th step and at the

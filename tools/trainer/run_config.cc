@@ -154,6 +154,13 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
   // inconsistency its default causes.
   parallel::finish_engine_config(c.engine, world_size);
   check_model_run(c);
+  if (const parallel::CurriculumConfig& cl = c.engine.curriculum; cl.enabled) {
+    int64_t longest = cl.max_difficulty;
+    for (const int64_t d : cl.difficulty) longest = std::max(longest, d);
+    TS_CHECK(longest <= c.data.seq_len, "[config] $.curriculum_learning: its sequences reach ",
+             longest, " tokens; expected at most data.seq_len, ", c.data.seq_len,
+             " (the curriculum shortens the training windows)");
+  }
   parallel::check_comm_backend(c.engine.optimizer, c.trainer.device.is_cuda());
   TS_CHECK(!c.engine.activation_checkpointing.any() || c.checkpoint_activations ||
                c.engine.pipeline.activation_checkpoint_interval > 0,

@@ -113,6 +113,7 @@ Trainer::Trainer(RunConfig config, ResumeMode resume, parallel::Communicator& wo
   lo.rank = dp_.rank();
   lo.world_size = dp_.size();
   train_loader_ = std::make_unique<data::DataLoader>(cfg_.data.train, lo);
+  if (cfg_.engine.curriculum.enabled) curriculum_.emplace(cfg_.engine.curriculum);
   if (!cfg_.data.val.empty()) {
     data::LoaderOptions vo = lo;
     vo.mode = data::LoaderMode::kSequential;
@@ -168,12 +169,17 @@ Trainer::~Trainer() = default;
 
 std::vector<parallel::pipeline::MicroBatch> Trainer::micro_batches(data::DataLoader& loader,
                                                                    int64_t count,
-                                                                   uint64_t first_counter) const {
+                                                                   uint64_t first_counter,
+                                                                   int64_t tokens) const {
   std::vector<parallel::pipeline::MicroBatch> out;
   for (int64_t i = 0; i < count; ++i) {
     const data::Batch window = loader.next();
     const uint64_t counter = first_counter + i * dp_.size() + dp_.rank();
-    out.push_back(cfg_.model->example(window.inputs, window.targets, cfg_.trainer.seed, counter));
+    const auto first = [&](const Tensor& t) {  // (B, T) -> (B, tokens)
+      return tokens > 0 && tokens < t.size(1) ? t.narrow(1, 0, tokens).contiguous() : t;
+    };
+    out.push_back(cfg_.model->example(first(window.inputs), first(window.targets),
+                                      cfg_.trainer.seed, counter));
   }
   return out;
 }
@@ -193,9 +199,16 @@ void Trainer::restore(const std::string& dir, const CheckpointContents& c) {
   // The layout that saved it: any other may resume (Note [3D checkpoints]).
   engine_->load_state(c, s);
   train_loader_->restore(s.loader);
+  if (curriculum_ && s.curriculum_difficulty) curriculum_->set_current(*s.curriculum_difficulty);
+}
+
+void Trainer::use_seq_len(int64_t seq_len) {
+  if (seq_len != batch_seq_len_) engine_->reset_activation_shapes();
+  batch_seq_len_ = seq_len;
 }
 
 double Trainer::evaluate() {
+  use_seq_len(cfg_.data.seq_len);  // evaluation is on whole windows
   val_loader_->reset();
   // Counters of their own, the same at every evaluation (Note [Masked-LM runs]).
   return engine_->eval_batch(
@@ -211,6 +224,7 @@ void Trainer::save_checkpoint() {
     c.state["model"] = cfg_.model->to_json();
     c.state["world"] = world_.size();
     c.state["config"] = cfg_.json;
+    if (curriculum_) c.state["curriculum_difficulty"] = curriculum_->current();
   }
   const std::string dir = checkpoints_->save(engine_->global_steps(), c, &world_);
   engine_->checkpoint_written();
@@ -286,8 +300,7 @@ TrainResult Trainer::run() {
   if (groups_) groups_->pipe->reset_stats(), groups_->model->reset_stats();
   if (expert_groups_.expert)
     expert_groups_.expert->reset_stats(), expert_groups_.expert_data->reset_stats();
-  ThroughputMeter meter(cfg_.engine.batch.train_batch_size * cfg_.data.seq_len,
-                        cfg_.model->flops_per_token(cfg_.data.seq_len), peak);
+  ThroughputMeter meter(peak);
   ProgressReporter progress(leader(), total_steps_, cfg_.engine.steps_per_print);
   StepTimes times;                                          // wall_clock_breakdown
   CheckpointProfile checkpoint_profile(checkpoint_times_);  // activation_checkpointing.profile
@@ -305,11 +318,18 @@ TrainResult Trainer::run() {
   for (int64_t step = first; step < total_steps_;) {
     const auto t0 = Clock::now();
     const int64_t all_to_all_before = all_to_all_bytes();
+    // The step's sequence length: the curriculum's (DeepSpeed updates it before each
+    // training forward, with t = global_steps + 1), or the data's.
+    const int64_t seq_len = curriculum_ ? curriculum_->update(step + 1) : cfg_.data.seq_len;
+    use_seq_len(seq_len);
     const parallel::StepStats s = at_step(step + 1, [&] {
-      return engine_->train_batch(micro_batches(*train_loader_, gas, step * gas * dp_.size()));
+      return engine_->train_batch(
+          micro_batches(*train_loader_, gas, step * gas * dp_.size(), seq_len));
     });
     step = engine_->global_steps();
-    meter.add_step(seconds_since(t0));
+    const int64_t tokens = cfg_.engine.batch.train_batch_size * seq_len;
+    meter.add_step(seconds_since(t0), tokens,
+                   static_cast<double>(tokens) * cfg_.model->flops_per_token(seq_len));
     if (s.skipped && leader()) {
       // DeepSpeed's message; the step counts, the schedule does not move.
       log_info("OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {}, reducing to {}",
@@ -331,6 +351,7 @@ TrainResult Trainer::run() {
                             {"comm_bytes", s.comm_bytes},
                             {"elapsed_s", seconds_since(start)}};
       if (!s.comm.empty()) rec["comm"] = s.comm;
+      if (curriculum_) rec["seq_len"] = seq_len;
       if (cfg_.engine.wall_clock_breakdown) {
         rec["forward_ms"] = s.forward_s * 1e3;
         rec["backward_ms"] = s.backward_s * 1e3;

@@ -10,6 +10,7 @@
 
 #include "models/language_model.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/curriculum.h"
 #include "parallel/engine/checkpoint_policy.h"
 #include "parallel/engine/engine.h"
 #include "parallel/expert/expert_groups.h"
@@ -87,10 +88,15 @@ class Trainer {
 
  private:
   // The micro-batches of one step: the model's inputs and targets from the next windows of
-  // `loader` (masked for BERT with counters from `first_counter` on, Note [Masked-LM runs]).
+  // `loader` (masked for BERT with counters from `first_counter` on, Note [Masked-LM runs]),
+  // their first `tokens` positions (0: all; a curriculum's shorter sequences).
   std::vector<parallel::pipeline::MicroBatch> micro_batches(data::DataLoader& loader, int64_t count,
-                                                            uint64_t first_counter) const;
+                                                            uint64_t first_counter,
+                                                            int64_t tokens = 0) const;
   double evaluate();  // mean validation loss over eval_batches batches (of every rank)
+  // Before a batch of sequences of `seq_len` tokens: a pipeline relearns its transfers'
+  // shapes when they change (a curriculum's training batches, whole-window evaluations).
+  void use_seq_len(int64_t seq_len);
   bool leader() const { return world_.rank() == 0; }
   // A bf16 run on the CPU with a bf16 GEMM (Note [BF16 GEMM]): its MFU is against that
   // GEMM's peak; otherwise (f32, fp16, or no AVX512_BF16) against the FMA peak.
@@ -125,6 +131,9 @@ class Trainer {
   std::unique_ptr<RunLock> run_lock_;  // the leader's lock on trainer.log_dir
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<Monitor> monitor_;  // the leader's, when a monitor section is enabled
+  // $.curriculum_learning's sequence length (Note [Curriculum schedule]), when enabled.
+  std::optional<parallel::CurriculumScheduler> curriculum_;
+  int64_t batch_seq_len_ = 0;  // the last batch's sequence length (0: none yet)
   int64_t total_steps_ = 0;
 };
 

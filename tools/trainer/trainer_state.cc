@@ -26,6 +26,10 @@ SavedTrainerState read_trainer_state(const nlohmann::json& state, const std::str
   // Written before the dropout stream was keyed per step (Note [Dropout per step] in
   // parallel/engine/engine.h); the step has it now.
   s.raw("dropout_offset");
+  if (s.has("curriculum_difficulty")) {
+    out.curriculum_difficulty = s.required_in_range<int64_t>("curriculum_difficulty", 1,
+                                                             std::numeric_limits<int64_t>::max());
+  }
   if (const nlohmann::json* scaler = s.raw("loss_scaler")) {
     out.loss_scaler = optim::LossScalerState::from_json(*scaler, where + " $.loss_scaler");
   }

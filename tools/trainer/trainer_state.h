@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "parallel/engine/engine.h"
@@ -16,6 +17,9 @@ namespace tessera::train {
 struct SavedTrainerState : parallel::EngineCounters {
   data::LoaderState loader;
   nlohmann::json model;  // the model section (ModelSpec::to_json())
+  // The curriculum's sequence length (Note [Curriculum schedule] in parallel/curriculum.h),
+  // in runs that have one.
+  std::optional<int64_t> curriculum_difficulty;
 };
 
 // Reads `state` (the parsed state.json of the checkpoint `source` names). Throws, naming
