@@ -48,6 +48,9 @@ struct ModelFeatures {
   parallel::ModelCapabilities modes;  // its models' capabilities(): pipeline, slicing
   bool pretrained_weights = false;    // load_pretrained() (model.init_from)
   bool generation = false;            // generate() (trainer.sample)
+  // set_layer_drop() (progressive_layer_drop; Note [Progressive layer drop] in
+  // parallel/layer_drop.h), without activation checkpointing
+  bool layer_drop = false;
 };
 
 class ModelSpec {

@@ -48,7 +48,6 @@ const std::pair<const char*, const char*> kNotSupported[] = {
     {"amp", "Apex AMP is PyTorch-only; use fp16 or bf16"},
     {"flops_profiler", "the flops profiler is not implemented; the trainer reports MFU"},
     {"data_efficiency", "data efficiency (curriculum, random-LTD) is not implemented"},
-    {"progressive_layer_drop", "progressive layer drop is not implemented"},
     {"comms_logger", "communication logging is not implemented"},
     {"compression_training", "compression training is outside Tessera's scope"},
     {"eigenvalue", "eigenvalue-based quantization schedules are outside Tessera's scope"},
@@ -254,6 +253,7 @@ EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& c
     c.elasticity = e;
   }
   c.curriculum = CurriculumConfig::from_json(root.object("curriculum_learning"));
+  c.layer_drop = LayerDropConfig::from_json(root.object("progressive_layer_drop"));
   // Without effect (configs/README.md, "Accepted but without effect").
   root.get<bool>("zero_allow_untested_optimizer", false);
   // Where the average divides (Note [Gradient averaging] in parallel/zero/gradient_reducer.h).

@@ -17,6 +17,7 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/curriculum.h"
 #include "parallel/elasticity.h"
+#include "parallel/layer_drop.h"
 #include "parallel/zero/mixed_precision.h"
 #include "parallel/zero/zero_config.h"
 
@@ -91,6 +92,9 @@ struct EngineConfig {
   // $.curriculum_learning (Note [Curriculum schedule] in parallel/curriculum.h): the trainer
   // truncates the training sequences to the schedule's length.
   CurriculumConfig curriculum;
+  // $.progressive_layer_drop (Note [Progressive layer drop] in parallel/layer_drop.h): the
+  // engine gives the model each step's theta.
+  LayerDropConfig layer_drop;
   optim::OptimizerConfig optimizer;
   // The `scheduler` section; absent means a constant learning rate.
   std::shared_ptr<const optim::LrSchedule> scheduler;

@@ -41,9 +41,12 @@ Tensor Block::feed_forward(const Tensor& h, std::vector<moe::MoeOutput>* moe_out
   return y;
 }
 
-Tensor Block::forward(const Tensor& x, std::vector<moe::MoeOutput>* moe_out) const {
-  const Tensor h = x + attn_.forward(ln_1_(x));
-  return h + feed_forward(ln_2_(h), moe_out);
+Tensor Block::forward(const Tensor& x, std::vector<moe::MoeOutput>* moe_out, double divisor) const {
+  const auto scaled = [divisor](const Tensor& y) {
+    return divisor == 1.0 ? y : y / divisor;  // DeepSpeed divides by keep_prob
+  };
+  const Tensor h = x + scaled(attn_.forward(ln_1_(x)));
+  return h + scaled(feed_forward(ln_2_(h), moe_out));
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,

@@ -22,10 +22,11 @@ class Block : public Module {
   Block(const GptConfig& cfg, int64_t layer, parallel::DropoutStreams& streams,
         parallel::Communicator& model_group, parallel::AsyncCollectives* async = nullptr,
         parallel::Communicator* expert_group = nullptr);
-  // x + attn(ln_1(x)), then + mlp(ln_2(.)). An MoE block appends its gate's load-balancing
-  // loss and routing to `moe_out` (when given; the output left undefined).
-  Tensor forward(const Tensor& x,
-                 std::vector<moe::MoeOutput>* moe_out = nullptr) const;  // (B, T, C) -> (B, T, C)
+  // x + attn(ln_1(x)), then + mlp(ln_2(.)), each sub-block's output divided by `divisor`
+  // (progressive layer drop's scale; 1: none). An MoE block appends its gate's
+  // load-balancing loss and routing to `moe_out` (when given; the output left undefined).
+  Tensor forward(const Tensor& x, std::vector<moe::MoeOutput>* moe_out = nullptr,
+                 double divisor = 1.0) const;  // (B, T, C) -> (B, T, C)
   // forward() for inference with a KV cache (see CausalSelfAttention::forward_cached).
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
                         int64_t start) const;  // (B, T, C) -> (B, T, C)

@@ -10,6 +10,7 @@
 #include "core/factories.h"
 #include "core/grad_mode.h"
 #include "parallel/comm/thread_comm.h"
+#include "parallel/layer_drop.h"
 #include "parallel/tensor/cross_entropy.h"
 #include "parallel/tensor/mappings.h"
 
@@ -165,7 +166,29 @@ Tensor Gpt::head(const Tensor& x) const {
                                                       model_async_.get()));  // -> (B, T, Vp / P)
 }
 
+void Gpt::set_layer_drop(double theta, int64_t step) {
+  TS_CHECK(checkpoint_interval_ == 0 && !cfg_.moe,
+           "[gpt2] progressive_layer_drop: expected a model without activation checkpointing "
+           "and without MoE blocks (a recomputation would draw again; a skipped MoE block "
+           "would leave its gate out)");
+  layer_drop_theta_ = theta;
+  layer_drop_step_ = step;
+  layer_drop_forwards_ = 0;
+}
+
 Tensor Gpt::blocks(Tensor x) const {
+  if (layer_drop_theta_ < 1.0 && is_training()) {
+    // Note [Progressive layer drop]: layers are numbered over the whole model.
+    const int64_t forward = layer_drop_forwards_++;
+    for (size_t i = 0; i < transformer_.h.size(); ++i) {
+      const int64_t layer = part_.first_block + static_cast<int64_t>(i);
+      const parallel::LayerKeep keep = parallel::layer_keep(layer, cfg_.n_layer, layer_drop_theta_);
+      if (parallel::layer_kept(seed_, layer_drop_step_, forward, layer, keep.probability)) {
+        x = block(i).forward(x, &moe_outputs_, keep.divisor);
+      }
+    }
+    return x;
+  }
   if (cfg_.moe && checkpoint_interval_ > 0 && GradMode::is_enabled()) {
     return checkpointed_moe_blocks(std::move(x));
   }

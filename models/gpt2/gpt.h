@@ -137,6 +137,11 @@ class Gpt : public LanguageModel {
   void wait_for_communication() override {
     if (model_async_) model_async_->wait_all();
   }
+  // Progressive layer drop in training forwards (Note [Progressive layer drop] in
+  // parallel/layer_drop.h), keyed by the initialization seed; not with activation
+  // checkpointing or MoE blocks (a recomputation would draw again; a skipped MoE block would
+  // leave its gate's counts out).
+  void set_layer_drop(double theta, int64_t step) override;
 
  private:
   // The "transformer" child: embeddings, blocks and the final LayerNorm, those `part` holds
@@ -190,6 +195,11 @@ class Gpt : public LanguageModel {
   mutable std::vector<Tensor> aux_sums_;  // per MoE block: expert_load_'s aux_loss, f64
   int64_t checkpoint_interval_ = 0;
   CheckpointPolicy checkpoint_policy_;
+  // Progressive layer drop: this step's theta (1: every layer), its step, and the training
+  // forwards since set_layer_drop() (mutable: a forward counts itself).
+  double layer_drop_theta_ = 1.0;
+  int64_t layer_drop_step_ = 0;
+  mutable int64_t layer_drop_forwards_ = 0;
 };
 
 }  // namespace tessera

@@ -35,7 +35,8 @@ class GptSpec : public ModelSpec {
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t block_size() const override { return config_.block_size; }
   int64_t hidden_size() const override { return config_.n_embd; }
-  ModelFeatures features() const override { return {Gpt::kCapabilities, true, true}; }
+  // Layer drop only without MoE blocks (a skipped block would leave its gate out).
+  ModelFeatures features() const override { return {Gpt::kCapabilities, true, true, !config_.moe}; }
   void check_layout(int64_t stages, int64_t tp) const override;
   std::unique_ptr<LanguageModel> build(uint64_t seed,
                                        const ModelPlacement& placement) const override;

@@ -174,6 +174,9 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
   if (const std::optional<double> beta1 = scheduler_->beta1()) optimizer_->set_momentum(*beta1);
   optimizer_->zero_grad();
   model_.dropout_streams().key_for_step(step_);
+  if (config_.layer_drop.enabled) {
+    model_.set_layer_drop(layer_drop_theta_for_step(config_.layer_drop, step_), step_);
+  }
   double loss = 0;
   if (executor_) {
     // The schedule orders DeepSpeed's ReduceTiedGrads, ReduceGrads and OptimizerStep.

@@ -67,6 +67,12 @@ class TrainableModel : public Module {
   // list of them), holding no other parameters; none by default.
   virtual std::vector<Module*> expert_modules() { return {}; }
 
+  // Progressive layer drop (Note [Progressive layer drop] in parallel/layer_drop.h): the
+  // training forwards from now on keep layers by `theta`, drawing with the key of optimizer
+  // step `step` (each forward since this call draws afresh). The engine calls it before each
+  // step's forwards. Throws for models without it (the default).
+  virtual void set_layer_drop(double theta, int64_t step);
+
   // The parallel modes this model supports beyond data parallelism (none by default).
   virtual ModelCapabilities capabilities() const { return {}; }
   // Pipelines (capabilities().pipeline): this stage's layers on the first stage's inputs

@@ -95,6 +95,14 @@ void check_model_run(const RunConfig& c) {
            c.init_from, "\"");
   TS_CHECK(f.generation || c.trainer.sample.tokens == 0, "[config] $.trainer.sample.tokens: the ",
            m.type(), " model does not generate text; expected 0, found ", c.trainer.sample.tokens);
+  if (c.engine.layer_drop.enabled) {
+    TS_CHECK(f.layer_drop, "[config] $.progressive_layer_drop: the ", m.type(),
+             " model does not skip layers (GPT without MoE blocks does); expected it disabled");
+    TS_CHECK(!c.checkpoint_activations && c.engine.pipeline.activation_checkpoint_interval == 0,
+             "[config] $.progressive_layer_drop: a recomputed layer would draw its keep again "
+             "(DeepSpeed's example ignores layer drop there); expected no activation "
+             "checkpointing with it");
+  }
   m.check_layout(stages, tp);
 }
 

@@ -296,9 +296,9 @@ TEST_CASE("missing and inconsistent sections", "[run_config]") {
         }) == "[config] unknown key $.train_batch_sise; did you mean \"train_batch_size\"?");
   // DeepSpeed features that have not landed are refused by name.
   CHECK_THAT(error_after([](Json& d) {
-               d["progressive_layer_drop"] = {{"enabled", true}};
+               d["data_efficiency"] = {{"enabled", true}};
              }),
-             Catch::Contains("$.progressive_layer_drop is not supported"));
+             Catch::Contains("$.data_efficiency is not supported"));
   CHECK(error_after([](Json& d) { d.erase("model"); }) == "[config] $.model: required key missing");
   CHECK(error_after([](Json& d) { d["model"].erase("type"); }) ==
         "[config] $.model.type: required key missing");
