@@ -98,8 +98,8 @@ bool has_data(const RunSeries& run, const Metric& m) {
 const char* run_colour(size_t r) { return kPalette[r % std::size(kPalette)]; }
 
 // The geometry of every chart, in SVG pixels: the plot area and the legend column on its
-// right (wide enough for a run name of about 20 characters).
-constexpr double kWidth = 960, kLeft = 76, kTop = 40, kPlotWidth = 680, kPlotHeight = 260;
+// right (wide enough for a run name of about 30 characters).
+constexpr double kWidth = 1080, kLeft = 76, kTop = 40, kPlotWidth = 680, kPlotHeight = 260;
 constexpr double kBottom = 52, kLegendRow = 20;
 
 // Maps data coordinates (x0..x1, y0..y1) to the plot area.
