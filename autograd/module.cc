@@ -135,7 +135,7 @@ void Module::set_hooks(const std::shared_ptr<ModuleHooks>& hooks) {
   for (auto& [name, child] : children_) child->set_hooks(hooks);
 }
 
-ModuleCall::ModuleCall(const Module& m) : module_(m), hooks_(m.hooks()) {
+ModuleCall::ModuleCall(const Module& m) : module_(m), hooks_(m.hooks()), scope_(m) {
   if (hooks_) hooks_->pre_forward(module_);
 }
 

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/forward_observer.h"
 #include "core/tensor.h"
 
 namespace tessera {
@@ -108,6 +109,8 @@ class Module {
   void to(Device device, DType dtype);
   // The parameters this module registered itself (not its descendants'), in order.
   std::vector<Tensor> own_parameters() const;
+  // The registered child modules, by name, in order.
+  const std::vector<std::pair<std::string, Module*>>& children() const { return children_; }
   // Installs `hooks` (null: none) on this module and all descendants.
   void set_hooks(const std::shared_ptr<ModuleHooks>& hooks);
   const std::shared_ptr<ModuleHooks>& hooks() const { return hooks_; }
@@ -162,6 +165,7 @@ class ModuleCall {
  private:
   const Module& module_;
   std::shared_ptr<ModuleHooks> hooks_;
+  ModuleScope scope_;  // for forward observers (Note [Forward observers])
 };
 
 // A module with one tensor in and one out whose forward reads its own parameters (Linear,

@@ -46,7 +46,6 @@ AioConfig read_aio(JsonObjectReader& root) {
 // errors that say why, never "unknown key" and never silently ignored.
 const std::pair<const char*, const char*> kNotSupported[] = {
     {"amp", "Apex AMP is PyTorch-only; use fp16 or bf16"},
-    {"flops_profiler", "the flops profiler is not implemented; the trainer reports MFU"},
     {"data_efficiency", "data efficiency (curriculum, random-LTD) is not implemented"},
     {"comms_logger", "communication logging is not implemented"},
     {"compression_training", "compression training is outside Tessera's scope"},

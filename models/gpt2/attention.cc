@@ -74,6 +74,7 @@ Tensor CausalSelfAttention::visible_keys(int64_t t, int64_t start, Device device
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
+  const ModuleScope scope(*this);  // Note [Forward observers]
   const std::vector<Tensor> qkv = heads(x);
   if (sparse_) return merge_heads(sparse_->forward(qkv[0], qkv[1], qkv[2], /*causal=*/true));
   if (attn_dropout_.drops()) {  // Note [Attention dropout]

@@ -42,6 +42,7 @@ Tensor Block::feed_forward(const Tensor& h, std::vector<moe::MoeOutput>* moe_out
 }
 
 Tensor Block::forward(const Tensor& x, std::vector<moe::MoeOutput>* moe_out, double divisor) const {
+  const ModuleScope scope(*this);  // Note [Forward observers]
   const auto scaled = [divisor](const Tensor& y) {
     return divisor == 1.0 ? y : y / divisor;  // DeepSpeed divides by keep_prob
   };

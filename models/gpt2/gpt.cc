@@ -290,6 +290,7 @@ std::vector<std::string> Gpt::tied_parameter_names() const {
 }
 
 Tensor Gpt::forward_stage(const Tensor& input) const {
+  const ModuleScope scope(*this);  // Note [Forward observers]
   moe_outputs_.clear();
   Tensor x = part_.embedding ? embed(input, 0) : input;
   x = blocks(x);

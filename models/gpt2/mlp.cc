@@ -15,6 +15,9 @@ Mlp::Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_gro
   register_module("dropout", dropout_);
 }
 
-Tensor Mlp::forward(const Tensor& x) const { return dropout_.forward(c_proj_(gelu(c_fc_(x)))); }
+Tensor Mlp::forward(const Tensor& x) const {
+  const ModuleScope scope(*this);  // Note [Forward observers]
+  return dropout_.forward(c_proj_(gelu(c_fc_(x))));
+}
 
 }  // namespace tessera

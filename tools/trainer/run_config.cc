@@ -151,6 +151,9 @@ RunConfig parse_run_config(const nlohmann::json& doc, const std::string& source,
     c.data = read_data(root.required_object("data"), c.model->block_size());
     c.trainer = read_trainer(trainer, default_run_dir);
     c.monitors = read_monitor_config(root);
+    c.flops_profiler = read_flops_profiler_config(root);
+    // DeepSpeed times the phases for the profiler's latencies (runtime/config.py).
+    if (c.flops_profiler.enabled) c.engine.wall_clock_breakdown = true;
     root.finish();
   } catch (const Error&) {
     // A check that read a collected problem's fallback may fail as its consequence: the

@@ -27,6 +27,7 @@
 #include "core/device.h"
 #include "models/model_spec.h"
 #include "parallel/engine_config.h"
+#include "tools/trainer/flops_profiler.h"
 #include "tools/trainer/monitor.h"
 
 namespace tessera::train {
@@ -77,6 +78,7 @@ struct RunConfig {
   DataConfig data;
   TrainerConfig trainer;
   MonitorConfig monitors;  // DeepSpeed's tensorboard, csv_monitor, wandb and comet sections
+  FlopsProfilerConfig flops_profiler;  // DeepSpeed's flops_profiler section
   std::vector<std::string> warnings;
   // The "auto" values (and absent keys) filled from Tessera's sections, one line each
   // (Note ["auto" values] in tools/trainer/auto_values.h).

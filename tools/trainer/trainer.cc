@@ -202,6 +202,24 @@ void Trainer::restore(const std::string& dir, const CheckpointContents& c) {
   if (curriculum_ && s.curriculum_difficulty) curriculum_->set_current(*s.curriculum_difficulty);
 }
 
+std::string Trainer::profile_report(const FlopsProfiler& profiler, const parallel::StepStats& s,
+                                    int64_t seq_len) const {
+  ProfileContext c;
+  c.step = cfg_.flops_profiler.profile_step;
+  c.world = world_.size();
+  c.data_parallel = dp_.size();
+  c.model_parallel = cfg_.engine.pipeline.stages * cfg_.engine.tensor_parallel.tp_size;
+  c.micro_batch = cfg_.engine.batch.train_micro_batch_size_per_gpu;
+  c.forwards = cfg_.engine.batch.gradient_accumulation_steps;
+  c.backward_s = s.backward_s;
+  c.step_s = s.step_s;
+  // The model's training FLOPs per token are 3 forwards' (ModelSpec::flops_per_token).
+  c.analytic_fwd_flops = cfg_.model->flops_per_token(seq_len) / 3 *
+                         static_cast<double>(c.micro_batch * seq_len) /
+                         static_cast<double>(c.model_parallel);
+  return profiler.report(cfg_.flops_profiler, c);
+}
+
 void Trainer::use_seq_len(int64_t seq_len) {
   if (seq_len != batch_seq_len_) engine_->reset_activation_shapes();
   batch_seq_len_ = seq_len;
@@ -322,10 +340,18 @@ TrainResult Trainer::run() {
     // training forward, with t = global_steps + 1), or the data's.
     const int64_t seq_len = curriculum_ ? curriculum_->update(step + 1) : cfg_.data.seq_len;
     use_seq_len(seq_len);
+    // Note [Flops profiler]: rank 0 watches this step's forwards.
+    const bool profiled =
+        leader() && cfg_.flops_profiler.enabled && step == cfg_.flops_profiler.profile_step;
+    std::optional<FlopsProfiler> profiler;
+    std::optional<ForwardObserverGuard> observing;
+    if (profiled) observing.emplace(profiler.emplace(*model_));
     const parallel::StepStats s = at_step(step + 1, [&] {
       return engine_->train_batch(
           micro_batches(*train_loader_, gas, step * gas * dp_.size(), seq_len));
     });
+    observing.reset();
+    if (profiled) publish_report(cfg_.flops_profiler, profile_report(*profiler, s, seq_len));
     step = engine_->global_steps();
     const int64_t tokens = cfg_.engine.batch.train_batch_size * seq_len;
     meter.add_step(seconds_since(t0), tokens,

@@ -97,6 +97,9 @@ class Trainer {
   // Before a batch of sequences of `seq_len` tokens: a pipeline relearns its transfers'
   // shapes when they change (a curriculum's training batches, whole-window evaluations).
   void use_seq_len(int64_t seq_len);
+  // The flops profiler's report of the step that made `s` (Note [Flops profiler]).
+  std::string profile_report(const FlopsProfiler& profiler, const parallel::StepStats& s,
+                             int64_t seq_len) const;
   bool leader() const { return world_.rank() == 0; }
   // A bf16 run on the CPU with a bf16 GEMM (Note [BF16 GEMM]): its MFU is against that
   // GEMM's peak; otherwise (f32, fp16, or no AVX512_BF16) against the FMA peak.
