@@ -1,5 +1,6 @@
 #include "parallel/curriculum.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"

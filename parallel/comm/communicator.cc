@@ -157,11 +157,9 @@ void Communicator::reset_stats() {
 }
 
 void Communicator::cancel(const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lock(cancel_mutex_);
-    if (cancel_requested()) return;
-    cancel_reason_ = reason;
-  }
+  std::lock_guard<std::mutex> lock(cancel_mutex_);
+  if (cancel_requested()) return;  // the first reason stays
+  cancel_reason_ = reason;
   cancel_requested_.store(true, std::memory_order_release);
 }
 

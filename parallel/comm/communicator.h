@@ -146,9 +146,9 @@ class QueuedWork {
 // (recv, and broadcast on a non-root rank), the bytes it receives: data cannot arrive
 // faster than its sender's link puts it out. The link carries one operation at a time,
 // from when the operation was issued or the link finished the one before, whichever is
-// later, and a receive no earlier than its message was there (the backend returned: a
-// receive started ahead of its send gets the data a link time after the send, not at
-// once); the operation ends when the link is done with it or when the backend returned,
+// later, and a recv no earlier than its message was there (the backend returned: a recv
+// started ahead of its send gets the data a link time after the send, not at once); the
+// operation ends when the link is done with it or when the backend returned,
 // whichever is later, and the rank sleeps until then. So the real elapsed time (the
 // backend's work and any wait for peers) counts toward the modeled time, and on one
 // machine the delay is that of the simulated network rather than in addition to the

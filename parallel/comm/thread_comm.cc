@@ -189,7 +189,14 @@ class ThreadCommunicator final : public Communicator {
     c.pending = &t;
     c.taken = false;
     c.cv.notify_all();
-    wait(lock, c.cv, CommOp::send, dst, [&] { return c.taken; });
+    try {
+      wait(lock, c.cv, CommOp::send, dst, [&] { return c.taken; });
+    } catch (...) {
+      // Timed out or cancelled: `t` is about to go, so no receive may find it afterwards.
+      c.pending = nullptr;
+      c.cv.notify_all();
+      throw;
+    }
     c.pending = nullptr;
     c.cv.notify_all();
   }

@@ -19,9 +19,9 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kMaxDims = 6;
 constexpr int64_t kHeader = kMaxDims + 2;  // [ndim, dims..., dtype]
 
-// Receives started on a lane and not yet taken, at most (Note [Non-blocking stage
-// transfers]): the one being waited for and the next.
-constexpr size_t kReceivesAhead = 2;
+// Receives started on a lane and not yet taken, at most, besides the one being waited for
+// (Note [Non-blocking stage transfers]): the next one travels while this one is used.
+constexpr size_t kReceivesAhead = 1;
 
 // What travels for one tensor of a channel: all of it, or this rank's piece of the flat
 // tensor (Note [Partitioned stage transfers]).
@@ -148,7 +148,8 @@ CommHandle PipelineExecutor::send(const Tensor& t, int peer, Channel& channel) {
   TS_CHECK(data.shape() == channel.shape && data.dtype() == channel.dtype, "[pipeline] stage ",
            pipe_.rank(), " sends ", shape_str(data.shape()), " ", dtype_name(data.dtype()),
            " to stage ", peer, "; expected the ", shape_str(channel.shape), " ",
-           dtype_name(channel.dtype), " of its first message (shapes are fixed within a run)");
+           dtype_name(channel.dtype),
+           " of its first message (shapes change only through reset_shapes())");
   if (!channel.partitioned) return send_now(data, peer, channel);
   // This rank's piece of the flat tensor (Note [Partitioned stage transfers]).
   return send_now(flat_piece(data, *slices_), peer, channel);
@@ -256,6 +257,7 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
   double loss_sum = 0.0;
   Tensor extra_sum;  // the earlier stages' extra loss terms, f64 on the device
   int backwards = 0;
+  double loss = 0;
   try {
     follow_pipe_link(lanes_, pipe_);
     begin_receives(act_in_, first ? 0 : m);
@@ -331,11 +333,11 @@ double PipelineExecutor::train_batch(const std::vector<MicroBatch>& micro_batche
         }
       });
     }
+    loss = finish(loss_sum, extra_sum, m);
   } catch (...) {
     drain();
     throw;
   }
-  const double loss = finish(loss_sum, extra_sum, m);
   timing_.total_s = seconds_since(start);
   return loss;
 }
@@ -350,6 +352,7 @@ double PipelineExecutor::eval_batch(const std::vector<MicroBatch>& micro_batches
   Buffers buf(2);
   double loss_sum = 0.0;
   std::vector<CommHandle> sent(2);  // per buffer: its output's send, waited for before reuse
+  double loss = 0;
   try {
     follow_pipe_link(lanes_, pipe_);
     begin_receives(act_in_, first ? 0 : m);
@@ -386,11 +389,11 @@ double PipelineExecutor::eval_batch(const std::vector<MicroBatch>& micro_batches
         }
       });
     }
+    loss = finish(loss_sum, Tensor(), m);
   } catch (...) {
     drain();
     throw;
   }
-  const double loss = finish(loss_sum, Tensor(), m);
   timing_.total_s = seconds_since(start);
   return loss;
 }

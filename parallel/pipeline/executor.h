@@ -37,7 +37,7 @@
 // step (a failed send stops the step, as a blocking one did). Where the backend has a
 // worker (thread ranks, MPI), each direction of each link is a lane of its own (Note [Pipe
 // lanes] in parallel/pipeline/lanes.h) and receives are started ahead: at the batch's start
-// and as each is taken, up to kReceivesAhead not yet taken, so a stage's next input
+// and as each is taken, one ahead of the one being used (kReceivesAhead), so a stage's next input
 // travels while it computes on the current one; buffers the receives fill are allocated
 // when they are started. After a failure the lanes are cancelled (Communicator::cancel):
 // a receive started ahead whose send will not come ends at once instead of at the timeout,

@@ -322,7 +322,9 @@ std::vector<std::string> run_names(const std::vector<std::string>& dirs) {
 
 std::vector<double> nice_ticks(double lo, double hi, int target) {
   if (lo > hi) std::swap(lo, hi);
-  if (lo == hi) {
+  // A range of a few ulps (two runs' rates differing in the last bit) is empty: its step
+  // would be too small for the tick counter to move.
+  if (hi - lo <= 1e-9 * std::max(std::abs(lo), std::abs(hi))) {
     const double pad = lo == 0 ? 1.0 : std::abs(lo) * 0.1;
     lo -= pad;
     hi += pad;
@@ -348,7 +350,10 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
   const double step = tick(1);
   const double first = std::floor(lo / step + 1e-9), last = std::ceil(hi / step - 1e-9);
   std::vector<double> ticks;
-  for (double i = first; i <= last; ++i) ticks.push_back(tick(i) + 0.0);  // no "-0"
+  // At most target + 3 ticks: target intervals, and a partial one at each end.
+  for (int64_t n = 0; n <= last - first && n < target + 3; ++n) {
+    ticks.push_back(tick(first + static_cast<double>(n)) + 0.0);  // no "-0"
+  }
   return ticks;
 }
 

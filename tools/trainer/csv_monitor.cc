@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -76,13 +77,23 @@ std::string CsvMonitor::file_name(const std::string& tag) {
   return name + ".csv";
 }
 
-CsvMonitor::CsvMonitor(const std::string& dir, int64_t keep_through) : dir_(dir) {
+CsvMonitor::CsvMonitor(const std::string& dir, const std::string& tag_prefix, int64_t keep_through,
+                       const std::vector<std::string>& written_before_step)
+    : dir_(dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   TS_CHECK(!ec, "[csv_monitor] cannot create the folder ", dir, ": ", ec.message());
+  const std::string stem = file_name(tag_prefix).substr(0, file_name(tag_prefix).size() - 4);
   for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
-    if (!entry.is_regular_file() || entry.path().extension() != ".csv") continue;
-    const std::optional<std::vector<std::string>> rows = kept_rows(entry.path(), keep_through);
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || entry.path().extension() != ".csv" ||
+        name.rfind(stem, 0) != 0) {
+      continue;
+    }
+    bool early = false;
+    for (const std::string& tag : written_before_step) early |= file_name(tag) == name;
+    const std::optional<std::vector<std::string>> rows =
+        kept_rows(entry.path(), early ? keep_through - 1 : keep_through);
     if (!rows) continue;
     if (keep_through < 0) {
       fs::remove(entry.path());
@@ -90,11 +101,10 @@ CsvMonitor::CsvMonitor(const std::string& dir, int64_t keep_through) : dir_(dir)
     }
     // Rewritten beside and renamed over, so a crash leaves the old file or the new one.
     const fs::path tmp = entry.path().string() + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      for (const std::string& row : *rows) out << row << '\n';
-      TS_CHECK(out.good(), "[csv_monitor] cannot write ", tmp.string());
-    }
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    for (const std::string& row : *rows) out << row << '\n';
+    out.close();
+    TS_CHECK(!out.fail(), "[csv_monitor] cannot write ", tmp.string(), " (disk full?)");
     fs::rename(tmp, entry.path());
   }
 }

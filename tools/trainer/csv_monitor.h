@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tessera::train {
 
@@ -26,10 +27,13 @@ std::string python_float_repr(double value);
 
 class CsvMonitor {
  public:
-  // Writes under `dir` (created with its parents). Existing monitor files there (*.csv
-  // whose first line starts with "step,") keep their rows of steps up to `keep_through`; with
-  // keep_through < 0 (a fresh run) they are removed (Note [CSV monitor files]).
-  CsvMonitor(const std::string& dir, int64_t keep_through);
+  // Writes under `dir` (created with its parents). Existing files there of tags starting
+  // with `tag_prefix` (whose first line starts with "step,") keep their rows of steps up to
+  // `keep_through`, or below it for the tags in `written_before_step` (DeepSpeed writes
+  // train_loss at the count before its step); with keep_through < 0 (a fresh run) they are
+  // removed (Note [CSV monitor files]). Other files are left alone.
+  CsvMonitor(const std::string& dir, const std::string& tag_prefix, int64_t keep_through,
+             const std::vector<std::string>& written_before_step = {});
 
   // Appends the row of `tag` at `step`; throws naming the file when it cannot.
   void write(const std::string& tag, double value, int64_t step);

@@ -139,10 +139,16 @@ void publish_report(const FlopsProfilerConfig& config, const std::string& report
 
 FlopsProfiler::FlopsProfiler(const Module& model) : root_(model) {}
 
-void FlopsProfiler::enter(const Module& m) { stack_.push_back({&m, now_s()}); }
+void FlopsProfiler::enter(const Module& m) {
+  // A module entered again inside its own forward (GPT's untied head inside the model's
+  // forward) keeps its outer entry: its time counts once.
+  if (depth_[&m]++ == 0) stack_.push_back({&m, now_s()});
+}
 
 void FlopsProfiler::exit(const Module& m) noexcept {
-  if (stack_.empty() || stack_.back().module != &m) return;  // entered before installation
+  const auto it = depth_.find(&m);
+  if (it == depth_.end() || it->second == 0) return;  // entered before installation
+  if (--it->second > 0 || stack_.empty() || stack_.back().module != &m) return;
   own_[&m].seconds += now_s() - stack_.back().started;
   stack_.pop_back();
 }

@@ -18,8 +18,10 @@
 // the host: a CUDA run's is launch time unless the device synchronizes), or its children's
 // sum when it has none of its own. Figures are per forward pass: the step's sums over its
 // micro-batches divided by their number (DeepSpeed profiles each micro-step and prints the
-// report once per micro-step; here it is printed once). Backward and step latencies come
-// from the engine's wall_clock_breakdown timers, which the profiler switches on, as
+// report once per micro-step; here it is printed once). Only forwards with gradients record
+// their ops, so activation checkpointing (whose forward runs without them, and whose
+// recomputation would be counted in backward) is refused with the profiler. Backward and step
+// latencies come from the engine's wall_clock_breakdown timers, which the profiler switches on, as
 // DeepSpeed does.
 #pragma once
 
@@ -108,7 +110,8 @@ class FlopsProfiler : public ForwardObserver {
   };
   const Module& root_;
   std::map<const Module*, Own> own_;
-  std::vector<Open> stack_;
+  std::map<const Module*, int> depth_;  // open forwards per module
+  std::vector<Open> stack_;             // the outermost open forward of each module
 };
 
 }  // namespace tessera::train

@@ -100,9 +100,15 @@ Monitor::Monitor(const MonitorConfig& config, const std::string& default_dir,
                  int64_t keep_through) {
   if (config.tensorboard.enabled) {
     tensorboard_ = std::make_unique<TensorBoardWriter>(config.tensorboard.folder(default_dir));
+    // The steps after the checkpoint are written again (Note [TensorBoard event files]).
+    if (keep_through >= 0) {
+      tensorboard_->add_session_start(keep_through + 1);
+      tensorboard_->flush();
+    }
   }
   if (config.csv.enabled) {
-    csv_ = std::make_unique<CsvMonitor>(config.csv.folder(default_dir), keep_through);
+    csv_ = std::make_unique<CsvMonitor>(config.csv.folder(default_dir), tag(""), keep_through,
+                                        std::vector<std::string>{tag("train_loss")});
   }
 }
 

@@ -74,7 +74,8 @@ class Monitor {
  public:
   // Opens the enabled backends. `default_dir` stands for an empty output_path. A resumed run
   // passes the sample count of its checkpoint as `keep_through`, a fresh one -1 (Note [CSV
-  // monitor files]; TensorBoard starts a new event file either way).
+  // monitor files]); TensorBoard gets a new event file either way, a resumed run's starting
+  // with a SessionLog START just past the checkpoint (Note [TensorBoard event files]).
   Monitor(const MonitorConfig& config, const std::string& default_dir, int64_t keep_through);
   // Writes `events` to each backend, then flushes.
   void write_events(const std::vector<MonitorEvent>& events);

@@ -95,6 +95,11 @@ void check_model_run(const RunConfig& c) {
            c.init_from, "\"");
   TS_CHECK(f.generation || c.trainer.sample.tokens == 0, "[config] $.trainer.sample.tokens: the ",
            m.type(), " model does not generate text; expected 0, found ", c.trainer.sample.tokens);
+  TS_CHECK(!c.flops_profiler.enabled ||
+               (!c.checkpoint_activations && c.engine.pipeline.activation_checkpoint_interval == 0),
+           "[config] $.flops_profiler: it counts the ops a forward records for backward, and a "
+           "checkpointed forward records none (its recomputation in backward would be counted "
+           "instead); expected no activation checkpointing with it");
   if (c.engine.layer_drop.enabled) {
     TS_CHECK(f.layer_drop, "[config] $.progressive_layer_drop: the ", m.type(),
              " model does not skip layers (GPT without MoE blocks does); expected it disabled");

@@ -6,6 +6,7 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -115,6 +116,15 @@ std::string scalar_event(const std::string& tag, float value, int64_t step, doub
   return e;
 }
 
+std::string session_start_event(int64_t step, double wall_time) {
+  std::string log;  // SessionLog
+  put_key(log, 1, kVarint);
+  put_varint(log, 1);  // START
+  std::string e = event_header(wall_time, step);
+  put_bytes(e, 7, log);
+  return e;
+}
+
 double unix_time_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -147,6 +157,10 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, double wall_time) {
 void TensorBoardWriter::add_scalar(const std::string& tag, float value, int64_t step,
                                    double wall_time) {
   out_ << tfrecord(scalar_event(tag, value, step, wall_time));
+}
+
+void TensorBoardWriter::add_session_start(int64_t step, double wall_time) {
+  out_ << tfrecord(session_start_event(step, wall_time));
 }
 
 void TensorBoardWriter::flush() {

@@ -12,11 +12,12 @@
 // double), step (2, int64 varint), and either file_version (3, string) or a Summary (5)
 // whose Values (summary.proto, field 1) carry a tag (1, string) and a float simple_value
 // (2): what torch.utils.tensorboard's add_scalar writes by default. Fields go in number
-// order and zero values are omitted, as proto3 does. The file is named
+// order and a zero wall_time or step is omitted, as proto3 does. The file is named
 // events.out.tfevents.<unix seconds, 10 digits>.<host>.<pid>.<n> and starts with the event
-// file_version = "brain.Event:2". TensorBoard drops a run's events past a step it sees
-// again (its purge of orphaned data), so a resumed run that writes a new file shows one
-// curve.
+// file_version = "brain.Event:2". A resumed run's new file then has a SessionLog (Event
+// field 7; its status, field 1, START = 1) at the first step past its checkpoint: TensorBoard
+// drops the events at that step and later that it read before (its purge of orphaned data,
+// what SummaryWriter(purge_step=...) asks for), so the curve does not fold back.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,7 @@ std::string tfrecord(std::string_view data);
 // Serialized Events: the file-version one, and one scalar summary value.
 std::string file_version_event(double wall_time);
 std::string scalar_event(const std::string& tag, float value, int64_t step, double wall_time);
+std::string session_start_event(int64_t step, double wall_time);
 
 // Seconds since the Unix epoch, as Python's time.time() gives them.
 double unix_time_now();
@@ -49,6 +51,9 @@ class TensorBoardWriter {
   // Appends the scalar `value` of `tag` at `step`.
   void add_scalar(const std::string& tag, float value, int64_t step,
                   double wall_time = unix_time_now());
+  // A restarted run's SessionLog START at `step`: TensorBoard forgets what it read of steps
+  // `step` and later (Note [TensorBoard event files]).
+  void add_session_start(int64_t step, double wall_time = unix_time_now());
   // Hands what was written to the operating system; throws naming the path on failure.
   void flush();
   const std::string& path() const { return path_; }

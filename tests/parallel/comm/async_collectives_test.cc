@@ -257,6 +257,42 @@ TEST_CASE("a cancelled receive ends at once with the reason, and breaks the grou
   CHECK_THAT(after, Catch::Contains("send #1: the group is unusable after an earlier failure"));
 }
 
+TEST_CASE("a cancelled send is withdrawn: the peer's later receive does not find it",
+          "[comm][async]") {
+  // Rank 0's send is cancelled before rank 1 receives; its tensor is gone with the
+  // operation, so rank 1's receive must wait (and time out), not copy from it.
+  std::string sent, received;
+  std::atomic<bool> cancelled{false};
+  run_thread_ranks(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {
+          while (!cancelled.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          try {
+            comm.recv(zeros({3}), 0);
+          } catch (const Error& e) {
+            received = e.what();
+          }
+          return;
+        }
+        {
+          AsyncCollectives async(comm);
+          const CommHandle h = async.send(full({3}, 7.0), 1);
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the worker is waiting
+          comm.cancel("stage 0 failed");
+          try {
+            h.wait();
+          } catch (const Error& e) {
+            sent = e.what();
+          }
+        }
+        cancelled = true;
+      },
+      CommOptions{.timeout = std::chrono::milliseconds(300)});
+  CHECK_THAT(sent, Catch::Contains("send #0: cancelled: stage 0 failed"));
+  CHECK_THAT(received, Catch::Contains("recv #0: timed out"));
+}
+
 TEST_CASE("a backend bound to its caller's thread runs started collectives at once",
           "[comm][async]") {
   std::vector<int> at_once(2, 0);

@@ -38,6 +38,24 @@ std::vector<Seen> timed(int size, const SimulatedLink& link, F&& op) {
   return seen;
 }
 
+TEST_CASE("a recv waiting for its sender gets the data a link time after the send",
+          "[comm][simulated_link]") {
+  // The link carries a message in 50 ms (latency); rank 0 sends 60 ms after rank 1 began
+  // receiving, so the data is there at 110 ms, not when the send began (60 ms).
+  const SimulatedLink link{.gbit_per_s = 100, .latency_us = 50'000};
+  const std::vector<Seen> seen = timed(2, link, [](Communicator& comm) {
+    const Tensor t = zeros({4});
+    if (comm.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+      comm.send(t, 1);
+    } else {
+      comm.recv(t, 0);
+    }
+  });
+  CHECK(seen[1].elapsed >= 0.110);
+  CHECK(seen[0].elapsed >= 0.110);  // 60 ms asleep, then the send's 50 ms
+}
+
 TEST_CASE("ring steps per op", "[comm][simulated_link]") {
   CHECK(ring_steps(CommOp::all_reduce, 4) == 6);
   CHECK(ring_steps(CommOp::reduce_scatter, 4) == 3);

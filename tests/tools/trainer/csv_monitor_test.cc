@@ -56,7 +56,7 @@ TEST_CASE("values are written as Python's repr() writes them", "[csv_monitor]") 
 
 TEST_CASE("one file per tag, with DeepSpeed's header and rows", "[csv_monitor]") {
   const std::filesystem::path dir = testing::fresh_dir("csv_monitor_layout") / "job";
-  CsvMonitor csv(dir.string(), -1);
+  CsvMonitor csv(dir.string(), "Train/Samples/", -1);
   csv.write("Train/Samples/train_loss", 2.5, 0);
   csv.write("Train/Samples/lr", 1e-05, 32);
   csv.write("Train/Samples/train_loss", 2.25, 32);
@@ -72,20 +72,28 @@ TEST_CASE("a resumed run keeps rows up to its checkpoint, a fresh run starts ove
           "[csv_monitor]") {
   const std::filesystem::path dir = testing::fresh_dir("csv_monitor_resume");
   {
-    CsvMonitor csv(dir.string(), -1);
-    for (int64_t step = 0; step <= 96; step += 32) csv.write("Train/Samples/lr", 0.5, step);
+    CsvMonitor csv(dir.string(), "Train/Samples/", -1);
+    for (int64_t step = 0; step <= 96; step += 32) {
+      csv.write("Train/Samples/lr", 0.5, step);
+      csv.write("Train/Samples/train_loss", 2.0, step);
+    }
   }
   testing::write_bytes(dir / "metrics.csv", "kind,step,loss\ntrain,1,2.0\n");
+  testing::write_bytes(dir / "Other_lr.csv", "step,lr\r\n96,1.0\r\n");  // another prefix's
   {
-    // A checkpoint at 64 samples: the rows after it are written again.
-    CsvMonitor csv(dir.string(), 64);
+    // A checkpoint at 64 samples: the rows after it are written again; train_loss is
+    // written at the count before its step, so its row at 64 is the next step's.
+    CsvMonitor csv(dir.string(), "Train/Samples/", 64, {"Train/Samples/train_loss"});
     csv.write("Train/Samples/lr", 0.25, 96);
   }
   CHECK(testing::read_bytes(dir / "Train_Samples_lr.csv") ==
         "step,lr\r\n0,0.5\r\n32,0.5\r\n64,0.5\r\n96,0.25\r\n");
-  { const CsvMonitor fresh(dir.string(), -1); }
+  CHECK(testing::read_bytes(dir / "Train_Samples_train_loss.csv") ==
+        "step,train_loss\r\n0,2.0\r\n32,2.0\r\n");
+  { const CsvMonitor fresh(dir.string(), "Train/Samples/", -1); }
   CHECK_FALSE(std::filesystem::exists(dir / "Train_Samples_lr.csv"));
   CHECK(testing::read_bytes(dir / "metrics.csv") == "kind,step,loss\ntrain,1,2.0\n");
+  CHECK(testing::read_bytes(dir / "Other_lr.csv") == "step,lr\r\n96,1.0\r\n");
 }
 
 }  // namespace

@@ -8,15 +8,17 @@ Format, from tensorflow/tensorboard:
   * TFRecord framing, as in tensorboard/summary/writer/record_writer.py,
     little-endian: uint64 length; uint32 masked_crc32c(the 8 length bytes);
     data[length]; uint32 masked_crc32c(data).
-  * data: an Event (tensorboard/compat/proto/event.proto) holding either a
-    file_version or a Summary (tensorboard/compat/proto/summary.proto) of
-    tagged simple_values. Any other field, or bad UTF-8, is an error.
+  * data: an Event (tensorboard/compat/proto/event.proto) holding a
+    file_version, a SessionLog (its status) or a Summary
+    (tensorboard/compat/proto/summary.proto) of tagged simple_values. Any
+    other field, or bad UTF-8, is an error.
 
 Usage: /usr/bin/python3 read_tfevents.py FILE | --self-test
   Prints one JSON object per line: {"wall_time", "step", "file_version"} per
-  file-version event, {"wall_time", "step", "tag", "simple_value"} per value of
-  a summary event (a non-finite simple_value as the string "nan", "inf" or
-  "-inf"). On malformed input, prints "read_tfevents: error: ..." to
+  file-version event, {"wall_time", "step", "session_log"} per session-log
+  event ("START", "STOP" or "CHECKPOINT"), {"wall_time", "step", "tag",
+  "simple_value"} per value of a summary event (a non-finite simple_value as
+  the string "nan", "inf" or "-inf"). On malformed input, prints "read_tfevents: error: ..." to
   stderr and exits 1. Needs only the standard library and google.protobuf 3.21
   (Debian 12's python3-protobuf).
 """
@@ -79,6 +81,8 @@ def _build_event_class():
     add(value, "simple_value", 2, fdp.TYPE_FLOAT, oneof_index=0)
     add(summary, "value", 1, fdp.TYPE_MESSAGE, label=fdp.LABEL_REPEATED,
         type_name=".tfevents_reader.Summary.Value")
+    session_log = proto.message_type.add(name="SessionLog")
+    add(session_log, "status", 1, fdp.TYPE_INT32)  # the enum's wire form
     event = proto.message_type.add(name="Event")
     event.oneof_decl.add(name="what")
     add(event, "wall_time", 1, fdp.TYPE_DOUBLE)
@@ -86,6 +90,8 @@ def _build_event_class():
     add(event, "file_version", 3, fdp.TYPE_BYTES, oneof_index=0)
     add(event, "summary", 5, fdp.TYPE_MESSAGE, oneof_index=0,
         type_name=".tfevents_reader.Summary")
+    add(event, "session_log", 7, fdp.TYPE_MESSAGE, oneof_index=0,
+        type_name=".tfevents_reader.SessionLog")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     # protobuf 3.21 has no message_factory.GetMessageClass; GetPrototype is it.
@@ -115,7 +121,7 @@ def decode_event(data, offset):
     # Proto3 keeps unknown fields (and fields of a wrong wire type) aside
     # rather than failing; 3.21's msg.UnknownFields() lists them, per message.
     values = list(event.summary.value)
-    for msg in [event, event.summary] + values:
+    for msg in [event, event.summary, event.session_log] + values:
         if len(msg.UnknownFields()):
             numbers = sorted({f.field_number for f in msg.UnknownFields()})
             raise FormatError(f"expected only known fields, found field "
@@ -133,10 +139,17 @@ def decode_event(data, offset):
     what = event.WhichOneof("what")
     if what == "file_version":
         return [dict(head, file_version=utf8(event.file_version, what))]
+    if what == "session_log":
+        statuses = {1: "START", 2: "STOP", 3: "CHECKPOINT"}
+        status = event.session_log.status
+        if status not in statuses:
+            raise FormatError(f"expected a session_log status of 1 to 3, "
+                              f"found {status} {where}")
+        return [dict(head, session_log=statuses[status])]
     if what != "summary" or not values:
         found = "an empty summary" if what else "neither"
-        raise FormatError(f"expected file_version or a non-empty summary, "
-                          f"found {found} {where}")
+        raise FormatError(f"expected file_version, session_log or a "
+                          f"non-empty summary, found {found} {where}")
     out = []
     for value in values:
         tag = utf8(value.tag, "tag")

@@ -45,6 +45,7 @@ TEST_CASE("a written event file decodes with an independent reader", "[tensorboa
     w.add_scalar("Train/Samples/lr", 6e-4f, 32, 1700000002.0);
     w.add_scalar("Train/Samples/loss_scale", 65536.0f, 1ll << 40, 1700000003.0);
     w.add_scalar("Train/Samples/grad_norm", std::nanf(""), 96, 1700000004.0);
+    w.add_session_start(97, 1700000005.0);
     w.flush();
   }
   // The file's name, and a second writer in the same second takes the next number.
@@ -55,7 +56,7 @@ TEST_CASE("a written event file decodes with an independent reader", "[tensorboa
   CHECK(second.path() == first_path.substr(0, first_path.size() - 1) + "1");
 
   const std::vector<nlohmann::json> records = testing::read_tfevents(first_path);
-  REQUIRE(records.size() == 5);
+  REQUIRE(records.size() == 6);
   CHECK(records[0]["file_version"] == "brain.Event:2");
   CHECK(records[0]["wall_time"] == 1700000000.25);
   CHECK(records[0]["step"] == 0);
@@ -70,6 +71,8 @@ TEST_CASE("a written event file decodes with an independent reader", "[tensorboa
   CHECK(records[4]["tag"] == "Train/Samples/grad_norm");
   CHECK(records[4]["simple_value"] == "nan");
   CHECK(records[4]["step"] == 96);
+  CHECK(records[5]["session_log"] == "START");
+  CHECK(records[5]["step"] == 97);
 }
 
 TEST_CASE("a writer that cannot create its folder says where", "[tensorboard]") {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "parallel/layer_drop.h"
 #include "tests/test_files.h"
 #include "tests/testing.h"
 #include "tests/tools/trainer/data_parallel_runs.h"
@@ -39,6 +40,29 @@ TEST_CASE("layer drop follows the one-process run on a pipeline and under ZeRO-3
                      {{"pipeline", {{"stages", 2}, {"partition_method", "uniform"}}}}),
       root / "pipe", 2, ResumeMode::never);
   testing::check_close(piped, single, 1e-5);
+
+  // Three stages of one block each: the middle stage's only block may be dropped, and its
+  // output is then its input.
+  const Json deeper = {{"model", {{"n_layer", 3}}}};
+  const testing::Outcome single3 = testing::train(layer_drop_run(root, root / "single3", 1, deeper),
+                                                  root / "single3", 1, ResumeMode::never);
+  Json three = deeper;
+  three["pipeline"] = {{"stages", 3}, {"partition_method", "uniform"}};
+  const testing::Outcome piped3 = testing::train(layer_drop_run(root, root / "pipe3", 1, three),
+                                                 root / "pipe3", 3, ResumeMode::never);
+  testing::check_close(piped3, single3, 1e-5);
+  // It did drop it (the draws of the model's seed, the trainer's 3; 2 forwards a step).
+  parallel::LayerDropConfig pld;
+  pld.theta = 0.3;
+  pld.gamma = 0.5;
+  int drops = 0;
+  for (int64_t step = 0; step < 6; ++step) {
+    const double theta = parallel::layer_drop_theta_for_step(pld, step);
+    for (int64_t f = 0; f < 2; ++f) {
+      drops += !parallel::layer_kept(3, step, f, 1, parallel::layer_keep(1, 3, theta).probability);
+    }
+  }
+  CHECK(drops > 0);
 
   // One micro-batch per rank and step, so each rank's forward k is the one process's.
   const Json one_micro = {{"gradient_accumulation_steps", 1}};

@@ -3,6 +3,7 @@
 // csv_monitor files carry DeepSpeed's tags at its sample counts with the values
 // metrics.jsonl holds; fp16's loss scale only in fp16 runs; a resumed run keeps the rows up
 // to its checkpoint and writes the rest once.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -143,10 +144,20 @@ TEST_CASE("without fp16 there is no loss scale; a resumed run keeps rows up to i
   for (int64_t step = 1; step <= 6; ++step) {
     CHECK(lines[step].rfind(std::to_string(step * tbs) + ",", 0) == 0);
   }
-  // The resumed run's events go to a file of their own.
-  int event_files = 0;
-  for (const auto& e : fs::directory_iterator(dir / "tb")) event_files += e.is_regular_file();
-  CHECK(event_files == 2);
+  std::ifstream loss_in(csv / "Train_Samples_train_loss.csv");
+  int loss_rows = -1;  // the header
+  for (std::string line; std::getline(loss_in, line);) ++loss_rows;
+  CHECK(loss_rows == 6);
+  // The resumed run's events go to a file of their own, which starts by telling
+  // TensorBoard to forget what it read past the checkpoint.
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir / "tb")) files.push_back(e.path().string());
+  REQUIRE(files.size() == 2);
+  std::sort(files.begin(), files.end());  // by the name's creation second, then number
+  const std::vector<Json> resumed = testing::read_tfevents(files[1]);
+  REQUIRE(resumed.size() > 2);
+  CHECK(resumed[1]["session_log"] == "START");
+  CHECK(resumed[1]["step"] == 3 * tbs + 1);
 }
 
 }  // namespace
