@@ -15,7 +15,9 @@
 // dropped layer is the identity. Layer 0 is always kept. The draw for layer i in the f-th
 // training forward since step `step` began is a Philox number keyed by (seed, step), so it
 // is the same on every rank (ZeRO-3's gathers and tensor slicing's collectives stay in
-// step), for any pipeline layout, and after a resume. Evaluation keeps every layer.
+// step), for any pipeline layout, and after a resume. Evaluation keeps every layer. GPT is
+// pre-LN as the example is; Tessera's BERT is post-LN and divides each branch before its
+// residual sum and LayerNorm.
 #pragma once
 
 #include <cstdint>

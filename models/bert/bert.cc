@@ -8,6 +8,7 @@
 #include "autograd/ops.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "parallel/layer_drop.h"
 
 namespace tessera {
 namespace {
@@ -109,7 +110,27 @@ Tensor Bert::embed(const Tensor& ids) const {
   return e.dropout.forward(e.layer_norm(x));
 }
 
+void Bert::set_layer_drop(double theta, int64_t step) {
+  TS_CHECK(checkpoint_interval_ == 0,
+           "[bert] progressive_layer_drop: expected a model without activation checkpointing "
+           "(a recomputation would draw again)");
+  layer_drop_theta_ = theta;
+  layer_drop_step_ = step;
+  layer_drop_forwards_ = 0;
+}
+
 Tensor Bert::layers(Tensor x) const {
+  if (layer_drop_theta_ < 1.0 && is_training()) {
+    const int64_t forward = layer_drop_forwards_++;  // Note [Progressive layer drop]
+    for (size_t i = 0; i < body_.encoder.layer.size(); ++i) {
+      const int64_t l = static_cast<int64_t>(i);
+      const parallel::LayerKeep keep = parallel::layer_keep(l, cfg_.n_layer, layer_drop_theta_);
+      if (parallel::layer_kept(seed_, layer_drop_step_, forward, l, keep.probability)) {
+        x = layer(i).forward(x, keep.divisor);
+      }
+    }
+    return x;
+  }
   // The dropout stream is rewound for the recomputation: the same masks in backward.
   return checkpoint_sequential(
       std::move(x), body_.encoder.layer.size(), checkpoint_interval_,

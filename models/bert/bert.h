@@ -70,6 +70,11 @@ class Bert : public LanguageModel {
   // parallel/engine/engine.h).
   // BERT is not sliced: its masks all come from the replicated stream.
   parallel::DropoutStreams& dropout_streams() override { return dropout_streams_; }
+  // Progressive layer drop in training forwards (Note [Progressive layer drop] in
+  // parallel/layer_drop.h), keyed by the initialization seed; each branch's output is
+  // divided before its post-LN residual sum (DeepSpeed's example is a pre-LN BERT). Not
+  // with activation checkpointing (a recomputation would draw again).
+  void set_layer_drop(double theta, int64_t step) override;
   // Encoder layer i (tests and tools inspect its attention, e.g. the sparse layout).
   const BertLayer& layer(size_t i) const {
     return static_cast<const BertLayer&>(body_.encoder.layer[i]);
@@ -114,6 +119,11 @@ class Bert : public LanguageModel {
   Cls cls_;
   int64_t checkpoint_interval_ = 0;
   CheckpointPolicy checkpoint_policy_;
+  // Progressive layer drop: this step's theta (1: every layer), its step, and the training
+  // forwards since set_layer_drop() (mutable: a forward counts itself).
+  double layer_drop_theta_ = 1.0;
+  int64_t layer_drop_step_ = 0;
+  mutable int64_t layer_drop_forwards_ = 0;
 };
 
 }  // namespace tessera

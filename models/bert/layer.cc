@@ -13,8 +13,9 @@ BertOutput::BertOutput(int64_t in_features, const BertConfig& cfg, Generator& ge
   register_module("dropout", dropout_);
 }
 
-Tensor BertOutput::forward(const Tensor& h, const Tensor& residual) const {
-  return layer_norm_(residual + dropout_.forward(dense_(h)));
+Tensor BertOutput::forward(const Tensor& h, const Tensor& residual, double divisor) const {
+  const Tensor branch = dropout_.forward(dense_(h));
+  return layer_norm_(residual + (divisor == 1.0 ? branch : branch / divisor));
 }
 
 BertLayer::Attention::Attention(const BertConfig& cfg, Generator& gen, const SparsityConfig* sparse,
@@ -39,9 +40,10 @@ BertLayer::BertLayer(const BertConfig& cfg, Generator& gen, const SparsityConfig
   register_module("output", output_);
 }
 
-Tensor BertLayer::forward(const Tensor& x) const {
-  const Tensor h = attention_.output.forward(attention_.self.forward(x), x);  // (B, T, C)
-  return output_.forward(gelu(intermediate_.dense(h)), h);
+Tensor BertLayer::forward(const Tensor& x, double divisor) const {
+  const ModuleScope scope(*this);  // Note [Forward observers]
+  const Tensor h = attention_.output.forward(attention_.self.forward(x), x, divisor);  // (B, T, C)
+  return output_.forward(gelu(intermediate_.dense(h)), h, divisor);
 }
 
 }  // namespace tessera

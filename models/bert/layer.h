@@ -23,9 +23,11 @@ namespace tessera {
 class BertOutput : public Module {
  public:
   BertOutput(int64_t in_features, const BertConfig& cfg, Generator& gen);
-  // LayerNorm(residual + dropout(dense(h))): post-LN, as in the original BERT.
-  Tensor forward(const Tensor& h,                // (B, T, in)
-                 const Tensor& residual) const;  // (B, T, C) -> (B, T, C)
+  // LayerNorm(residual + dropout(dense(h)) / divisor): post-LN, as in the original BERT;
+  // `divisor` is progressive layer drop's (1: none).
+  Tensor forward(const Tensor& h,  // (B, T, in)
+                 const Tensor& residual,
+                 double divisor = 1.0) const;  // (B, T, C) -> (B, T, C)
 
  private:
   Linear dense_;
@@ -39,8 +41,10 @@ class BertLayer : public Module {
   // and `layout_seed` select the attention (see BertSelfAttention).
   BertLayer(const BertConfig& cfg, Generator& gen, const SparsityConfig* sparse,
             uint64_t layout_seed);
-  // x = attention.output(attention.self(x), x); then output(gelu(intermediate(x)), x).
-  Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+  // x = attention.output(attention.self(x), x); then output(gelu(intermediate(x)), x), each
+  // branch's output divided by `divisor` before its residual sum (progressive layer drop,
+  // Note [Progressive layer drop] in parallel/layer_drop.h; 1: none).
+  Tensor forward(const Tensor& x, double divisor = 1.0) const;  // (B, T, C) -> (B, T, C)
 
   const BertSelfAttention& self_attention() const { return attention_.self; }
 

@@ -31,7 +31,8 @@ class BertSpec : public ModelSpec {
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t block_size() const override { return config_.block_size; }
   int64_t hidden_size() const override { return config_.n_embd; }
-  ModelFeatures features() const override { return {}; }
+  // Data-parallel only; progressive layer drop.
+  ModelFeatures features() const override { return {{}, false, false, true}; }
   void check_layout(int64_t, int64_t) const override {}
   std::unique_ptr<LanguageModel> build(uint64_t seed,
                                        const ModelPlacement& placement) const override;

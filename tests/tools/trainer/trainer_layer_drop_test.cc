@@ -1,9 +1,8 @@
 // Progressive layer drop in training runs (Note [Progressive layer drop] in
 // parallel/layer_drop.h): the draws are the same on every rank and layout, so a 2-stage
 // pipeline and ZeRO-3 data parallelism (one micro-batch per rank and step) follow the
-// one-process run; a checkpoint resumes it exactly; it changes the run from the step where
-// theta first drops below 1; a model that cannot skip layers, or activation checkpointing,
-// is a config error.
+// one-process run; a checkpoint resumes it exactly (GPT and BERT); it changes the run from
+// the step where theta first drops below 1; activation checkpointing is a config error.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
@@ -79,6 +78,31 @@ TEST_CASE("layer drop follows the one-process run on a pipeline and under ZeRO-3
   CHECK(without.losses.at(1) == single.losses.at(1));
   CHECK(without.losses.at(2) == single.losses.at(2));
   CHECK(without.weights != single.weights);
+}
+
+TEST_CASE("a BERT with layer drop trains, and resumes exactly", "[trainer][layer_drop]") {
+  const fs::path root = testing::fresh_dir("trainer_layer_drop_bert");
+  testing::write_random_shard(root / "data", 41);
+  const auto bert_run = [&](const fs::path& dir, bool drop) {
+    Json doc = layer_drop_run(root, dir, 2, {{"gradient_accumulation_steps", 1}});
+    doc["model"] = {{"type", "bert"}, {"vocab_size", 29}, {"block_size", 6}, {"n_layer", 3},
+                    {"n_head", 2},    {"n_embd", 16},     {"dropout", 0.0}};
+    if (!drop) doc.erase("progressive_layer_drop");
+    return doc;
+  };
+  const testing::Outcome one =
+      testing::train(bert_run(root / "one", true), root / "one", 1, ResumeMode::never);
+  // (Its masked-LM masks follow the micro-batches, so another world size is another run.)
+  Json first = bert_run(root / "resumed", true);
+  first["trainer"]["steps"] = 3;
+  testing::train(first, root / "resumed", 1, ResumeMode::never);
+  testing::check_close(
+      testing::train(bert_run(root / "resumed", true), root / "resumed", 1, ResumeMode::required),
+      one, 0);
+  const testing::Outcome plain =
+      testing::train(bert_run(root / "plain", false), root / "plain", 1, ResumeMode::never);
+  CHECK(plain.losses.at(2) == one.losses.at(2));  // theta is 1 for steps 0 and 1
+  CHECK(plain.weights != one.weights);
 }
 
 TEST_CASE("a layer-drop run resumes exactly from its checkpoint", "[trainer][layer_drop]") {
