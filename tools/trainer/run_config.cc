@@ -101,8 +101,9 @@ void check_model_run(const RunConfig& c) {
            "checkpointed forward records none (its recomputation in backward would be counted "
            "instead); expected no activation checkpointing with it");
   if (c.engine.layer_drop.enabled) {
-    TS_CHECK(f.layer_drop, "[config] $.progressive_layer_drop: the ", m.type(),
-             " model does not skip layers (GPT without MoE blocks and BERT do); expected it disabled");
+    TS_CHECK(
+        f.layer_drop, "[config] $.progressive_layer_drop: the ", m.type(),
+        " model does not skip layers (GPT without MoE blocks and BERT do); expected it disabled");
     TS_CHECK(!c.checkpoint_activations && c.engine.pipeline.activation_checkpoint_interval == 0,
              "[config] $.progressive_layer_drop: a recomputed layer would draw its keep again "
              "(DeepSpeed's example ignores layer drop there); expected no activation "
