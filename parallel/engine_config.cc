@@ -255,6 +255,12 @@ EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& c
   c.layer_drop = LayerDropConfig::from_json(root.object("progressive_layer_drop"));
   // Without effect (configs/README.md, "Accepted but without effect").
   root.get<bool>("zero_allow_untested_optimizer", false);
+  // DeepSpeed's MoE group layout: E+D (false, its default) is the one Tessera builds (Note
+  // [Expert groups] in parallel/expert/expert_groups.h).
+  TS_CHECK(!root.get<bool>("use_data_before_expert_parallelism", false), "[config] ",
+           root.key_path("use_data_before_expert_parallelism"),
+           ": DeepSpeed's D+E layout of the expert groups is not built by Tessera, which builds "
+           "E+D (expert groups of consecutive data ranks); expected false or absent");
   // Where the average divides (Note [Gradient averaging] in parallel/zero/gradient_reducer.h).
   const bool prescale = root.get<bool>("prescale_gradients", false);
   const double predivide = root.get_in_range<double>("gradient_predivide_factor", 1.0, 1e-30, 1e30);

@@ -299,6 +299,11 @@ TEST_CASE("missing and inconsistent sections", "[run_config]") {
                d["data_efficiency"] = {{"enabled", true}};
              }),
              Catch::Contains("$.data_efficiency is not supported"));
+  CHECK(error_after([](Json& d) { d["use_data_before_expert_parallelism"] = true; }) ==
+        "[config] $.use_data_before_expert_parallelism: DeepSpeed's D+E layout of the expert "
+        "groups is not built by Tessera, which builds E+D (expert groups of consecutive data "
+        "ranks); expected false or absent");
+  CHECK_NOTHROW(parse_edited([](Json& d) { d["use_data_before_expert_parallelism"] = false; }));
   CHECK(error_after([](Json& d) { d.erase("model"); }) == "[config] $.model: required key missing");
   CHECK(error_after([](Json& d) { d["model"].erase("type"); }) ==
         "[config] $.model.type: required key missing");
