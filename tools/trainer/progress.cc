@@ -80,8 +80,7 @@ bool ProgressReporter::show(int64_t step, const parallel::StepStats& s,
 
 void log_communication(const parallel::Communicator& gradients,
                        const parallel::ParallelGroups* groups,
-                       const parallel::ExpertGroups& experts,
-                       const parallel::ZeroOptimizer& optimizer, int64_t steps) {
+                       const parallel::ExpertGroups& experts, int64_t steps) {
   const double per_step = static_cast<double>(gradients.stats().total_bytes_sent()) / steps / 1e6;
   if (gradients.size() > 1) {
     log_info("rank 0 communication, {} steps: {:.2f} MB sent per step", steps, per_step);

@@ -87,8 +87,7 @@ class ProgressReporter {
 // 3D `groups` when there are some, and on the expert groups of expert parallelism.
 void log_communication(const parallel::Communicator& gradients,
                        const parallel::ParallelGroups* groups,
-                       const parallel::ExpertGroups& experts,
-                       const parallel::ZeroOptimizer& optimizer, int64_t steps);
+                       const parallel::ExpertGroups& experts, int64_t steps);
 
 // Rank 0's memory, logged at the end of a run: the three places of DeepSpeed's estimates
 // (estimate_zero3_model_states_mem_needs: device, host, NVMe), measured. Its model states

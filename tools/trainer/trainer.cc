@@ -455,7 +455,7 @@ TrainResult Trainer::run() {
              result.val_loss ? fmt::format(", val loss {:.4f}", *result.val_loss) : "");
     log_memory(engine_->optimizer(), cfg_.trainer.device);
     log_communication(engine_->gradient_group(), groups_.get(), expert_groups_,
-                      engine_->optimizer(), std::max<int64_t>(result.steps - first, 1));
+                      std::max<int64_t>(result.steps - first, 1));
   }
   return result;
 }
