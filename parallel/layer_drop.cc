@@ -37,6 +37,18 @@ LayerKeep layer_keep(int64_t layer, int64_t layers, double theta) {
   return {1.0 - static_cast<double>(layer) * d, 1.0 - static_cast<double>(layer + 1) * d};
 }
 
+void LayerDropper::set(double theta, int64_t step) {
+  theta_ = theta;
+  step_ = step;
+  forwards_ = 0;
+}
+
+std::optional<double> LayerDropper::keep(int64_t forward, int64_t layer, int64_t layers) const {
+  const LayerKeep k = layer_keep(layer, layers, theta_);
+  if (!layer_kept(seed_, step_, forward, layer, k.probability)) return std::nullopt;
+  return k.divisor;
+}
+
 bool layer_kept(uint64_t seed, int64_t step, int64_t forward, int64_t layer, double probability) {
   if (probability >= 1.0) return true;
   // A key of its own: (seed, step) through one Philox round, apart from dropout's streams.

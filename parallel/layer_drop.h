@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "core/json.h"
 
@@ -51,5 +52,28 @@ LayerKeep layer_keep(int64_t layer, int64_t layers, double theta);
 // Whether layer `layer` is kept in training forward `forward` (0, 1, ... since step `step`
 // began), by a Philox draw keyed by (seed, step) against `probability`.
 bool layer_kept(uint64_t seed, int64_t step, int64_t forward, int64_t layer, double probability);
+
+// A model's layer drop between the engine's calls: the step's theta and key, and the
+// training forwards drawn so far (what GPT and BERT hold for set_layer_drop()).
+class LayerDropper {
+ public:
+  // Model seed `seed` keys the draws; theta 1 until set().
+  explicit LayerDropper(uint64_t seed) : seed_(seed) {}
+  // The step's theta; the forwards after it draw afresh from step `step`'s key.
+  void set(double theta, int64_t step);
+  // Whether a training forward may drop layers (theta below 1).
+  bool active() const { return theta_ < 1.0; }
+  // Starts a training forward; returns its number since set().
+  int64_t next_forward() { return forwards_++; }
+  // Layer `layer` of `layers` in forward `forward`: its divisor when kept, nullopt when
+  // dropped.
+  std::optional<double> keep(int64_t forward, int64_t layer, int64_t layers) const;
+
+ private:
+  uint64_t seed_;
+  double theta_ = 1.0;
+  int64_t step_ = 0;
+  int64_t forwards_ = 0;
+};
 
 }  // namespace tessera::parallel

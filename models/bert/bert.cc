@@ -62,7 +62,8 @@ Bert::Bert(const BertConfig& cfg, uint64_t seed, const SparsityConfig* sparse)
       seed_(seed),
       dropout_streams_(seed, "dropout", 0),
       body_(cfg_, dropout_streams_.replicated(), sparse, seed),
-      cls_(cfg_) {
+      cls_(cfg_),
+      layer_drop_(seed) {
   register_module("bert", body_);
   register_module("cls", cls_);
   for (const NamedParameter& p : named_parameters()) {
@@ -114,19 +115,16 @@ void Bert::set_layer_drop(double theta, int64_t step) {
   TS_CHECK(checkpoint_interval_ == 0,
            "[bert] progressive_layer_drop: expected a model without activation checkpointing "
            "(a recomputation would draw again)");
-  layer_drop_theta_ = theta;
-  layer_drop_step_ = step;
-  layer_drop_forwards_ = 0;
+  layer_drop_.set(theta, step);
 }
 
 Tensor Bert::layers(Tensor x) const {
-  if (layer_drop_theta_ < 1.0 && is_training()) {
-    const int64_t forward = layer_drop_forwards_++;  // Note [Progressive layer drop]
+  if (layer_drop_.active() && is_training()) {
+    const int64_t forward = layer_drop_.next_forward();  // Note [Progressive layer drop]
     for (size_t i = 0; i < body_.encoder.layer.size(); ++i) {
       const int64_t l = static_cast<int64_t>(i);
-      const parallel::LayerKeep keep = parallel::layer_keep(l, cfg_.n_layer, layer_drop_theta_);
-      if (parallel::layer_kept(seed_, layer_drop_step_, forward, l, keep.probability)) {
-        x = layer(i).forward(x, keep.divisor);
+      if (const std::optional<double> divisor = layer_drop_.keep(forward, l, cfg_.n_layer)) {
+        x = layer(i).forward(x, *divisor);
       }
     }
     return x;

@@ -30,6 +30,7 @@
 #include "models/layers/embedding.h"
 #include "models/layers/layer_norm.h"
 #include "models/sparse/sparsity_config.h"
+#include "parallel/layer_drop.h"
 
 namespace tessera {
 
@@ -119,11 +120,8 @@ class Bert : public LanguageModel {
   Cls cls_;
   int64_t checkpoint_interval_ = 0;
   CheckpointPolicy checkpoint_policy_;
-  // Progressive layer drop: this step's theta (1: every layer), its step, and the training
-  // forwards since set_layer_drop() (mutable: a forward counts itself).
-  double layer_drop_theta_ = 1.0;
-  int64_t layer_drop_step_ = 0;
-  mutable int64_t layer_drop_forwards_ = 0;
+  // Progressive layer drop (mutable: a training forward counts itself).
+  mutable parallel::LayerDropper layer_drop_;
 };
 
 }  // namespace tessera

@@ -88,7 +88,8 @@ Gpt::Gpt(const GptConfig& cfg, uint64_t seed, parallel::Communicator* model_grou
                        ? std::make_unique<parallel::AsyncCollectives>(model_group_)
                        : nullptr),
       dropout_streams_(seed, dropout_stream_name(part), model_group_.rank()),
-      transformer_(cfg, part, dropout_streams_, model_group_, model_async_.get(), expert_group) {
+      transformer_(cfg, part, dropout_streams_, model_group_, model_async_.get(), expert_group),
+      layer_drop_(seed) {
   TS_CHECK(part.first_block >= 0 && part.first_block <= cfg.n_layer &&
                (part.end_block < 0 ||
                 (part.end_block >= part.first_block && part.end_block <= cfg.n_layer)),
@@ -171,20 +172,17 @@ void Gpt::set_layer_drop(double theta, int64_t step) {
            "[gpt2] progressive_layer_drop: expected a model without activation checkpointing "
            "and without MoE blocks (a recomputation would draw again; a skipped MoE block "
            "would leave its gate out)");
-  layer_drop_theta_ = theta;
-  layer_drop_step_ = step;
-  layer_drop_forwards_ = 0;
+  layer_drop_.set(theta, step);
 }
 
 Tensor Gpt::blocks(Tensor x) const {
-  if (layer_drop_theta_ < 1.0 && is_training()) {
+  if (layer_drop_.active() && is_training()) {
     // Note [Progressive layer drop]: layers are numbered over the whole model.
-    const int64_t forward = layer_drop_forwards_++;
+    const int64_t forward = layer_drop_.next_forward();
     for (size_t i = 0; i < transformer_.h.size(); ++i) {
       const int64_t layer = part_.first_block + static_cast<int64_t>(i);
-      const parallel::LayerKeep keep = parallel::layer_keep(layer, cfg_.n_layer, layer_drop_theta_);
-      if (parallel::layer_kept(seed_, layer_drop_step_, forward, layer, keep.probability)) {
-        x = block(i).forward(x, &moe_outputs_, keep.divisor);
+      if (const std::optional<double> divisor = layer_drop_.keep(forward, layer, cfg_.n_layer)) {
+        x = block(i).forward(x, &moe_outputs_, *divisor);
       }
     }
     return x;

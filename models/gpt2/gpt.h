@@ -47,6 +47,7 @@
 #include "models/layers/embedding.h"
 #include "models/layers/layer_norm.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/layer_drop.h"
 #include "parallel/tensor/dropout_streams.h"
 #include "parallel/tensor/layers.h"
 
@@ -195,11 +196,8 @@ class Gpt : public LanguageModel {
   mutable std::vector<Tensor> aux_sums_;  // per MoE block: expert_load_'s aux_loss, f64
   int64_t checkpoint_interval_ = 0;
   CheckpointPolicy checkpoint_policy_;
-  // Progressive layer drop: this step's theta (1: every layer), its step, and the training
-  // forwards since set_layer_drop() (mutable: a forward counts itself).
-  double layer_drop_theta_ = 1.0;
-  int64_t layer_drop_step_ = 0;
-  mutable int64_t layer_drop_forwards_ = 0;
+  // Progressive layer drop (mutable: a training forward counts itself).
+  mutable parallel::LayerDropper layer_drop_;
 };
 
 }  // namespace tessera

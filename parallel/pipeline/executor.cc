@@ -97,17 +97,14 @@ CommHandle PipelineExecutor::send_now(const Tensor& t, int peer, Channel& channe
 
 void PipelineExecutor::wait_all() {
   if (async_) async_->wait_all();
-  for (Lane* lane : lanes_.all()) {
-    if (lane->exists()) lane->async->wait_all();
-  }
+  for (Lane* lane : lanes_.existing()) lane->async->wait_all();
   fold_lane_stats(lanes_, pipe_);
 }
 
 void PipelineExecutor::drain() noexcept {
   std::vector<AsyncCollectives*> started;
   if (async_) started.push_back(async_.get());
-  for (Lane* lane : lanes_.all()) {
-    if (!lane->exists()) continue;
+  for (Lane* lane : lanes_.existing()) {
     lane->group->cancel(str_cat("stage ", pipe_.rank(), " failed"));
     started.push_back(lane->async.get());
   }

@@ -24,6 +24,14 @@ void split_direction(Communicator& pipe, Lane& to_next, Lane& to_previous) {
 
 }  // namespace
 
+std::vector<Lane*> PipeLanes::existing() {
+  std::vector<Lane*> out;
+  for (Lane* lane : {&activations_out, &activations_in, &gradients_out, &gradients_in}) {
+    if (lane->exists()) out.push_back(lane);
+  }
+  return out;
+}
+
 bool uses_lanes(const Communicator& pipe) { return pipe.size() > 1 && pipe.runs_on_any_thread(); }
 
 PipeLanes make_pipe_lanes(Communicator& pipe) {
@@ -37,14 +45,11 @@ PipeLanes make_pipe_lanes(Communicator& pipe) {
 }
 
 void follow_pipe_link(PipeLanes& lanes, const Communicator& pipe) {
-  for (Lane* lane : lanes.all()) {
-    if (lane->exists()) lane->group->set_simulated_link(pipe.simulated_link());
-  }
+  for (Lane* lane : lanes.existing()) lane->group->set_simulated_link(pipe.simulated_link());
 }
 
 void fold_lane_stats(PipeLanes& lanes, Communicator& pipe) {
-  for (Lane* lane : lanes.all()) {
-    if (!lane->exists()) continue;
+  for (Lane* lane : lanes.existing()) {
     pipe.add_stats(lane->group->stats());
     lane->group->reset_stats();
   }

@@ -18,8 +18,8 @@
 // lanes: AsyncCollectives has no worker there, and the pipe group carries everything.
 #pragma once
 
-#include <array>
 #include <memory>
+#include <vector>
 
 #include "parallel/comm/async_collectives.h"
 #include "parallel/comm/communicator.h"
@@ -40,10 +40,8 @@ struct PipeLanes {
   Lane activations_in;   // from s - 1
   Lane gradients_out;    // to s - 1
   Lane gradients_in;     // from s + 1
-  // The four, those without a neighbour included (check exists()).
-  std::array<Lane*, 4> all() {
-    return {&activations_out, &activations_in, &gradients_out, &gradients_in};
-  }
+  // Those this stage has (a lane without a neighbour is missing).
+  std::vector<Lane*> existing();
 };
 
 // Whether `pipe` gets lanes (Note [Pipe lanes]): two stages or more on a backend that runs

@@ -33,6 +33,15 @@ std::optional<std::vector<std::string>> kept_rows(const fs::path& path, int64_t 
   return rows;
 }
 
+// A tag's file name without ".csv": '/' and ' ' made '_'.
+std::string file_stem(const std::string& tag) {
+  std::string name = tag;
+  for (char& c : name) {
+    if (c == '/' || c == ' ') c = '_';
+  }
+  return name;
+}
+
 }  // namespace
 
 std::string python_float_repr(double value) {
@@ -69,13 +78,7 @@ std::string python_float_repr(double value) {
   return out + exp;
 }
 
-std::string CsvMonitor::file_name(const std::string& tag) {
-  std::string name = tag;
-  for (char& c : name) {
-    if (c == '/' || c == ' ') c = '_';
-  }
-  return name + ".csv";
-}
+std::string CsvMonitor::file_name(const std::string& tag) { return file_stem(tag) + ".csv"; }
 
 CsvMonitor::CsvMonitor(const std::string& dir, const std::string& tag_prefix, int64_t keep_through,
                        const std::vector<std::string>& written_before_step)
@@ -83,7 +86,7 @@ CsvMonitor::CsvMonitor(const std::string& dir, const std::string& tag_prefix, in
   std::error_code ec;
   fs::create_directories(dir, ec);
   TS_CHECK(!ec, "[csv_monitor] cannot create the folder ", dir, ": ", ec.message());
-  const std::string stem = file_name(tag_prefix).substr(0, file_name(tag_prefix).size() - 4);
+  const std::string stem = file_stem(tag_prefix);
   for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_regular_file() || entry.path().extension() != ".csv" ||

@@ -162,12 +162,13 @@ void FlopsProfiler::op(const std::string& name, const TensorList& inputs,
   own.macs += cost.macs;
 }
 
-FlopsProfiler::Totals FlopsProfiler::totals(const Module& m) const {
+FlopsProfiler::Totals FlopsProfiler::add_totals(const Module& m, TotalsMap& out) const {
   Totals t;
-  for (const NamedParameter& p : m.named_parameters()) t.params += p.tensor.numel();
+  for (const Tensor& p : m.own_parameters()) t.params += p.numel();
   double children_s = 0;
   for (const auto& [name, child] : m.children()) {
-    const Totals c = totals(*child);
+    const Totals c = add_totals(*child, out);
+    t.params += c.params;
     t.flops += c.flops;
     t.macs += c.macs;
     children_s += c.seconds;
@@ -178,13 +179,20 @@ FlopsProfiler::Totals FlopsProfiler::totals(const Module& m) const {
     t.macs += it->second.macs;
   }
   t.seconds = it != own_.end() && it->second.seconds > 0 ? it->second.seconds : children_s;
+  out[&m] = t;
   return t;
+}
+
+FlopsProfiler::Totals FlopsProfiler::totals(const Module& m) const {
+  TotalsMap all;
+  return add_totals(m, all);
 }
 
 std::string FlopsProfiler::report(const FlopsProfilerConfig& config,
                                   const ProfileContext& ctx) const {
   const double n = static_cast<double>(std::max<int64_t>(ctx.forwards, 1));
-  const Totals all = totals(root_);
+  TotalsMap of;  // every module's, computed once
+  const Totals all = add_totals(root_, of);
   const double params = static_cast<double>(all.params);
   const double macs = all.macs / n, flops = all.flops / n, fwd_s = all.seconds / n;
   const double bwd_s = ctx.backward_s / n, step_s = ctx.step_s;
@@ -254,7 +262,7 @@ std::string FlopsProfiler::report(const FlopsProfilerConfig& config,
   for (int64_t d = 0; d < shown; ++d) {
     std::map<std::string, Totals> by_class;
     for (const Module* m : depths[d]) {
-      const Totals t = totals(*m);
+      const Totals& t = of.at(m);
       Totals& c = by_class[class_name(*m)];
       c.params += t.params;
       c.macs += t.macs / n;
@@ -294,7 +302,7 @@ std::string FlopsProfiler::report(const FlopsProfilerConfig& config,
            "children's sum.\n\n";
     const std::function<void(const std::string&, const Module&, int)> tree =
         [&](const std::string& name, const Module& m, int indent) {
-          const Totals t = totals(m);
+          const Totals& t = of.at(&m);
           const std::string pad(static_cast<size_t>(indent) * 2, ' ');
           out << pad << (name.empty() ? "" : "(" + name + "): ") << class_name(m) << "(\n"
               << pad << "  " << params_to_string(static_cast<double>(t.params)) << " = "

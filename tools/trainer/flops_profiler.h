@@ -108,6 +108,9 @@ class FlopsProfiler : public ForwardObserver {
     const Module* module;
     double started;  // seconds on the steady clock
   };
+  using TotalsMap = std::map<const Module*, Totals>;
+  // totals() of `m`, recording it and each descendant's in `out`.
+  Totals add_totals(const Module& m, TotalsMap& out) const;
   const Module& root_;
   std::map<const Module*, Own> own_;
   std::map<const Module*, int> depth_;  // open forwards per module
