@@ -192,9 +192,10 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_in,
-                                         const Tensor& k_in, const Tensor& v_in,
-                                         const Tensor& out_in, const Tensor& lse_in, double scale) {
+AttentionGrads flash_causal_attention_backward(const Tensor& dout_in, const Tensor& q_in,
+                                               const Tensor& k_in, const Tensor& v_in,
+                                               const Tensor& out_in, const Tensor& lse_in,
+                                               double scale) {
   constexpr const char* op = "causal_attention_backward";
   const Tensor dout = dout_in.detach().contiguous();  // (B, H, T, D)
   const Tensor q = q_in.detach().contiguous();        // (B, H, T, D)

@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                                 double scale) {
+AttentionOutput flash_causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                       double scale) {
   constexpr const char* op = "causal_attention";
   const Tensor q = q_in.detach().contiguous();  // (B, H, T, D)
   const Tensor k = k_in.detach().contiguous();  // (B, H, T, D)

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/adamw.h"
@@ -65,10 +66,27 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
 Tensor dropout_backward(const Tensor& dy, double p, uint64_t seed, uint64_t offset);
 
+// cuDNN's fused attention where it takes the call (kernels/fused_attention.h), else
+// Tessera's flash kernels.
 AttentionOutput causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
 AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                          const Tensor& v, const Tensor& out, const Tensor& lse,
                                          double scale);
+// Tessera's own flash attention (kernels/cuda/attention_forward.cu, attention_backward.cu).
+AttentionOutput flash_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       double scale);
+AttentionGrads flash_causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                               const Tensor& v, const Tensor& out,
+                                               const Tensor& lse, double scale);
+// cuDNN's fused attention (kernels/cuda/cudnn_attention.cu); nothing when cuDNN does not
+// take the call. out is (B, T, H, D) in memory and dq, dk, dv views of one (B, T, 3, H, D)
+// buffer, each seen as (B, H, T, D).
+std::optional<AttentionOutput> cudnn_causal_attention(const Tensor& q, const Tensor& k,
+                                                      const Tensor& v, double scale);
+std::optional<AttentionGrads> cudnn_causal_attention_backward(const Tensor& dout, const Tensor& q,
+                                                              const Tensor& k, const Tensor& v,
+                                                              const Tensor& out, const Tensor& lse,
+                                                              double scale);
 
 // Block-sparse attention (kernels/block_sparse.h); the layout's tables are on the device.
 Tensor block_sparse_sdd(const Tensor& a, const Tensor& b, const BlockLayout& layout);

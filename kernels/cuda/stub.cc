@@ -55,6 +55,24 @@ AttentionGrads causal_attention_backward(const Tensor&, const Tensor&, const Ten
                                          const Tensor&, const Tensor&, double) {
   missing("causal_attention_backward");
 }
+AttentionOutput flash_causal_attention(const Tensor&, const Tensor&, const Tensor&, double) {
+  missing("causal_attention");
+}
+AttentionGrads flash_causal_attention_backward(const Tensor&, const Tensor&, const Tensor&,
+                                               const Tensor&, const Tensor&, const Tensor&,
+                                               double) {
+  missing("causal_attention_backward");
+}
+std::optional<AttentionOutput> cudnn_causal_attention(const Tensor&, const Tensor&, const Tensor&,
+                                                      double) {
+  missing("causal_attention");
+}
+std::optional<AttentionGrads> cudnn_causal_attention_backward(const Tensor&, const Tensor&,
+                                                              const Tensor&, const Tensor&,
+                                                              const Tensor&, const Tensor&,
+                                                              double) {
+  missing("causal_attention_backward");
+}
 Tensor block_sparse_sdd(const Tensor&, const Tensor&, const BlockLayout&) {
   missing("block_sparse_sdd");
 }

@@ -30,6 +30,13 @@ cc_library(
     deps = [":cuda_headers"],
 )
 
+# cuDNN 9 (kernels/cuda/cudnn_graph.cu): shared, loads its engine libraries on first use.
+cc_library(
+    name = "cudnn",
+    linkopts = ["-L{lib}", "-lcudnn", "-Wl,-rpath,{lib}"],
+    deps = [":cuda_headers"],
+)
+
 cc_library(
     name = "nccl",
     linkopts = ["-L{lib}", "-lnccl", "-Wl,-rpath,{lib}"],

@@ -1,0 +1,332 @@
+// Causal attention through cuDNN's fused flash attention (Note [cuDNN fused attention] in
+// kernels/fused_attention.h), and the CUDA entry points that pick it or Tessera's own
+// kernels (kernels/cuda/attention_forward.cu, attention_backward.cu).
+//
+// Note [cuDNN attention graphs]
+// The forward graph, with S = (B, H, T, T) virtual f32 and R = (B, H, T, 1):
+//   S1 = q k^T; S2 = S1 * scale; keep = row >= col (GEN_INDEX on axes 2 and 3, CMP_GE);
+//   S3 = keep ? S2 : -inf; M = max(S3); E = exp(S3 - M); Z = sum(E);
+//   lse = M + log(Z); P = E / Z (16-bit); out = P v.
+// The backward recomputes P from lse:
+//   Di = rowsum(dout * out) (f32, in the workspace); S = scale q k^T - lse, masked;
+//   P = exp(S); dv = P^T dout; dP = dout v^T; dS = P (dP - Di) scale;
+//   dk = dS^T q; dq = dS k.
+// cuDNN takes k and v as their transposes (B, H, D, T), the same bytes with the last two
+// dims and strides swapped. dq is written by the matmul itself, not accumulated in f32
+// with atomics (cudnn-frontend's "deterministic algorithm"), so a backward gives the same
+// bits run to run, as Tessera's own kernels do.
+//
+// q, k and v are read through their strides (views of the fused qkv projection); out is
+// written in (B, T, H, D) order, so merging the heads afterwards is a view; dq, dk and dv
+// are views of one (B, T, 3, H, D) buffer, the layout of the qkv projection's gradient.
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "core/factories.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cudnn_graph.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/fused_attention.h"
+#include "kernels/plan_cache.h"
+
+namespace tessera::kernels::cuda {
+namespace {
+
+constexpr size_t kPlansPerThread = 64;  // see kernels/plan_cache.h
+
+// Variant-pack uids of the graphs' non-virtual tensors.
+enum Uid : int64_t {
+  kQ = 1,
+  kK,
+  kV,
+  kOut,
+  kLse,
+  kScale,
+  kNegInf,
+  kOne,
+  kDout,
+  kDq,
+  kDk,
+  kDv,
+  kRowDot,  // Di of the backward, in the workspace
+};
+
+// A built plan, or why cuDNN could not build one (then Tessera's kernels run).
+struct CachedPlan {
+  std::unique_ptr<cudnn::Plan> plan;
+  std::string why_not;
+};
+
+// Note [cuBLASLt per thread] (kernels/cuda/matmul.cu) holds for cuDNN's handle too: each
+// host thread has its own per device, with the plans it built.
+struct CudnnContext {
+  cudnnHandle_t handle = nullptr;
+  FusedAttentionMachine machine;
+  PlanCache<CachedPlan> plans{kPlansPerThread};
+
+  CudnnContext() = default;
+  CudnnContext(const CudnnContext&) = delete;
+  CudnnContext& operator=(const CudnnContext&) = delete;
+  ~CudnnContext() {
+    if (handle != nullptr) cudnnDestroy(handle);
+  }
+};
+
+CudnnContext& context(const char* op, int device) {
+  thread_local std::map<int, std::unique_ptr<CudnnContext>> contexts;
+  std::unique_ptr<CudnnContext>& ctx = contexts[device];
+  if (!ctx) {
+    auto fresh = std::make_unique<CudnnContext>();
+    cudnn::check(cudnnCreate(&fresh->handle), op, "cudnnCreate");
+    check_cuda(
+        cudaDeviceGetAttribute(&fresh->machine.sm_major, cudaDevAttrComputeCapabilityMajor, device),
+        op, "cudaDeviceGetAttribute");
+    check_cuda(
+        cudaDeviceGetAttribute(&fresh->machine.sm_minor, cudaDevAttrComputeCapabilityMinor, device),
+        op, "cudaDeviceGetAttribute");
+    fresh->machine.cudnn_version = static_cast<int64_t>(cudnnGetVersion());
+    ctx = std::move(fresh);
+  }
+  return *ctx;
+}
+
+cudnnDataType_t io_type(DType dtype) {
+  return dtype == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+}
+
+std::vector<int64_t> dims_of(const Tensor& t) {
+  return {t.size(0), t.size(1), t.size(2), t.size(3)};
+}
+std::vector<int64_t> strides_of(const Tensor& t) {
+  return {t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
+}
+
+// t (B, H, T, D) declared as its transpose (B, H, D, T): the same bytes.
+cudnn::TensorSpec transposed(int64_t uid, const Tensor& t) {
+  return {uid,
+          io_type(t.dtype()),
+          {t.size(0), t.size(1), t.size(3), t.size(2)},
+          {t.stride(0), t.stride(1), t.stride(3), t.stride(2)}};
+}
+
+cudnn::TensorSpec as_is(int64_t uid, const Tensor& t) {
+  return {uid, io_type(t.dtype()), dims_of(t), strides_of(t)};
+}
+
+cudnn::TensorSpec scalar(int64_t uid) {
+  return {uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, /*by_value=*/true};
+}
+
+// The key of a plan: direction, dtype, sizes and every operand's strides.
+PlanCache<CachedPlan>::Key key_of(int64_t direction, const std::vector<Tensor>& operands) {
+  PlanCache<CachedPlan>::Key key{direction, static_cast<int64_t>(operands[0].dtype())};
+  for (int64_t d = 0; d < 4; ++d) key.push_back(operands[0].size(d));
+  for (const Tensor& t : operands) {
+    for (int64_t d = 0; d < 4; ++d) key.push_back(t.stride(d));
+  }
+  return key;
+}
+
+// The causal mask of Note [cuDNN attention graphs]: `scores` where row >= col, else -inf.
+const cudnn::Descriptor* causal_mask(cudnn::GraphBuilder& g, const cudnn::Descriptor* scores,
+                                     const std::vector<int64_t>& sdims,
+                                     const std::vector<int64_t>& sstrides) {
+  const cudnn::Descriptor* row = g.virtual_tensor(sdims, sstrides, CUDNN_DATA_INT32);
+  const cudnn::Descriptor* col = g.virtual_tensor(sdims, sstrides, CUDNN_DATA_INT32);
+  const cudnn::Descriptor* keep = g.virtual_tensor(sdims, sstrides, CUDNN_DATA_BOOLEAN);
+  const cudnn::Descriptor* masked = g.virtual_tensor(sdims, sstrides);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, row, CUDNN_DATA_FLOAT, nullptr, 2);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, col, CUDNN_DATA_FLOAT, nullptr, 3);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, keep, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, g.tensor(scalar(kNegInf)), masked,
+              CUDNN_DATA_FLOAT, keep);
+  return masked;
+}
+
+CachedPlan build_forward(const char* op, CudnnContext& ctx, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const Tensor& out) {
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2);
+  const std::vector<int64_t> sdims{b, h, t, t}, sstrides{h * t * t, t * t, t, 1};
+  const std::vector<int64_t> rdims{b, h, t, 1}, rstrides{h * t, t, 1, 1};
+  cudnn::GraphBuilder g(op);
+  const cudnn::Descriptor* s1 = g.virtual_tensor(sdims, sstrides);
+  g.matmul(g.tensor(as_is(kQ, q)), g.tensor(transposed(kK, k)), s1);
+  const cudnn::Descriptor* s2 = g.virtual_tensor(sdims, sstrides);
+  g.pointwise(CUDNN_POINTWISE_MUL, s1, g.tensor(scalar(kScale)), s2);
+  const cudnn::Descriptor* s3 = causal_mask(g, s2, sdims, sstrides);
+  const cudnn::Descriptor* row_max = g.virtual_tensor(rdims, rstrides);
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, s3, row_max, ctx.machine.cudnn_version);
+  const cudnn::Descriptor* shifted = g.virtual_tensor(sdims, sstrides);
+  g.pointwise(CUDNN_POINTWISE_SUB, s3, row_max, shifted);
+  const cudnn::Descriptor* e = g.virtual_tensor(sdims, sstrides);
+  g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, e);
+  const cudnn::Descriptor* z = g.virtual_tensor(rdims, rstrides);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, z, ctx.machine.cudnn_version);
+  const cudnn::Descriptor* log_z = g.virtual_tensor(rdims, rstrides);
+  g.pointwise(CUDNN_POINTWISE_LOG, z, nullptr, log_z);
+  g.pointwise(CUDNN_POINTWISE_ADD, row_max, log_z,
+              g.tensor({kLse, CUDNN_DATA_FLOAT, rdims, rstrides}));
+  const cudnn::Descriptor* p = g.virtual_tensor(sdims, sstrides, io_type(q.dtype()));
+  g.pointwise(CUDNN_POINTWISE_DIV, e, z, p);
+  g.matmul(p, g.tensor(as_is(kV, v)), g.tensor(as_is(kOut, out)));
+  CachedPlan cached;
+  cached.plan = g.build(ctx.handle, cached.why_not);
+  return cached;
+}
+
+CachedPlan build_backward(const char* op, CudnnContext& ctx, const Tensor& dout, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dq,
+                          const Tensor& dk, const Tensor& dv) {
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
+  const cudnnDataType_t io = io_type(q.dtype());
+  const std::vector<int64_t> sdims{b, h, t, t}, sstrides{h * t * t, t * t, t, 1};
+  const std::vector<int64_t> sstrides_t{h * t * t, t * t, 1, t};  // the transposed view
+  const std::vector<int64_t> rdims{b, h, t, 1}, rstrides{h * t, t, 1, 1};
+  cudnn::GraphBuilder g(op);
+  const cudnn::Descriptor* q_desc = g.tensor(as_is(kQ, q));
+  const cudnn::Descriptor* k_t = g.tensor(transposed(kK, k));
+  const cudnn::Descriptor* dout_desc = g.tensor(as_is(kDout, dout));
+  const cudnn::Descriptor* scale = g.tensor(scalar(kScale));
+
+  // Di = rowsum(dout * out), kept in the workspace.
+  const cudnn::Descriptor* products = g.virtual_tensor({b, h, t, d}, {h * t * d, t * d, d, 1});
+  g.pointwise(CUDNN_POINTWISE_MUL, dout_desc, g.tensor(as_is(kOut, out)), products);
+  const cudnn::Descriptor* sums = g.virtual_tensor(rdims, rstrides);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, products, sums, ctx.machine.cudnn_version);
+  const cudnn::Descriptor* row_dot = g.tensor({kRowDot, CUDNN_DATA_FLOAT, rdims, rstrides});
+  g.pointwise(CUDNN_POINTWISE_MUL, sums, g.tensor(scalar(kOne)), row_dot);
+
+  // P = exp(scale q k^T - lse), masked.
+  const cudnn::Descriptor* s = g.virtual_tensor(sdims, sstrides);
+  g.matmul(q_desc, k_t, s);
+  const cudnn::Descriptor* scaled = g.virtual_tensor(sdims, sstrides);
+  g.pointwise(CUDNN_POINTWISE_MUL, s, scale, scaled);
+  const cudnn::Descriptor* centred = g.virtual_tensor(sdims, sstrides);
+  g.pointwise(CUDNN_POINTWISE_SUB, scaled, g.tensor({kLse, CUDNN_DATA_FLOAT, rdims, rstrides}),
+              centred);
+  const cudnn::Descriptor* masked = causal_mask(g, centred, sdims, sstrides);
+  const cudnn::Descriptor* p = g.virtual_tensor(sdims, sstrides);
+  g.pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, p);
+
+  // dv = P^T dout.
+  const cudnn::Descriptor* p_t = g.virtual_tensor(sdims, sstrides_t, io);
+  g.reshape(p, p_t);
+  g.matmul(p_t, dout_desc, g.tensor(as_is(kDv, dv)));
+
+  // dS = P (dout v^T - Di) scale.
+  const cudnn::Descriptor* dp = g.virtual_tensor(sdims, sstrides);
+  g.matmul(dout_desc, g.tensor(transposed(kV, v)), dp);
+  const cudnn::Descriptor* dp_centred = g.virtual_tensor(sdims, sstrides);
+  g.pointwise(CUDNN_POINTWISE_SUB, dp, row_dot, dp_centred);
+  const cudnn::Descriptor* dp_p = g.virtual_tensor(sdims, sstrides);
+  g.pointwise(CUDNN_POINTWISE_MUL, dp_centred, p, dp_p);
+  const cudnn::Descriptor* ds = g.virtual_tensor(sdims, sstrides);
+  g.pointwise(CUDNN_POINTWISE_MUL, dp_p, scale, ds);
+
+  // dk = dS^T q; dq = dS k (k seen again as (B, H, T, D)).
+  const cudnn::Descriptor* ds_t = g.virtual_tensor(sdims, sstrides_t, io);
+  g.reshape(ds, ds_t);
+  g.matmul(ds_t, q_desc, g.tensor(as_is(kDk, dk)));
+  const cudnn::Descriptor* k_again = g.virtual_tensor(dims_of(k), strides_of(k));
+  g.reshape(k_t, k_again);
+  g.matmul(ds, k_again, g.tensor(as_is(kDq, dq)));
+  CachedPlan cached;
+  cached.plan = g.build(ctx.handle, cached.why_not);
+  return cached;
+}
+
+// The cached plan for `key`, built by `build` on first use.
+template <class Build>
+const CachedPlan& plan_for(CudnnContext& ctx, const PlanCache<CachedPlan>::Key& key,
+                           Build&& build) {
+  if (CachedPlan* found = ctx.plans.find(key)) return *found;
+  return ctx.plans.insert(key, build());
+}
+
+// Bytes rounded up to a multiple of 256 (the workspace's regions).
+int64_t round_up(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+std::optional<AttentionOutput> cudnn_causal_attention(const Tensor& q_in, const Tensor& k_in,
+                                                      const Tensor& v_in, double scale) {
+  constexpr const char* op = "causal_attention (cuDNN)";
+  const Tensor q = q_in.detach(), k = k_in.detach(), v = v_in.detach();
+  set_device(op, q);
+  CudnnContext& ctx = context(op, q.device().index);
+  if (!fused_attention_refusal({q, k, v}, Tensor(), ctx.machine).empty()) return std::nullopt;
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
+  // (B, T, H, D) in memory, seen as (B, H, T, D).
+  const Tensor out = empty({b, t, h, d}, {q.dtype(), q.device()}).transpose(1, 2);
+  const Tensor lse = empty({b, h, t}, {DType::f32, q.device()});  // (B, H, T)
+  const CachedPlan& cached =
+      plan_for(ctx, key_of(0, {q, k, v}), [&] { return build_forward(op, ctx, q, k, v, out); });
+  if (!cached.plan) return std::nullopt;
+  const Tensor workspace =
+      empty({std::max<int64_t>(cached.plan->workspace_bytes(), 1)}, {DType::u8, q.device()});
+  float scale_value = static_cast<float>(scale);
+  float neg_inf = -INFINITY;
+  cached.plan->execute(ctx.handle, {kQ, kK, kV, kOut, kLse, kScale, kNegInf},
+                       {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(),
+                        &scale_value, &neg_inf},
+                       workspace.raw_data(), op);
+  return AttentionOutput{out, lse};
+}
+
+std::optional<AttentionGrads> cudnn_causal_attention_backward(
+    const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+    const Tensor& out_in, const Tensor& lse_in, double scale) {
+  constexpr const char* op = "causal_attention_backward (cuDNN)";
+  const Tensor dout = dout_in.detach(), q = q_in.detach(), k = k_in.detach(), v = v_in.detach(),
+               out = out_in.detach(), lse = lse_in.detach();
+  set_device(op, q);
+  CudnnContext& ctx = context(op, q.device().index);
+  if (!fused_attention_refusal({q, k, v, out, dout}, lse, ctx.machine).empty()) {
+    return std::nullopt;
+  }
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
+  // (B, T, 3, H, D) in memory: dq, dk and dv are its three (B, H, T, D) views.
+  const Tensor grads = empty({b, t, 3, h, d}, {q.dtype(), q.device()});
+  const Tensor dq = grads.select(2, 0).transpose(1, 2);
+  const Tensor dk = grads.select(2, 1).transpose(1, 2);
+  const Tensor dv = grads.select(2, 2).transpose(1, 2);
+  const CachedPlan& cached = plan_for(ctx, key_of(1, {q, k, v, out, dout}), [&] {
+    return build_backward(op, ctx, dout, q, k, v, out, dq, dk, dv);
+  });
+  if (!cached.plan) return std::nullopt;
+  const int64_t row_dot_bytes = round_up(b * h * t * static_cast<int64_t>(sizeof(float)));
+  const Tensor workspace =
+      empty({row_dot_bytes + cached.plan->workspace_bytes()}, {DType::u8, q.device()});
+  char* base = static_cast<char*>(workspace.raw_data());
+  float scale_value = static_cast<float>(scale);
+  float neg_inf = -INFINITY;
+  float one = 1.0f;
+  cached.plan->execute(
+      ctx.handle, {kQ, kK, kV, kOut, kLse, kDout, kDq, kDk, kDv, kRowDot, kScale, kNegInf, kOne},
+      {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), dout.raw_data(),
+       dq.raw_data(), dk.raw_data(), dv.raw_data(), base, &scale_value, &neg_inf, &one},
+      base + row_dot_bytes, op);
+  return AttentionGrads{dq, dk, dv};
+}
+
+AttentionOutput causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  if (std::optional<AttentionOutput> fused = cudnn_causal_attention(q, k, v, scale)) {
+    return *std::move(fused);
+  }
+  return flash_causal_attention(q, k, v, scale);
+}
+
+AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                         const Tensor& v, const Tensor& out, const Tensor& lse,
+                                         double scale) {
+  if (std::optional<AttentionGrads> fused =
+          cudnn_causal_attention_backward(dout, q, k, v, out, lse, scale)) {
+    return *std::move(fused);
+  }
+  return flash_causal_attention_backward(dout, q, k, v, out, lse, scale);
+}
+
+}  // namespace tessera::kernels::cuda
