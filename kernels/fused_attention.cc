@@ -43,6 +43,7 @@ std::string fused_attention_refusal(const std::vector<Tensor>& operands, const T
            "[fused_attention_refusal] expected q, k, v (and out, dout for the backward), found ",
            operands.size(), " operands");
   const bool backward = operands.size() == 5;
+  if (machine.turned_off) return "turned off by TESSERA_CUDNN_ATTENTION=0";
   const Tensor& q = operands[0];
   if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) {
     return "cuDNN fuses bf16 and f16 attention, found " + std::string(dtype_name(q.dtype()));

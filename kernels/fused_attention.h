@@ -17,6 +17,7 @@
 // are refused for known bugs; a backward on cuDNN 9.15 or older needs T to be a multiple
 // of 128 (older engines pad otherwise) and any backward needs T > 1. Every operand is
 // declared 16-byte aligned, so its address and its outer strides must be.
+// TESSERA_CUDNN_ATTENTION=0 turns it off (see FusedAttentionMachine::turned_off).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,11 @@ struct FusedAttentionMachine {
   int sm_major = 0;           // compute capability of the device
   int sm_minor = 0;           //
   int64_t cudnn_version = 0;  // cudnnGetVersion(): 91900 for 9.19.0
+  // TESSERA_CUDNN_ATTENTION=0 in the environment when the host thread first ran attention
+  // on the device: every call runs Tessera's flash kernels, which keep the probabilities and
+  // their gradients in f32 where cuDNN rounds them to 16 bits before the p v, p^T dout and
+  // dS^T q products (as FlashAttention does).
+  bool turned_off = false;
 };
 
 // Empty when cuDNN's fused attention takes the call, else why not (one line). `operands`

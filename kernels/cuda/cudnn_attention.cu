@@ -19,6 +19,7 @@
 // q, k and v are read through their strides (views of the fused qkv projection); out is
 // written in (B, T, H, D) order, so merging the heads afterwards is a view; dq, dk and dv
 // are views of one (B, T, 3, H, D) buffer, the layout of the qkv projection's gradient.
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -88,6 +89,8 @@ CudnnContext& context(const char* op, int device) {
         cudaDeviceGetAttribute(&fresh->machine.sm_minor, cudaDevAttrComputeCapabilityMinor, device),
         op, "cudaDeviceGetAttribute");
     fresh->machine.cudnn_version = static_cast<int64_t>(cudnnGetVersion());
+    const char* switch_value = std::getenv("TESSERA_CUDNN_ATTENTION");
+    fresh->machine.turned_off = switch_value != nullptr && std::string(switch_value) == "0";
     ctx = std::move(fresh);
   }
   return *ctx;

@@ -80,9 +80,11 @@ TEST_CASE("cuDNN attention matches an f64 CPU reference and the flash kernels", 
                                                            got->out, got->lse, scale);
         REQUIRE(gg.has_value());
         for (const Tensor* g : {&gg->dq, &gg->dk, &gg->dv}) check_heads_interleaved(*g, 3);
-        check_close(gg->dq, wg.dq, dt, 2 * tol);
-        check_close(gg->dk, wg.dk, dt, 2 * tol);
-        check_close(gg->dv, wg.dv, dt, 2 * tol);
+        // cuDNN rounds P and dS to 16 bits before the dv, dk and dq products: at T = 1024
+        // bf16, 2 of 786432 elements of one gradient were 4-5% of its rms off (an H200).
+        check_close(gg->dq, wg.dq, dt, 3 * tol);
+        check_close(gg->dk, wg.dk, dt, 3 * tol);
+        check_close(gg->dv, wg.dv, dt, 3 * tol);
 
         const std::optional<kernels::AttentionGrads> again =
             kernels::cuda::cudnn_causal_attention_backward(dout.dev, in.q.dev, in.k.dev, in.v.dev,

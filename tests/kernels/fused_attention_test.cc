@@ -60,6 +60,9 @@ TEST_CASE("cuDNN's fused attention refuses what its limits exclude, with the rea
   CHECK(mentions(
       fused_attention_refusal(fused_qkv(1, 2, 64, 64, DType::bf16), Tensor(), {9, 0, 91001}),
       "known bugs"));
+  CHECK(mentions(fused_attention_refusal(fused_qkv(1, 2, 64, 64, DType::bf16), Tensor(),
+                                         {9, 0, 91900, /*turned_off=*/true}),
+                 "TESSERA_CUDNN_ATTENTION=0"));
   CHECK(mentions(fused_attention_refusal(fused_qkv(1, 2, 64, 20, DType::bf16), Tensor(), kH100),
                  "multiple of 8 and at most 128, found 20"));
   CHECK(mentions(fused_attention_refusal(fused_qkv(1, 2, 64, 256, DType::bf16), Tensor(), kH100),

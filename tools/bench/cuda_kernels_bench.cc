@@ -14,7 +14,9 @@
 // compared with cudaMemcpy of a large buffer from device to device (bytes read + written),
 // the rate a kernel that only streams memory can hope for. Causal attention does
 // 2 B H T^2 D FLOPs forward (half of q k^T and p v) and 2.5 times that backward (five
-// products: the recomputed scores, dV, dP, dQ, dK). The step's tensors are the real
+// products: the recomputed scores, dV, dP, dQ, dK). Its rows are the routed call (cuDNN's
+// fused attention where it takes it, kernels/fused_attention.h) and Tessera's own flash
+// kernels on the same operands. The step's tensors are the real
 // sizes: those under the 50 MB L2 (LayerNorm's (B T, C) in 16 bits is 25 MB) may partly stay
 // cached across repetitions and beat the copy. Every time is the median over 3 rounds of
 // --reps back-to-back calls, the device synchronized before and after each round, after
@@ -40,6 +42,7 @@
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/layer_norm.h"
 #include "kernels/matmul.h"
 #include "kernels/softmax.h"
@@ -287,7 +290,7 @@ int bench_main(int argc, char** argv) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     const double fwd_flops = 2.0 * static_cast<double>(batch * H * seq) * seq * D;
     const double bwd_flops = 2.5 * fwd_flops;
-    double fwd_s = 0, bwd_s = 0;
+    double fwd_s = 0, bwd_s = 0, flash_fwd_s = 0, flash_bwd_s = 0;
     std::string error;
     try {
       const Shape shape{batch, H, seq, D};
@@ -299,6 +302,12 @@ int bench_main(int argc, char** argv) {
       fwd_s = time_op(dev, w, n, [&] { kernels::causal_attention(q, k, v, scale); });
       bwd_s = time_op(dev, w, n, [&] {
         kernels::causal_attention_backward(dout, q, k, v, o.out, o.lse, scale);
+      });
+      // Tessera's own kernels, which run where cuDNN's fused attention does not.
+      flash_fwd_s =
+          time_op(dev, w, n, [&] { kernels::cuda::flash_causal_attention(q, k, v, scale); });
+      flash_bwd_s = time_op(dev, w, n, [&] {
+        kernels::cuda::flash_causal_attention_backward(dout, q, k, v, o.out, o.lse, scale);
       });
     } catch (const std::exception& e) {
       error = e.what();
@@ -334,6 +343,8 @@ int bench_main(int argc, char** argv) {
     if (error.empty()) {
       attention_row("forward", fwd_s, fwd_flops, "attention_forward_ms");
       attention_row("backward", bwd_s, bwd_flops, "attention_backward_ms");
+      attention_row("flash fwd", flash_fwd_s, fwd_flops, "attention_forward_ms");
+      attention_row("flash bwd", flash_bwd_s, bwd_flops, "attention_backward_ms");
     } else {
       std::printf("  error: %s\n", error.c_str());
     }
