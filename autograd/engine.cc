@@ -3,6 +3,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "autograd/backward_observer.h"
 #include "autograd/record.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
@@ -95,7 +96,17 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
     for (size_t i = 0; i < edges.size(); ++i) {
       if (edges[i].valid()) slots[i] = &buffers[edges[i].node.get()].grads[edges[i].input_nr];
     }
-    node->apply_into(grads, slots);
+    if (BackwardObserver* observer = backward_observer()) {  // Note [Backward observers]
+      observer->begin(*node);
+      struct End {
+        BackwardObserver& observer;
+        const Node& node;
+        ~End() { observer.end(node); }
+      } end{*observer, *node};
+      node->apply_into(grads, slots);
+    } else {
+      node->apply_into(grads, slots);
+    }
     grads.clear();
     if (!retain_graph) node->release_saved();
     for (const Edge& e : edges) {

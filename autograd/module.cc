@@ -1,6 +1,11 @@
 #include "autograd/module.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
 #include <map>
+#include <memory>
+#include <typeinfo>
 
 #include "autograd/record.h"
 #include "core/factories.h"
@@ -157,6 +162,16 @@ Tensor ModuleCall::output(const Tensor& y) const {
 
 ModuleRefs::ModuleRefs(const std::vector<Module*>& modules) {
   for (size_t i = 0; i < modules.size(); ++i) register_module(std::to_string(i), *modules[i]);
+}
+
+std::string class_name(const Module& m) {
+  const char* mangled = typeid(m).name();
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(
+      abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  std::string name = status == 0 ? demangled.get() : mangled;
+  const size_t colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
 }
 
 }  // namespace tessera

@@ -140,6 +140,9 @@ class Module {
   std::shared_ptr<ModuleHooks> hooks_;
 };
 
+// The module's class name without namespaces: "Block", "Linear" (for reports).
+std::string class_name(const Module& m);
+
 // One call of a module's forward, for its hooks. A Layer's call operator opens one; every
 // other forward that reads a module's parameters opens one on that module and routes its
 // result through output():

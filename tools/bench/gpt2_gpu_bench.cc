@@ -41,6 +41,7 @@
 #include "tools/bench/gpt2_step_inputs.h"
 #include "tools/bench/python_reference.h"
 #include "tools/bench/stats.h"
+#include "tools/bench/step_profile.h"
 #include "tools/cli/flags.h"
 
 namespace tessera {
@@ -72,6 +73,40 @@ precision) and compares with PyTorch eager on the same device.
 using bench::median;
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+// The profiled step's rows of at least 0.5% of it, per phase, and the rest summed
+// (Note [Step profile]); `timed_ms` is the timed steps' median, for the events' overhead.
+void print_profile(const std::vector<bench::ProfileRow>& rows, double timed_ms) {
+  double total = 0;
+  for (const bench::ProfileRow& r : rows) total += r.ms;
+  std::printf(
+      "\nwhere the device time goes: one more step, %.2f ms with a CUDA event around each "
+      "module forward and backward node (the timed steps: %.2f ms); self time, rows of 0.5%% "
+      "and more\n",
+      total, timed_ms);
+  std::printf("  %-9s %-52s %6s %9s %7s\n", "phase", "module (forward) or node (backward)", "calls",
+              "ms", "share");
+  double rest = 0;
+  int64_t rest_rows = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const bench::ProfileRow& r = rows[i];
+    if (r.ms >= 0.005 * total) {
+      std::printf("  %-9s %-52s %6lld %9.3f %6.1f%%\n", r.phase.c_str(), r.label.c_str(),
+                  static_cast<long long>(r.calls), r.ms, 100 * r.ms / total);
+    } else {
+      rest += r.ms;
+      ++rest_rows;
+    }
+    if ((i + 1 == rows.size() || rows[i + 1].phase != r.phase) && rest_rows > 0) {
+      std::printf("  %-9s %-52s %6s %9.3f %6.1f%%\n", r.phase.c_str(),
+                  (std::to_string(rest_rows) + " smaller rows").c_str(), "", rest,
+                  100 * rest / total);
+      rest = 0;
+      rest_rows = 0;
+    }
+  }
+  std::fflush(stdout);
+}
 
 // "bf16", "fp16" (or "f16"), "f32" (or "fp32").
 DType parse_precision(const std::string& s) {
@@ -273,6 +308,32 @@ int bench_main(int argc, char** argv) {
   std::printf("  reserved (with the cache)            %9.1f MiB\n",
               mib(static_cast<double>(mem.reserved)));
   std::fflush(stdout);
+
+  // One more step, its device time split by module forward and backward node.
+  {
+    std::unique_ptr<bench::MarkClock> clock = bench::device_clock(dev);
+    bench::StepProfile profile(*clock, model);
+    cuda::synchronize(dev);
+    zero.zero_grad();
+    profile.begin_phase("forward");
+    Tensor loss;
+    {
+      const ForwardObserverGuard guard(profile);
+      loss = model.loss(model.forward(idx), targets);
+    }
+    profile.end_phase();
+    profile.begin_phase("backward");
+    {
+      const BackwardObserverGuard guard(profile);
+      zero.backward(loss, 1.0, /*boundary=*/true);
+    }
+    profile.end_phase();
+    profile.begin_phase("optimizer");
+    if (dtype == DType::f16) zero.clip_grad_norm(0.0);
+    zero.step();
+    profile.end_phase();
+    print_profile(profile.rows(), 1e3 * step_med);
+  }
 
   std::optional<nlohmann::json> ref;
   if (!flags.has("no-torch")) {

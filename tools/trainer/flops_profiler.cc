@@ -1,7 +1,5 @@
 #include "tools/trainer/flops_profiler.h"
 
-#include <cxxabi.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,17 +22,6 @@ double now_s() {
 }
 
 double numel(const Shape& s) { return static_cast<double>(numel_of(s)); }
-
-// A module's class name without namespaces: "Block", "Linear".
-std::string class_name(const Module& m) {
-  const char* mangled = typeid(m).name();
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> demangled(
-      abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
-  std::string name = status == 0 ? demangled.get() : mangled;
-  const size_t colon = name.rfind("::");
-  return colon == std::string::npos ? name : name.substr(colon + 2);
-}
 
 // Python's "%g" of `v` rounded to two decimals, as DeepSpeed formats its numbers.
 std::string g2(double v) {
