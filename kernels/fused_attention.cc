@@ -12,7 +12,13 @@ namespace {
 constexpr int64_t kAlignmentBytes = 16;
 constexpr int64_t kMaxHeadDim = 128;
 
+// cudnnGetVersion()'s number as major.minor.patch: 9.x is 10000 major + 100 minor + patch,
+// 8.x was 1000 major + 100 minor + patch.
 std::string version_str(int64_t v) {
+  if (v < 90000) {
+    return std::to_string(v / 1000) + "." + std::to_string(v / 100 % 10) + "." +
+           std::to_string(v % 100);
+  }
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
          std::to_string(v % 100);
 }
@@ -77,6 +83,9 @@ std::string fused_attention_refusal(const std::vector<Tensor>& operands, const T
     if (!why.empty()) return why;
   }
   if (backward && !lse.is_contiguous()) return "lse is not contiguous";
+  if (backward && reinterpret_cast<uintptr_t>(lse.raw_data()) % kAlignmentBytes != 0) {
+    return "lse is not 16-byte aligned";
+  }
   return "";
 }
 

@@ -10,9 +10,10 @@
 // and a select of -inf), the softmax with its log-sum-exp kept for the backward, and p v.
 // Its runtime-fusion engine recognises that pattern and compiles one flash-attention kernel
 // for it (the graph cudnn-frontend's SDPA node builds: include/cudnn_frontend/node/
-// scaled_dot_product_flash_attention.h in NVIDIA/cudnn-frontend). The limits below are the
-// ones that project checks before building that graph (include/cudnn_frontend/node/
-// sdpa_support_surface.h): 16-bit operands, a head dim that is a multiple of 8 and at most
+// scaled_dot_product_flash_attention.h in NVIDIA/cudnn-frontend). The limits below are a
+// conservative subset of the ones that project checks before building that graph
+// (include/cudnn_frontend/node/sdpa_support_surface.h; it allows D up to 256 on Hopper):
+// 16-bit operands, a head dim that is a multiple of 8 and at most
 // 128, compute capability 8.0 or newer, the last dim contiguous; cuDNN 9.10.0 and 9.10.1
 // are refused for known bugs; a backward on cuDNN 9.15 or older needs T to be a multiple
 // of 128 (older engines pad otherwise) and any backward needs T > 1. Every operand is

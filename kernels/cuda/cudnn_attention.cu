@@ -11,14 +11,17 @@
 //   Di = rowsum(dout * out) (f32, in the workspace); S = scale q k^T - lse, masked;
 //   P = exp(S); dv = P^T dout; dP = dout v^T; dS = P (dP - Di) scale;
 //   dk = dS^T q; dq = dS k.
-// cuDNN takes k and v as their transposes (B, H, D, T), the same bytes with the last two
-// dims and strides swapped. dq is written by the matmul itself, not accumulated in f32
-// with atomics (cudnn-frontend's "deterministic algorithm"), so a backward gives the same
-// bits run to run, as Tessera's own kernels do.
+// cuDNN takes k (and in the backward's dout v^T, v) as its transpose (B, H, D, T), the same
+// bytes with the last two dims and strides swapped. dq is written by the matmul itself, not
+// accumulated in f32 with atomics (cudnn-frontend's "deterministic algorithm"), so a backward gives
+// the same bits run to run, as Tessera's own kernels do.
 //
 // q, k and v are read through their strides (views of the fused qkv projection); out is
 // written in (B, T, H, D) order, so merging the heads afterwards is a view; dq, dk and dv
 // are views of one (B, T, 3, H, D) buffer, the layout of the qkv projection's gradient.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -37,6 +40,9 @@ namespace tessera::kernels::cuda {
 namespace {
 
 constexpr size_t kPlansPerThread = 64;  // see kernels/plan_cache.h
+// The most workspace a plan may ask for: Tessera's kernels need none (O(T) scratch), and a
+// plan that wants more at a long T falls back to them instead of running out of memory.
+constexpr int64_t kMaxWorkspaceBytes = int64_t{1} << 30;
 
 // Variant-pack uids of the graphs' non-virtual tensors.
 enum Uid : int64_t {
@@ -61,19 +67,24 @@ struct CachedPlan {
   std::string why_not;
 };
 
+// A cuDNN handle, destroyed after the plans built on it (declared before them).
+struct Handle {
+  cudnnHandle_t get = nullptr;
+  Handle() = default;
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() {
+    if (get != nullptr) cudnnDestroy(get);
+  }
+};
+
 // Note [cuBLASLt per thread] (kernels/cuda/matmul.cu) holds for cuDNN's handle too: each
 // host thread has its own per device, with the plans it built.
 struct CudnnContext {
-  cudnnHandle_t handle = nullptr;
+  Handle handle;
+  std::string unavailable;  // why cudnnCreate failed; then only the flash kernels run
   FusedAttentionMachine machine;
   PlanCache<CachedPlan> plans{kPlansPerThread};
-
-  CudnnContext() = default;
-  CudnnContext(const CudnnContext&) = delete;
-  CudnnContext& operator=(const CudnnContext&) = delete;
-  ~CudnnContext() {
-    if (handle != nullptr) cudnnDestroy(handle);
-  }
 };
 
 CudnnContext& context(const char* op, int device) {
@@ -81,7 +92,9 @@ CudnnContext& context(const char* op, int device) {
   std::unique_ptr<CudnnContext>& ctx = contexts[device];
   if (!ctx) {
     auto fresh = std::make_unique<CudnnContext>();
-    cudnn::check(cudnnCreate(&fresh->handle), op, "cudnnCreate");
+    if (const cudnnStatus_t s = cudnnCreate(&fresh->handle.get); s != CUDNN_STATUS_SUCCESS) {
+      fresh->unavailable = std::string("cudnnCreate failed: ") + cudnnGetErrorString(s);
+    }
     check_cuda(
         cudaDeviceGetAttribute(&fresh->machine.sm_major, cudaDevAttrComputeCapabilityMajor, device),
         op, "cudaDeviceGetAttribute");
@@ -176,7 +189,7 @@ CachedPlan build_forward(const char* op, CudnnContext& ctx, const Tensor& q, con
   g.pointwise(CUDNN_POINTWISE_DIV, e, z, p);
   g.matmul(p, g.tensor(as_is(kV, v)), g.tensor(as_is(kOut, out)));
   CachedPlan cached;
-  cached.plan = g.build(ctx.handle, cached.why_not);
+  cached.plan = g.build(ctx.handle.get, cached.why_not);
   return cached;
 }
 
@@ -237,16 +250,35 @@ CachedPlan build_backward(const char* op, CudnnContext& ctx, const Tensor& dout,
   g.reshape(k_t, k_again);
   g.matmul(ds, k_again, g.tensor(as_is(kDq, dq)));
   CachedPlan cached;
-  cached.plan = g.build(ctx.handle, cached.why_not);
+  cached.plan = g.build(ctx.handle.get, cached.why_not);
   return cached;
 }
 
-// The cached plan for `key`, built by `build` on first use.
+// The cached plan for `key`, built by `build` on first use. A graph cuDNN refuses, at any
+// step of building it, and a plan whose workspace is over kMaxWorkspaceBytes are refusals:
+// said once (a warning naming the shape) and remembered, so that key runs the flash kernels.
 template <class Build>
-const CachedPlan& plan_for(CudnnContext& ctx, const PlanCache<CachedPlan>::Key& key,
-                           Build&& build) {
+const CachedPlan& plan_for(const char* op, CudnnContext& ctx, const PlanCache<CachedPlan>::Key& key,
+                           const Tensor& q, Build&& build) {
   if (CachedPlan* found = ctx.plans.find(key)) return *found;
-  return ctx.plans.insert(key, build());
+  CachedPlan built;
+  try {
+    built = build();
+  } catch (const Error& e) {
+    built = CachedPlan{nullptr, e.what()};
+  }
+  if (built.plan && built.plan->workspace_bytes() > kMaxWorkspaceBytes) {
+    built.why_not = "its plan wants a workspace of " +
+                    std::to_string(built.plan->workspace_bytes() >> 20) + " MiB, over " +
+                    std::to_string(kMaxWorkspaceBytes >> 20) + " MiB";
+    built.plan.reset();
+  }
+  if (!built.plan) {
+    std::fprintf(stderr, "[%s] cuDNN's fused attention is not used for (B, H, T, D) = %s %s: %s\n",
+                 op, shape_str(q.shape()).c_str(), std::string(dtype_name(q.dtype())).c_str(),
+                 built.why_not.c_str());
+  }
+  return ctx.plans.insert(key, std::move(built));
 }
 
 // Bytes rounded up to a multiple of 256 (the workspace's regions).
@@ -259,20 +291,24 @@ std::optional<AttentionOutput> cudnn_causal_attention(const Tensor& q_in, const 
   constexpr const char* op = "causal_attention (cuDNN)";
   const Tensor q = q_in.detach(), k = k_in.detach(), v = v_in.detach();
   set_device(op, q);
+  if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return std::nullopt;
   CudnnContext& ctx = context(op, q.device().index);
-  if (!fused_attention_refusal({q, k, v}, Tensor(), ctx.machine).empty()) return std::nullopt;
+  if (!ctx.unavailable.empty() ||
+      !fused_attention_refusal({q, k, v}, Tensor(), ctx.machine).empty()) {
+    return std::nullopt;
+  }
   const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
   // (B, T, H, D) in memory, seen as (B, H, T, D).
   const Tensor out = empty({b, t, h, d}, {q.dtype(), q.device()}).transpose(1, 2);
   const Tensor lse = empty({b, h, t}, {DType::f32, q.device()});  // (B, H, T)
-  const CachedPlan& cached =
-      plan_for(ctx, key_of(0, {q, k, v}), [&] { return build_forward(op, ctx, q, k, v, out); });
+  const CachedPlan& cached = plan_for(op, ctx, key_of(0, {q, k, v}), q,
+                                      [&] { return build_forward(op, ctx, q, k, v, out); });
   if (!cached.plan) return std::nullopt;
   const Tensor workspace =
       empty({std::max<int64_t>(cached.plan->workspace_bytes(), 1)}, {DType::u8, q.device()});
   float scale_value = static_cast<float>(scale);
   float neg_inf = -INFINITY;
-  cached.plan->execute(ctx.handle, {kQ, kK, kV, kOut, kLse, kScale, kNegInf},
+  cached.plan->execute(ctx.handle.get, {kQ, kK, kV, kOut, kLse, kScale, kNegInf},
                        {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(),
                         &scale_value, &neg_inf},
                        workspace.raw_data(), op);
@@ -286,8 +322,10 @@ std::optional<AttentionGrads> cudnn_causal_attention_backward(
   const Tensor dout = dout_in.detach(), q = q_in.detach(), k = k_in.detach(), v = v_in.detach(),
                out = out_in.detach(), lse = lse_in.detach();
   set_device(op, q);
+  if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return std::nullopt;
   CudnnContext& ctx = context(op, q.device().index);
-  if (!fused_attention_refusal({q, k, v, out, dout}, lse, ctx.machine).empty()) {
+  if (!ctx.unavailable.empty() ||
+      !fused_attention_refusal({q, k, v, out, dout}, lse, ctx.machine).empty()) {
     return std::nullopt;
   }
   const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
@@ -296,7 +334,7 @@ std::optional<AttentionGrads> cudnn_causal_attention_backward(
   const Tensor dq = grads.select(2, 0).transpose(1, 2);
   const Tensor dk = grads.select(2, 1).transpose(1, 2);
   const Tensor dv = grads.select(2, 2).transpose(1, 2);
-  const CachedPlan& cached = plan_for(ctx, key_of(1, {q, k, v, out, dout}), [&] {
+  const CachedPlan& cached = plan_for(op, ctx, key_of(1, {q, k, v, out, dout}), q, [&] {
     return build_backward(op, ctx, dout, q, k, v, out, dq, dk, dv);
   });
   if (!cached.plan) return std::nullopt;
@@ -308,7 +346,8 @@ std::optional<AttentionGrads> cudnn_causal_attention_backward(
   float neg_inf = -INFINITY;
   float one = 1.0f;
   cached.plan->execute(
-      ctx.handle, {kQ, kK, kV, kOut, kLse, kDout, kDq, kDk, kDv, kRowDot, kScale, kNegInf, kOne},
+      ctx.handle.get,
+      {kQ, kK, kV, kOut, kLse, kDout, kDq, kDk, kDv, kRowDot, kScale, kNegInf, kOne},
       {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), dout.raw_data(),
        dq.raw_data(), dk.raw_data(), dv.raw_data(), base, &scale_value, &neg_inf, &one},
       base + row_dot_bytes, op);

@@ -144,10 +144,12 @@ void GraphBuilder::reduction(cudnnReduceTensorOp_t mode, const Descriptor* x, co
   const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
   desc->set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)
       .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
-  if (cudnn_version >= 91100) {  // the attribute is new in 9.11; false is what fuses
+#if CUDNN_VERSION >= 91100  // the attribute is new in 9.11; false is what fuses
+  if (cudnn_version >= 91100) {
     const bool deterministic = false;
     desc->set(CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, CUDNN_TYPE_BOOLEAN, 1, &deterministic);
   }
+#endif
   desc->finalize();
   auto op = std::make_unique<Descriptor>(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, op_);
   op->set_desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, *desc)

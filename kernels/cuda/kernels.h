@@ -79,8 +79,9 @@ AttentionGrads flash_causal_attention_backward(const Tensor& dout, const Tensor&
                                                const Tensor& v, const Tensor& out,
                                                const Tensor& lse, double scale);
 // cuDNN's fused attention (kernels/cuda/cudnn_attention.cu); nothing when cuDNN does not
-// take the call. out is (B, T, H, D) in memory and dq, dk, dv views of one (B, T, 3, H, D)
-// buffer, each seen as (B, H, T, D).
+// take the call. Operands as kernels/attention.h validates them: q, k, v, out, dout (B, H, T,
+// D) of one dtype and device, lse (B, H, T) f32. out is (B, T, H, D) in memory and dq, dk, dv
+// views of one (B, T, 3, H, D) buffer, each seen as (B, H, T, D).
 std::optional<AttentionOutput> cudnn_causal_attention(const Tensor& q, const Tensor& k,
                                                       const Tensor& v, double scale);
 std::optional<AttentionGrads> cudnn_causal_attention_backward(const Tensor& dout, const Tensor& q,

@@ -334,6 +334,30 @@ std::vector<Case> all_cases() {
                [] {
                  return TensorList{nc_leaf({3, 6}, 56)};
                }});
+  // cat's gradients are adjacent views of one buffer, which split's backward joins without a
+  // copy (Note [Split gradients without a copy]); swapped, they are not adjacent in order.
+  c.push_back({"split", "gradients that are adjacent views, dim 1",
+               [](const TensorList& x) {
+                 return exp(cat(split(x[0], {1, 3, 2}, 1), 1));
+               },
+               [] {
+                 return TensorList{nc_leaf({3, 6}, 58)};
+               }});
+  c.push_back({"split", "gradients that are adjacent views, dim 0",
+               [](const TensorList& x) {
+                 return exp(cat(split(x[0], {2, 2}, 0), 0));
+               },
+               [] {
+                 return TensorList{leaf({4, 3}, 59)};
+               }});
+  c.push_back({"split", "gradients that are views out of order",
+               [](const TensorList& x) {
+                 TensorList parts = split(x[0], {2, 4}, 1);
+                 return exp(cat({parts[1], parts[0]}, 1));
+               },
+               [] {
+                 return TensorList{leaf({3, 6}, 60)};
+               }});
   c.push_back({"index_select", "repeated indices",
                [](const TensorList& x) {
                  return index_select(x[0], 0, ids({4, 0, 4}, {3}));

@@ -56,7 +56,7 @@ TEST_CASE("cuDNN's fused attention refuses what its limits exclude, with the rea
       "compute capability 8.0, found 7.5"));
   CHECK(mentions(
       fused_attention_refusal(fused_qkv(1, 2, 64, 64, DType::bf16), Tensor(), {9, 0, 8906}),
-      "needs cuDNN 9"));
+      "needs cuDNN 9, found 8.9.6"));
   CHECK(mentions(
       fused_attention_refusal(fused_qkv(1, 2, 64, 64, DType::bf16), Tensor(), {9, 0, 91001}),
       "known bugs"));
@@ -100,6 +100,12 @@ TEST_CASE("cuDNN's fused attention needs 16-byte strides and addresses and a uni
     ops[2] =
         zeros({1 * 2 * 64 * 64 + 4}, {DType::bf16}).narrow(0, 4, 2 * 64 * 64).view({1, 2, 64, 64});
     CHECK(mentions(fused_attention_refusal(ops, Tensor(), kH100), "v is not 16-byte aligned"));
+  }
+  SECTION("an lse 4 bytes past an aligned address") {
+    const Tensor lse = zeros({2 * 3 * 100 + 1}).narrow(0, 1, 2 * 3 * 100).view({2, 3, 100});
+    CHECK(
+        mentions(fused_attention_refusal(backward_operands(2, 3, 100, 64, DType::bf16), lse, kH100),
+                 "lse is not 16-byte aligned"));
   }
   SECTION("a non-contiguous lse") {
     const Tensor lse = zeros({2, 3, 200}).narrow(2, 0, 100);

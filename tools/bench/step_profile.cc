@@ -35,8 +35,9 @@ class DeviceClock final : public MarkClock {
  public:
   explicit DeviceClock(int device) : device_(device) {}
   size_t mark() override {
-    events_.push_back(std::make_unique<cuda::Event>(device_));
-    events_.back()->record();
+    auto event = std::make_unique<cuda::Event>(device_);
+    event->record();
+    events_.push_back(std::move(event));
     return events_.size() - 1;
   }
   std::vector<double> read() override {
@@ -95,7 +96,6 @@ void StepProfile::begin_phase(const std::string& name) {
   TS_CHECK(open_.empty(), "[StepProfile] phase '", name, "' opened inside another phase");
   phases_.push_back(name);
   open("(outside)");
-  spans_.back().parent = -1;
 }
 
 void StepProfile::end_phase() {
@@ -155,8 +155,8 @@ std::vector<ProfileRow> StepProfile::rows() {
     }
     std::vector<ProfileRow> phase_rows;
     for (auto& [label, row] : by_label) phase_rows.push_back(std::move(row));
-    std::sort(phase_rows.begin(), phase_rows.end(),
-              [](const ProfileRow& a, const ProfileRow& b) { return a.ms > b.ms; });
+    std::stable_sort(phase_rows.begin(), phase_rows.end(),
+                     [](const ProfileRow& a, const ProfileRow& b) { return a.ms > b.ms; });
     rows.insert(rows.end(), phase_rows.begin(), phase_rows.end());
   }
   return rows;

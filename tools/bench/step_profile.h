@@ -8,7 +8,9 @@
 // between two marks of its clock; spans nest (a Block's forward holds its Linears'), and a
 // span's self time is its length less its direct children's. Every span lies in a phase
 // the caller opens ("forward", "backward", ...), whose time outside any span is the row
-// "(outside)": for the forward, the loss and the work of modules that open no scope. The
+// "(outside)": for the forward, the loss and the work of modules that open no scope; for the
+// backward, the zeros the engine makes for outputs without a gradient and the work of
+// the optimizer's backward outside autograd (its reductions). The
 // rows' times add up to the phases' lengths. Device marks are CUDA events on the stream
 // every kernel runs on, so a span is the device time of the work queued inside it, with
 // the gaps where the device waited for the host counted in. Forward labels are the
@@ -17,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
