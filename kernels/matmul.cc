@@ -3,6 +3,7 @@
 #include "kernels/checks.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/reduce.h"
 
 namespace tessera::kernels {
 
@@ -50,6 +51,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   if (x.device().is_cuda()) return cuda::matmul(x, weight, false, true, bias);
   return cpu::matmul(x, weight, false, true, bias);
+}
+
+LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x) {
+  constexpr const char* op = "linear_param_grads";
+  check_defined(op, "g", g);
+  check_defined(op, "x", x);
+  TS_CHECK(g.dim() == 2 && x.dim() == 2 && g.size(0) == x.size(0), "[", op,
+           "] expected g (R, N) and x (R, K) with the same rows, found ", shape_str(g.shape()),
+           " and ", shape_str(x.shape()));
+  check_operands(g, x, true, false);
+  if (g.device().is_cuda()) return cuda::linear_param_grads(g, x);
+  return {cpu::matmul(g, x, true, false), sum(g, {0}, false)};
 }
 
 }  // namespace tessera::kernels

@@ -48,8 +48,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
             dx.defined() && reduce_input_grad ? reduce_input_grad(dx) : std::function<void()>();
         Tensor dw, db;
         try {
-          if (rw) dw = kernels::matmul(rows_of(g[0]), rows_of(x), true, false);  // (out, in)
-          if (has_bias) db = kernels::sum(rows_of(g[0]), {0}, false);
+          if (rw && has_bias) {  // one pass over g on CUDA (kernels/matmul.h)
+            kernels::LinearParamGrads p = kernels::linear_param_grads(rows_of(g[0]), rows_of(x));
+            dw = std::move(p.dweight);  // (out, in)
+            db = std::move(p.dbias);    // (out)
+          } else {
+            if (rw) dw = kernels::matmul(rows_of(g[0]), rows_of(x), true, false);  // (out, in)
+            if (has_bias) db = kernels::sum(rows_of(g[0]), {0}, false);
+          }
         } catch (...) {
           if (wait) {
             try {

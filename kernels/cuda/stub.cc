@@ -20,6 +20,7 @@ Tensor sum(const Tensor&, const std::vector<int64_t>&, bool) { missing("sum"); }
 Tensor var(const Tensor&, const std::vector<int64_t>&, int64_t, bool) { missing("var"); }
 MaxResult max(const Tensor&, int64_t, bool) { missing("max"); }
 Tensor matmul(const Tensor&, const Tensor&, bool, bool, const Tensor&) { missing("matmul"); }
+LinearParamGrads linear_param_grads(const Tensor&, const Tensor&) { missing("linear_param_grads"); }
 Tensor softmax(const Tensor&) { missing("softmax"); }
 Tensor log_softmax(const Tensor&) { missing("log_softmax"); }
 Tensor softmax_backward(const Tensor&, const Tensor&) { missing("softmax_backward"); }

@@ -1,6 +1,7 @@
 // CPU vs CUDA parity of the elementwise, reduction and matmul kernels in f32, f64, bf16 and
 // f16 on broadcast, non-contiguous and empty operands. The CPU computes in f64 on the same
 // (rounded) values, so each bound measures the device kernel's own error.
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
@@ -271,6 +272,30 @@ TEST_CASE("linear (bias in the GEMM epilogue) matches the CPU at any operand ali
         const Input xt = random_t({B, T, K}, 32, dt);
         check_close(kernels::linear(xt.dev, w.dev, bias.dev),
                     kernels::linear(xt.ref, w.ref, bias.ref), dt, tol);
+      }
+    }
+  }
+}
+
+// 16-bit operands take cuBLASLt's BGRADB epilogue (Note [Bias gradient epilogue] in
+// kernels/cuda/matmul.cu), f32 a matmul and a sum; a g at an odd offset as well.
+TEST_CASE("a linear layer's weight and bias gradients match an f64 CPU reference", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  for (DType dt : kFloating) {
+    for (int64_t offset : {0, 1}) {
+      for (const auto& [rows, n, k] : {std::array<int64_t, 3>{300, 64, 96}, {4096, 2304, 768}}) {
+        DYNAMIC_SECTION(dtype_name(dt)
+                        << " R " << rows << " N " << n << " K " << k << " offset " << offset) {
+          const Input flat = random({offset + rows * n}, 33, dt);
+          const Input g = view_of(flat, [&](const Tensor& f) {
+            return f.narrow(0, offset, rows * n).view({rows, n});
+          });
+          const Input x = random({rows, k}, 34, dt);
+          const kernels::LinearParamGrads got = kernels::linear_param_grads(g.dev, x.dev);
+          const kernels::LinearParamGrads want = kernels::linear_param_grads(g.ref, x.ref);
+          check_close(got.dweight, want.dweight, dt, tol_for(dt, 5e-3));
+          check_close(got.dbias, want.dbias, dt, tol_for(dt, 1e-5));
+        }
       }
     }
   }

@@ -309,4 +309,24 @@ TEST_CASE("linear adds the bias to every row of x @ weight^T", "[matmul]") {
                       Catch::Contains("[matmul] inner dimensions differ"));
 }
 
+TEST_CASE("linear_param_grads gives g^T x and the sums of g's rows", "[matmul]") {
+  Generator gen(42);
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor g = randn({9, 5}, gen, {dt});  // (R, N)
+    const Tensor x = randn({9, 7}, gen, {dt});  // (R, K)
+    const kernels::LinearParamGrads p = kernels::linear_param_grads(g, x);
+    REQUIRE(p.dweight.shape() == Shape{5, 7});
+    CHECK(max_abs_diff(p.dweight.to_vector<double>(), reference(g, x, true, false)) <=
+          tolerance(dt));
+    const std::vector<double> gv = g.to_vector<double>();
+    std::vector<double> sums(5, 0.0);
+    for (size_t i = 0; i < gv.size(); ++i) sums[i % 5] += gv[i];
+    REQUIRE(p.dbias.shape() == Shape{5});
+    CHECK(max_abs_diff(p.dbias.to_vector<double>(), sums) <= tolerance(dt));
+  }
+  REQUIRE_THROWS_WITH(kernels::linear_param_grads(zeros({9, 5}), zeros({8, 7})),
+                      Catch::Contains("[linear_param_grads] expected g (R, N) and x (R, K) with "
+                                      "the same rows, found (9, 5) and (8, 7)"));
+}
+
 }  // namespace tessera

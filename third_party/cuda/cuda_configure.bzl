@@ -1,8 +1,8 @@
 """Detects the CUDA toolkit and exposes it as @local_config_cuda.
 
-The generated repository always exists. `defs.bzl` says whether nvcc was found, so the
-CUDA backend builds whenever the toolkit is installed and the CPU-only stub is used
-otherwise. Environment: CUDA_PATH (default /usr/local/cuda); TESSERA_REQUIRE_CUDA=1
+The generated repository always exists. `defs.bzl` says whether nvcc and cuDNN were found,
+so the CUDA backend builds whenever the toolkit and cuDNN are installed and the CPU-only stub
+is used otherwise. Environment: CUDA_PATH (default /usr/local/cuda); TESSERA_REQUIRE_CUDA=1
 (set by --config=cuda) turns a missing toolkit into a build error.
 """
 
@@ -47,9 +47,14 @@ cc_library(
 def _cuda_configure_impl(rctx):
     cuda_path = rctx.os.environ.get("CUDA_PATH", "/usr/local/cuda")
     nvcc = rctx.path(cuda_path + "/bin/nvcc")
-    found = nvcc.exists
+    cudnn = rctx.path(cuda_path + "/include/cudnn.h")
+    found = nvcc.exists and cudnn.exists
+    missing = "nvcc at %s" % nvcc if not nvcc.exists else "cuDNN's header at %s" % cudnn
     if not found and rctx.os.environ.get("TESSERA_REQUIRE_CUDA", "0") == "1":
-        fail("--config=cuda needs the CUDA toolkit: expected nvcc at %s, found nothing (set CUDA_PATH)" % nvcc)
+        fail("--config=cuda needs the CUDA toolkit with cuDNN: expected %s, found nothing (set CUDA_PATH)" % missing)
+    if nvcc.exists and not cudnn.exists:
+        # The CUDA backend needs cuDNN (kernels/cuda/cudnn_graph.cu): without it, the CPU-only stub.
+        print("Tessera: nvcc found but no cuDNN (expected %s): building without CUDA" % cudnn)
     if found:
         rctx.symlink(cuda_path + "/include", "include")
         rctx.file("BUILD", _HEADERS_BUILD.replace("{lib}", cuda_path + "/lib64"))
