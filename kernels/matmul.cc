@@ -9,25 +9,27 @@ namespace tessera::kernels {
 
 namespace {
 
-void check_operands(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  constexpr const char* op = "matmul";
+// op(a) @ op(b) is defined: errors name `op`.
+void check_operands(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
+                    const char* op = "matmul") {
   check_defined(op, "a", a);
   check_defined(op, "b", b);
   check_floating(op, "a", a);
   check_same_dtype(op, "a", a, "b", b);
   check_same_device(op, "a", a, "b", b);
-  TS_CHECK(a.dim() >= 2, "[matmul] expected a with at least 2 dims, found ", shape_str(a.shape()));
-  TS_CHECK(b.dim() == 2 || b.dim() == a.dim(), "[matmul] expected b with 2 dims or as many as a ",
+  TS_CHECK(a.dim() >= 2, "[", op, "] expected a with at least 2 dims, found ",
+           shape_str(a.shape()));
+  TS_CHECK(b.dim() == 2 || b.dim() == a.dim(), "[", op, "] expected b with 2 dims or as many as a ",
            shape_str(a.shape()), ", found ", shape_str(b.shape()));
   if (b.dim() > 2) {
     const Shape a_batch(a.shape().begin(), a.shape().end() - 2);
     const Shape b_batch(b.shape().begin(), b.shape().end() - 2);
-    TS_CHECK(a_batch == b_batch, "[matmul] batch dimensions differ: ", shape_str(a.shape()), " vs ",
-             shape_str(b.shape()));
+    TS_CHECK(a_batch == b_batch, "[", op, "] batch dimensions differ: ", shape_str(a.shape()),
+             " vs ", shape_str(b.shape()));
   }
   const int64_t k_a = trans_a ? a.size(-2) : a.size(-1);
   const int64_t k_b = trans_b ? b.size(-1) : b.size(-2);
-  TS_CHECK(k_a == k_b, "[matmul] inner dimensions differ: ", shape_str(a.shape()), " vs ",
+  TS_CHECK(k_a == k_b, "[", op, "] inner dimensions differ: ", shape_str(a.shape()), " vs ",
            shape_str(b.shape()), trans_a ? " (trans_a)" : "", trans_b ? " (trans_b)" : "");
 }
 
@@ -60,7 +62,7 @@ LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x) {
   TS_CHECK(g.dim() == 2 && x.dim() == 2 && g.size(0) == x.size(0), "[", op,
            "] expected g (R, N) and x (R, K) with the same rows, found ", shape_str(g.shape()),
            " and ", shape_str(x.shape()));
-  check_operands(g, x, true, false);
+  check_operands(g, x, true, false, op);
   if (g.device().is_cuda()) return cuda::linear_param_grads(g, x);
   return {cpu::matmul(g, x, true, false), sum(g, {0}, false)};
 }

@@ -21,7 +21,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // The weight and bias gradients of a linear layer from its output gradient g and input x.
-//   g: (R, N); x: (R, K) -> dweight (N, K) = g^T x; dbias (N) = the sums of g's rows
+//   g: (R, N); x: (R, K) -> dweight (N, K) = g^T x; dbias (N) = g summed over its R rows
 // On CUDA with 16-bit operands the sums come from the GEMM's epilogue (cuBLASLt's BGRADB)
 // where cuBLASLt offers it; otherwise a matmul and a sum.
 struct LinearParamGrads {

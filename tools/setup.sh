@@ -60,7 +60,8 @@ else
 fi
 
 if command -v "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" >/dev/null; then
-  echo "setup: CUDA toolkit found at ${CUDA_PATH:-/usr/local/cuda}: the CUDA backend will be built"
+  echo "setup: CUDA toolkit found at ${CUDA_PATH:-/usr/local/cuda}: the CUDA backend will be built" \
+    "if cuDNN 9 is found too (third_party/cuda/cuda_configure.bzl)"
 else
   echo "setup: no CUDA toolkit: building the CPU backend only"
 fi

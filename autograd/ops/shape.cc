@@ -18,12 +18,14 @@ namespace {
 // so the three (B, T, C) gradients GPT's split of its fused qkv projection receives are
 // its thirds. Their concatenation is then that buffer itself, seen whole, and split's
 // backward returns the view instead of copying (on an H200 the copies were 9% of a GPT-2
-// step). A gradient is accumulated in place only while its storage has no other holder
-// (summable_in_place in autograd/node.cc), so the view is never written through.
+// step). A gradient is written in place only once nothing else holds its storage
+// (summable_in_place in autograd/node.cc), and the pieces are released when split's backward
+// returns, so no other tensor sees such a write.
 
 // The pieces (same dtype, strides and shape but along `dim`) seen as one tensor when each
 // starts where the previous one ends along `dim` in one storage; nothing otherwise.
 std::optional<Tensor> joined_view(const TensorList& parts, int64_t dim) {
+  if (parts.empty()) return std::nullopt;
   const Tensor& first = parts.front();
   if (!first.defined() || first.numel() == 0) return std::nullopt;
   Shape shape = first.shape();

@@ -40,7 +40,7 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim);
 
 // `bias` (N), when defined, is added to every row of the result (linear's forward).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias);
-LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x);
+LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x);  // (R, N), (R, K)
 
 Tensor softmax(const Tensor& x);
 Tensor log_softmax(const Tensor& x);

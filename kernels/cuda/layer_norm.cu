@@ -16,10 +16,10 @@ namespace {
 
 using namespace rows;  // NOLINT: this file's own helpers, see rows.cuh
 
-constexpr int64_t kMaxPartialBytes = int64_t{32} << 20;  // the backward's row blocks' partials
-constexpr int64_t kMinGradRows = 4;                      // rows per backward block, at least
-constexpr int kTile = 32;     // columns per block of the partial sums' reduction
-constexpr int kTileRows = 8;  // thread rows per block of that reduction
+constexpr int64_t kMaxGradBlocks = 1024;  // row blocks of the backward, each with its partials
+constexpr int64_t kMinGradRows = 8;       // rows per backward block, at least
+constexpr int kTile = 32;                 // columns per block of the partial sums' reduction
+constexpr int kTileRows = 8;              // thread rows per block of that reduction
 constexpr size_t kDefaultSharedBytes = 48 << 10;  // shared memory per block without opt-in
 constexpr size_t kStaticSharedBytes = 1024;       // bound on a kernel's static shared memory
 
@@ -74,10 +74,6 @@ __global__ void layer_norm_kernel(const T* __restrict__ x,       // (rows, cols)
 // blocks' partials column by column in a fixed order. Element j of a row may belong to
 // another thread in the next row (rows at other 16-byte offsets), but the block_sum
 // barriers between the rows order those updates; no atomics, so results are reproducible.
-// The block count depends on the shape only: a block per 4 rows, as many as 32 MiB of
-// partials allow (5461 at C = 768). The backward streams dy and x with few warps per row
-// block, so it needs many blocks in flight: 1024 blocks of 3 warps for (16384, 768) in bf16
-// reached 19% of the copy bandwidth on an H200 (tools/bench/cuda_kernels_bench).
 template <class T, class S>
 __global__ void layer_norm_backward_kernel(const T* __restrict__ dy,      // (rows, cols)
                                            const T* __restrict__ x,       // (rows, cols)
@@ -256,10 +252,8 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
         return;
       }
       // Note [CUDA layer norm backward]; the block count depends on the shape only.
-      const int64_t max_blocks = std::clamp<int64_t>(
-          kMaxPartialBytes / (2 * cols * static_cast<int64_t>(sizeof(A))), 1, kMaxGrid);
       const int64_t blocks =
-          std::clamp<int64_t>((rows + kMinGradRows - 1) / kMinGradRows, 1, max_blocks);
+          std::clamp<int64_t>((rows + kMinGradRows - 1) / kMinGradRows, 1, kMaxGradBlocks);
       const Tensor partial =
           empty({blocks, 2, cols}, {acc_dtype<T>(), x.device()});  // (blocks, 2, C)
       const size_t bytes = 2 * static_cast<size_t>(cols) * sizeof(A);

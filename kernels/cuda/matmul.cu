@@ -201,6 +201,7 @@ struct OpDesc {
 
 // op(a) @ op(b) with the epilogue `epilogue`, whose vector is `vector` (the bias, or the
 // bias gradient's (N) output); nothing when cuBLASLt has no algorithm for a bias_grad call.
+// M, N, K and the batch are not 0 (the callers handle empty products).
 std::optional<Tensor> gemm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                            Epilogue epilogue, const Tensor& vector) {
   // a: (..., M, K) or (..., K, M); b: (K, N) / (N, K) or batched like a.

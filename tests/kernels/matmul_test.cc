@@ -309,7 +309,7 @@ TEST_CASE("linear adds the bias to every row of x @ weight^T", "[matmul]") {
                       Catch::Contains("[matmul] inner dimensions differ"));
 }
 
-TEST_CASE("linear_param_grads gives g^T x and the sums of g's rows", "[matmul]") {
+TEST_CASE("linear_param_grads gives g^T x and g summed over its rows", "[matmul]") {
   Generator gen(42);
   for (DType dt : {DType::f32, DType::f64}) {
     const Tensor g = randn({9, 5}, gen, {dt});  // (R, N)
