@@ -28,9 +28,9 @@ class ForwardObserver {
   virtual void enter(const Module& m) = 0;
   // Module `m`'s forward ends (returns or throws).
   virtual void exit(const Module& m) noexcept = 0;
-  // An op named `name` (Node::name()) was recorded with `inputs` and made `outputs`.
-  virtual void op(const std::string& name, const TensorList& inputs,
-                  const std::vector<OutputInfo>& outputs) = 0;
+  // An op was recorded: `node` (its name() and the outputs() it made) with `inputs`. The
+  // node lives until the backward that runs it (or the graph's release).
+  virtual void op(const Node& node, const TensorList& inputs) = 0;
 };
 
 // The observer installed on this thread, or null.

@@ -59,14 +59,14 @@ void record(const std::shared_ptr<Node>& node, const TensorList& inputs,
   connect(node, inputs);
   uint32_t i = 0;
   for (Tensor* out : outputs) attach(node, *out, i++);
-  if (ForwardObserver* o = forward_observer()) o->op(node->name(), inputs, node->outputs());
+  if (ForwardObserver* o = forward_observer()) o->op(*node, inputs);
 }
 
 void record(const std::shared_ptr<Node>& node, const TensorList& inputs,
             std::vector<Tensor>& outputs) {
   connect(node, inputs);
   for (uint32_t i = 0; i < outputs.size(); ++i) attach(node, outputs[i], i);
-  if (ForwardObserver* o = forward_observer()) o->op(node->name(), inputs, node->outputs());
+  if (ForwardObserver* o = forward_observer()) o->op(*node, inputs);
 }
 
 void record_function(const std::string& name, const TensorList& inputs,

@@ -84,21 +84,22 @@ void print_profile(const std::vector<bench::ProfileRow>& rows, double timed_ms) 
       "module forward and backward node (the timed steps: %.2f ms); self time, rows of 0.5%% "
       "and more\n",
       total, timed_ms);
-  std::printf("  %-9s %-52s %6s %9s %7s\n", "phase", "module (forward) or node (backward)", "calls",
-              "ms", "share");
+  std::printf("  %-9s %-72s %6s %9s %7s\n", "phase",
+              "module (forward), or node in the module that recorded it (backward)", "calls", "ms",
+              "share");
   double rest = 0;
   int64_t rest_rows = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const bench::ProfileRow& r = rows[i];
     if (r.ms >= 0.005 * total) {
-      std::printf("  %-9s %-52s %6lld %9.3f %6.1f%%\n", r.phase.c_str(), r.label.c_str(),
+      std::printf("  %-9s %-72s %6lld %9.3f %6.1f%%\n", r.phase.c_str(), r.label.c_str(),
                   static_cast<long long>(r.calls), r.ms, 100 * r.ms / total);
     } else {
       rest += r.ms;
       ++rest_rows;
     }
     if ((i + 1 == rows.size() || rows[i + 1].phase != r.phase) && rest_rows > 0) {
-      std::printf("  %-9s %-52s %6s %9.3f %6.1f%%\n", r.phase.c_str(),
+      std::printf("  %-9s %-72s %6s %9.3f %6.1f%%\n", r.phase.c_str(),
                   (std::to_string(rest_rows) + " smaller rows").c_str(), "", rest,
                   100 * rest / total);
       rest = 0;

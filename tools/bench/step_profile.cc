@@ -123,13 +123,25 @@ void StepProfile::close() noexcept {
 }
 
 void StepProfile::enter(const Module& m) {
-  const auto it = names_.find(&m);
-  open(it == names_.end() ? "(" + class_name(m) + ")" : it->second);
+  auto it = names_.find(&m);
+  if (it == names_.end()) it = names_.emplace(&m, "(" + class_name(m) + ")").first;
+  open(it->second);
+  modules_.push_back(&it->second);
 }
 
-void StepProfile::exit(const Module&) noexcept { close(); }
+void StepProfile::exit(const Module&) noexcept {
+  close();
+  if (!modules_.empty()) modules_.pop_back();
+}
 
-void StepProfile::begin(const Node& node) { open(node.name()); }
+void StepProfile::op(const Node& node, const TensorList&) {
+  if (!modules_.empty()) made_in_[&node] = modules_.back();
+}
+
+void StepProfile::begin(const Node& node) {
+  const auto it = made_in_.find(&node);
+  open(it == made_in_.end() ? node.name() : node.name() + " in " + *it->second);
+}
 
 void StepProfile::end(const Node&) noexcept { close(); }
 

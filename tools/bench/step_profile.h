@@ -15,7 +15,9 @@
 // every kernel runs on, so a span is the device time of the work queued inside it, with
 // the gaps where the device waited for the host counted in. Forward labels are the
 // module's name in the model with layer indices as '*' ("h.*.attn.c_attn") and its class;
-// backward labels are the node's op name ("matmul", "causal_attention").
+// backward labels are the node's op name and the module whose forward recorded it
+// ("linear in h.*.attn.c_attn (Linear)"), or the op name alone for nodes recorded outside
+// every module (the loss) or not by an op (a leaf's AccumulateGrad).
 #pragma once
 
 #include <cstddef>
@@ -64,7 +66,7 @@ class StepProfile : public ForwardObserver, public BackwardObserver {
 
   void enter(const Module& m) override;
   void exit(const Module& m) noexcept override;
-  void op(const std::string&, const TensorList&, const std::vector<OutputInfo>&) override {}
+  void op(const Node& node, const TensorList& inputs) override;
   void begin(const Node& node) override;
   void end(const Node& node) noexcept override;
 
@@ -85,7 +87,9 @@ class StepProfile : public ForwardObserver, public BackwardObserver {
   std::map<const Module*, std::string> names_;
   std::vector<std::string> phases_;
   std::vector<Span> spans_;
-  std::vector<int> open_;  // indices of the open spans, innermost last
+  std::vector<int> open_;                              // indices of the open spans, innermost last
+  std::vector<const std::string*> modules_;            // labels of the open module forwards
+  std::map<const Node*, const std::string*> made_in_;  // each recorded node's module label
   bool clock_failed_ = false;
 };
 

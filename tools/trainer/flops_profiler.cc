@@ -140,10 +140,9 @@ void FlopsProfiler::exit(const Module& m) noexcept {
   stack_.pop_back();
 }
 
-void FlopsProfiler::op(const std::string& name, const TensorList& inputs,
-                       const std::vector<OutputInfo>& outputs) {
+void FlopsProfiler::op(const Node& node, const TensorList& inputs) {
   if (stack_.empty()) return;  // outside every module: the loss
-  const OpCost cost = op_cost(name, inputs, outputs);
+  const OpCost cost = op_cost(node.name(), inputs, node.outputs());
   Own& own = own_[stack_.back().module];
   own.flops += cost.flops;
   own.macs += cost.macs;

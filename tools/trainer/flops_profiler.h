@@ -84,8 +84,7 @@ class FlopsProfiler : public ForwardObserver {
 
   void enter(const Module& m) override;
   void exit(const Module& m) noexcept override;
-  void op(const std::string& name, const TensorList& inputs,
-          const std::vector<OutputInfo>& outputs) override;
+  void op(const Node& node, const TensorList& inputs) override;
 
   // A module's figures over the forwards seen: its own and its descendants' ops, and its
   // latency (Note [Flops profiler]).
