@@ -290,8 +290,8 @@ std::optional<AttentionOutput> cudnn_causal_attention(const Tensor& q_in, const 
                                                       const Tensor& v_in, double scale) {
   constexpr const char* op = "causal_attention (cuDNN)";
   const Tensor q = q_in.detach(), k = k_in.detach(), v = v_in.detach();
-  set_device(op, q);
   if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return std::nullopt;
+  set_device(op, q);
   CudnnContext& ctx = context(op, q.device().index);
   if (!ctx.unavailable.empty() ||
       !fused_attention_refusal({q, k, v}, Tensor(), ctx.machine).empty()) {
@@ -321,8 +321,8 @@ std::optional<AttentionGrads> cudnn_causal_attention_backward(
   constexpr const char* op = "causal_attention_backward (cuDNN)";
   const Tensor dout = dout_in.detach(), q = q_in.detach(), k = k_in.detach(), v = v_in.detach(),
                out = out_in.detach(), lse = lse_in.detach();
-  set_device(op, q);
   if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return std::nullopt;
+  set_device(op, q);
   CudnnContext& ctx = context(op, q.device().index);
   if (!ctx.unavailable.empty() ||
       !fused_attention_refusal({q, k, v, out, dout}, lse, ctx.machine).empty()) {

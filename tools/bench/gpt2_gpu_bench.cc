@@ -316,23 +316,13 @@ int bench_main(int argc, char** argv) {
     bench::StepProfile profile(*clock, model);
     cuda::synchronize(dev);
     zero.zero_grad();
-    profile.begin_phase("forward");
     Tensor loss;
-    {
-      const ForwardObserverGuard guard(profile);
-      loss = model.loss(model.forward(idx), targets);
-    }
-    profile.end_phase();
-    profile.begin_phase("backward");
-    {
-      const BackwardObserverGuard guard(profile);
-      zero.backward(loss, 1.0, /*boundary=*/true);
-    }
-    profile.end_phase();
-    profile.begin_phase("optimizer");
-    if (dtype == DType::f16) zero.clip_grad_norm(0.0);
-    zero.step();
-    profile.end_phase();
+    profile.phase("forward", [&] { loss = model.loss(model.forward(idx), targets); });
+    profile.phase("backward", [&] { zero.backward(loss, 1.0, /*boundary=*/true); });
+    profile.phase("optimizer", [&] {
+      if (dtype == DType::f16) zero.clip_grad_norm(0.0);
+      zero.step();
+    });
     print_profile(profile.rows(), 1e3 * step_med);
   }
 

@@ -104,6 +104,16 @@ void StepProfile::end_phase() {
   close();
 }
 
+void StepProfile::phase(const std::string& name, const std::function<void()>& fn) {
+  begin_phase(name);
+  {
+    const ForwardObserverGuard forwards(*this);
+    const BackwardObserverGuard backwards(*this);
+    fn();
+  }
+  end_phase();
+}
+
 void StepProfile::open(std::string label) {
   TS_CHECK(!phases_.empty() && (!open_.empty() || label == "(outside)"), "[StepProfile] a span ('",
            label, "') outside any phase");

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,6 +64,8 @@ class StepProfile : public ForwardObserver, public BackwardObserver {
   // Opens and closes a phase; spans outside a phase are refused.
   void begin_phase(const std::string& name);
   void end_phase();
+  // Runs `fn` as phase `name`, with this profile observing its forwards and backwards.
+  void phase(const std::string& name, const std::function<void()>& fn);
 
   void enter(const Module& m) override;
   void exit(const Module& m) noexcept override;

@@ -39,19 +39,9 @@ TEST_CASE("the step profile times every module forward and backward node once", 
   const Tensor targets = rand({2, 16}, gen, {DType::f32}, 0.0, 37.0).to(DType::i64);
   TickClock clock;
   bench::StepProfile profile(clock, model);
-  profile.begin_phase("forward");
   Tensor loss;
-  {
-    const ForwardObserverGuard guard(profile);
-    loss = model.loss(model.forward(idx), targets);
-  }
-  profile.end_phase();
-  profile.begin_phase("backward");
-  {
-    const BackwardObserverGuard guard(profile);
-    backward(loss);
-  }
-  profile.end_phase();
+  profile.phase("forward", [&] { loss = model.loss(model.forward(idx), targets); });
+  profile.phase("backward", [&] { backward(loss); });
 
   std::map<std::string, bench::ProfileRow> forward, backward_rows;
   double total = 0;
