@@ -75,13 +75,17 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
     add_grad(buffers[e.node.get()].grads[e.input_nr], seed.detach());
   }
 
-  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready;
+  // Deferred nodes run when nothing else is ready (Note [Deferred gradient waits] in
+  // autograd/gradient_wait.h).
+  std::priority_queue<Node*, std::vector<Node*>, LaterFirst> ready, deferred;
+  const auto make_ready = [&](Node* node) { (node->deferred() ? deferred : ready).push(node); };
   for (auto& [node, buf] : buffers) {
-    if (buf.dependencies == 0) ready.push(node);
+    if (buf.dependencies == 0) make_ready(node);
   }
-  while (!ready.empty()) {
-    Node* node = ready.top();
-    ready.pop();
+  while (!ready.empty() || !deferred.empty()) {
+    auto& queue = ready.empty() ? deferred : ready;
+    Node* node = queue.top();
+    queue.pop();
     TensorList grads = std::move(buffers[node].grads);
     // Outputs that received no gradient contribute zeros.
     for (size_t i = 0; i < grads.size() && i < node->outputs().size(); ++i) {
@@ -110,7 +114,7 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
     grads.clear();
     if (!retain_graph) node->release_saved();
     for (const Edge& e : edges) {
-      if (e.valid() && --buffers[e.node.get()].dependencies == 0) ready.push(e.node.get());
+      if (e.valid() && --buffers[e.node.get()].dependencies == 0) make_ready(e.node.get());
     }
   }
 }

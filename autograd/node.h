@@ -51,6 +51,9 @@ class Node {
   virtual void apply_into(const TensorList& grad_outputs, const std::vector<Tensor*>& slots);
   // Frees saved tensors after a backward without retain_graph.
   virtual void release_saved() = 0;
+  // Whether the engine runs this node only when no other node is ready (Note [Deferred
+  // gradient waits] in autograd/gradient_wait.h); false for every op but such waits.
+  virtual bool deferred() const { return false; }
 
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   void set_next_edges(std::vector<Edge> edges) { next_edges_ = std::move(edges); }

@@ -38,6 +38,9 @@ struct ModelPlacement {
   // Tensor slicing's input-gradient sums overlapped with the weight gradients' products
   // (Note [Overlapped input gradients] in parallel/tensor/layers.h).
   bool overlap_model_comm = true;
+  // Pieces of a micro-batch whose tensor-parallel sums overlap each other's computation
+  // (tensor_parallel.batch_split; Note [Batch-split overlap] in models/gpt2/batch_split.h).
+  int64_t model_batch_split = 1;
   // Expert parallelism: the expert-parallel group that MoE layers split their experts over
   // (parallel/expert/expert_groups.h); null: every rank holds all experts.
   parallel::Communicator* expert_group = nullptr;

@@ -360,6 +360,14 @@ EngineConfig parse_engine_config(JsonObjectReader& root, const ClientSections& c
   JsonObjectReader tp = root.object("tensor_parallel");
   c.tensor_parallel.tp_size = tp.get_in_range<int64_t>("tp_size", 1, 1, 1 << 16);
   c.tensor_parallel.overlap_comm = tp.get<bool>("overlap_comm", true);
+  c.tensor_parallel.batch_split = tp.get_in_range<int64_t>("batch_split", 1, 1, 1 << 16);
+  TS_CHECK(c.tensor_parallel.batch_split == 1 ||
+               (c.tensor_parallel.tp_size > 1 && c.tensor_parallel.overlap_comm),
+           "[config] ", tp.key_path("batch_split"), ": ", c.tensor_parallel.batch_split,
+           " pieces overlap the tensor-parallel sums of one with another's computation; "
+           "expected tp_size > 1 and overlap_comm true, found tp_size ",
+           c.tensor_parallel.tp_size, " and overlap_comm ",
+           c.tensor_parallel.overlap_comm ? "true" : "false");
   c.simulated_link = read_simulated_network(root);
   TS_CHECK(c.pipeline.stages == 1 || c.zero.stage <= 1, "[config] ",
            "$.zero_optimization.stage: stage ", c.zero.stage,

@@ -78,6 +78,10 @@ struct TensorParallelConfig {
   // gradients (Note [Overlapped input gradients] in parallel/tensor/layers.h; Megatron's
   // --async-tensor-model-parallel-allreduce, on by default there too).
   bool overlap_comm = true;
+  // Pieces each micro-batch is cut into along the batch dim around the blocks, so that one
+  // piece's row-parallel sums travel while another computes (Note [Batch-split overlap] in
+  // models/gpt2/batch_split.h; DeepSpeed's Domino); 1: whole micro-batches. A Tessera key.
+  int64_t batch_split = 1;
 };
 
 struct EngineConfig {

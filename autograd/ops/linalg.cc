@@ -44,28 +44,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
       [x = x.detach(), w = weight.detach(), rx = x.requires_grad(), rw = weight.requires_grad(),
        has_bias = bias.defined(), reduce_input_grad](const TensorList& g) -> TensorList {
         Tensor dx = rx ? kernels::matmul(g[0], w) : Tensor();  // (..., in)
-        const std::function<void()> wait =
-            dx.defined() && reduce_input_grad ? reduce_input_grad(dx) : std::function<void()>();
+        if (dx.defined() && reduce_input_grad) reduce_input_grad(dx);
         Tensor dw, db;
-        try {
-          if (rw && has_bias) {  // one pass over g on CUDA (kernels/matmul.h)
-            kernels::LinearParamGrads p = kernels::linear_param_grads(rows_of(g[0]), rows_of(x));
-            dw = std::move(p.dweight);  // (out, in)
-            db = std::move(p.dbias);    // (out)
-          } else {
-            if (rw) dw = kernels::matmul(rows_of(g[0]), rows_of(x), true, false);  // (out, in)
-            if (has_bias) db = kernels::sum(rows_of(g[0]), {0}, false);
-          }
-        } catch (...) {
-          if (wait) {
-            try {
-              wait();        // the reduction writes dx: it ends before dx may be dropped
-            } catch (...) {  // the product's error is the one to report
-            }
-          }
-          throw;
+        if (rw && has_bias) {  // one pass over g on CUDA (kernels/matmul.h)
+          kernels::LinearParamGrads p = kernels::linear_param_grads(rows_of(g[0]), rows_of(x));
+          dw = std::move(p.dweight);  // (out, in)
+          db = std::move(p.dbias);    // (out)
+        } else {
+          if (rw) dw = kernels::matmul(rows_of(g[0]), rows_of(x), true, false);  // (out, in)
+          if (has_bias) db = kernels::sum(rows_of(g[0]), {0}, false);
         }
-        if (wait) wait();
         return {dx, dw, db};
       });
   return y;

@@ -15,7 +15,8 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, parallel::Dropout
       c_attn_(cfg.n_embd, 3 * cfg.n_embd, cfg.bias, model_group, /*gather_output=*/false,
               /*parts=*/3, DType::f32, async),
       attn_dropout_(cfg.attention_probs_dropout(), streams.sliced()),
-      c_proj_(cfg.n_embd, cfg.n_embd, cfg.bias, model_group, /*input_is_parallel=*/true),
+      c_proj_(cfg.n_embd, cfg.n_embd, cfg.bias, model_group, /*input_is_parallel=*/true, DType::f32,
+              async),
       resid_dropout_(cfg.dropout, streams.replicated()) {
   if (cfg.sparse_attention) {
     // One layout for every block of this model part and every tensor-parallel rank: keyed
@@ -44,8 +45,7 @@ std::vector<Tensor> CausalSelfAttention::heads(const Tensor& x) const {
 
 Tensor CausalSelfAttention::merge_heads(const Tensor& y) const {
   const int64_t b = y.size(0), t = y.size(2);
-  const Tensor merged = reshape(transpose(y, 1, 2), {b, t, n_head_ * y.size(3)});  // (B, T, C)
-  return resid_dropout_.forward(c_proj_(merged));
+  return reshape(transpose(y, 1, 2), {b, t, n_head_ * y.size(3)});
 }
 
 Tensor CausalSelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -75,6 +75,20 @@ Tensor CausalSelfAttention::visible_keys(int64_t t, int64_t start, Device device
 
 Tensor CausalSelfAttention::forward(const Tensor& x) const {
   const ModuleScope scope(*this);  // Note [Forward observers]
+  return resid_dropout_.forward(c_proj_(mixed(x)));
+}
+
+parallel::PendingSum CausalSelfAttention::start(const Tensor& x) const {
+  const ModuleScope scope(*this);
+  return c_proj_.start(mixed(x));
+}
+
+Tensor CausalSelfAttention::finish(const parallel::PendingSum& pending) const {
+  const ModuleScope scope(*this);
+  return resid_dropout_.forward(c_proj_.finish(pending));
+}
+
+Tensor CausalSelfAttention::mixed(const Tensor& x) const {
   const std::vector<Tensor> qkv = heads(x);
   if (sparse_) return merge_heads(sparse_->forward(qkv[0], qkv[1], qkv[2], /*causal=*/true));
   if (attn_dropout_.drops()) {  // Note [Attention dropout]
@@ -101,7 +115,7 @@ Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& cache_k, Ten
   const Tensor v = cache_v.narrow(2, 0, total);  // (B, H, S, D)
   // A single new row without a layout sees every cached key: no mask.
   const Tensor visible = t > 1 || sparse_ ? visible_keys(t, start, x.device()) : Tensor();
-  return merge_heads(attend(qkv[0], k, v, visible));  // (B, H, T, D) -> (B, T, C)
+  return resid_dropout_.forward(c_proj_(merge_heads(attend(qkv[0], k, v, visible))));
 }
 
 }  // namespace tessera

@@ -37,12 +37,18 @@ class CausalSelfAttention : public Module {
   // cfg.sparse_attention the heads attend through its block-sparse layout (Note [Sparse GPT
   // attention]). Dropout draws from `streams` (Note [Attention dropout]). With `async`
   // (collectives over the group) c_attn's input gradient is summed under its weight
-  // gradient's product (Note [Overlapped input gradients] in parallel/tensor/layers.h).
+  // gradient's product (Note [Overlapped input gradients] in parallel/tensor/layers.h), and
+  // start() and finish() may be used.
   CausalSelfAttention(const GptConfig& cfg, parallel::DropoutStreams& streams,
                       parallel::Communicator& model_group,
                       parallel::AsyncCollectives* async = nullptr);
 
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+  // forward() in two calls around c_proj's sum over the group (Note [Batch-split overlap]
+  // in models/gpt2/batch_split.h): start() runs up to the sum, started; finish() waits for
+  // it and applies c_proj's bias and the output's dropout. Needs `async`.
+  parallel::PendingSum start(const Tensor& x) const;         // (B, T, C) -> pending (B, T, C)
+  Tensor finish(const parallel::PendingSum& pending) const;  // -> (B, T, C)
   // Inference over new positions [cache_k/v length, + T): appends their keys and values
   // at `start` in the (B, H, capacity, D) buffers and attends over all cached positions.
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
@@ -51,7 +57,9 @@ class CausalSelfAttention : public Module {
  private:
   // (B, T, C) -> q, k, v each (B, H, T, D), H this rank's heads.
   std::vector<Tensor> heads(const Tensor& x) const;
-  Tensor merge_heads(const Tensor& y) const;  // (B, H, T, D) -> (B, T, C) through c_proj
+  Tensor merge_heads(const Tensor& y) const;  // (B, H, T, D) -> (B, T, H D)
+  // The heads' attention over x, merged: what c_proj takes. (B, T, C) -> (B, T, H D)
+  Tensor mixed(const Tensor& x) const;
   // Unfused attention: softmax(q k^T / sqrt(D)) over the keys `visible` marks (undefined:
   // all; else bool (heads or 1, T, S)), its probabilities through attn_dropout_, times v.
   // q (B, H, T, D), k and v (B, H, S, D) -> (B, H, T, D).

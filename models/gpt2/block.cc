@@ -50,6 +50,19 @@ Tensor Block::forward(const Tensor& x, std::vector<moe::MoeOutput>* moe_out, dou
   return h + scaled(feed_forward(ln_2_(h), moe_out));
 }
 
+parallel::PendingSum Block::start_sublayer(int sublayer, const Tensor& x) const {
+  TS_CHECK(mlp_ != nullptr, "[gpt2] a batch-split forward needs dense blocks; found an MoE block");
+  const ModuleScope scope(*this);
+  return sublayer == 0 ? attn_.start(ln_1_(x)) : mlp_->start(ln_2_(x));
+}
+
+Tensor Block::finish_sublayer(int sublayer, const Tensor& x, const parallel::PendingSum& pending,
+                              double divisor) const {
+  const ModuleScope scope(*this);
+  const Tensor y = sublayer == 0 ? attn_.finish(pending) : mlp_->finish(pending);
+  return x + (divisor == 1.0 ? y : y / divisor);
+}
+
 Tensor Block::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
                              int64_t start) const {
   const Tensor h = x + attn_.forward_cached(ln_1_(x), cache_k, cache_v, start);

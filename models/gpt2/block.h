@@ -27,6 +27,15 @@ class Block : public Module {
   // load-balancing loss and routing to `moe_out` (when given; the output left undefined).
   Tensor forward(const Tensor& x, std::vector<moe::MoeOutput>* moe_out = nullptr,
                  double divisor = 1.0) const;  // (B, T, C) -> (B, T, C)
+  // forward() cut around its two row-parallel sums over the model group, for Note
+  // [Batch-split overlap] in models/gpt2/batch_split.h. Sub-layer 0 is the attention, 1 the
+  // MLP: start_sublayer(s, x) runs its LayerNorm and its products on x up to the sum, which
+  // it starts; finish_sublayer(s, x, pending, divisor) waits for the sum and returns
+  // x + its output / divisor. forward(x, nullptr, d) is finish(1, h, start(1, h), d) of
+  // h = finish(0, x, start(0, x), d). Needs a dense block built with `async`.
+  parallel::PendingSum start_sublayer(int sublayer, const Tensor& x) const;  // (B, T, C) ->
+  Tensor finish_sublayer(int sublayer, const Tensor& x, const parallel::PendingSum& pending,
+                         double divisor) const;  // (B, T, C), pending (B, T, C) -> (B, T, C)
   // forward() for inference with a KV cache (see CausalSelfAttention::forward_cached).
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,
                         int64_t start) const;  // (B, T, C) -> (B, T, C)

@@ -9,6 +9,7 @@
 #include "autograd/ops.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "models/gpt2/batch_split.h"
 #include "parallel/comm/thread_comm.h"
 #include "parallel/layer_drop.h"
 #include "parallel/tensor/cross_entropy.h"
@@ -175,7 +176,45 @@ void Gpt::set_layer_drop(double theta, int64_t step) {
   layer_drop_.set(theta, step);
 }
 
+void Gpt::set_batch_split(int64_t pieces) {
+  TS_CHECK(pieces >= 1, "[gpt2] batch split: expected at least 1 piece, found ", pieces);
+  TS_CHECK(pieces == 1 || (model_async_ && !cfg_.moe), "[gpt2] batch split into ", pieces,
+           " pieces overlaps tensor-parallel sums; expected a model group of several ranks with "
+           "overlap_comm and no MoE blocks, found a group of ",
+           model_group_.size(), model_async_ ? "" : " without overlap_comm",
+           cfg_.moe ? " and MoE blocks" : "");
+  batch_pieces_ = pieces;
+}
+
+Tensor Gpt::batch_split_blocks(Tensor x) const {
+  std::vector<BlockCall> calls;
+  if (layer_drop_.active() && is_training()) {
+    // Note [Progressive layer drop]: layers are numbered over the whole model.
+    const int64_t forward = layer_drop_.next_forward();
+    for (size_t i = 0; i < transformer_.h.size(); ++i) {
+      const int64_t layer = part_.first_block + static_cast<int64_t>(i);
+      if (const std::optional<double> divisor = layer_drop_.keep(forward, layer, cfg_.n_layer)) {
+        calls.push_back({&block(i), *divisor});
+      }
+    }
+    return run_batch_split(calls, x, batch_pieces_);
+  }
+  for (size_t i = 0; i < transformer_.h.size(); ++i) calls.push_back({&block(i), 1.0});
+  // Each checkpoint segment (all blocks without checkpointing) runs split on its own.
+  const size_t per_segment =
+      checkpoint_interval_ > 0 ? static_cast<size_t>(checkpoint_interval_) : calls.size();
+  const size_t segments = calls.empty() ? 0 : (calls.size() + per_segment - 1) / per_segment;
+  return checkpoint_sequential(
+      std::move(x), segments, checkpoint_interval_ > 0 ? 1 : 0,
+      [this, calls, per_segment](size_t s, const Tensor& y) {
+        const size_t first = s * per_segment, end = std::min(calls.size(), first + per_segment);
+        return run_batch_split({calls.begin() + first, calls.begin() + end}, y, batch_pieces_);
+      },
+      dropout_streams_.generators(), checkpoint_policy_);
+}
+
 Tensor Gpt::blocks(Tensor x) const {
+  if (batch_pieces_ > 1) return batch_split_blocks(std::move(x));
   if (layer_drop_.active() && is_training()) {
     // Note [Progressive layer drop]: layers are numbered over the whole model.
     const int64_t forward = layer_drop_.next_forward();

@@ -109,6 +109,13 @@ class Gpt : public LanguageModel {
     checkpoint_policy_ = std::move(policy);
   }
 
+  // Cuts each forward's activations into `pieces` along the batch dim around the blocks, so
+  // that one piece's tensor-parallel sums travel while another piece computes (Note
+  // [Batch-split overlap] in models/gpt2/batch_split.h; 1: whole batches). Throws for
+  // pieces > 1 unless the model was built with a model group of several ranks and
+  // `overlap_comm`, or when it has MoE blocks.
+  void set_batch_split(int64_t pieces);
+
   // Pipelines (forward_stage) and tensor slicing (a model group).
   static constexpr parallel::ModelCapabilities kCapabilities{true, true};
   parallel::ModelCapabilities capabilities() const override { return kCapabilities; }
@@ -169,6 +176,8 @@ class Gpt : public LanguageModel {
   // blocks() for an MoE model with activation checkpointing: each segment's outputs are its
   // last block's and its MoE blocks' load-balancing losses.
   Tensor checkpointed_moe_blocks(Tensor x) const;
+  // blocks() with batch_pieces_ > 1 (Note [Batch-split overlap]).
+  Tensor batch_split_blocks(Tensor x) const;
   // aux_loss_coef times the sum of the latest forward's load-balancing losses, as a scalar
   // of `dtype`; undefined without any.
   Tensor aux_term(DType dtype) const;
@@ -196,6 +205,7 @@ class Gpt : public LanguageModel {
   mutable std::vector<Tensor> aux_sums_;  // per MoE block: expert_load_'s aux_loss, f64
   int64_t checkpoint_interval_ = 0;
   CheckpointPolicy checkpoint_policy_;
+  int64_t batch_pieces_ = 1;  // set_batch_split()
   // Progressive layer drop (mutable: a training forward counts itself).
   mutable parallel::LayerDropper layer_drop_;
 };

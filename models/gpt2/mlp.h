@@ -15,10 +15,16 @@ class Mlp : public Module {
   // the output, which every rank of the group holds whole, draws from `gen` (a replicated
   // stream: Note [Model-parallel dropout] in parallel/tensor/dropout_streams.h).
   // With `async` (collectives over the group) c_fc's input gradient is summed under its
-  // weight gradient's product (Note [Overlapped input gradients] in parallel/tensor/layers.h).
+  // weight gradient's product (Note [Overlapped input gradients] in parallel/tensor/layers.h),
+  // and start() and finish() may be used.
   Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_group,
       parallel::AsyncCollectives* async = nullptr);
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+  // forward() in two calls around c_proj's sum over the group (Note [Batch-split overlap]
+  // in models/gpt2/batch_split.h): start() runs up to the sum, started; finish() waits for
+  // it and applies c_proj's bias and the dropout. Needs `async`.
+  parallel::PendingSum start(const Tensor& x) const;         // (B, T, C) -> pending (B, T, C)
+  Tensor finish(const parallel::PendingSum& pending) const;  // -> (B, T, C)
 
  private:
   parallel::ColumnParallelLinear c_fc_;

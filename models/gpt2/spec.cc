@@ -78,8 +78,10 @@ std::unique_ptr<LanguageModel> GptSpec::build(uint64_t seed,
         pipeline_layers(config_), static_cast<int>(placement.stages), placement.partition_method);
     part = part_of_stage(config_, parts, static_cast<int>(placement.stage));
   }
-  return std::make_unique<Gpt>(config_, seed, placement.model_group, part,
-                               placement.overlap_model_comm, placement.expert_group);
+  auto model = std::make_unique<Gpt>(config_, seed, placement.model_group, part,
+                                     placement.overlap_model_comm, placement.expert_group);
+  model->set_batch_split(placement.model_batch_split);
+  return model;
 }
 
 void GptSpec::load_pretrained(LanguageModel& model, const std::string& path) const {

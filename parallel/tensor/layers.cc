@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "autograd/gradient_wait.h"
 #include "autograd/ops.h"
 #include "core/error.h"
 #include "core/factories.h"
@@ -30,10 +31,12 @@ Tensor column_parallel_linear(const Tensor& x, const Tensor& weight, const Tenso
   }
   TS_CHECK(&async->comm() == &group, "[tensor parallel] expected async collectives over \"",
            group.name(), "\", found them over \"", async->comm().name(), "\"");
-  // Note [Overlapped input gradients].
-  return linear(x, weight, bias, [async](const Tensor& dx) {
+  // Note [Overlapped input gradients]; the sum is waited for where x's gradient is used
+  // (Note [Deferred gradient waits] in autograd/gradient_wait.h).
+  const auto [input, wait] = await_gradient(x);
+  return linear(input, weight, bias, [async, wait = wait](const Tensor& dx) {
     const CommHandle sum = async->all_reduce(dx);
-    return std::function<void()>([sum] { sum.wait(); });
+    wait->set([sum] { sum.wait(); });
   });
 }
 
@@ -69,8 +72,12 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) const {
 }
 
 RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, bool bias,
-                                     Communicator& group, bool input_is_parallel, DType dtype)
-    : group_(group), input_is_parallel_(input_is_parallel) {
+                                     Communicator& group, bool input_is_parallel, DType dtype,
+                                     AsyncCollectives* async)
+    : group_(group), input_is_parallel_(input_is_parallel), async_(async) {
+  TS_CHECK(async == nullptr || &async->comm() == &group,
+           "[RowParallelLinear] expected async collectives over \"", group.name(),
+           "\", found them over \"", async->comm().name(), "\"");
   const int64_t local =
       split_size("RowParallelLinear", "in_features", in_features, 1, group.size());
   weight_ = zeros({out_features, local}, {dtype});
@@ -88,6 +95,22 @@ Tensor RowParallelLinear::forward(const Tensor& x) const {
   Tensor y = reduce_from_model_parallel(linear(mine, weight_, Tensor()), group_);  // (..., out)
   if (bias_.defined()) y = add(y, bias_);
   return y;
+}
+
+PendingSum RowParallelLinear::start(const Tensor& x) const {
+  TS_CHECK(async_ != nullptr, "[RowParallelLinear] start(): expected a layer built with async ",
+           "collectives over \"", group_.name(), "\", found none");
+  const ModuleCall call(*this);
+  if (group_.size() == 1) return {call.output(linear(x, weight_, bias_)), CommHandle()};
+  const Tensor mine = input_is_parallel_ ? x : scatter_to_model_parallel(x, group_);
+  return start_reduce_from_model_parallel(call.output(linear(mine, weight_, Tensor())), *async_);
+}
+
+Tensor RowParallelLinear::finish(const PendingSum& pending) const {
+  pending.handle.wait();
+  if (group_.size() == 1 || !bias_.defined()) return pending.sum;
+  const ModuleCall call(*this);
+  return call.output(add(pending.sum, bias_));
 }
 
 VocabParallelEmbedding::VocabParallelEmbedding(int64_t num_embeddings, int64_t embedding_dim,

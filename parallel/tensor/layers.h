@@ -11,13 +11,17 @@
 // of each rank's partial x-gradient (Megatron's copy_to_model_parallel_region backward).
 // Given async collectives over the group, the layer's backward starts that all-reduce as
 // soon as its x-gradient is computed and computes the weight's and bias's gradients while
-// it travels, then waits (Megatron-LM's --async-tensor-model-parallel-allreduce,
+// it travels (Megatron-LM's --async-tensor-model-parallel-allreduce,
 // LinearWithGradAccumulationAndAsyncCommunication; autograd's linear() with a
-// StartGradReduction). Nothing else uses the group in between, and the sum is the blocking
-// one, so the gradients are the same bits. On NCCL the sum is queued on the group's stream
-// and the layer's wait orders the compute stream after it (Note [Device-queued operations]
-// in parallel/comm/communicator.h); the model's owner waits on the host before the
-// optimizer step (TrainableModel::wait_for_communication), where a failure surfaces.
+// StartGradReduction); the wait sits where the x-gradient is used, after whatever else of
+// backward is ready (Note [Deferred gradient waits] in autograd/gradient_wait.h). The sum is
+// the blocking one, so the gradients are the same bits. While sums are in flight no other
+// backward op may call the group's blocking collectives: the only such op among these
+// layers is the scatter in front of a RowParallelLinear without input_is_parallel, which
+// no model combines with async column-parallel layers. On NCCL the sum is queued on the
+// group's stream and the wait orders the compute stream after it (Note [Device-queued
+// operations] in parallel/comm/communicator.h); the model's owner waits on the host before
+// the optimizer step (TrainableModel::wait_for_communication), where a failure surfaces.
 // Backends that cannot overlap (host staging, MPI below MPI_THREAD_MULTIPLE) sum at once.
 #pragma once
 
@@ -26,6 +30,7 @@
 #include "autograd/module.h"
 #include "parallel/comm/async_collectives.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/tensor/mappings.h"
 
 namespace tessera::parallel {
 
@@ -71,9 +76,19 @@ class RowParallelLinear : public Layer {
   // Parameters "weight" (out, in / size) sharded on dim 1 and, with `bias`, "bias" (out)
   // replicated. Throws unless size divides in. With `input_is_parallel` the forward takes
   // this rank's (..., in / size) (a column-parallel layer's output); otherwise the full
-  // (..., in), of which it keeps its slice.
+  // (..., in), of which it keeps its slice. `async` (collectives over `group`, which must
+  // outlive the layer) is for start() and finish().
   RowParallelLinear(int64_t in_features, int64_t out_features, bool bias, Communicator& group,
-                    bool input_is_parallel = true, DType dtype = DType::f32);
+                    bool input_is_parallel = true, DType dtype = DType::f32,
+                    AsyncCollectives* async = nullptr);
+
+  // The forward in two calls, so that the sum over the group travels in between (Note
+  // [Batch-split overlap] in models/gpt2/batch_split.h): start() computes this rank's partial
+  // product and starts its sum on the layer's async collectives; finish() waits for it and
+  // adds the bias. Together they compute what the forward does. start() throws without
+  // async collectives. (..., in / size) [or (..., in)] -> pending (..., out) -> (..., out)
+  PendingSum start(const Tensor& x) const;
+  Tensor finish(const PendingSum& pending) const;
 
  protected:
   Tensor forward(const Tensor& x) const override;  // -> (..., out), the same on every rank
@@ -81,6 +96,7 @@ class RowParallelLinear : public Layer {
  private:
   Communicator& group_;
   bool input_is_parallel_;
+  AsyncCollectives* async_;
   Tensor weight_;
   Tensor bias_;
 };

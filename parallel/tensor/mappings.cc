@@ -58,6 +58,15 @@ Tensor reduce_from_model_parallel(const Tensor& x, Communicator& group) {
   return y;
 }
 
+PendingSum start_reduce_from_model_parallel(const Tensor& x, AsyncCollectives& async) {
+  if (async.comm().size() == 1) return {x, CommHandle()};  // nothing to move or record
+  // The partial product is the caller's to give up: summed where it lies.
+  Tensor y = x.is_contiguous() ? x.detach() : x.detach().contiguous();
+  record_function("reduce_from_model_parallel", {x}, {&y},
+                  [](const TensorList& g) { return TensorList{g[0]}; });
+  return {y, async.all_reduce(y)};
+}
+
 Tensor scatter_to_model_parallel(const Tensor& x, Communicator& group) {
   if (group.size() == 1) return x;  // nothing to move, nothing to record
   Tensor y = own_slice(x, group);

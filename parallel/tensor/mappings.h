@@ -15,12 +15,26 @@
 
 #include "autograd/module.h"
 #include "core/tensor.h"
+#include "parallel/comm/async_collectives.h"
 #include "parallel/comm/communicator.h"
 
 namespace tessera::parallel {
 
 Tensor copy_to_model_parallel(const Tensor& x, Communicator& group);      // (...) -> (...)
 Tensor reduce_from_model_parallel(const Tensor& x, Communicator& group);  // (...) -> (...)
+// A sum over the model-parallel group that has been started and not yet waited for: `sum`
+// holds it once `handle.wait()` has returned, and nothing reads `sum` before.
+struct PendingSum {
+  Tensor sum;
+  CommHandle handle;
+};
+
+// reduce_from_model_parallel with its all-reduce started on `async` (collectives over the
+// group) and not waited for (Note [Batch-split overlap] in models/gpt2/batch_split.h): the
+// sum is formed in x's own memory when x is contiguous, so the caller reads neither x nor
+// the result's `sum` before waiting on its handle. Over a group of one: x, nothing to wait
+// for. (...) -> (...)
+PendingSum start_reduce_from_model_parallel(const Tensor& x, AsyncCollectives& async);
 // (..., n * size) -> (..., n): this rank's slice; throws unless size divides the last dim.
 Tensor scatter_to_model_parallel(const Tensor& x, Communicator& group);
 // (..., n) -> (..., n * size): the ranks' slices side by side in rank order.

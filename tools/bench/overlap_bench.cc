@@ -20,11 +20,14 @@
 //
 // The last row is the (pipe, data, model) = (2, 1, 2) layout: the same model as a 2-stage
 // pipeline of 2 tensor slices through the Engine, 4 micro-batches per step, ZeRO-1, with
-// pipeline.overlap_transfers and tensor_parallel.overlap_comm off and on. Its calibration
-// counts rank 0's bytes on the pipe and model groups per step, and the link is set so that
-// they take as long as the step's computation; of the tensor-parallel all-reduces only the
-// column-parallel input gradients' can overlap (Note [Overlapped input gradients] in
-// parallel/tensor/layers.h), besides the stage-to-stage transfers. The model
+// pipeline.overlap_transfers and tensor_parallel.overlap_comm off and on, and with overlap
+// tensor_parallel.batch_split 2. Its calibration counts rank 0's bytes on the pipe and model
+// groups per step, and the link is set so that they take as long as the step's computation;
+// with overlap the stage-to-stage transfers travel under the stages' computation, the
+// column-parallel input gradients' sums under their weight gradients' products (Note
+// [Overlapped input gradients] in parallel/tensor/layers.h) and the forward's row-parallel
+// sums of one half of a micro-batch under the other half's computation (Note [Batch-split
+// overlap] in models/gpt2/batch_split.h). The model
 // is a 6-layer GPT (n_embd 256, vocabulary 2048, T 64, 4 sequences per rank); each rank is
 // one thread.
 #include <algorithm>
@@ -175,7 +178,8 @@ parallel::EngineConfig layout_config(bool overlap) {
       {"zero_optimization", {{"stage", 1}}},
       {"pipeline",
        {{"stages", 2}, {"partition_method", "uniform"}, {"overlap_transfers", overlap}}},
-      {"tensor_parallel", {{"tp_size", 2}, {"overlap_comm", overlap}}}};
+      {"tensor_parallel",
+       {{"tp_size", 2}, {"overlap_comm", overlap}, {"batch_split", overlap ? 2 : 1}}}};
   JsonObjectReader root(doc, "overlap_bench");
   parallel::EngineConfig c = parallel::parse_engine_config(root);
   root.finish();
@@ -187,16 +191,22 @@ struct LayoutTiming {
   std::vector<double> step;  // rank 0's seconds per timed step
   int64_t bytes = 0;         // rank 0's bytes on the pipe and model groups per step
   int64_t pipe_bytes = 0;    // of them on the pipe group
-  // Rank 0's model-group bytes of the step's forward passes (an eval batch of the same
-  // micro-batches): the row-parallel sums, which nothing computes beside.
+  // Rank 0's model-group bytes of the step's forward passes and its seconds for them (an
+  // eval batch of the same micro-batches).
   int64_t forward_model_bytes = 0;
+  std::vector<double> forward;
 };
 
-// Note [Ideal overlap] at (2, 1, 2): the step's computation with only the forward's
-// model-group bytes on the link, every other byte (stage transfers, the backward's
-// input-gradient sums) hidden: compute + link(forward model bytes).
+// Note [Ideal overlap] at (2, 1, 2): the forward passes F take at least as long as their
+// row-parallel sums travel (each sub-layer needs its sum, so the link is their bound), and
+// the rest of the step, backward with its input-gradient sums and the stage transfers
+// hidden, and the optimizer, computes: max(F, link(forward model bytes)) + compute - F, and
+// no less than the link's time for all of the step's bytes.
 double ideal_layout_step(double compute_s, const LayoutTiming& calibration, double gbit) {
-  return compute_s + static_cast<double>(calibration.forward_model_bytes) * 8 / (gbit * 1e9);
+  const auto link = [&](int64_t bytes) { return static_cast<double>(bytes) * 8 / (gbit * 1e9); };
+  const double forward = bench::median(calibration.forward);
+  return std::max(std::max(forward, link(calibration.forward_model_bytes)) + compute_s - forward,
+                  link(calibration.bytes));
 }
 
 // `rounds` x 2 timed steps per mode (overlap_transfers values), alternating by round, each
@@ -220,6 +230,7 @@ std::vector<LayoutTiming> run_layout(const parallel::SimulatedLink& link,
     for (const bool overlap : modes) {
       const parallel::EngineConfig config = layout_config(overlap);
       placement.overlap_model_comm = config.tensor_parallel.overlap_comm;
+      placement.model_batch_split = config.tensor_parallel.batch_split;
       models.push_back(spec.build(1, placement));
       engines.push_back(std::make_unique<parallel::Engine>(
           config, *models.back(),
@@ -252,8 +263,10 @@ std::vector<LayoutTiming> run_layout(const parallel::SimulatedLink& link,
           }
         }
         const int64_t model_before = groups.model->stats().total_bytes_sent();
+        const auto start = Clock::now();
         engines[m]->eval_batch(batches);
         if (world.rank() == 0) {
+          out[m].forward.push_back(seconds_since(start));
           out[m].forward_model_bytes = groups.model->stats().total_bytes_sent() - model_before;
         }
       }

@@ -50,6 +50,7 @@ ModelPlacement placement(const RunConfig& cfg, const parallel::ParallelGroups* g
   p.partition_method = cfg.engine.pipeline.partition_method;
   if (groups->grid.model_size() > 1) p.model_group = groups->model.get();
   p.overlap_model_comm = cfg.engine.tensor_parallel.overlap_comm;
+  p.model_batch_split = cfg.engine.tensor_parallel.batch_split;
   return p;
 }
 

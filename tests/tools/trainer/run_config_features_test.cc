@@ -105,6 +105,20 @@ TEST_CASE("mixed precision is read for CPU and CUDA runs, with fp16's loss-scale
   CHECK(sliced.engine.tensor_parallel.tp_size == 2);
   CHECK_FALSE(sliced.engine.pipeline.overlap_transfers);
   CHECK(parse(base_config()).engine.pipeline.overlap_transfers);
+  CHECK(sliced.engine.tensor_parallel.batch_split == 1);
+  three_d["tensor_parallel"]["batch_split"] = 2;
+  CHECK(parse(three_d, 4).engine.tensor_parallel.batch_split == 2);
+  three_d["tensor_parallel"]["overlap_comm"] = false;
+  CHECK_THROWS_WITH(parse(three_d, 4),
+                    "[config] $.tensor_parallel.batch_split: 2 pieces overlap the tensor-parallel "
+                    "sums of one with another's computation; expected tp_size > 1 and "
+                    "overlap_comm true, found tp_size 2 and overlap_comm false");
+  CHECK(error_after([](Json& j) {
+          j["tensor_parallel"] = {{"batch_split", 4}};
+        }) ==
+        "[config] $.tensor_parallel.batch_split: 4 pieces overlap the tensor-parallel sums of "
+        "one with another's computation; expected tp_size > 1 and overlap_comm true, found "
+        "tp_size 1 and overlap_comm true");
 }
 
 TEST_CASE("features this build does not have are refused, saying why", "[run_config]") {

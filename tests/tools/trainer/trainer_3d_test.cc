@@ -144,14 +144,19 @@ TEST_CASE("pipeline and tensor-parallel training equals one process", "[trainer]
   REQUIRE(want.losses.at(10) < 0.9 * want.losses.at(1));  // it learns
   struct Layout {
     int pipe, data, model, zero;
+    int batch_split = 1;  // tensor_parallel.batch_split
   };
-  for (const Layout& l : {Layout{2, 2, 2, 1}, Layout{4, 1, 1, 0}, Layout{1, 2, 2, 2}}) {
+  for (const Layout& l :
+       {Layout{2, 2, 2, 1}, Layout{4, 1, 1, 0}, Layout{1, 2, 2, 2}, Layout{2, 1, 2, 1, 2}}) {
     DYNAMIC_SECTION("(pipe, data, model) = (" << l.pipe << ", " << l.data << ", " << l.model
-                                              << "), ZeRO " << l.zero) {
-      const fs::path dir = root / ("p" + std::to_string(l.pipe) + "d" + std::to_string(l.data) +
-                                   "m" + std::to_string(l.model));
-      const Outcome got = train(run_config(root / "data", dir, l.pipe, l.model, l.zero, 10), dir,
-                                l.pipe * l.data * l.model, ResumeMode::never);
+                                              << "), ZeRO " << l.zero << ", batch split "
+                                              << l.batch_split) {
+      const fs::path dir =
+          root / ("p" + std::to_string(l.pipe) + "d" + std::to_string(l.data) + "m" +
+                  std::to_string(l.model) + "s" + std::to_string(l.batch_split));
+      Json doc = run_config(root / "data", dir, l.pipe, l.model, l.zero, 10);
+      doc["tensor_parallel"]["batch_split"] = l.batch_split;
+      const Outcome got = train(doc, dir, l.pipe * l.data * l.model, ResumeMode::never);
       check_close(got, want, kTol);
       if (l.pipe > 1) {
         CHECK(fs::exists(dir / "ckpt" / "step_00000010" / "model_part_1.safetensors"));
