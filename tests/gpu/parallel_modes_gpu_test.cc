@@ -4,8 +4,9 @@
 // GPUs, three layouts of two ranks run over NCCL, one GPU per rank, as tools/train does
 // under mpirun, and each overlapped mode there gives its blocking run's bits. The 3D groups are
 // split from the device group (tools/trainer/trainer.h), so every stage transfer, partial sum and
-// gathered parameter moves CUDA tensors. 16-bit layouts with cuDNN's attention are held to
-// the one-process GPU run.
+// gathered parameter moves CUDA tensors; one layout cuts its micro-batches in two (Note
+// [Batch-split overlap] in models/gpt2/batch_split.h). 16-bit layouts with cuDNN's attention
+// are held to the one-process GPU run.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -45,6 +46,7 @@ struct Layout {
   int pipe, data, model, zero;
   std::string precision;  // "fp32", "bf16" or "fp16"
   int ep = 0;             // > 0: a GPT-MoE whose experts split over ep_size = ep ranks
+  int batch_split = 1;    // tensor_parallel.batch_split
   int ranks() const { return pipe * data * model; }
 };
 
@@ -86,6 +88,7 @@ Json run_config(const fs::path& data, const fs::path& dir, const Layout& layout,
         {"keep_last", 0}}}};
   // 4 experts, top-2, in the second block (Note [GPT-MoE] in models/gpt2/moe_config.h).
   if (layout.ep > 0) doc["model"]["moe"] = {{"num_experts", 4}, {"k", 2}, {"ep_size", layout.ep}};
+  if (layout.batch_split > 1) doc["tensor_parallel"]["batch_split"] = layout.batch_split;
   if (layout.precision == "bf16") doc["bf16"] = {{"enabled", true}};
   if (layout.precision == "fp16") doc["fp16"] = {{"enabled", true}, {"initial_scale_power", 8}};
   return doc;
@@ -175,7 +178,8 @@ void check_weights_follow(const fs::path& want, const fs::path& got, double tol,
 void check_follows_cpu(const fs::path& root, const Layout& layout, DeviceGroup how) {
   const std::string name = std::to_string(layout.pipe) + std::to_string(layout.data) +
                            std::to_string(layout.model) + "_z" + std::to_string(layout.zero) + "_" +
-                           layout.precision + "_ep" + std::to_string(layout.ep);
+                           layout.precision + "_ep" + std::to_string(layout.ep) + "_s" +
+                           std::to_string(layout.batch_split);
   const fs::path cpu = root / (name + "_cpu");
   const fs::path gpu = root / (name + (how == DeviceGroup::nccl ? "_nccl" : "_staged"));
   train(run_config(root / "data", cpu, layout, "cpu"), cpu, layout.ranks(), how);
@@ -214,9 +218,10 @@ TEST_CASE("pipelines, tensor slicing and ZeRO-3 on one GPU follow the CPU", "[gp
   testing::write_cycle_shards(root / "data");
   for (const Layout& l :
        {Layout{2, 1, 2, 1, "fp32"}, Layout{2, 1, 2, 1, "bf16"}, Layout{2, 2, 1, 1, "fp16"},
-        Layout{1, 2, 2, 2, "fp32"}, Layout{1, 2, 1, 3, "fp32"}, Layout{1, 2, 1, 3, "bf16"}}) {
+        Layout{1, 2, 2, 2, "fp32"}, Layout{1, 2, 1, 3, "fp32"}, Layout{1, 2, 1, 3, "bf16"},
+        Layout{2, 1, 2, 1, "bf16", 0, 2}}) {
     DYNAMIC_SECTION("(" << l.pipe << ", " << l.data << ", " << l.model << "), ZeRO " << l.zero
-                        << ", " << l.precision) {
+                        << ", " << l.precision << ", batch split " << l.batch_split) {
       check_follows_cpu(root, l, DeviceGroup::host_staged);
     }
   }

@@ -18,18 +18,19 @@
 // and stage 3's ahead of their modules (prefetch). The modes' optimizers share the group,
 // so a round ends by waiting for its optimizer's travelling gathers, untimed.
 //
-// The last row is the (pipe, data, model) = (2, 1, 2) layout: the same model as a 2-stage
-// pipeline of 2 tensor slices through the Engine, 4 micro-batches per step, ZeRO-1, with
-// pipeline.overlap_transfers and tensor_parallel.overlap_comm off and on, and with overlap
-// tensor_parallel.batch_split 2. Its calibration counts rank 0's bytes on the pipe and model
-// groups per step, and the link is set so that they take as long as the step's computation;
-// with overlap the stage-to-stage transfers travel under the stages' computation, the
-// column-parallel input gradients' sums under their weight gradients' products (Note
-// [Overlapped input gradients] in parallel/tensor/layers.h) and the forward's row-parallel
+// The last rows are (pipe, data, model) layouts through the Engine: (2, 1, 2), the same
+// model as a 2-stage pipeline of 2 tensor slices on 4 ranks, and (1, 1, 2), 2 tensor slices
+// on 2 ranks; 4 micro-batches per step, ZeRO-1, with pipeline.overlap_transfers and
+// tensor_parallel.overlap_comm off and on, and with overlap tensor_parallel.batch_split 2.
+// The calibration counts rank 0's bytes on the pipe and model groups per step, and the link
+// is set so that they take as long as the step's computation; with overlap the
+// stage-to-stage transfers travel under the stages' computation, the forward's row-parallel
 // sums of one half of a micro-batch under the other half's computation (Note [Batch-split
-// overlap] in models/gpt2/batch_split.h). The model
-// is a 6-layer GPT (n_embd 256, vocabulary 2048, T 64, 4 sequences per rank); each rank is
-// one thread.
+// overlap] in models/gpt2/batch_split.h), and the column-parallel input gradients' sums
+// under their weight gradients' products and the other half's backward (Notes [Overlapped
+// input gradients] in parallel/tensor/layers.h and [Deferred gradient waits] in
+// autograd/gradient_wait.h). The model is a 6-layer GPT (n_embd 256, vocabulary 2048, T 64,
+// 4 sequences per rank); each rank is one thread.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -169,21 +170,28 @@ std::vector<Timing> run(int world, int stage, const parallel::SimulatedLink& lin
   return out;
 }
 
-// The (2, 1, 2) layout's engine config: ZeRO-1, 16 sequences of T in 4 micro-batches.
-parallel::EngineConfig layout_config(bool overlap) {
+// A (pipe, 1, model) layout of pipe x model thread ranks.
+struct Layout {
+  int pipe, model;
+  int world() const { return pipe * model; }
+  std::string label() const { return std::to_string(pipe) + ",1," + std::to_string(model); }
+};
+
+// A layout's engine config: ZeRO-1, 16 sequences of T in 4 micro-batches.
+parallel::EngineConfig layout_config(const Layout& layout, bool overlap) {
   const nlohmann::json doc = {
       {"train_batch_size", 16},
       {"gradient_accumulation_steps", 4},
       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}, {"weight_decay", 0.1}}}}},
       {"zero_optimization", {{"stage", 1}}},
       {"pipeline",
-       {{"stages", 2}, {"partition_method", "uniform"}, {"overlap_transfers", overlap}}},
+       {{"stages", layout.pipe}, {"partition_method", "uniform"}, {"overlap_transfers", overlap}}},
       {"tensor_parallel",
-       {{"tp_size", 2}, {"overlap_comm", overlap}, {"batch_split", overlap ? 2 : 1}}}};
+       {{"tp_size", layout.model}, {"overlap_comm", overlap}, {"batch_split", overlap ? 2 : 1}}}};
   JsonObjectReader root(doc, "overlap_bench");
   parallel::EngineConfig c = parallel::parse_engine_config(root);
   root.finish();
-  parallel::finish_engine_config(c, 4);
+  parallel::finish_engine_config(c, layout.world());
   return c;
 }
 
@@ -197,7 +205,7 @@ struct LayoutTiming {
   std::vector<double> forward;
 };
 
-// Note [Ideal overlap] at (2, 1, 2): the forward passes F take at least as long as their
+// Note [Ideal overlap] for a layout: the forward passes F take at least as long as their
 // row-parallel sums travel (each sub-layer needs its sum, so the link is their bound), and
 // the rest of the step, backward with its input-gradient sums and the stage transfers
 // hidden, and the optimizer, computes: max(F, link(forward model bytes)) + compute - F, and
@@ -209,26 +217,26 @@ double ideal_layout_step(double compute_s, const LayoutTiming& calibration, doub
                   link(calibration.bytes));
 }
 
-// `rounds` x 2 timed steps per mode (overlap_transfers values), alternating by round, each
-// round's first step untimed, on 4 thread ranks laid out as (2, 1, 2).
-std::vector<LayoutTiming> run_layout(const parallel::SimulatedLink& link,
+// `rounds` x 2 timed steps per mode (overlap values), alternating by round, each round's
+// first step untimed, on thread ranks laid out as `layout`.
+std::vector<LayoutTiming> run_layout(const Layout& layout, const parallel::SimulatedLink& link,
                                      const std::vector<bool>& modes, int rounds) {
   std::vector<LayoutTiming> out(modes.size());
-  parallel::run_thread_ranks(4, [&](parallel::Communicator& world) {
-    parallel::ParallelGroups groups =
-        parallel::make_parallel_groups(world, parallel::ProcessGrid::for_world(4, 2, 2));
+  parallel::run_thread_ranks(layout.world(), [&](parallel::Communicator& world) {
+    parallel::ParallelGroups groups = parallel::make_parallel_groups(
+        world, parallel::ProcessGrid::for_world(layout.world(), layout.pipe, layout.model));
     groups.pipe->set_simulated_link(link);
     groups.model->set_simulated_link(link);
     const GptSpec spec(model_config());
     ModelPlacement placement;
-    placement.stages = 2;
+    placement.stages = layout.pipe;
     placement.stage = groups.coord.pipe;
     placement.partition_method = "uniform";
     placement.model_group = groups.model.get();
     std::vector<std::unique_ptr<LanguageModel>> models;
     std::vector<std::unique_ptr<parallel::Engine>> engines;
     for (const bool overlap : modes) {
-      const parallel::EngineConfig config = layout_config(overlap);
+      const parallel::EngineConfig config = layout_config(layout, overlap);
       placement.overlap_model_comm = config.tensor_parallel.overlap_comm;
       placement.model_batch_split = config.tensor_parallel.batch_split;
       models.push_back(spec.build(1, placement));
@@ -322,21 +330,30 @@ int bench_main(int argc, char** argv) {
     print_row(std::to_string(stage), compute, calibration.bytes(), gbit, blocking, overlapped,
               ideal_step(calibration, gbit));
   }
-  // (2, 1, 2): the link carries rank 0's pipe and model bytes in the step's computing time.
-  const LayoutTiming calibration = run_layout({}, {false}, rounds)[0];
-  const double compute = bench::median(calibration.step);
-  const double gbit = static_cast<double>(calibration.bytes) * 8 / compute / 1e9;
-  const std::vector<LayoutTiming> timed = run_layout({.gbit_per_s = gbit}, {false, true}, rounds);
-  const double blocking = bench::median(timed[0].step);
-  const double overlapped = bench::median(timed[1].step);
-  print_row("2,1,2", compute, calibration.bytes, gbit, blocking, overlapped,
-            ideal_layout_step(compute, calibration, gbit));
+  // The layouts: the link carries rank 0's pipe and model bytes in the step's computing time.
+  std::string sums;
+  for (const Layout& layout : {Layout{2, 2}, Layout{1, 2}}) {
+    const LayoutTiming calibration = run_layout(layout, {}, {false}, rounds)[0];
+    const double compute = bench::median(calibration.step);
+    const double gbit = static_cast<double>(calibration.bytes) * 8 / compute / 1e9;
+    const std::vector<LayoutTiming> timed =
+        run_layout(layout, {.gbit_per_s = gbit}, {false, true}, rounds);
+    const double blocking = bench::median(timed[0].step);
+    const double overlapped = bench::median(timed[1].step);
+    print_row(layout.label(), compute, calibration.bytes, gbit, blocking, overlapped,
+              ideal_layout_step(compute, calibration, gbit));
+    char line[160];
+    std::snprintf(line, sizeof line, "%s%s: pipe %.2f MB, the forward's model-group sums %.2f MB",
+                  sums.empty() ? "" : "; ", layout.label().c_str(),
+                  static_cast<double>(calibration.pipe_bytes) / 1e6,
+                  static_cast<double>(calibration.forward_model_bytes) / 1e6);
+    sums += line;
+  }
   std::printf(
-      "(compute: rank 0's step without a link; sent: its bytes per step, at 2,1,2 on the pipe "
-      "and model groups (pipe %.2f MB, the forward's model-group sums %.2f MB); ideal: blocking "
-      "over the step with every byte hidden where it can be, Note [Ideal overlap])\n",
-      static_cast<double>(calibration.pipe_bytes) / 1e6,
-      static_cast<double>(calibration.forward_model_bytes) / 1e6);
+      "(compute: rank 0's step without a link; sent: its bytes per step, for a layout on the "
+      "pipe and model groups (%s); ideal: blocking over the step with every byte hidden where "
+      "it can be, Note [Ideal overlap])\n",
+      sums.c_str());
   return 0;
 }
 
