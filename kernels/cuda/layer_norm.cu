@@ -19,7 +19,12 @@ using namespace rows;  // NOLINT: this file's own helpers, see rows.cuh
 constexpr int64_t kMaxGradBlocks = 1024;  // row blocks of the backward, each with its partials
 constexpr int64_t kMinGradRows = 8;       // rows per backward block, at least
 constexpr int kTile = 32;                 // columns per block of the partial sums' reduction
-constexpr int kTileRows = 8;              // thread rows per block of that reduction
+constexpr int kTileRows = 32;             // thread rows per block of that reduction
+constexpr int kMaxLanePacks = 8;          // packs of a row per lane in the warp-per-row dx
+constexpr int kRowWarps = 8;              // warps per block of the warp-per-row dx
+constexpr int64_t kGroupRows = 64;        // rows per group of the column sums, at least
+constexpr int64_t kMaxGroups = 1024;      // row groups of the column sums, at most
+constexpr int kRowsInFlight = 4;          // rows a column-sum thread loads at once
 constexpr size_t kDefaultSharedBytes = 48 << 10;  // shared memory per block without opt-in
 constexpr size_t kStaticSharedBytes = 1024;       // bound on a kernel's static shared memory
 
@@ -125,6 +130,133 @@ __global__ void layer_norm_backward_kernel(const T* __restrict__ dy,      // (ro
   }
 }
 
+// Note [Warp-per-row layer norm backward]
+// When a row is a whole number of 16-byte packs, at most 32 x kMaxLanePacks of them, and
+// the tensors are 16-byte aligned (GPT-2's C = 768 in any dtype but f64), the backward
+// splits in two. dx takes a warp per row: each lane keeps its packs of dy and x in
+// registers (each read once), the row's two sums are warp shuffles (no block barriers),
+// and dx is written once. dweight and dbias, column sums over the rows, come from a
+// kernel of their own that reads dy and x again: a thread per pack of columns and group of
+// rows, kRowsInFlight rows loaded at a time, each group's sums in order into its partial,
+// then param_grads_kernel sums the groups in a fixed order. Every sum has a fixed order,
+// so the results are reproducible. The block-per-row kernel above does both in one pass
+// but waits at two barriers per row and leaves up to 1024 blocks' partials to the second
+// pass; it remains for the other shapes.
+
+// dx of the rows (Note [Warp-per-row layer norm backward]): one warp per row, lane l
+// holding packs l, l + 32, ... of it, at most P of them.
+template <class T, class S, int P>
+__global__ void layer_norm_dx_warp_kernel(const T* __restrict__ dy,      // (rows, packs N)
+                                          const T* __restrict__ x,       // (rows, packs N)
+                                          const T* __restrict__ weight,  // (packs N) or null
+                                          const S* __restrict__ mean,    // (rows)
+                                          const S* __restrict__ rstd,    // (rows)
+                                          T* __restrict__ dx,            // (rows, packs N)
+                                          int64_t rows, int64_t packs) {
+  using A = acc_t<T>;
+  constexpr int N = 16 / sizeof(T);
+  const int lane = threadIdx.x % 32;
+  const int64_t cols = packs * N;
+  const A inv_cols = A(1) / static_cast<A>(cols);
+  Pack<T, N> w[P];  // this lane's packs of the weight, for every row
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int64_t p = int64_t{k} * 32 + lane;
+    if (weight != nullptr && p < packs) w[k] = load_pack<T, N>(weight + p * N);
+  }
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t r = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {
+    const A m = to_acc(mean[r]);
+    const A rs = to_acc(rstd[r]);
+    Pack<T, N> g[P], v[P];
+    A s1 = A(0);  // sum of dxhat
+    A s2 = A(0);  // sum of dxhat * xhat
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const int64_t p = int64_t{k} * 32 + lane;
+      if (p >= packs) continue;
+      g[k] = load_pack<T, N>(dy + r * cols + p * N);
+      v[k] = load_pack<T, N>(x + r * cols + p * N);
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const A xhat = (to_acc(v[k].v[i]) - m) * rs;
+        const A dxhat =
+            weight == nullptr ? to_acc(g[k].v[i]) : to_acc(g[k].v[i]) * to_acc(w[k].v[i]);
+        s1 += dxhat;
+        s2 += dxhat * xhat;
+      }
+    }
+    const A mean_dxhat = warp_sum(s1) * inv_cols;
+    const A mean_dxhat_xhat = warp_sum(s2) * inv_cols;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const int64_t p = int64_t{k} * 32 + lane;
+      if (p >= packs) continue;
+      Pack<T, N> out;
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const A xhat = (to_acc(v[k].v[i]) - m) * rs;
+        const A dxhat =
+            weight == nullptr ? to_acc(g[k].v[i]) : to_acc(g[k].v[i]) * to_acc(w[k].v[i]);
+        out.v[i] = from_acc<T>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+      }
+      store_pack(dx + r * cols + p * N, out);
+    }
+  }
+}
+
+// The column sums of Note [Warp-per-row layer norm backward]: thread (pack p, group g) adds
+// rows [g rows_per_group, (g + 1) rows_per_group) of its N columns, in order:
+// partial[g, 0, c] = sum of dy * xhat and partial[g, 1, c] = sum of dy.
+template <class T, class S>
+__global__ void layer_norm_column_sums_kernel(const T* __restrict__ dy,        // (rows, packs N)
+                                              const T* __restrict__ x,         // (rows, packs N)
+                                              const S* __restrict__ mean,      // (rows)
+                                              const S* __restrict__ rstd,      // (rows)
+                                              acc_t<T>* __restrict__ partial,  // (groups, 2, cols)
+                                              int64_t rows, int64_t packs, int64_t rows_per_group) {
+  using A = acc_t<T>;
+  constexpr int N = 16 / sizeof(T);
+  const int64_t p = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (p >= packs) return;
+  const int64_t cols = packs * N;
+  const int64_t first = int64_t{blockIdx.y} * rows_per_group;
+  const int64_t end = imin(rows, first + rows_per_group);
+  A dw[N], db[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) dw[i] = db[i] = A(0);
+  const auto add = [&](const Pack<T, N>& g, const Pack<T, N>& v, A m, A rs) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const A gi = to_acc(g.v[i]);
+      dw[i] += gi * ((to_acc(v.v[i]) - m) * rs);
+      db[i] += gi;
+    }
+  };
+  int64_t r = first;
+  for (; r + kRowsInFlight <= end; r += kRowsInFlight) {
+    Pack<T, N> g[kRowsInFlight], v[kRowsInFlight];
+#pragma unroll
+    for (int k = 0; k < kRowsInFlight; ++k) {
+      g[k] = load_pack<T, N>(dy + (r + k) * cols + p * N);
+      v[k] = load_pack<T, N>(x + (r + k) * cols + p * N);
+    }
+#pragma unroll
+    for (int k = 0; k < kRowsInFlight; ++k)
+      add(g[k], v[k], to_acc(mean[r + k]), to_acc(rstd[r + k]));
+  }
+  for (; r < end; ++r) {
+    add(load_pack<T, N>(dy + r * cols + p * N), load_pack<T, N>(x + r * cols + p * N),
+        to_acc(mean[r]), to_acc(rstd[r]));
+  }
+  A* out = partial + int64_t{blockIdx.y} * 2 * cols + p * N;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    out[i] = dw[i];
+    out[cols + i] = db[i];
+  }
+}
+
 // dweight[j] = sum over blocks b of partial[b, 0, j]; dbias[j] likewise from partial[b, 1, j].
 // blockDim (kTile, kTileRows): a block owns kTile columns, its thread rows take every
 // kTileRows-th block and are combined in order.
@@ -140,6 +272,7 @@ __global__ void param_grads_kernel(const acc_t<T>* __restrict__ partial,  // (pa
     const int64_t c = c0 + threadIdx.x;
     A s = A(0);
     if (c < width) {
+#pragma unroll 4
       for (int64_t p = threadIdx.y; p < parts; p += kTileRows) s += partial[p * width + c];
     }
     part[threadIdx.y][threadIdx.x] = s;
@@ -169,6 +302,28 @@ void dispatch_stats(const char* op, const Tensor& x, const Tensor& mean, const T
            dtype_name(x.dtype()), " or ", dtype_name(acc_dtype<T>()), ", found ",
            dtype_name(mean.dtype()));
   f(TypeTag<acc_t<T>>{});
+}
+
+// grads.dweight and grads.dbias from `parts` partial sums (parts, 2, cols), with
+// param_grads_kernel.
+template <class T>
+void sum_partials(const char* op, const Tensor& partial, int64_t parts, int64_t cols,
+                  const LayerNormGrads& grads) {
+  const int64_t tiles = (2 * cols + kTile - 1) / kTile;
+  param_grads_kernel<T>
+      <<<static_cast<unsigned>(std::min(tiles, kMaxGrid)), dim3(kTile, kTileRows), 0, kStream>>>(
+          ptr<acc_t<T>>(partial), parts, cols, ptr<T>(grads.dweight), ptr<T>(grads.dbias));
+  check_launch(op);
+}
+
+// layer_norm_dx_warp_kernel for rows of `lane_packs` packs per lane (1 to kMaxLanePacks).
+template <class T, class S>
+auto dx_warp_kernel(int64_t lane_packs) {
+  static_assert(kMaxLanePacks == 8, "the instances below go up to 8 packs per lane");
+  return lane_packs <= 1   ? layer_norm_dx_warp_kernel<T, S, 1>
+         : lane_packs <= 2 ? layer_norm_dx_warp_kernel<T, S, 2>
+         : lane_packs <= 4 ? layer_norm_dx_warp_kernel<T, S, 4>
+                           : layer_norm_dx_warp_kernel<T, S, 8>;
 }
 
 // Whether `bytes` of dynamic shared memory can be given to `kernel` on the current device,
@@ -243,6 +398,35 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
     using A = acc_t<T>;
     dispatch_stats<T>(op, x, mean, rstd, [&](auto stat_tag) {
       using S = typename decltype(stat_tag)::type;
+      constexpr int N = 16 / sizeof(T);
+      const int64_t packs = cols / N;
+      const bool aligned = aligned_for<T, N>(ptr<T>(dy)) && aligned_for<T, N>(ptr<T>(x)) &&
+                           aligned_for<T, N>(ptr<T>(grads.dx)) &&
+                           (!weight.defined() || aligned_for<T, N>(ptr<T>(weight)));
+      if (cols % N == 0 && packs <= 32 * kMaxLanePacks && aligned) {
+        // Note [Warp-per-row layer norm backward].
+        const int64_t blocks = std::min((rows + kRowWarps - 1) / kRowWarps, kMaxGrid);
+        const auto dx_kernel = dx_warp_kernel<T, S>((packs + 31) / 32);
+        dx_kernel<<<static_cast<unsigned>(blocks), 32 * kRowWarps, 0, kStream>>>(
+            ptr<T>(dy), ptr<T>(x), weight.defined() ? ptr<T>(weight) : nullptr, ptr<S>(mean),
+            ptr<S>(rstd), ptr<T>(grads.dx), rows, packs);
+        check_launch(op);
+        if (!weight.defined()) return;
+        const int64_t wanted = std::clamp<int64_t>(rows / kGroupRows, 1, kMaxGroups);
+        const int64_t per_group = (rows + wanted - 1) / wanted;
+        const int64_t groups = (rows + per_group - 1) / per_group;  // none empty
+        const Tensor partial =
+            empty({groups, 2, cols}, {acc_dtype<T>(), x.device()});  // (groups, 2, C)
+        const int threads = static_cast<int>(std::min<int64_t>((packs + 31) / 32 * 32, 128));
+        layer_norm_column_sums_kernel<T, S>
+            <<<dim3(static_cast<unsigned>((packs + threads - 1) / threads),
+                    static_cast<unsigned>(groups)),
+               threads, 0, kStream>>>(ptr<T>(dy), ptr<T>(x), ptr<S>(mean), ptr<S>(rstd),
+                                      ptr<A>(partial), rows, packs, per_group);
+        check_launch(op);
+        sum_partials<T>(op, partial, groups, cols, grads);
+        return;
+      }
       const int threads = row_threads<T>(cols);
       if (!weight.defined()) {
         layer_norm_backward_kernel<T, S><<<row_blocks(rows), threads, 0, kStream>>>(
@@ -263,11 +447,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
               ptr<T>(dy), ptr<T>(x), ptr<T>(weight), ptr<S>(mean), ptr<S>(rstd), ptr<T>(grads.dx),
               ptr<A>(partial), in_shared, rows, cols);
       check_launch(op);
-      const int64_t tiles = (2 * cols + kTile - 1) / kTile;
-      param_grads_kernel<T>
-          <<<static_cast<unsigned>(std::min(tiles, kMaxGrid)), dim3(kTile, kTileRows), 0,
-             kStream>>>(ptr<A>(partial), blocks, cols, ptr<T>(grads.dweight), ptr<T>(grads.dbias));
-      check_launch(op);
+      sum_partials<T>(op, partial, blocks, cols, grads);
     });
   });
   return grads;

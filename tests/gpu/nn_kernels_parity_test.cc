@@ -84,8 +84,15 @@ TEST_CASE("layer_norm and its backward match the CPU, with and without affine", 
     double lo, hi;  // lo < hi: x uniform in [lo, hi), else N(0, 1)
   };
   // The shifted rows (mean 11, variance 1/12) catch a one-pass E[x^2] - E[x]^2 variance.
+  // Rows of whole 16-byte packs take the warp-per-row backward (Note [Warp-per-row layer
+  // norm backward] in kernels/cuda/layer_norm.cu): (64, 768) and (16, 256) with one row
+  // group, (4099, 768) with 64 groups and a short last one, (130, 1600) with 7 packs per
+  // lane in 16 bits (f32 has 400 packs there: the block-per-row kernel), as (3, 5, 37)
+  // and (2, 4100).
   const Case cases[] = {{"(3, 5, 37)", {3, 5, 37}, false, 0.0, 0.0},
                         {"(64, 768)", {64, 768}, false, 0.0, 0.0},
+                        {"(4099, 768)", {4099, 768}, false, 0.0, 0.0},
+                        {"(130, 1600)", {130, 1600}, false, 0.0, 0.0},
                         {"(2, 4100)", {2, 4100}, false, 0.0, 0.0},
                         {"non-contiguous (45, 37)", {45, 37}, true, 0.0, 0.0},
                         {"(16, 256), mean 11", {16, 256}, false, 10.0, 12.0}};
