@@ -24,6 +24,7 @@ constexpr int kMaxLanePacks = 8;          // packs of a row per lane in the warp
 constexpr int kRowWarps = 8;              // warps per block of the warp-per-row dx
 constexpr int64_t kGroupRows = 64;        // rows per group of the column sums, at least
 constexpr int64_t kMaxGroups = 1024;      // row groups of the column sums, at most
+constexpr int kRowLanes = 8;              // thread rows per block of the column sums
 constexpr int kRowsInFlight = 4;          // rows a column-sum thread loads at once
 constexpr size_t kDefaultSharedBytes = 48 << 10;  // shared memory per block without opt-in
 constexpr size_t kStaticSharedBytes = 1024;       // bound on a kernel's static shared memory
@@ -136,9 +137,10 @@ __global__ void layer_norm_backward_kernel(const T* __restrict__ dy,      // (ro
 // splits in two. dx takes a warp per row: each lane keeps its packs of dy and x in
 // registers (each read once), the row's two sums are warp shuffles (no block barriers),
 // and dx is written once. dweight and dbias, column sums over the rows, come from a
-// kernel of their own that reads dy and x again: a thread per pack of columns and group of
-// rows, kRowsInFlight rows loaded at a time, each group's sums in order into its partial,
-// then param_grads_kernel sums the groups in a fixed order. Every sum has a fixed order,
+// kernel of their own that reads dy and x again: a block per 32 packs of columns and group
+// of rows, whose kRowLanes thread rows take every kRowLanes-th row of the group,
+// kRowsInFlight rows loaded at a time, and add up in order into the group's partial; then
+// param_grads_kernel sums the groups in a fixed order. Every sum has a fixed order,
 // so the results are reproducible. The block-per-row kernel above does both in one pass
 // but waits at two barriers per row and leaves up to 1024 blocks' partials to the second
 // pass; it remains for the other shapes.
@@ -205,20 +207,23 @@ __global__ void layer_norm_dx_warp_kernel(const T* __restrict__ dy,      // (row
   }
 }
 
-// The column sums of Note [Warp-per-row layer norm backward]: thread (pack p, group g) adds
-// rows [g rows_per_group, (g + 1) rows_per_group) of its N columns, in order:
+// The column sums of Note [Warp-per-row layer norm backward]. Block (c, g) owns packs
+// [32 c, 32 c + 32) of the columns and rows [g rows_per_group, (g + 1) rows_per_group):
+// thread (x, y) adds the rows y, y + kRowLanes, ... of them for its pack, kRowsInFlight
+// rows loaded at a time, and the block adds its kRowLanes thread rows in order into
 // partial[g, 0, c] = sum of dy * xhat and partial[g, 1, c] = sum of dy.
 template <class T, class S>
-__global__ void layer_norm_column_sums_kernel(const T* __restrict__ dy,        // (rows, packs N)
-                                              const T* __restrict__ x,         // (rows, packs N)
-                                              const S* __restrict__ mean,      // (rows)
-                                              const S* __restrict__ rstd,      // (rows)
-                                              acc_t<T>* __restrict__ partial,  // (groups, 2, cols)
-                                              int64_t rows, int64_t packs, int64_t rows_per_group) {
+__global__ void __launch_bounds__(32 * kRowLanes)
+    layer_norm_column_sums_kernel(const T* __restrict__ dy,        // (rows, packs N)
+                                  const T* __restrict__ x,         // (rows, packs N)
+                                  const S* __restrict__ mean,      // (rows)
+                                  const S* __restrict__ rstd,      // (rows)
+                                  acc_t<T>* __restrict__ partial,  // (groups, 2, cols)
+                                  int64_t rows, int64_t packs, int64_t rows_per_group) {
   using A = acc_t<T>;
   constexpr int N = 16 / sizeof(T);
-  const int64_t p = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (p >= packs) return;
+  __shared__ A lanes[kRowLanes][32][2 * N];  // each thread row's sums, for the block's sum
+  const int64_t p = int64_t{blockIdx.x} * 32 + threadIdx.x;
   const int64_t cols = packs * N;
   const int64_t first = int64_t{blockIdx.y} * rows_per_group;
   const int64_t end = imin(rows, first + rows_per_group);
@@ -233,27 +238,39 @@ __global__ void layer_norm_column_sums_kernel(const T* __restrict__ dy,        /
       db[i] += gi;
     }
   };
-  int64_t r = first;
-  for (; r + kRowsInFlight <= end; r += kRowsInFlight) {
-    Pack<T, N> g[kRowsInFlight], v[kRowsInFlight];
+  if (p < packs) {
+    constexpr int64_t kStride = kRowLanes;
+    int64_t r = first + threadIdx.y;
+    for (; r + (kRowsInFlight - 1) * kStride < end; r += kRowsInFlight * kStride) {
+      Pack<T, N> g[kRowsInFlight], v[kRowsInFlight];
 #pragma unroll
-    for (int k = 0; k < kRowsInFlight; ++k) {
-      g[k] = load_pack<T, N>(dy + (r + k) * cols + p * N);
-      v[k] = load_pack<T, N>(x + (r + k) * cols + p * N);
+      for (int k = 0; k < kRowsInFlight; ++k) {
+        g[k] = load_pack<T, N>(dy + (r + k * kStride) * cols + p * N);
+        v[k] = load_pack<T, N>(x + (r + k * kStride) * cols + p * N);
+      }
+#pragma unroll
+      for (int k = 0; k < kRowsInFlight; ++k) {
+        add(g[k], v[k], to_acc(mean[r + k * kStride]), to_acc(rstd[r + k * kStride]));
+      }
     }
-#pragma unroll
-    for (int k = 0; k < kRowsInFlight; ++k)
-      add(g[k], v[k], to_acc(mean[r + k]), to_acc(rstd[r + k]));
+    for (; r < end; r += kStride) {
+      add(load_pack<T, N>(dy + r * cols + p * N), load_pack<T, N>(x + r * cols + p * N),
+          to_acc(mean[r]), to_acc(rstd[r]));
+    }
   }
-  for (; r < end; ++r) {
-    add(load_pack<T, N>(dy + r * cols + p * N), load_pack<T, N>(x + r * cols + p * N),
-        to_acc(mean[r]), to_acc(rstd[r]));
-  }
-  A* out = partial + int64_t{blockIdx.y} * 2 * cols + p * N;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
-    out[i] = dw[i];
-    out[cols + i] = db[i];
+    lanes[threadIdx.y][threadIdx.x][i] = dw[i];
+    lanes[threadIdx.y][threadIdx.x][N + i] = db[i];
+  }
+  __syncthreads();
+  if (threadIdx.y != 0 || p >= packs) return;
+  A* out = partial + int64_t{blockIdx.y} * 2 * cols + p * N;
+#pragma unroll
+  for (int i = 0; i < 2 * N; ++i) {
+    A total = lanes[0][threadIdx.x][i];
+    for (int y = 1; y < kRowLanes; ++y) total += lanes[y][threadIdx.x][i];
+    out[i < N ? i : cols + i - N] = total;
   }
 }
 
@@ -261,10 +278,11 @@ __global__ void layer_norm_column_sums_kernel(const T* __restrict__ dy,        /
 // blockDim (kTile, kTileRows): a block owns kTile columns, its thread rows take every
 // kTileRows-th block and are combined in order.
 template <class T>
-__global__ void param_grads_kernel(const acc_t<T>* __restrict__ partial,  // (parts, 2, cols)
-                                   int64_t parts, int64_t cols,
-                                   T* __restrict__ dweight,  // (cols)
-                                   T* __restrict__ dbias) {  // (cols)
+__global__ void __launch_bounds__(kTile* kTileRows)
+    param_grads_kernel(const acc_t<T>* __restrict__ partial,  // (parts, 2, cols)
+                       int64_t parts, int64_t cols,
+                       T* __restrict__ dweight,  // (cols)
+                       T* __restrict__ dbias) {  // (cols)
   using A = acc_t<T>;
   __shared__ A part[kTileRows][kTile + 1];
   const int64_t width = 2 * cols;
@@ -417,12 +435,10 @@ LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, cons
         const int64_t groups = (rows + per_group - 1) / per_group;  // none empty
         const Tensor partial =
             empty({groups, 2, cols}, {acc_dtype<T>(), x.device()});  // (groups, 2, C)
-        const int threads = static_cast<int>(std::min<int64_t>((packs + 31) / 32 * 32, 128));
         layer_norm_column_sums_kernel<T, S>
-            <<<dim3(static_cast<unsigned>((packs + threads - 1) / threads),
-                    static_cast<unsigned>(groups)),
-               threads, 0, kStream>>>(ptr<T>(dy), ptr<T>(x), ptr<S>(mean), ptr<S>(rstd),
-                                      ptr<A>(partial), rows, packs, per_group);
+            <<<dim3(static_cast<unsigned>((packs + 31) / 32), static_cast<unsigned>(groups)),
+               dim3(32, kRowLanes), 0, kStream>>>(ptr<T>(dy), ptr<T>(x), ptr<S>(mean), ptr<S>(rstd),
+                                                  ptr<A>(partial), rows, packs, per_group);
         check_launch(op);
         sum_partials<T>(op, partial, groups, cols, grads);
         return;

@@ -21,14 +21,17 @@
 // sums in the order they were started, the same on every rank of the group. After the blocks
 // the pieces are joined again (one copy of the activations).
 //
-// The forward equals the whole-batch one: each row's products are the same rows' products,
-// and the dropout layers draw the same masks when every piece's element count is a multiple
-// of 4, because each layer's draws come in the pieces' order, which is the rows' order, and
-// a draw advances the Philox offset by blocks of four words (core/philox.h). In backward
-// each weight's gradient is a sum of the pieces' products, so it differs from the
-// whole-batch run by rounding. Backward needs nothing of this: the column-parallel layers'
-// input-gradient sums already travel under their weight-gradient products (Note
-// [Overlapped input gradients] in parallel/tensor/layers.h).
+// The forward gives the whole-batch forward's bits on the CPU, whose GEMMs compute each row
+// the same way whatever the number of rows, when the dropout layers draw the same masks:
+// each layer's draws come in the pieces' order, which is the rows' order, and a draw
+// advances the Philox offset by blocks of four words (core/philox.h), so the masks agree
+// when every piece but the last has a multiple of 4 elements in every dropout layer. On
+// CUDA, cuBLASLt picks its algorithm by the row count, so a piece's rows may round
+// differently. In backward each weight's gradient is a sum of the pieces' products, so it
+// differs from the whole-batch run by rounding. The pieces' backward passes are independent
+// branches of the graph until the blocks' input, so a column-parallel layer's input-gradient
+// sum of one piece travels while the engine computes the other pieces' backward (Note
+// [Deferred gradient waits] in autograd/gradient_wait.h).
 #pragma once
 
 #include <cstdint>
