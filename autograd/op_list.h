@@ -7,14 +7,14 @@
 
 namespace tessera {
 
-inline constexpr std::array<std::string_view, 46> kDifferentiableOps = {
+inline constexpr std::array<std::string_view, 47> kDifferentiableOps = {
     // elementwise (autograd/ops/elementwise.h)
     "add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "relu", "gelu",
     "sigmoid", "where",
     // reductions (autograd/ops/reduce.h)
     "sum", "mean", "var", "max",
     // matrix products (autograd/ops/linalg.h)
-    "matmul", "linear",
+    "matmul", "linear", "dense_gelu_dense",
     // neural-network ops (autograd/ops/nn.h)
     "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "dropout",
     "causal_attention",

@@ -3,6 +3,7 @@
 #include "kernels/checks.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/elementwise.h"
 #include "kernels/reduce.h"
 
 namespace tessera::kernels {
@@ -33,6 +34,15 @@ void check_operands(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b
            shape_str(b.shape()), trans_a ? " (trans_a)" : "", trans_b ? " (trans_b)" : "");
 }
 
+// An undefined bias, or one of x's dtype and device with one entry per row of weight.
+void check_bias(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (!bias.defined()) return;
+  check_same_dtype(op, "x", x, "bias", bias);
+  check_same_device(op, "x", x, "bias", bias);
+  TS_CHECK(bias.shape() == Shape{weight.size(0)}, "[", op, "] expected bias of shape (",
+           weight.size(0), "), found ", shape_str(bias.shape()));
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
@@ -45,12 +55,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   TS_CHECK(weight.dim() == 2, "[linear] expected a 2-D weight (out, in), found shape ",
            shape_str(weight.shape()));
   check_operands(x, weight, false, true);
-  if (bias.defined()) {
-    check_same_dtype("linear", "x", x, "bias", bias);
-    check_same_device("linear", "x", x, "bias", bias);
-    TS_CHECK(bias.shape() == Shape{weight.size(0)}, "[linear] expected bias of shape (",
-             weight.size(0), "), found ", shape_str(bias.shape()));
-  }
+  check_bias("linear", x, weight, bias);
   if (x.device().is_cuda()) return cuda::matmul(x, weight, false, true, bias);
   return cpu::matmul(x, weight, false, true, bias);
 }
@@ -65,6 +70,35 @@ LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x) {
   check_operands(g, x, true, false, op);
   if (g.device().is_cuda()) return cuda::linear_param_grads(g, x);
   return {cpu::matmul(g, x, true, false), sum(g, {0}, false)};
+}
+
+LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  constexpr const char* op = "linear_gelu";
+  TS_CHECK(x.dim() == 2 && weight.dim() == 2, "[", op,
+           "] expected x (R, K) and weight (N, K), found ", shape_str(x.shape()), " and ",
+           shape_str(weight.shape()));
+  if (x.device().is_cuda()) {
+    check_operands(x, weight, false, true, op);
+    check_bias(op, x, weight, bias);
+    return cuda::linear_gelu(x, weight, bias);
+  }
+  Tensor pre = linear(x, weight, bias);
+  return {unary(UnaryOp::gelu, pre), pre};
+}
+
+GeluInputGrads gelu_input_grads(const Tensor& g, const Tensor& weight, const Tensor& pre) {
+  constexpr const char* op = "gelu_input_grads";
+  TS_CHECK(g.dim() == 2 && weight.dim() == 2 && pre.dim() == 2 && g.size(0) == pre.size(0) &&
+               pre.size(1) == weight.size(1),
+           "[", op, "] expected g (R, N), weight (N, K) and pre (R, K), found ",
+           shape_str(g.shape()), ", ", shape_str(weight.shape()), " and ", shape_str(pre.shape()));
+  check_operands(g, weight, false, false, op);
+  check_same_dtype(op, "g", g, "pre", pre);
+  check_same_device(op, "g", g, "pre", pre);
+  if (g.device().is_cuda()) return cuda::gelu_input_grads(g, weight, pre);
+  const Tensor dpre = unary_backward(UnaryOp::gelu, cpu::matmul(g, weight, false, false), pre,
+                                     Tensor());
+  return {dpre, sum(dpre, {0}, false)};
 }
 
 }  // namespace tessera::kernels

@@ -30,4 +30,29 @@ struct LinearParamGrads {
 };
 LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x);
 
+// A linear layer followed by GELU (the tanh approximation of kernels::unary), with the
+// pre-activation that GELU's backward reads (Note [GELU epilogues] in
+// kernels/cuda/matmul.cu).
+//   x: (R, K); weight: (N, K); bias: (N) or undefined -> y = gelu(pre), pre = x weight^T + bias,
+//   both (R, N)
+// On CUDA with 16-bit operands one cuBLASLt call writes both (the GELU_AUX_BIAS epilogue)
+// where cuBLASLt offers it; otherwise linear() then unary(gelu).
+struct LinearGelu {
+  Tensor y;    // (R, N)
+  Tensor pre;  // (R, N)
+};
+LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// The gradient of the pre-activation of a GELU whose output fed a linear layer of `weight`,
+// from that layer's output gradient g, and its sums over the rows (the gradient of the
+// bias that pre includes).
+//   g: (R, N); weight: (N, K); pre: (R, K) -> dpre = (g weight) * gelu'(pre) (R, K), dbias (K)
+// On CUDA with 16-bit operands one cuBLASLt call (the DGELU_BGRAD epilogue) where cuBLASLt
+// offers it; otherwise matmul(), unary_backward(gelu) and a sum.
+struct GeluInputGrads {
+  Tensor dpre;   // (R, K)
+  Tensor dbias;  // (K)
+};
+GeluInputGrads gelu_input_grads(const Tensor& g, const Tensor& weight, const Tensor& pre);
+
 }  // namespace tessera::kernels

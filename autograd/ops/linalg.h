@@ -25,4 +25,15 @@ Tensor linear(
     const Tensor& x, const Tensor& weight, const Tensor& bias,
     const StartGradReduction& reduce_input_grad = {});  // (..., in), (out, in), (out) -> (..., out)
 
+// A dense -> GELU -> dense block as one op (NVIDIA Apex's FusedDenseGeluDense):
+// linear(gelu(linear(x, w1, b1)), w2, b2), GELU being the tanh approximation. On CUDA with
+// 16-bit operands GELU runs in the first product's epilogue and its derivative in the
+// backward's product with w2 (kernels::linear_gelu, kernels::gelu_input_grads; Note [GELU
+// epilogues] in kernels/cuda/matmul.cu); elsewhere the three ops' kernels run in the same
+// order, giving their bits. x's gradient goes to `reduce_input_grad` as linear()'s does.
+//   x (..., in), w1 (hidden, in), b1 (hidden) or undefined, w2 (out, hidden),
+//   b2 (out) or undefined -> (..., out)
+Tensor dense_gelu_dense(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                        const Tensor& b2, const StartGradReduction& reduce_input_grad = {});
+
 }  // namespace tessera

@@ -21,6 +21,10 @@ Tensor var(const Tensor&, const std::vector<int64_t>&, int64_t, bool) { missing(
 MaxResult max(const Tensor&, int64_t, bool) { missing("max"); }
 Tensor matmul(const Tensor&, const Tensor&, bool, bool, const Tensor&) { missing("matmul"); }
 LinearParamGrads linear_param_grads(const Tensor&, const Tensor&) { missing("linear_param_grads"); }
+LinearGelu linear_gelu(const Tensor&, const Tensor&, const Tensor&) { missing("linear_gelu"); }
+GeluInputGrads gelu_input_grads(const Tensor&, const Tensor&, const Tensor&) {
+  missing("gelu_input_grads");
+}
 Tensor softmax(const Tensor&) { missing("softmax"); }
 Tensor log_softmax(const Tensor&) { missing("log_softmax"); }
 Tensor softmax_backward(const Tensor&, const Tensor&) { missing("softmax_backward"); }

@@ -11,6 +11,8 @@ namespace tessera {
 
 class Mlp : public Module {
  public:
+  // On CUDA in 16 bits, c_fc, GELU and c_proj's product run as one op with GELU in the
+  // GEMMs' epilogues (Note [Fused tensor-parallel MLP] in parallel/tensor/layers.h).
   // Children "c_fc" (column-parallel over `model_group`) and "c_proj" (row-parallel); dropout on
   // the output, which every rank of the group holds whole, draws from `gen` (a replicated
   // stream: Note [Model-parallel dropout] in parallel/tensor/dropout_streams.h).
@@ -27,6 +29,9 @@ class Mlp : public Module {
   Tensor finish(const parallel::PendingSum& pending) const;  // -> (B, T, C)
 
  private:
+  // Whether x takes the fused op.
+  static bool fuses(const Tensor& x);
+
   parallel::ColumnParallelLinear c_fc_;
   parallel::RowParallelLinear c_proj_;
   Dropout dropout_;

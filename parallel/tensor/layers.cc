@@ -1,5 +1,6 @@
 #include "parallel/tensor/layers.h"
 
+#include <utility>
 #include <vector>
 
 #include "autograd/gradient_wait.h"
@@ -22,22 +23,43 @@ int64_t split_size(const char* layer, const char* what, int64_t n, int64_t block
   return n / size;
 }
 
+// x as a column-parallel product's input, and what that product's backward does with x's
+// gradient: nothing (copy_to_model_parallel sums it in its own backward) or start its sum
+// (Note [Overlapped input gradients]; the sum is waited for where x's gradient is used,
+// Note [Deferred gradient waits] in autograd/gradient_wait.h).
+std::pair<Tensor, StartGradReduction> column_parallel_input(const Tensor& x, Communicator& group,
+                                                            AsyncCollectives* async) {
+  if (async == nullptr || group.size() == 1) return {copy_to_model_parallel(x, group), {}};
+  TS_CHECK(&async->comm() == &group, "[tensor parallel] expected async collectives over \"",
+           group.name(), "\", found them over \"", async->comm().name(), "\"");
+  const auto [input, wait] = await_gradient(x);
+  return {input, [async, wait = wait](const Tensor& dx) {
+            const CommHandle sum = async->all_reduce(dx);
+            wait->set([sum] { sum.wait(); });
+          }};
+}
+
 }  // namespace
 
 Tensor column_parallel_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                               Communicator& group, AsyncCollectives* async) {
-  if (async == nullptr || group.size() == 1) {
-    return linear(copy_to_model_parallel(x, group), weight, bias);
-  }
-  TS_CHECK(&async->comm() == &group, "[tensor parallel] expected async collectives over \"",
-           group.name(), "\", found them over \"", async->comm().name(), "\"");
-  // Note [Overlapped input gradients]; the sum is waited for where x's gradient is used
-  // (Note [Deferred gradient waits] in autograd/gradient_wait.h).
-  const auto [input, wait] = await_gradient(x);
-  return linear(input, weight, bias, [async, wait = wait](const Tensor& dx) {
-    const CommHandle sum = async->all_reduce(dx);
-    wait->set([sum] { sum.wait(); });
-  });
+  const auto [input, reduce_input_grad] = column_parallel_input(x, group, async);
+  return linear(input, weight, bias, reduce_input_grad);
+}
+
+Tensor gelu_mlp_partial(const Tensor& x, const ColumnParallelLinear& fc,
+                        const RowParallelLinear& proj) {
+  TS_CHECK(
+      !fc.gather_output_ && fc.parts_ == 1 && proj.input_is_parallel_ && &fc.group_ == &proj.group_,
+      "[tensor parallel] a fused MLP expects fc without gathered output or parts and proj "
+      "with parallel input, over one group");
+  const ModuleCall fc_call(fc);
+  const ModuleCall proj_call(proj);
+  const auto [input, reduce_input_grad] = column_parallel_input(x, fc.group_, fc.async_);
+  const bool whole = proj.group_.size() == 1;  // the bias goes in the partial
+  const Tensor z = dense_gelu_dense(input, fc.weight_, fc.bias_, proj.weight_,
+                                    whole ? proj.bias_ : Tensor(), reduce_input_grad);
+  return proj_call.output(fc_call.output(z));
 }
 
 ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_features, bool bias,
@@ -88,22 +110,37 @@ RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, 
   }
 }
 
-Tensor RowParallelLinear::forward(const Tensor& x) const {
+Tensor RowParallelLinear::partial(const Tensor& x) const {
   // One rank: the dense linear, its bias fused into the GEMM.
   if (group_.size() == 1) return linear(x, weight_, bias_);
   const Tensor mine = input_is_parallel_ ? x : scatter_to_model_parallel(x, group_);
-  Tensor y = reduce_from_model_parallel(linear(mine, weight_, Tensor()), group_);  // (..., out)
-  if (bias_.defined()) y = add(y, bias_);
-  return y;
+  return linear(mine, weight_, Tensor());  // (..., out)
+}
+
+Tensor RowParallelLinear::summed(const Tensor& partial) const {
+  if (group_.size() == 1) return partial;
+  const Tensor y = reduce_from_model_parallel(partial, group_);  // (..., out)
+  return bias_.defined() ? add(y, bias_) : y;
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x) const { return summed(partial(x)); }
+
+Tensor RowParallelLinear::reduce(const Tensor& partial) const {
+  if (group_.size() == 1 || !bias_.defined()) return summed(partial);
+  const ModuleCall call(*this);  // the bias is read
+  return call.output(summed(partial));
 }
 
 PendingSum RowParallelLinear::start(const Tensor& x) const {
+  const ModuleCall call(*this);
+  return start_reduce(call.output(partial(x)));
+}
+
+PendingSum RowParallelLinear::start_reduce(const Tensor& partial) const {
   TS_CHECK(async_ != nullptr, "[RowParallelLinear] start(): expected a layer built with async ",
            "collectives over \"", group_.name(), "\", found none");
-  const ModuleCall call(*this);
-  if (group_.size() == 1) return {call.output(linear(x, weight_, bias_)), CommHandle()};
-  const Tensor mine = input_is_parallel_ ? x : scatter_to_model_parallel(x, group_);
-  return start_reduce_from_model_parallel(call.output(linear(mine, weight_, Tensor())), *async_);
+  if (group_.size() == 1) return {partial, CommHandle()};
+  return start_reduce_from_model_parallel(partial, *async_);
 }
 
 Tensor RowParallelLinear::finish(const PendingSum& pending) const {

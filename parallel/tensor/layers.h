@@ -16,9 +16,13 @@
 // StartGradReduction); the wait sits where the x-gradient is used, after whatever else of
 // backward is ready (Note [Deferred gradient waits] in autograd/gradient_wait.h). The sum is
 // the blocking one, so the gradients are the same bits. While sums are in flight no other
-// backward op may call the group's blocking collectives: the only such op among these
-// layers is the scatter in front of a RowParallelLinear without input_is_parallel, which
-// no model combines with async column-parallel layers. On NCCL the sum is queued on the
+// backward op may call the group's blocking collectives: among these layers the scatter in
+// front of a RowParallelLinear without input_is_parallel does, which no model combines with
+// async column-parallel layers; activation checkpointing with partition_activations
+// gathers each segment's input over the group when the segment's backward starts
+// (parallel/engine/checkpoint_policy.cc), which is safe because a GPT's checkpoint segments
+// are a chain: every sum outside them has been waited for when the engine reaches one, and
+// a segment's own backward waits for its sums before it returns. On NCCL the sum is queued on the
 // group's stream and the wait orders the compute stream after it (Note [Device-queued
 // operations] in parallel/comm/communicator.h); the model's owner waits on the host before
 // the optimizer step (TrainableModel::wait_for_communication), where a failure surfaces.
@@ -33,6 +37,23 @@
 #include "parallel/tensor/mappings.h"
 
 namespace tessera::parallel {
+
+class ColumnParallelLinear;
+class RowParallelLinear;
+
+// Note [Fused tensor-parallel MLP]
+// fc -> GELU -> proj over two tensor-parallel layers as one dense_gelu_dense op
+// (autograd/ops/linalg.h; GELU in the GEMMs' epilogues on CUDA with 16-bit operands): fc
+// column-parallel without a gathered output, proj row-parallel taking it as its parallel
+// input, so each rank's GELU reads only its own hidden features, as with the separate
+// layers. Returns proj's partial product on this rank, to be summed by proj.reduce() or
+// proj.start_reduce(): x's gradient is summed over the group as fc's own forward arranges
+// (Note [Overlapped input gradients]), and proj's bias is in the partial only over a group
+// of one (otherwise added after the sum). Both layers' calls are open around the op (module
+// hooks see both; forward observers see it inside proj). Throws unless the layers are
+// shaped so and share a group. (..., in) -> (..., out)
+Tensor gelu_mlp_partial(const Tensor& x, const ColumnParallelLinear& fc,
+                        const RowParallelLinear& proj);
 
 // The product of a replicated input and a row-split weight:
 // linear(copy_to_model_parallel(x, group), weight, bias), or with `async` (collectives over
@@ -60,6 +81,9 @@ class ColumnParallelLinear : public Layer {
   Tensor forward(const Tensor& x) const override;  // (..., in), the same on every rank -> see above
 
  private:
+  friend Tensor gelu_mlp_partial(const Tensor& x, const ColumnParallelLinear& fc,
+                                 const RowParallelLinear& proj);
+
   Communicator& group_;
   bool gather_output_;
   int64_t parts_;
@@ -89,11 +113,23 @@ class RowParallelLinear : public Layer {
   // async collectives. (..., in / size) [or (..., in)] -> pending (..., out) -> (..., out)
   PendingSum start(const Tensor& x) const;
   Tensor finish(const PendingSum& pending) const;
+  // The forward's output, or start(), from a partial product made elsewhere
+  // (gelu_mlp_partial): sums it over the group and adds the bias, which a group of one's
+  // partial already holds. (..., out) -> (..., out)
+  Tensor reduce(const Tensor& partial) const;
+  PendingSum start_reduce(const Tensor& partial) const;
 
  protected:
   Tensor forward(const Tensor& x) const override;  // -> (..., out), the same on every rank
 
  private:
+  friend Tensor gelu_mlp_partial(const Tensor& x, const ColumnParallelLinear& fc,
+                                 const RowParallelLinear& proj);
+  // This rank's partial product (with the bias over a group of one), inside a call.
+  Tensor partial(const Tensor& x) const;
+  // The partial summed over the group plus the bias, inside a call.
+  Tensor summed(const Tensor& partial) const;
+
   Communicator& group_;
   bool input_is_parallel_;
   AsyncCollectives* async_;

@@ -163,6 +163,18 @@ std::vector<Case> all_cases() {
                [] {
                  return TensorList{nc_leaf({3, 4}, 27), leaf({2, 4}, 28)};
                }});
+  c.push_back({"dense_gelu_dense", "3-D input with biases",
+               [](const TensorList& x) { return dense_gelu_dense(x[0], x[1], x[2], x[3], x[4]); },
+               [] {
+                 return TensorList{leaf({2, 3, 4}, 90), nc_leaf({6, 4}, 91), leaf({6}, 92),
+                                   leaf({5, 6}, 93), leaf({5}, 94)};
+               }});
+  c.push_back(
+      {"dense_gelu_dense", "no biases",
+       [](const TensorList& x) { return dense_gelu_dense(x[0], x[1], Tensor(), x[2], Tensor()); },
+       [] {
+         return TensorList{nc_leaf({3, 4}, 95), leaf({6, 4}, 96), nc_leaf({2, 6}, 97)};
+       }});
 
   c.push_back({"softmax", "non-contiguous", [](const TensorList& x) { return softmax(x[0]); },
                [] {

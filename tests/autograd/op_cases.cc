@@ -213,6 +213,14 @@ std::vector<OpCase> all_op_cases() {
         return TensorList{s.nc_leaf({37, 64}, 28), s.leaf({45, 64}, 29)};
       },
       kTf32Tol);
+  add_case(
+      "dense_gelu_dense", "3-D input with biases",
+      [](const TensorList& x) { return dense_gelu_dense(x[0], x[1], x[2], x[3], x[4]); },
+      [](const Side& s) {
+        return TensorList{s.leaf({2, 37, 64}, 90), s.leaf({128, 64}, 91), s.leaf({128}, 92),
+                          s.nc_leaf({48, 128}, 93), s.leaf({48}, 94)};
+      },
+      kTf32Tol);
 
   add_case(
       "softmax", "non-contiguous", [](const TensorList& x) { return softmax(x[0]); },

@@ -301,5 +301,41 @@ TEST_CASE("a linear layer's weight and bias gradients match an f64 CPU reference
   }
 }
 
+// 16-bit operands take cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD epilogues where the
+// features are a multiple of 8 (Note [GELU epilogues] in kernels/cuda/matmul.cu); N = 100
+// and f32 the separate kernels.
+TEST_CASE("a linear layer with GELU and GELU's input gradient match an f64 CPU reference",
+          "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  for (DType dt : kFloating) {
+    for (const auto& [rows, n, k] :
+         {std::array<int64_t, 3>{300, 64, 96}, {1024, 3072, 768}, {77, 100, 48}}) {
+      for (bool with_bias : {true, false}) {
+        DYNAMIC_SECTION(dtype_name(dt) << " R " << rows << " N " << n << " K " << k
+                                       << (with_bias ? " with bias" : " without bias")) {
+          const double tol = tol_for(dt, 5e-3);
+          const Input x = random({rows, k}, 35, dt);
+          const Input w = random({n, k}, 36, dt);
+          const Input b = random({n}, 37, dt);
+          const kernels::LinearGelu got =
+              kernels::linear_gelu(x.dev, w.dev, with_bias ? b.dev : Tensor());
+          const kernels::LinearGelu want =
+              kernels::linear_gelu(x.ref, w.ref, with_bias ? b.ref : Tensor());
+          check_close(got.pre, want.pre, dt, tol);
+          check_close(got.y, want.y, dt, tol);
+          // c_proj's side: g (R, K') through a weight (K', N) into GELU's input (R, N).
+          const Input g = random({rows, k}, 38, dt);
+          const Input w2 = random({k, n}, 39, dt);
+          const Input pre = random({rows, n}, 40, dt);
+          const kernels::GeluInputGrads dg = kernels::gelu_input_grads(g.dev, w2.dev, pre.dev);
+          const kernels::GeluInputGrads dw = kernels::gelu_input_grads(g.ref, w2.ref, pre.ref);
+          check_close(dg.dpre, dw.dpre, dt, tol);
+          check_close(dg.dbias, dw.dbias, dt, tol);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera

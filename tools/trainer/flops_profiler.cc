@@ -75,6 +75,13 @@ OpCost op_cost(const std::string& name, const TensorList& inputs,
     const double macs = static_cast<double>(in(0).numel()) * static_cast<double>(in(1).size(0));
     return {2 * macs, macs};
   }
+  if (name == "dense_gelu_dense") {  // (x, W1 (hidden, in), b1, W2 (out, hidden), b2)
+    const double rows = static_cast<double>(in(0).numel() / in(0).size(in(0).dim() - 1));
+    const double hidden = static_cast<double>(in(1).size(0));
+    const double macs = static_cast<double>(in(0).numel()) * hidden +
+                        rows * hidden * static_cast<double>(in(3).size(0));
+    return {2 * macs + rows * hidden, macs};  // the products and GELU
+  }
   if (name == "matmul") {  // (..., M, K) x (..., K, N)
     const double macs =
         static_cast<double>(in(0).numel()) * static_cast<double>(in(1).size(in(1).dim() - 1));
