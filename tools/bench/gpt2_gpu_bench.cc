@@ -53,10 +53,10 @@ constexpr const char* kTool = "gpt2_gpu_bench";
 constexpr const char* kUsage =
     R"(usage: gpt2_gpu_bench [--dtype bf16|fp16|f32] [--batch B] [--seq T] [--steps N]
                       [--warmup N] [--device cuda:N] [--peak-tflops X]
-                      [--torch-script FILE] [--python EXE] [--no-torch]
+                      [--torch-script FILE] [--python EXE] [--no-torch] [--no-torch-compile]
 
 Times GPT-2 124M training steps on one CUDA device (ZeroOptimizer stage 0, AdamW, mixed
-precision) and compares with PyTorch eager on the same device.
+precision) and compares with PyTorch on the same device, eager and through torch.compile.
 
   --dtype D            bf16 (default), fp16 (dynamic loss scaling) or f32 (TF32 GEMMs)
   --batch B, --seq T   tokens per step B x T (default 16 x 1024)
@@ -68,6 +68,7 @@ precision) and compares with PyTorch eager on the same device.
                        this binary, in $BUILD_WORKSPACE_DIRECTORY, the runfiles, or ./)
   --python EXE         the interpreter with torch (default python3 on the PATH)
   --no-torch           skip the reference
+  --no-torch-compile   skip the reference's torch.compile run
 )";
 
 using bench::median;
@@ -148,7 +149,8 @@ int bench_main(int argc, char** argv) {
                           {"peak-tflops", Flag::kValue},
                           {"torch-script", Flag::kValue},
                           {"python", Flag::kValue},
-                          {"no-torch", Flag::kSwitch}});
+                          {"no-torch", Flag::kSwitch},
+                          {"no-torch-compile", Flag::kSwitch}});
   if (flags.has("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -326,23 +328,30 @@ int bench_main(int argc, char** argv) {
     print_profile(profile.rows(), 1e3 * step_med);
   }
 
-  std::optional<nlohmann::json> ref;
-  if (!flags.has("no-torch")) {
-    std::printf("\nrunning the PyTorch reference: %s\n", script.c_str());
+  // The PyTorch reference, eager or through torch.compile; none when unavailable.
+  const auto run_torch = [&](bool compiled) -> std::optional<nlohmann::json> {
+    std::printf("\nrunning the PyTorch reference%s: %s\n", compiled ? " (torch.compile)" : "",
+                script.c_str());
     std::fflush(stdout);
     const bench::ScriptResult r = bench::run_script(
         flags.get("python", "python3"), script,
         "--batch " + std::to_string(batch) + " --seq " + std::to_string(seq) + " --steps " +
             std::to_string(steps) + " --warmup " + std::to_string(warmup) + " --dtype " +
-            torch_dtype(dtype) + " --device " + device.str(),
+            torch_dtype(dtype) + " --device " + device.str() + (compiled ? " --compile" : ""),
         "tokens_per_s");
-    if (r.json) {
-      ref = r.json;
-      std::printf("PyTorch %s on %s\n", ref->value("torch", std::string("?")).c_str(),
-                  ref->value("device_name", std::string("?")).c_str());
-    } else {
-      std::printf("PyTorch reference unavailable: %s\n", r.why.c_str());
+    if (!r.json) {
+      std::printf("PyTorch reference%s unavailable: %s\n", compiled ? " (torch.compile)" : "",
+                  r.why.c_str());
+      return std::nullopt;
     }
+    std::printf("PyTorch %s on %s\n", r.json->value("torch", std::string("?")).c_str(),
+                r.json->value("device_name", std::string("?")).c_str());
+    return r.json;
+  };
+  std::optional<nlohmann::json> ref, compiled;
+  if (!flags.has("no-torch")) {
+    ref = run_torch(false);
+    if (!flags.has("no-torch-compile")) compiled = run_torch(true);
   }
 
   const double torch_step = bench::json_number(ref, "step_ms") / 1e3;
@@ -382,6 +391,14 @@ int bench_main(int argc, char** argv) {
         static_cast<double>(mem.peak_allocated) / bench::json_number(ref, "peak_mem_bytes"));
   } else {
     std::printf("  tokens/s ours / PyTorch          reference unavailable\n");
+  }
+  if (compiled) {
+    const double compiled_step = bench::json_number(compiled, "step_ms") / 1e3;
+    std::printf("  torch.compile: step %.2f ms, MFU %.1f%%, peak allocated %.1f MiB\n",
+                1e3 * compiled_step, 100 * flops_step / compiled_step / peak,
+                mib(bench::json_number(compiled, "peak_mem_bytes")));
+    std::printf("  tokens/s ours / torch.compile    %6.3fx\n",
+                tok_s / bench::json_number(compiled, "tokens_per_s"));
   }
   return 0;
 }

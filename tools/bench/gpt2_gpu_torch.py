@@ -5,7 +5,8 @@ token and position embeddings, 12 pre-LayerNorm blocks with causal self-attentio
 F.scaled_dot_product_attention(is_causal=True), PyTorch's flash/efficient kernels), GELU with
 the tanh approximation, no dropout, a final LayerNorm and a head tied to the token embedding,
 vocabulary padded to 50304. AdamW (lr 1e-4, weight decay 0.1 on the 2-D weights only),
-random tokens, eager mode (no torch.compile).
+random tokens, eager mode, or with --compile the model through torch.compile (default mode;
+the warm-up steps include the compilation).
 
 Precision (--dtype), PyTorch's standard mixed precision: the parameters, gradients and AdamW
 state stay f32 and torch.autocast runs the matrix products in bf16 or fp16; fp16 adds
@@ -51,6 +52,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--dtype", choices=["bf16", "fp16", "f32"], default="bf16")
     ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--compile", action="store_true", help="run the model through torch.compile")
     args = ap.parse_args()
 
     if not torch.cuda.is_available():
@@ -65,6 +67,7 @@ def main():
     vocab, padded = 50257, 50304
     model = ref.Gpt(vocab=padded, block=FusedBlock).to(device)  # f32 parameters in every mode
     n_params = sum(p.numel() for p in model.parameters())
+    step_model = torch.compile(model) if args.compile else model
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -86,7 +89,7 @@ def main():
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=amp_dtype, enabled=amp_dtype is not None):
-            loss = model(idx, targets, vocab)
+            loss = step_model(idx, targets, vocab)
         torch.cuda.synchronize(device)
         t1 = time.perf_counter()
         if scaler is not None:
@@ -120,6 +123,7 @@ def main():
         "loss": float(loss),
         "params": n_params,
         "dtype": args.dtype,
+        "compiled": args.compile,
         "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name(device),
     }
