@@ -106,14 +106,17 @@ __global__ void __launch_bounds__(kThreads)
 // Note [Multi-tensor AdamW]
 // A GPT has a few hundred parameters, most of them small: one launch each costs more in
 // launch latency than the math. The multi-tensor kernel takes a table of up to
-// kMultiTensors tensors and kMultiBlocks (tensor, chunk) pairs in its arguments (about 2.5
-// KB, under the 4 KB every architecture accepts); block b updates chunk
-// block_chunk[b] of tensor block_tensor[b], kMultiChunk elements. The host fills tables
-// in tensor order and launches whenever one is full, so a list of any length takes
-// ceil(total chunks / kMultiBlocks) launches or a few more. Each element goes through
-// adamw_element, so the numbers equal the one-tensor kernel's bit for bit.
-constexpr int kMultiTensors = 24;
-constexpr int kMultiBlocks = 320;
+// kMultiTensors tensors and kMultiBlocks (tensor, chunk) pairs in its arguments (about 20
+// KB: kernel arguments may take 32 KB since CUDA 12.1 on compute capability 7.0 and up);
+// block b updates chunk block_chunk[b] of tensor block_tensor[b], kMultiChunk elements.
+// The host fills tables in tensor order and launches whenever one is full, so a list of
+// any length takes ceil(total chunks / kMultiBlocks) launches or a few more: GPT-2 124M's
+// 148 tensors in 1900 chunks take one launch of 1900 blocks (with 4 KB tables, 24 tensors
+// and 320 blocks, it took 7 launches of at most 320 blocks, under 3 per SM of an H100).
+// Each element goes through adamw_element, so the numbers equal the one-tensor kernel's
+// bit for bit.
+constexpr int kMultiTensors = 192;
+constexpr int kMultiBlocks = 2560;
 constexpr int64_t kMultiChunk = 65536;  // elements per block: a multiple of every VEC
 
 template <class T>
@@ -126,8 +129,9 @@ struct MultiTensorTable {
   uint8_t block_tensor[kMultiBlocks];
   int32_t block_chunk[kMultiBlocks];
 };
-static_assert(sizeof(MultiTensorTable<double>) + sizeof(AdamWConsts<double>) < 4000,
-              "the table must fit the 4 KB kernel-argument limit");
+static_assert(sizeof(MultiTensorTable<double>) + sizeof(AdamWConsts<double>) < 32000,
+              "the table must fit the 32 KB kernel-argument limit");
+static_assert(kMultiTensors <= 256, "block_tensor holds a slot in a uint8_t");
 
 template <class T>
 __global__ void __launch_bounds__(kThreads)

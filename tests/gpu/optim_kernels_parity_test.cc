@@ -82,18 +82,33 @@ TEST_CASE("adamw_step matches the CPU", "[gpu]") {
 
 TEST_CASE("the multi-tensor adamw_step equals the one-tensor kernel bit for bit", "[gpu]") {
   REQUIRE(cuda::device_count() > 0);
-  // 40 tensors (past the 24 of one table) of sizes around the 65536-element chunk, one of
-  // them past the 320 blocks of one launch, and views at odd offsets (no vector access).
+  // 200 tensors (past the 192 of one table) of sizes around the 65536-element chunk, one of
+  // them past the 2560 blocks of one launch (Note [Multi-tensor AdamW] in
+  // kernels/cuda/optimizers.cu), and views at odd offsets (no vector access).
   std::vector<int64_t> sizes;
-  for (int i = 0; i < 40; ++i) sizes.push_back(1 + (i * 40009) % 200000);
-  sizes[7] = 320 * 65536 + 3;
+  for (int i = 0; i < 200; ++i) sizes.push_back(1 + (i * 40009) % 200000);
+  constexpr int64_t kChunk = 65536;
+  sizes[7] = 2560 * kChunk + 3;
   const kernels::AdamWParams hp{.lr = 1e-2, .weight_decay = 0.01, .step = 5};
   for (DType dt : kOptimDtypes) {
     DYNAMIC_SECTION(dtype_name(dt)) {
       std::vector<kernels::AdamWTensors> multi, single;
       for (size_t i = 0; i < sizes.size(); ++i) {
         const int64_t shift = i % 3 == 1 ? 1 : 0;  // a misaligned view
-        State s = make_state({sizes[i] + shift}, 500 + 4 * i, dt);
+        const int64_t n = sizes[i] + shift;
+        // The large one repeats a chunk's random values on the device (no CPU reference).
+        State s = make_state({std::min(n, kChunk)}, 500 + 4 * i, dt);
+        if (n > kChunk) {
+          for (Input* in : {&s.p, &s.g, &s.m, &s.v}) {
+            const int64_t copies = (n + kChunk - 1) / kChunk;
+            in->dev = in->dev.view({1, kChunk})
+                          .expand({copies, kChunk})
+                          .contiguous()
+                          .view({copies * kChunk})
+                          .narrow(0, 0, n)
+                          .contiguous();
+          }
+        }
         auto part = [&](const Tensor& t) { return t.narrow(0, shift, sizes[i]); };
         multi.push_back(
             {part(s.p.dev.clone()), part(s.g.dev), part(s.m.dev.clone()), part(s.v.dev.clone())});
