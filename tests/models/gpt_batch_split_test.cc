@@ -18,6 +18,7 @@
 #include "models/gpt2/gpt.h"
 #include "parallel/comm/thread_comm.h"
 #include "tests/testing.h"
+#include "tests/tiny_gpt.h"
 
 namespace tessera {
 namespace {
@@ -25,13 +26,10 @@ namespace {
 constexpr double kTol = 1e-6;
 constexpr uint64_t kSeed = 7;
 
+// tiny_gpt_config's model with 3 blocks.
 GptConfig config(double dropout) {
-  GptConfig c;
-  c.vocab_size = 96;
-  c.block_size = 16;
+  GptConfig c = testing::tiny_gpt_config(96);
   c.n_layer = 3;
-  c.n_head = 4;
-  c.n_embd = 32;
   c.dropout = dropout;
   c.attention_dropout = dropout;
   return c;
