@@ -73,32 +73,35 @@ Tensor dense_gelu_dense(const Tensor& x, const Tensor& w1, const Tensor& b1, con
   out_shape.back() = w2.size(0);
   Tensor z = kernels::linear(first.y, w2.detach(), b2.defined() ? b2.detach() : Tensor())
                  .reshape(out_shape);  // (..., out)
-  record_function(
-      "dense_gelu_dense", {x, w1, b1, w2, b2}, {&z},
-      [x2, w1 = w1.detach(), w2 = w2.detach(), pre = std::move(first.pre), h = std::move(first.y),
-       shape = x.shape(), rx = x.requires_grad(), r1 = w1.requires_grad(),
-       rb1 = b1.defined() && b1.requires_grad(), r2 = w2.requires_grad(),
-       rb2 = b2.defined() && b2.requires_grad(),
-       reduce_input_grad](const TensorList& g) -> TensorList {
-        const Tensor dz = rows_of(g[0]);  // (R, out)
-        Tensor dw2, db2;
-        if (r2 && rb2) {
-          kernels::LinearParamGrads p = kernels::linear_param_grads(dz, h);
-          dw2 = std::move(p.dweight);  // (out, hidden)
-          db2 = std::move(p.dbias);    // (out)
-        } else {
-          if (r2) dw2 = kernels::matmul(dz, h, true, false);
-          if (rb2) db2 = kernels::sum(dz, {0}, false);
-        }
-        kernels::GeluInputGrads d = kernels::gelu_input_grads(dz, w2, pre);  // (R, hidden)
-        Tensor dx;
-        if (rx) {
-          dx = kernels::matmul(d.dpre, w1).reshape(shape);  // (..., in)
-          if (reduce_input_grad) reduce_input_grad(dx);
-        }
-        Tensor dw1 = r1 ? kernels::matmul(d.dpre, x2, true, false) : Tensor();  // (hidden, in)
-        return {dx, dw1, rb1 ? d.dbias : Tensor(), dw2, db2};
-      });
+  record_function("dense_gelu_dense", {x, w1, b1, w2, b2}, {&z},
+                  [x2, w1 = w1.detach(), w2 = w2.detach(), pre = std::move(first.pre),
+                   h = std::move(first.y), shape = x.shape(), rx = x.requires_grad(),
+                   r1 = w1.requires_grad(), rb1 = b1.defined() && b1.requires_grad(),
+                   r2 = w2.requires_grad(), rb2 = b2.defined() && b2.requires_grad(),
+                   reduce_input_grad](const TensorList& g) -> TensorList {
+                    const Tensor dz = rows_of(g[0]);  // (R, out)
+                    // x's gradient first, so that its reduction travels under the weights'
+                    // products.
+                    kernels::GeluInputGrads d;
+                    if (rx || r1 || rb1) d = kernels::gelu_input_grads(dz, w2, pre);  // (R, hidden)
+                    Tensor dx;
+                    if (rx) {
+                      dx = kernels::matmul(d.dpre, w1).reshape(shape);  // (..., in)
+                      if (reduce_input_grad) reduce_input_grad(dx);
+                    }
+                    Tensor dw2, db2;
+                    if (r2 && rb2) {
+                      kernels::LinearParamGrads p = kernels::linear_param_grads(dz, h);
+                      dw2 = std::move(p.dweight);  // (out, hidden)
+                      db2 = std::move(p.dbias);    // (out)
+                    } else {
+                      if (r2) dw2 = kernels::matmul(dz, h, true, false);
+                      if (rb2) db2 = kernels::sum(dz, {0}, false);
+                    }
+                    Tensor dw1 =
+                        r1 ? kernels::matmul(d.dpre, x2, true, false) : Tensor();  // (hidden, in)
+                    return {dx, dw1, rb1 ? d.dbias : Tensor(), dw2, db2};
+                  });
   return z;
 }
 

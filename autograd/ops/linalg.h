@@ -29,8 +29,10 @@ Tensor linear(
 // linear(gelu(linear(x, w1, b1)), w2, b2), GELU being the tanh approximation. On CUDA with
 // 16-bit operands GELU runs in the first product's epilogue and its derivative in the
 // backward's product with w2 (kernels::linear_gelu, kernels::gelu_input_grads; Note [GELU
-// epilogues] in kernels/cuda/matmul.cu); elsewhere the three ops' kernels run in the same
-// order, giving their bits. x's gradient goes to `reduce_input_grad` as linear()'s does.
+// epilogues] in kernels/cuda/matmul.cu). On the CPU the three ops' kernels run, giving their
+// bits; on CUDA the values agree within rounding (the bias gradients may come from other
+// epilogues). x's gradient goes to `reduce_input_grad` as linear()'s does, before the
+// weights' gradients are computed.
 //   x (..., in), w1 (hidden, in), b1 (hidden) or undefined, w2 (out, hidden),
 //   b2 (out) or undefined -> (..., out)
 Tensor dense_gelu_dense(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,

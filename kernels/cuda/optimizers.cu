@@ -111,8 +111,10 @@ __global__ void __launch_bounds__(kThreads)
 // block b updates chunk block_chunk[b] of tensor block_tensor[b], kMultiChunk elements.
 // The host fills tables in tensor order and launches whenever one is full, so a list of
 // any length takes ceil(total chunks / kMultiBlocks) launches or a few more: GPT-2 124M's
-// 148 tensors in 1900 chunks take one launch of 1900 blocks (with 4 KB tables, 24 tensors
-// and 320 blocks, it took 7 launches of at most 320 blocks, under 3 per SM of an H100).
+// 148 tensors in about 2000 chunks take one launch (with 4 KB tables, 24 tensors and 320
+// blocks, it took 7 launches of at most 320 blocks, under 3 per SM of an H100). A driver
+// older than CUDA 12.1 cannot take such arguments: there each tensor gets the one-tensor
+// kernel.
 // Each element goes through adamw_element, so the numbers equal the one-tensor kernel's
 // bit for bit.
 constexpr int kMultiTensors = 192;
@@ -132,6 +134,7 @@ struct MultiTensorTable {
 static_assert(sizeof(MultiTensorTable<double>) + sizeof(AdamWConsts<double>) < 32000,
               "the table must fit the 32 KB kernel-argument limit");
 static_assert(kMultiTensors <= 256, "block_tensor holds a slot in a uint8_t");
+static_assert(CUDART_VERSION >= 12010, "kernel arguments over 4 KB need CUDA 12.1");
 
 template <class T>
 __global__ void __launch_bounds__(kThreads)
@@ -343,6 +346,14 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
 void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p) {
   if (tensors.empty()) return;
   set_device("adamw_step", tensors.front().param);
+  int driver = 0;
+  check_cuda(cudaDriverGetVersion(&driver), "adamw_step", "cudaDriverGetVersion");
+  if (driver < 12010) {  // Note [Multi-tensor AdamW]: no 20 KB kernel arguments
+    for (const AdamWTensors& t : tensors) {
+      cuda::adamw_step(t.param, t.grad, t.exp_avg, t.exp_avg_sq, p);
+    }
+    return;
+  }
   const double bc1 = bias_correction(p.bias_correction, p.beta1, p.step);
   const double bc2 = bias_correction(p.bias_correction, p.beta2, p.step);
   dispatch_cuda_floating(tensors.front().param.dtype(), "adamw_step", [&](auto tag) {

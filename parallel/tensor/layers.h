@@ -115,7 +115,9 @@ class RowParallelLinear : public Layer {
   Tensor finish(const PendingSum& pending) const;
   // The forward's output, or start(), from a partial product made elsewhere
   // (gelu_mlp_partial): sums it over the group and adds the bias, which a group of one's
-  // partial already holds. (..., out) -> (..., out)
+  // partial already holds. Over several ranks the bias is read in a call of its own, as in
+  // finish() (ZeRO-3's hooks, which would gather the layer again there, do not run with
+  // tensor slicing). (..., out) -> (..., out)
   Tensor reduce(const Tensor& partial) const;
   PendingSum start_reduce(const Tensor& partial) const;
 

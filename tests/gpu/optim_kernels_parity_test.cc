@@ -96,7 +96,8 @@ TEST_CASE("the multi-tensor adamw_step equals the one-tensor kernel bit for bit"
       for (size_t i = 0; i < sizes.size(); ++i) {
         const int64_t shift = i % 3 == 1 ? 1 : 0;  // a misaligned view
         const int64_t n = sizes[i] + shift;
-        // The large one repeats a chunk's random values on the device (no CPU reference).
+        // A tensor over a chunk repeats a chunk's random values on the device (no CPU
+        // reference: the comparison is between the two kernels).
         State s = make_state({std::min(n, kChunk)}, 500 + 4 * i, dt);
         if (n > kChunk) {
           for (Input* in : {&s.p, &s.g, &s.m, &s.v}) {

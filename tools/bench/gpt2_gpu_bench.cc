@@ -277,6 +277,9 @@ int bench_main(int argc, char** argv) {
     std::printf("  step %2zu: %8.2f = %8.2f | %8.2f | %8.2f\n", i + 1, 1e3 * step_s[i],
                 1e3 * fwd_s[i], 1e3 * bwd_s[i], 1e3 * opt_s[i]);
   }
+  // Before the references, which may be cut off by a time limit.
+  std::printf("\ntessera: step %.2f ms, %.0f tokens/s, MFU %.1f%%\n", 1e3 * step_med, tok_s,
+              100 * flops_step / step_med / peak);
   std::printf("\ntessera time breakdown (median ms; TFLOP/s; share of the step)\n");
   std::printf("  forward + loss   %8.2f ms  %7.1f TFLOP/s  %5.1f%%\n", 1e3 * f,
               flops_step / 3 / f / 1e12, 100 * f / step_med);
@@ -351,7 +354,7 @@ int bench_main(int argc, char** argv) {
   std::optional<nlohmann::json> ref, compiled;
   if (!flags.has("no-torch")) {
     ref = run_torch(false);
-    if (!flags.has("no-torch-compile")) compiled = run_torch(true);
+    if (ref && !flags.has("no-torch-compile")) compiled = run_torch(true);
   }
 
   const double torch_step = bench::json_number(ref, "step_ms") / 1e3;

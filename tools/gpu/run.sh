@@ -202,7 +202,7 @@ if wants bench; then
     run_one cuda_kernels_bench "$log" 180 "$bin/cuda_kernels_bench" || bad=$((bad + 1))
     # 300 s: torch.compile's compilation of the reference takes a minute or two.
     run_one gpt2_gpu_bench "$log" 300 "$bin/gpt2_gpu_bench" --torch-script "$bin/gpt2_gpu_torch.py" || bad=$((bad + 1))
-    grep -E "one step's GEMMs|^  (forward|backward) |copy bandwidth|reference.* unavailable|^step ms|^tokens/s|^MFU|^PyTorch |torch.compile" "$log" | sed 's/^/  /' >> "$summary"
+    grep -E "one step's GEMMs|^  (forward|backward) |copy bandwidth|reference.* unavailable|^step ms|^tokens/s|^MFU|^PyTorch |^tessera: |^  torch.compile:|ours / torch.compile" "$log" | sed 's/^/  /' >> "$summary"
     say "bench: $([[ $bad == 0 ]] && echo passed || echo "$bad FAILED")"
     ((bad)) && failed_parts=$((failed_parts + 1))
   fi

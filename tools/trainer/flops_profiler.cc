@@ -76,7 +76,9 @@ OpCost op_cost(const std::string& name, const TensorList& inputs,
     return {2 * macs, macs};
   }
   if (name == "dense_gelu_dense") {  // (x, W1 (hidden, in), b1, W2 (out, hidden), b2)
-    const double rows = static_cast<double>(in(0).numel() / in(0).size(in(0).dim() - 1));
+    // Counted under c_proj, whose call the op runs in (Note [Fused tensor-parallel MLP]).
+    const double rows =
+        static_cast<double>(in(0).numel() / std::max<int64_t>(1, in(0).size(in(0).dim() - 1)));
     const double hidden = static_cast<double>(in(1).size(0));
     const double macs = static_cast<double>(in(0).numel()) * hidden +
                         rows * hidden * static_cast<double>(in(3).size(0));
