@@ -27,8 +27,9 @@ config() {
 JSON
 }
 
-# config3d NAME PIPE TP ZERO: the 3D layout (PIPE, data, TP) with ZeRO stage ZERO, 4 heads of
-# 6 channels (both slices divide); writes NAME.json, logging to NAME/log and NAME/ckpt.
+# config3d NAME PIPE TP ZERO [SPLIT]: the 3D layout (PIPE, data, TP) with ZeRO stage ZERO, 4
+# heads of 6 channels (both slices divide), micro-batches cut into SPLIT pieces
+# (tensor_parallel.batch_split, default 1); writes NAME.json, logging to NAME/log and NAME/ckpt.
 config3d() {
   cat >"$1.json" <<JSON
 {
@@ -37,7 +38,7 @@ config3d() {
   "gradient_clipping": 0.5,
   "zero_optimization": {"stage": $4},
   "pipeline": {"stages": $2},
-  "tensor_parallel": {"tp_size": $3},
+  "tensor_parallel": {"tp_size": $3, "batch_split": ${5:-1}},
   "model": {"type": "gpt2", "vocab_size": $VOCAB, "block_size": 16, "n_layer": 2, "n_head": 4,
             "n_embd": 24, "bias": false},
   "data": {"train": "data/train_*.bin", "sampling": "random"},

@@ -207,6 +207,13 @@ for np in 8 1; do
   fi
 done
 echo "ok: (2, 2, 2) under mpirun equals one process; its checkpoint resumes at 8 ranks and at 1"
+# Tensor slicing with micro-batches cut in two (Note [Batch-split overlap]): the sums of one
+# piece travel on MPI's worker thread while the other piece computes.
+config3d m2split 1 2 0 2
+mpi 300 2 --config m2split.json --comm-timeout 60 >m2split.log 2>&1 ||
+  fail "m2split failed: $(tail -n 5 m2split.log)"
+"$COMPARE" single3d m2split 1e-5 || fail "the batch-split (1, 1, 2) run differs from the single-process run"
+echo "ok: (1, 1, 2) with batch_split 2 under mpirun equals one process"
 
 # A config that does not fit the world: every rank says so, and the job fails.
 config misfit 1 6 '"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2'
