@@ -212,7 +212,8 @@ TEST_CASE("gather_model_parallel_slices reassembles model_parallel_slice", "[ten
           std::vector<RankResult> got = on_ranks(size, [&](Communicator& group) {
             const Placement p{Placement::Kind::sharded, dim, parts};
             const Tensor slice = model_parallel_slice(full, dim, parts, group.rank(), size);
-            return RankResult{gather_model_parallel_slices(slice, p, group).to_vector<float>()};
+            return RankResult{
+                gather_model_parallel_slices(slice, p, group).to_vector<float>(), {}, {}, {}};
           });
           for (int r = 0; r < size; ++r) CHECK(got[r].y == full.to_vector<float>());
         }
