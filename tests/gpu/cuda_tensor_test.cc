@@ -86,6 +86,29 @@ TEST_CASE("device conversions round once and equal the CPU's in every layout", "
                                                           .to_vector<double>());
 }
 
+// Contiguous conversions take vector accesses when both sides are 8-element aligned (Note
+// [Device copies] in core/cuda/copy_kernel.cu), with a tail of n % 8; a view one element
+// in takes the scalar kernel.
+TEST_CASE("contiguous device conversions equal the CPU's, aligned or not", "[gpu]") {
+  Generator g(5);
+  const Tensor x = randn({100003}, g, {}, 0.0, 300.0);
+  const std::vector<DType> types{DType::f32, DType::f16, DType::bf16, DType::f64, DType::i32};
+  for (DType from : types) {
+    for (DType to : types) {
+      if (from == to) continue;
+      CAPTURE(dtype_name(from), dtype_name(to));
+      const Tensor src = x.to(from);
+      const Tensor dev = src.to(Device::cuda(0));
+      for (int64_t offset : {0, 1}) {
+        CAPTURE(offset);
+        const int64_t n = src.numel() - offset;
+        CHECK(dev.narrow(0, offset, n).to(to).to(Device::cpu()).to_vector<double>() ==
+              src.narrow(0, offset, n).to(to).to_vector<double>());
+      }
+    }
+  }
+}
+
 TEST_CASE("fill_ on the device equals the CPU's in every dtype and layout", "[gpu]") {
   // Values whose conversion rounds (16-bit floats), truncates (integers) or saturates to 1
   // (bool), and 0 (contiguous zeros take cudaMemsetAsync).
