@@ -186,19 +186,23 @@ void Gpt::set_batch_split(int64_t pieces) {
   batch_pieces_ = pieces;
 }
 
-Tensor Gpt::batch_split_blocks(Tensor x) const {
+std::vector<BlockCall> Gpt::kept_blocks() const {
+  // Note [Progressive layer drop]: layers are numbered over the whole model.
+  const int64_t forward = layer_drop_.next_forward();
   std::vector<BlockCall> calls;
-  if (layer_drop_.active() && is_training()) {
-    // Note [Progressive layer drop]: layers are numbered over the whole model.
-    const int64_t forward = layer_drop_.next_forward();
-    for (size_t i = 0; i < transformer_.h.size(); ++i) {
-      const int64_t layer = part_.first_block + static_cast<int64_t>(i);
-      if (const std::optional<double> divisor = layer_drop_.keep(forward, layer, cfg_.n_layer)) {
-        calls.push_back({&block(i), *divisor});
-      }
+  for (size_t i = 0; i < transformer_.h.size(); ++i) {
+    const int64_t layer = part_.first_block + static_cast<int64_t>(i);
+    if (const std::optional<double> divisor = layer_drop_.keep(forward, layer, cfg_.n_layer)) {
+      calls.push_back({&block(i), *divisor});
     }
-    return run_batch_split(calls, x, batch_pieces_);
   }
+  return calls;
+}
+
+Tensor Gpt::batch_split_blocks(Tensor x) const {
+  if (layer_drop_.active() && is_training())
+    return run_batch_split(kept_blocks(), x, batch_pieces_);
+  std::vector<BlockCall> calls;
   for (size_t i = 0; i < transformer_.h.size(); ++i) calls.push_back({&block(i), 1.0});
   // Each checkpoint segment (all blocks without checkpointing) runs split on its own.
   const size_t per_segment =
@@ -216,14 +220,8 @@ Tensor Gpt::batch_split_blocks(Tensor x) const {
 Tensor Gpt::blocks(Tensor x) const {
   if (batch_pieces_ > 1) return batch_split_blocks(std::move(x));
   if (layer_drop_.active() && is_training()) {
-    // Note [Progressive layer drop]: layers are numbered over the whole model.
-    const int64_t forward = layer_drop_.next_forward();
-    for (size_t i = 0; i < transformer_.h.size(); ++i) {
-      const int64_t layer = part_.first_block + static_cast<int64_t>(i);
-      if (const std::optional<double> divisor = layer_drop_.keep(forward, layer, cfg_.n_layer)) {
-        x = block(i).forward(x, &moe_outputs_, *divisor);
-      }
-    }
+    for (const BlockCall& call : kept_blocks())
+      x = call.block->forward(x, &moe_outputs_, call.divisor);
     return x;
   }
   if (cfg_.moe && checkpoint_interval_ > 0 && GradMode::is_enabled()) {

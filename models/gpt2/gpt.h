@@ -38,6 +38,7 @@
 
 #include "autograd/module.h"
 #include "core/philox.h"
+#include "models/gpt2/batch_split.h"
 #include "models/gpt2/block.h"
 #include "models/gpt2/config.h"
 #include "models/gpt2/kv_cache.h"
@@ -178,6 +179,8 @@ class Gpt : public LanguageModel {
   Tensor checkpointed_moe_blocks(Tensor x) const;
   // blocks() with batch_pieces_ > 1 (Note [Batch-split overlap]).
   Tensor batch_split_blocks(Tensor x) const;
+  // A training forward's blocks under progressive layer drop: those kept, with their divisors.
+  std::vector<BlockCall> kept_blocks() const;
   // aux_loss_coef times the sum of the latest forward's load-balancing losses, as a scalar
   // of `dtype`; undefined without any.
   Tensor aux_term(DType dtype) const;
