@@ -7,7 +7,7 @@
 
 namespace tessera {
 
-inline constexpr std::array<std::string_view, 47> kDifferentiableOps = {
+inline constexpr std::array<std::string_view, 48> kDifferentiableOps = {
     // elementwise (autograd/ops/elementwise.h)
     "add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "relu", "gelu",
     "sigmoid", "where",
@@ -16,7 +16,7 @@ inline constexpr std::array<std::string_view, 47> kDifferentiableOps = {
     // matrix products (autograd/ops/linalg.h)
     "matmul", "linear", "dense_gelu_dense",
     // neural-network ops (autograd/ops/nn.h)
-    "softmax", "log_softmax", "layer_norm", "embedding", "cross_entropy", "dropout",
+    "softmax", "log_softmax", "layer_norm", "add_layer_norm", "embedding", "cross_entropy", "dropout",
     "causal_attention",
     // block-sparse attention (autograd/ops/block_sparse.h)
     "sdd_matmul", "sparse_softmax", "dsd_matmul",

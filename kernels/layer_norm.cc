@@ -6,6 +6,7 @@
 #include "kernels/checks.h"
 #include "kernels/cpu/layer_norm.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/elementwise.h"
 
 namespace tessera::kernels {
 namespace {
@@ -59,6 +60,50 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   check_stat(op, x, "rstd", rstd);
   if (x.device().is_cuda()) return cuda::layer_norm_backward(dy, x, weight, mean, rstd);
   return cpu::layer_norm_backward(dy, x, weight, mean, rstd);
+}
+
+AddLayerNormOutput add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                  const Tensor& bias, double eps) {
+  constexpr const char* op = "add_layer_norm";
+  check_x(op, x);
+  check_defined(op, "delta", delta);
+  check_same_dtype(op, "x", x, "delta", delta);
+  check_same_device(op, "x", x, "delta", delta);
+  check_same_shape(op, "x", x, "delta", delta);
+  if (x.device().is_cuda()) {
+    check_x_and_param(op, x, "weight", weight);
+    check_x_and_param(op, x, "bias", bias);
+    TS_CHECK(weight.defined() || !bias.defined(),
+             "[add_layer_norm] expected a weight with the bias, found a bias without weight");
+    TS_CHECK(std::isfinite(eps) && eps >= 0, "[add_layer_norm] expected eps >= 0, found ", eps);
+    return cuda::add_layer_norm(x, delta, weight, bias, eps);
+  }
+  const Tensor h = binary(BinaryOp::add, x, delta);
+  return {h, layer_norm(h, weight, bias, eps)};
+}
+
+LayerNormGrads add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
+                                       const Tensor& weight, const Tensor& mean,
+                                       const Tensor& rstd) {
+  constexpr const char* op = "add_layer_norm_backward";
+  check_defined(op, "dh", dh);
+  check_same_dtype(op, "h", h, "dh", dh);
+  check_same_device(op, "h", h, "dh", dh);
+  check_same_shape(op, "h", h, "dh", dh);
+  if (h.device().is_cuda()) {
+    check_x(op, h);
+    check_defined(op, "dy", dy);
+    check_same_dtype(op, "h", h, "dy", dy);
+    check_same_device(op, "h", h, "dy", dy);
+    check_same_shape(op, "h", h, "dy", dy);
+    check_x_and_param(op, h, "weight", weight);
+    check_stat(op, h, "mean", mean);
+    check_stat(op, h, "rstd", rstd);
+    return cuda::add_layer_norm_backward(dy, dh, h, weight, mean, rstd);
+  }
+  LayerNormGrads g = layer_norm_backward(dy, h, weight, mean, rstd);
+  g.dx = binary(BinaryOp::add, dh, g.dx);
+  return g;
 }
 
 }  // namespace tessera::kernels

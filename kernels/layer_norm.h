@@ -23,4 +23,20 @@ struct LayerNormGrads {
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd);
 
+// A residual add and the layer normalization of its result (a pre-LayerNorm block's
+// h = x + delta, then LN(h)), with the gradients of both (Note [Residual layer norm] in
+// kernels/cuda/layer_norm.cu). On CUDA one kernel reads x and delta and writes h and the
+// norm, and the backward adds dh, the gradient h gets besides through the norm, into the
+// norm's dx in the same pass; elsewhere the add and layer_norm run one after the other.
+struct AddLayerNormOutput {
+  Tensor h;              // (..., C): x + delta in x's dtype
+  LayerNormOutput norm;  // layer_norm(h, weight, bias, eps)
+};
+AddLayerNormOutput add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                  const Tensor& bias, double eps);
+// layer_norm_backward(dy, h, ...) with dh added to dx: the gradient of x and of delta.
+LayerNormGrads add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
+                                       const Tensor& weight, const Tensor& mean,
+                                       const Tensor& rstd);
+
 }  // namespace tessera::kernels

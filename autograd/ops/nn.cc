@@ -41,6 +41,21 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   return r.y;
 }
 
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                         const Tensor& bias, double eps) {
+  kernels::AddLayerNormOutput r = kernels::add_layer_norm(x, delta, weight, bias, eps);
+  Tensor h = r.h, y = r.norm.y;
+  record_function("add_layer_norm", {x, delta, weight, bias}, {&h, &y},
+                  [h = r.h.detach(), w = weight.defined() ? weight.detach() : Tensor(),
+                   mean = r.norm.mean, rstd = r.norm.rstd](const TensorList& g) {
+                    // g: h's gradient from its other uses, then y's.
+                    kernels::LayerNormGrads d =
+                        kernels::add_layer_norm_backward(g[1], g[0], h, w, mean, rstd);
+                    return TensorList{d.dx, d.dx, d.dweight, d.dbias};
+                  });
+  return {h, y};
+}
+
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = kernels::embedding(weight, ids);
   // The rows of this lookup are added into the weight's gradient where it already sums

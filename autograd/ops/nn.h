@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "core/philox.h"
 #include "core/tensor.h"
@@ -14,6 +15,13 @@ Tensor log_softmax(const Tensor& x);  // over the last dim: (..., V) -> (..., V)
 // Normalizes over the last dim; weight and bias (C) may be undefined.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   double eps = 1e-5);  // (..., C) -> (..., C)
+
+// A residual add and the layer norm of its sum as one op: {h = x + delta, layer_norm(h)}
+// (Note [Residual layer norm] in kernels/cuda/layer_norm.cu: one pass each way on CUDA;
+// the add and the norm's kernels elsewhere, with their bits). x and delta both receive h's
+// whole gradient, the norm's part included. (..., C) x2 -> (..., C) x2
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                         const Tensor& bias, double eps = 1e-5);
 
 // Rows of `weight` picked by `ids` (i32|i64; not differentiated).
 Tensor embedding(const Tensor& weight, const Tensor& ids);  // (V, C), (...) -> (..., C)

@@ -50,6 +50,11 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y);
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y);
 
 LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+AddLayerNormOutput add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                  const Tensor& bias, double eps);
+LayerNormGrads add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
+                                       const Tensor& weight, const Tensor& mean,
+                                       const Tensor& rstd);
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd);
 

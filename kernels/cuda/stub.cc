@@ -32,6 +32,14 @@ Tensor log_softmax_backward(const Tensor&, const Tensor&) { missing("log_softmax
 LayerNormOutput layer_norm(const Tensor&, const Tensor&, const Tensor&, double) {
   missing("layer_norm");
 }
+AddLayerNormOutput add_layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                  double) {
+  missing("add_layer_norm");
+}
+LayerNormGrads add_layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       const Tensor&, const Tensor&) {
+  missing("add_layer_norm_backward");
+}
 LayerNormGrads layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                    const Tensor&) {
   missing("layer_norm_backward");

@@ -46,7 +46,14 @@ Tensor Block::forward(const Tensor& x, std::vector<moe::MoeOutput>* moe_out, dou
   const auto scaled = [divisor](const Tensor& y) {
     return divisor == 1.0 ? y : y / divisor;  // DeepSpeed divides by keep_prob
   };
-  const Tensor h = x + scaled(attn_.forward(ln_1_(x)));
+  const Tensor a = scaled(attn_.forward(ln_1_(x)));
+  if (x.device().is_cuda() && is_half(x.dtype())) {
+    // The residual add and ln_2 in one pass each way (Note [Residual layer norm] in
+    // kernels/cuda/layer_norm.cu); on the CPU they would run as separate kernels anyway.
+    const auto [h, y] = ln_2_.add_forward(x, a);
+    return h + scaled(feed_forward(y, moe_out));
+  }
+  const Tensor h = x + a;
   return h + scaled(feed_forward(ln_2_(h), moe_out));
 }
 

@@ -22,7 +22,9 @@ class Block : public Module {
   Block(const GptConfig& cfg, int64_t layer, parallel::DropoutStreams& streams,
         parallel::Communicator& model_group, parallel::AsyncCollectives* async = nullptr,
         parallel::Communicator* expert_group = nullptr);
-  // x + attn(ln_1(x)), then + mlp(ln_2(.)), each sub-block's output divided by `divisor`
+  // x + attn(ln_1(x)), then + mlp(ln_2(.)) (on CUDA in 16 bits, the first sum and ln_2 as one
+  // op: Note [Residual layer norm] in kernels/cuda/layer_norm.cu), each sub-block's output
+  // divided by `divisor`
   // (progressive layer drop's scale; 1: none). An MoE block appends its gate's
   // load-balancing loss and routing to `moe_out` (when given; the output left undefined).
   Tensor forward(const Tensor& x, std::vector<moe::MoeOutput>* moe_out = nullptr,

@@ -1,6 +1,8 @@
 // Layer normalization over the last dim with optional affine "weight" and "bias".
 #pragma once
 
+#include <utility>
+
 #include "autograd/module.h"
 
 namespace tessera {
@@ -12,6 +14,11 @@ class LayerNorm : public Layer {
 
   Tensor& weight() { return weight_; }
   Tensor& bias() { return bias_; }
+
+  // {h = x + delta, this norm of h} as one op (autograd's add_layer_norm; Note [Residual
+  // layer norm] in kernels/cuda/layer_norm.cu), in a call of this module.
+  // (..., dim) x2 -> (..., dim) x2
+  std::pair<Tensor, Tensor> add_forward(const Tensor& x, const Tensor& delta) const;
 
  protected:
   Tensor forward(const Tensor& x) const override;  // (..., dim) -> (..., dim)

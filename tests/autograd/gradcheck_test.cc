@@ -163,6 +163,16 @@ std::vector<Case> all_cases() {
                [] {
                  return TensorList{nc_leaf({3, 4}, 27), leaf({2, 4}, 28)};
                }});
+  // h feeds a second use (h * 3) besides the norm: its gradient comes from both.
+  c.push_back({"add_layer_norm", "affine, h used again",
+               [](const TensorList& x) {
+                 const auto [h, y] = add_layer_norm(x[0], x[1], x[2], x[3]);
+                 return add(mul(h, y), y);
+               },
+               [] {
+                 return TensorList{leaf({2, 3, 5}, 98), nc_leaf({2, 3, 5}, 99), leaf({5}, 100),
+                                   leaf({5}, 101)};
+               }});
   c.push_back({"dense_gelu_dense", "3-D input with biases",
                [](const TensorList& x) { return dense_gelu_dense(x[0], x[1], x[2], x[3], x[4]); },
                [] {

@@ -214,6 +214,16 @@ std::vector<OpCase> all_op_cases() {
       },
       kTf32Tol);
   add_case(
+      "add_layer_norm", "affine, h used again",
+      [](const TensorList& x) {
+        const auto [h, y] = add_layer_norm(x[0], x[1], x[2], x[3]);
+        return add(mul(h, y), y);
+      },
+      [](const Side& s) {
+        return TensorList{s.leaf({4, 33, 768}, 102), s.leaf({4, 33, 768}, 103), s.leaf({768}, 104),
+                          s.leaf({768}, 105)};
+      });
+  add_case(
       "dense_gelu_dense", "3-D input with biases",
       [](const TensorList& x) { return dense_gelu_dense(x[0], x[1], x[2], x[3], x[4]); },
       [](const Side& s) {

@@ -136,6 +136,51 @@ TEST_CASE("layer_norm and its backward match the CPU, with and without affine", 
   }
 }
 
+// The residual add fused with the norm (Note [Residual layer norm] in
+// kernels/cuda/layer_norm.cu): h, the norm and the gradients with dh added, against the f64
+// CPU reference; (64, 768) and (130, 1600) in 16 bits add dh in the warp-per-row kernel,
+// (3, 5, 37) and f32's (130, 1600) after the block-per-row one.
+TEST_CASE("add_layer_norm and its backward match the CPU", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  const Shape shapes[] = {{64, 768}, {130, 1600}, {3, 5, 37}};
+  for (DType dt : kHalfAndSingle) {
+    for (bool affine : {true, false}) {
+      DYNAMIC_SECTION(dtype_name(dt) << (affine ? " affine" : " no affine")) {
+        const double tol = tol_for(dt, 1e-5);
+        const DType sd = stat_dtype(dt);
+        for (const Shape& shape : shapes) {
+          INFO(shape_str(shape));
+          const int64_t C = shape.back();
+          const Input x = random(shape, 50, dt), delta = random(shape, 51, dt);
+          const Input w = random({C}, 52, dt), b = random({C}, 53, dt);
+          const Tensor w_ref = affine ? w.ref : Tensor(), w_dev = affine ? w.dev : Tensor();
+          const Tensor b_ref = affine ? b.ref : Tensor(), b_dev = affine ? b.dev : Tensor();
+          const kernels::AddLayerNormOutput want =
+              kernels::add_layer_norm(x.ref, delta.ref, w_ref, b_ref, 1e-5);
+          const kernels::AddLayerNormOutput got =
+              kernels::add_layer_norm(x.dev, delta.dev, w_dev, b_dev, 1e-5);
+          check_close(got.h, want.h, dt, tol);
+          check_close(got.norm.y, want.norm.y, dt, tol);
+          check_close(got.norm.mean, want.norm.mean, sd, stat_tol(dt));
+          check_close(got.norm.rstd, want.norm.rstd, sd, stat_tol(dt));
+          const Input dy = random(shape, 54, dt), dh = random(shape, 55, dt);
+          const Input h = both(want.h, dt);
+          const Input mean = both(want.norm.mean, sd), rstd = both(want.norm.rstd, sd);
+          const kernels::LayerNormGrads wg =
+              kernels::add_layer_norm_backward(dy.ref, dh.ref, h.ref, w_ref, mean.ref, rstd.ref);
+          const kernels::LayerNormGrads gg =
+              kernels::add_layer_norm_backward(dy.dev, dh.dev, h.dev, w_dev, mean.dev, rstd.dev);
+          check_close(gg.dx, wg.dx, dt, tol);
+          if (affine) {
+            check_close(gg.dweight, wg.dweight, dt, tol);
+            check_close(gg.dbias, wg.dbias, dt, tol);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Rows of a (N, V) device tensor whose target is `ignore_index` hold exact zeros.
 void check_ignored_rows_zero(const Tensor& dlogits, const std::vector<int64_t>& targets,
                              int64_t ignore_index) {

@@ -102,6 +102,10 @@ OpCost op_cost(const std::string& name, const TensorList& inputs,
     const bool weight = inputs.size() > 1 && in(1).defined();
     return {numel(outputs.at(0).shape) * (weight ? 5 : 4), 0};
   }
+  if (name == "add_layer_norm") {  // (x, delta, weight, bias): the add, then layer_norm's
+    const bool weight = inputs.size() > 2 && in(2).defined();
+    return {numel(outputs.at(0).shape) * (weight ? 6 : 5), 0};
+  }
   if (name == "add" || name == "mul") return {numel(outputs.at(0).shape), 0};
   return {};
 }
