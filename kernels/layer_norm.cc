@@ -86,6 +86,7 @@ LayerNormGrads add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const
                                        const Tensor& weight, const Tensor& mean,
                                        const Tensor& rstd) {
   constexpr const char* op = "add_layer_norm_backward";
+  check_defined(op, "h", h);
   check_defined(op, "dh", dh);
   check_same_dtype(op, "h", h, "dh", dh);
   check_same_device(op, "h", h, "dh", dh);

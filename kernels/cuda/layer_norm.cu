@@ -29,6 +29,34 @@ __device__ __forceinline__ double sqrt_acc(double v) { return sqrt(v); }
 // kernel), which saves writing the norm's dx and reading it back for the sum; both x and delta take
 // that gradient.
 
+// visit_row over h = a + b rounded to T, which it also writes to `out`, h's packs stored
+// whole: fn(j, h[j]) for the j < n this thread owns (Note [Row kernels]).
+template <class T, class F>
+__device__ __forceinline__ void add_row(const T* a, const T* b, T* out, int64_t n, F&& fn) {
+  constexpr int N = 16 / sizeof(T);
+  const auto sum = [](T x, T y) { return from_acc<T>(to_acc(x) + to_acc(y)); };
+  const int64_t head = head_of(a, same_offset(a, b) && same_offset<T>(a, out), n);
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) {
+    out[j] = sum(a[j], b[j]);
+    fn(j, to_acc(out[j]));
+  }
+  const int64_t packs = (n - head) / N;
+  for (int64_t k = threadIdx.x; k < packs; k += blockDim.x) {
+    const int64_t j = head + k * N;
+    const Pack<T, N> pa = load_pack<T, N>(a + j), pb = load_pack<T, N>(b + j);
+    Pack<T, N> po;
+#pragma unroll
+    for (int i = 0; i < N; ++i) po.v[i] = sum(pa.v[i], pb.v[i]);
+    store_pack(out + j, po);
+#pragma unroll
+    for (int i = 0; i < N; ++i) fn(j + i, to_acc(po.v[i]));
+  }
+  for (int64_t j = head + packs * N + threadIdx.x; j < n; j += blockDim.x) {
+    out[j] = sum(a[j], b[j]);
+    fn(j, to_acc(out[j]));
+  }
+}
+
 // y = (x - mean) * rstd * weight + bias per row; mean and rstd saved in acc_t (f32 for
 // half inputs). weight and bias may be null. With kAdd the rows normalized are
 // h = x + delta, written to h (Note [Residual layer norm]).
@@ -54,11 +82,11 @@ __global__ void layer_norm_kernel(const T* __restrict__ x,       // (rows, cols)
     // The second pass reads the row again from L1/L2 (x and delta, not h: the read-only
     // loads need not see this kernel's own writes).
     A s = A(0);
-    visit_row(xr, dr, cols, [&](int64_t j, A a, A b) {
-      const A v = value(a, b);
-      if constexpr (kAdd) h[r * cols + j] = from_acc<T>(v);
-      s += v;
-    });
+    if constexpr (kAdd) {
+      add_row(xr, dr, h + r * cols, cols, [&](int64_t, A v) { s += v; });
+    } else {
+      visit_row(xr, none, cols, [&](int64_t, A v, A) { s += v; });
+    }
     const A m = block_sum(s, scratch) / static_cast<A>(cols);
     A q = A(0);
     visit_row(xr, dr, cols, [&](int64_t, A a, A b) {
