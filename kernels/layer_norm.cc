@@ -33,23 +33,20 @@ void check_x(const char* op, const Tensor& x) {  // (..., C)
   TS_CHECK(x.dim() >= 1, "[", op, "] expected x with at least 1 dim, found ", shape_str(x.shape()));
 }
 
-}  // namespace
-
-LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  constexpr const char* op = "layer_norm";
+// layer_norm's operands, errors naming `op`.
+void check_forward(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   double eps) {
   check_x(op, x);
   check_x_and_param(op, x, "weight", weight);
   check_x_and_param(op, x, "bias", bias);
-  TS_CHECK(weight.defined() || !bias.defined(),
-           "[layer_norm] expected a weight with the bias, found a bias without weight");
-  TS_CHECK(std::isfinite(eps) && eps >= 0, "[layer_norm] expected eps >= 0, found ", eps);
-  if (x.device().is_cuda()) return cuda::layer_norm(x, weight, bias, eps);
-  return cpu::layer_norm(x, weight, bias, eps);
+  TS_CHECK(weight.defined() || !bias.defined(), "[", op,
+           "] expected a weight with the bias, found a bias without weight");
+  TS_CHECK(std::isfinite(eps) && eps >= 0, "[", op, "] expected eps >= 0, found ", eps);
 }
 
-LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                   const Tensor& mean, const Tensor& rstd) {
-  constexpr const char* op = "layer_norm_backward";
+// layer_norm_backward's operands, errors naming `op`.
+void check_backward(const char* op, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                    const Tensor& mean, const Tensor& rstd) {
   check_x(op, x);
   check_defined(op, "dy", dy);
   check_same_dtype(op, "x", x, "dy", dy);
@@ -58,6 +55,21 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   check_x_and_param(op, x, "weight", weight);
   check_stat(op, x, "mean", mean);
   check_stat(op, x, "rstd", rstd);
+}
+
+}  // namespace
+
+LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  constexpr const char* op = "layer_norm";
+  check_forward(op, x, weight, bias, eps);
+  if (x.device().is_cuda()) return cuda::layer_norm(x, weight, bias, eps);
+  return cpu::layer_norm(x, weight, bias, eps);
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd) {
+  constexpr const char* op = "layer_norm_backward";
+  check_backward(op, dy, x, weight, mean, rstd);
   if (x.device().is_cuda()) return cuda::layer_norm_backward(dy, x, weight, mean, rstd);
   return cpu::layer_norm_backward(dy, x, weight, mean, rstd);
 }
@@ -71,11 +83,7 @@ AddLayerNormOutput add_layer_norm(const Tensor& x, const Tensor& delta, const Te
   check_same_device(op, "x", x, "delta", delta);
   check_same_shape(op, "x", x, "delta", delta);
   if (x.device().is_cuda()) {
-    check_x_and_param(op, x, "weight", weight);
-    check_x_and_param(op, x, "bias", bias);
-    TS_CHECK(weight.defined() || !bias.defined(),
-             "[add_layer_norm] expected a weight with the bias, found a bias without weight");
-    TS_CHECK(std::isfinite(eps) && eps >= 0, "[add_layer_norm] expected eps >= 0, found ", eps);
+    check_forward(op, x, weight, bias, eps);
     return cuda::add_layer_norm(x, delta, weight, bias, eps);
   }
   const Tensor h = binary(BinaryOp::add, x, delta);
@@ -92,14 +100,7 @@ LayerNormGrads add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const
   check_same_device(op, "h", h, "dh", dh);
   check_same_shape(op, "h", h, "dh", dh);
   if (h.device().is_cuda()) {
-    check_x(op, h);
-    check_defined(op, "dy", dy);
-    check_same_dtype(op, "h", h, "dy", dy);
-    check_same_device(op, "h", h, "dy", dy);
-    check_same_shape(op, "h", h, "dy", dy);
-    check_x_and_param(op, h, "weight", weight);
-    check_stat(op, h, "mean", mean);
-    check_stat(op, h, "rstd", rstd);
+    check_backward(op, dy, h, weight, mean, rstd);
     return cuda::add_layer_norm_backward(dy, dh, h, weight, mean, rstd);
   }
   LayerNormGrads g = layer_norm_backward(dy, h, weight, mean, rstd);
