@@ -11,8 +11,8 @@ Tensor run_batch_split(const std::vector<BlockCall>& blocks, const Tensor& x, in
   TS_CHECK(pieces >= 1, "[gpt2] batch split: expected at least 1 piece, found ", pieces);
   TS_CHECK(x.dim() == 3, "[gpt2] batch split: expected activations (B, T, C), found ",
            shape_str(x.shape()));
-  if (blocks.empty()) return x;
   const int64_t batch = x.size(0), n = std::min(pieces, batch);
+  if (blocks.empty() || batch == 0) return x;  // nothing to compute: (0, T, C) stays empty
   std::vector<int64_t> sizes;
   for (int64_t p = 0; p < n; ++p) sizes.push_back(batch / n + (p < batch % n ? 1 : 0));
   std::vector<Tensor> xs = split(x, sizes, 0);  // (B_p, T, C) each
