@@ -16,8 +16,8 @@ inline constexpr std::array<std::string_view, 48> kDifferentiableOps = {
     // matrix products (autograd/ops/linalg.h)
     "matmul", "linear", "dense_gelu_dense",
     // neural-network ops (autograd/ops/nn.h)
-    "softmax", "log_softmax", "layer_norm", "add_layer_norm", "embedding", "cross_entropy", "dropout",
-    "causal_attention",
+    "softmax", "log_softmax", "layer_norm", "add_layer_norm", "embedding", "cross_entropy",
+    "dropout", "causal_attention",
     // block-sparse attention (autograd/ops/block_sparse.h)
     "sdd_matmul", "sparse_softmax", "dsd_matmul",
     // views, joins and gathers (autograd/ops/shape.h)

@@ -96,8 +96,8 @@ GeluInputGrads gelu_input_grads(const Tensor& g, const Tensor& weight, const Ten
   check_same_dtype(op, "g", g, "pre", pre);
   check_same_device(op, "g", g, "pre", pre);
   if (g.device().is_cuda()) return cuda::gelu_input_grads(g, weight, pre);
-  const Tensor dpre = unary_backward(UnaryOp::gelu, cpu::matmul(g, weight, false, false), pre,
-                                     Tensor());
+  const Tensor dpre =
+      unary_backward(UnaryOp::gelu, cpu::matmul(g, weight, false, false), pre, Tensor());
   return {dpre, sum(dpre, {0}, false)};
 }
 

@@ -299,9 +299,8 @@ std::optional<Tensor> gemm(const Tensor& a, const Tensor& b, bool trans_a, bool 
     check_cublas(cublasLtMatmulDescSetAttribute(op.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                 &aux_ld, sizeof(aux_ld)),
                  "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
-    check_cublas(cublasLtMatmulDescSetAttribute(op.desc,
-                                                CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type,
-                                                sizeof(type)),
+    check_cublas(cublasLtMatmulDescSetAttribute(
+                     op.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type, sizeof(type)),
                  "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_DATA_TYPE)");
   }
   Layout la(type, first.rows, first.cols, first.ld, gemm_batch, first.batch_stride);
