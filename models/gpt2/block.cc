@@ -47,9 +47,9 @@ Tensor Block::forward(const Tensor& x, std::vector<moe::MoeOutput>* moe_out, dou
     return divisor == 1.0 ? y : y / divisor;  // DeepSpeed divides by keep_prob
   };
   const Tensor a = scaled(attn_.forward(ln_1_(x)));
-  if (x.device().is_cuda() && is_half(x.dtype())) {
+  if (takes_fused_ops(x)) {
     // The residual add and ln_2 in one pass each way (Note [Residual layer norm] in
-    // kernels/cuda/layer_norm.cu); on the CPU they would run as separate kernels anyway.
+    // kernels/cuda/layer_norm.cu).
     const auto [h, y] = ln_2_.add_forward(x, a);
     return h + scaled(feed_forward(y, moe_out));
   }

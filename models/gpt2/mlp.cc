@@ -16,22 +16,19 @@ Mlp::Mlp(const GptConfig& cfg, Generator& gen, parallel::Communicator& model_gro
   register_module("dropout", dropout_);
 }
 
-bool Mlp::fuses(const Tensor& x) {
-  // Note [Fused tensor-parallel MLP]: the fusion is in cuBLASLt's 16-bit epilogues; on the
-  // CPU the fused op would run the separate ops' kernels.
-  return x.device().is_cuda() && is_half(x.dtype());
-}
+bool takes_fused_ops(const Tensor& x) { return x.device().is_cuda() && is_half(x.dtype()); }
 
 Tensor Mlp::forward(const Tensor& x) const {
   const ModuleScope scope(*this);  // Note [Forward observers]
-  if (fuses(x))
+  if (takes_fused_ops(x))
     return dropout_.forward(c_proj_.reduce(parallel::gelu_mlp_partial(x, c_fc_, c_proj_)));
   return dropout_.forward(c_proj_(gelu(c_fc_(x))));
 }
 
 parallel::PendingSum Mlp::start(const Tensor& x) const {
   const ModuleScope scope(*this);
-  if (fuses(x)) return c_proj_.start_reduce(parallel::gelu_mlp_partial(x, c_fc_, c_proj_));
+  if (takes_fused_ops(x))
+    return c_proj_.start_reduce(parallel::gelu_mlp_partial(x, c_fc_, c_proj_));
   return c_proj_.start(gelu(c_fc_(x)));
 }
 

@@ -9,6 +9,11 @@
 
 namespace tessera {
 
+// Whether GPT's fused ops take activations x: on CUDA in 16 bits, where their fusions are
+// (Notes [Fused tensor-parallel MLP] in parallel/tensor/layers.h and [Residual layer norm]
+// in kernels/cuda/layer_norm.cu); on the CPU they would run their parts' kernels anyway.
+bool takes_fused_ops(const Tensor& x);
+
 class Mlp : public Module {
  public:
   // On CUDA in 16 bits, c_fc, GELU and c_proj's product run as one op with GELU in the
@@ -29,9 +34,6 @@ class Mlp : public Module {
   Tensor finish(const parallel::PendingSum& pending) const;  // -> (B, T, C)
 
  private:
-  // Whether x takes the fused op.
-  static bool fuses(const Tensor& x);
-
   parallel::ColumnParallelLinear c_fc_;
   parallel::RowParallelLinear c_proj_;
   Dropout dropout_;

@@ -137,7 +137,7 @@ PendingSum RowParallelLinear::start(const Tensor& x) const {
 }
 
 PendingSum RowParallelLinear::start_reduce(const Tensor& partial) const {
-  TS_CHECK(async_ != nullptr, "[RowParallelLinear] start(): expected a layer built with async ",
+  TS_CHECK(async_ != nullptr, "[RowParallelLinear] start: expected a layer built with async ",
            "collectives over \"", group_.name(), "\", found none");
   if (group_.size() == 1) return {partial, CommHandle()};
   return start_reduce_from_model_parallel(partial, *async_);
