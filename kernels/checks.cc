@@ -53,4 +53,8 @@ void check_like_param(const char* op, const Tensor& param, const char* name, con
            shape_str(t.strides()), " for shape ", shape_str(t.shape()));
 }
 
+Tensor contiguous_or_undefined(const Tensor& t) {
+  return t.defined() ? t.detach().contiguous() : Tensor();
+}
+
 }  // namespace tessera::kernels

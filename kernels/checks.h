@@ -18,6 +18,10 @@ void check_same_device(const char* op, const char* name_a, const Tensor& a, cons
 void check_same_shape(const char* op, const char* name_a, const Tensor& a, const char* name_b,
                       const Tensor& b);
 void check_shape(const char* op, const char* name, const Tensor& t, const Shape& shape);
+
+// An operand as kernels read it: t without autograd state, made contiguous (copied only when
+// it is not); undefined stays so.
+Tensor contiguous_or_undefined(const Tensor& t);
 // The dtype of row statistics and losses computed from x (layer-norm mean/rstd, softmax
 // log-sum-exp, the cross-entropy loss): f32 for f16/bf16 inputs, x's dtype otherwise.
 DType stat_dtype(DType x);

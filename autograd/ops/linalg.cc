@@ -11,6 +11,15 @@ namespace {
 // All leading dims folded into rows: (..., C) -> (R, C).
 Tensor rows_of(const Tensor& t) { return t.reshape({-1, t.size(-1)}); }
 
+// A linear layer's weight gradient (when `weight`) and bias gradient (when `bias`) from its
+// output gradient g (R, out) and input x (R, in): one pass over g on CUDA when both are
+// wanted (kernels/matmul.h). -> (out, in), (out); undefined where not wanted
+kernels::LinearParamGrads param_grads(const Tensor& g, const Tensor& x, bool weight, bool bias) {
+  if (weight && bias) return kernels::linear_param_grads(g, x);
+  return {weight ? kernels::matmul(g, x, true, false) : Tensor(),
+          bias ? kernels::sum(g, {0}, false) : Tensor()};
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -45,16 +54,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
        has_bias = bias.defined(), reduce_input_grad](const TensorList& g) -> TensorList {
         Tensor dx = rx ? kernels::matmul(g[0], w) : Tensor();  // (..., in)
         if (dx.defined() && reduce_input_grad) reduce_input_grad(dx);
-        Tensor dw, db;
-        if (rw && has_bias) {  // one pass over g on CUDA (kernels/matmul.h)
-          kernels::LinearParamGrads p = kernels::linear_param_grads(rows_of(g[0]), rows_of(x));
-          dw = std::move(p.dweight);  // (out, in)
-          db = std::move(p.dbias);    // (out)
-        } else {
-          if (rw) dw = kernels::matmul(rows_of(g[0]), rows_of(x), true, false);  // (out, in)
-          if (has_bias) db = kernels::sum(rows_of(g[0]), {0}, false);
-        }
-        return {dx, dw, db};
+        if (!rw && !has_bias) return {dx, Tensor(), Tensor()};
+        kernels::LinearParamGrads p = param_grads(rows_of(g[0]), rows_of(x), rw, has_bias);
+        return {dx, p.dweight, p.dbias};
       });
   return y;
 }
@@ -73,35 +75,27 @@ Tensor dense_gelu_dense(const Tensor& x, const Tensor& w1, const Tensor& b1, con
   out_shape.back() = w2.size(0);
   Tensor z = kernels::linear(first.y, w2.detach(), b2.defined() ? b2.detach() : Tensor())
                  .reshape(out_shape);  // (..., out)
-  record_function("dense_gelu_dense", {x, w1, b1, w2, b2}, {&z},
-                  [x2, w1 = w1.detach(), w2 = w2.detach(), pre = std::move(first.pre),
-                   h = std::move(first.y), shape = x.shape(), rx = x.requires_grad(),
-                   r1 = w1.requires_grad(), rb1 = b1.defined() && b1.requires_grad(),
-                   r2 = w2.requires_grad(), rb2 = b2.defined() && b2.requires_grad(),
-                   reduce_input_grad](const TensorList& g) -> TensorList {
-                    const Tensor dz = rows_of(g[0]);  // (R, out)
-                    // x's gradient first, so that its reduction travels under the weights'
-                    // products.
-                    kernels::GeluInputGrads d;
-                    if (rx || r1 || rb1) d = kernels::gelu_input_grads(dz, w2, pre);  // (R, hidden)
-                    Tensor dx;
-                    if (rx) {
-                      dx = kernels::matmul(d.dpre, w1).reshape(shape);  // (..., in)
-                      if (reduce_input_grad) reduce_input_grad(dx);
-                    }
-                    Tensor dw2, db2;
-                    if (r2 && rb2) {
-                      kernels::LinearParamGrads p = kernels::linear_param_grads(dz, h);
-                      dw2 = std::move(p.dweight);  // (out, hidden)
-                      db2 = std::move(p.dbias);    // (out)
-                    } else {
-                      if (r2) dw2 = kernels::matmul(dz, h, true, false);
-                      if (rb2) db2 = kernels::sum(dz, {0}, false);
-                    }
-                    Tensor dw1 =
-                        r1 ? kernels::matmul(d.dpre, x2, true, false) : Tensor();  // (hidden, in)
-                    return {dx, dw1, rb1 ? d.dbias : Tensor(), dw2, db2};
-                  });
+  record_function(
+      "dense_gelu_dense", {x, w1, b1, w2, b2}, {&z},
+      [x2, w1 = w1.detach(), w2 = w2.detach(), pre = std::move(first.pre), h = std::move(first.y),
+       shape = x.shape(), rx = x.requires_grad(), r1 = w1.requires_grad(),
+       rb1 = b1.defined() && b1.requires_grad(), r2 = w2.requires_grad(),
+       rb2 = b2.defined() && b2.requires_grad(),
+       reduce_input_grad](const TensorList& g) -> TensorList {
+        const Tensor dz = rows_of(g[0]);  // (R, out)
+        // x's gradient first, so that its reduction travels under the weights'
+        // products.
+        kernels::GeluInputGrads d;
+        if (rx || r1 || rb1) d = kernels::gelu_input_grads(dz, w2, pre);  // (R, hidden)
+        Tensor dx;
+        if (rx) {
+          dx = kernels::matmul(d.dpre, w1).reshape(shape);  // (..., in)
+          if (reduce_input_grad) reduce_input_grad(dx);
+        }
+        kernels::LinearParamGrads second = param_grads(dz, h, r2, rb2);  // (out, hidden), (out)
+        Tensor dw1 = r1 ? kernels::matmul(d.dpre, x2, true, false) : Tensor();  // (hidden, in)
+        return {dx, dw1, rb1 ? d.dbias : Tensor(), second.dweight, second.dbias};
+      });
   return z;
 }
 

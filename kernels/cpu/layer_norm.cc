@@ -7,6 +7,7 @@
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/checks.h"
 #include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/eigen_types.h"
 #include "kernels/cpu/widen.h"
@@ -15,11 +16,6 @@ namespace tessera::kernels::cpu {
 namespace {
 
 constexpr int64_t kGrain = 32768;  // elements per parallel chunk, at least
-
-// t without autograd state, made contiguous (copied only when it is not); undefined stays so.
-Tensor contiguous_or_undefined(const Tensor& t) {
-  return t.defined() ? t.detach().contiguous() : Tensor();
-}
 
 template <class T>
 const T* data_or_null(const Tensor& t) {

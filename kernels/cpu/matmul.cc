@@ -10,6 +10,7 @@
 #include "core/factories.h"
 #include "core/half_convert.h"
 #include "core/parallel.h"
+#include "kernels/checks.h"
 #include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/eigen_types.h"
 #include "kernels/cpu/sgemm.h"
@@ -256,7 +257,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b
   out_shape.push_back(n);
   Tensor out = empty(out_shape, {a.dtype(), a.device()});  // (..., M, N)
   if (out.numel() == 0) return out;
-  const Tensor bias = bias_in.defined() ? bias_in.detach().contiguous() : Tensor();  // (N)
+  const Tensor bias = contiguous_or_undefined(bias_in);  // (N)
   if (k == 0) {
     if (bias.defined()) {
       out.copy_(bias.expand(out.shape()));

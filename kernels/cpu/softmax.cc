@@ -7,6 +7,7 @@
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/checks.h"
 #include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/eigen_types.h"
 #include "kernels/cpu/widen.h"
@@ -23,7 +24,7 @@ int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, 32768 / std::max<i
 template <class Fn>
 Tensor map_rows(const char* op, const Tensor& a_in, const Tensor& b_in, Fn&& fn) {
   const Tensor a = a_in.detach().contiguous();
-  const Tensor b = b_in.defined() ? b_in.detach().contiguous() : Tensor();
+  const Tensor b = contiguous_or_undefined(b_in);
   Tensor out = empty(a.shape(), {a.dtype(), a.device()});
   if (out.numel() == 0) return out;
   const int64_t cols = a.size(-1);

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/factories.h"
+#include "kernels/checks.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/rows.cuh"
@@ -28,34 +29,6 @@ __device__ __forceinline__ double sqrt_acc(double v) { return sqrt(v); }
 // gradient h receives from the residual stream, into the norm's dx in the same pass (warp-per-row
 // kernel), which saves writing the norm's dx and reading it back for the sum; both x and delta take
 // that gradient.
-
-// visit_row over h = a + b rounded to T, which it also writes to `out`, h's packs stored
-// whole: fn(j, h[j]) for the j < n this thread owns (Note [Row kernels]).
-template <class T, class F>
-__device__ __forceinline__ void add_row(const T* a, const T* b, T* out, int64_t n, F&& fn) {
-  constexpr int N = 16 / sizeof(T);
-  const auto sum = [](T x, T y) { return from_acc<T>(to_acc(x) + to_acc(y)); };
-  const int64_t head = head_of(a, same_offset(a, b) && same_offset<T>(a, out), n);
-  for (int64_t j = threadIdx.x; j < head; j += blockDim.x) {
-    out[j] = sum(a[j], b[j]);
-    fn(j, to_acc(out[j]));
-  }
-  const int64_t packs = (n - head) / N;
-  for (int64_t k = threadIdx.x; k < packs; k += blockDim.x) {
-    const int64_t j = head + k * N;
-    const Pack<T, N> pa = load_pack<T, N>(a + j), pb = load_pack<T, N>(b + j);
-    Pack<T, N> po;
-#pragma unroll
-    for (int i = 0; i < N; ++i) po.v[i] = sum(pa.v[i], pb.v[i]);
-    store_pack(out + j, po);
-#pragma unroll
-    for (int i = 0; i < N; ++i) fn(j + i, to_acc(po.v[i]));
-  }
-  for (int64_t j = head + packs * N + threadIdx.x; j < n; j += blockDim.x) {
-    out[j] = sum(a[j], b[j]);
-    fn(j, to_acc(out[j]));
-  }
-}
 
 // y = (x - mean) * rstd * weight + bias per row; mean and rstd saved in acc_t (f32 for
 // half inputs). weight and bias may be null. With kAdd the rows normalized are
@@ -83,7 +56,11 @@ __global__ void layer_norm_kernel(const T* __restrict__ x,       // (rows, cols)
     // loads need not see this kernel's own writes).
     A s = A(0);
     if constexpr (kAdd) {
-      add_row(xr, dr, h + r * cols, cols, [&](int64_t, A v) { s += v; });
+      map_row(xr, dr, h + r * cols, cols, [&](int64_t, A a, A b) {
+        const A v = value(a, b);
+        s += v;
+        return v;  // rounding it again to T changes nothing
+      });
     } else {
       visit_row(xr, none, cols, [&](int64_t, A v, A) { s += v; });
     }
@@ -140,21 +117,20 @@ LayerNormOutput norm_rows(const char* op, const Tensor& x, const Tensor& delta, 
   });
 }
 
-// t without autograd state and contiguous; undefined stays so.
-Tensor plain(const Tensor& t) { return t.defined() ? t.detach().contiguous() : Tensor(); }
-
 }  // namespace
 
 LayerNormOutput layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  return norm_rows("layer_norm", plain(x), Tensor(), Tensor(), plain(weight), plain(bias), eps);
+  return norm_rows("layer_norm", contiguous_or_undefined(x), Tensor(), Tensor(),
+                   contiguous_or_undefined(weight), contiguous_or_undefined(bias), eps);
 }
 
 AddLayerNormOutput add_layer_norm(const Tensor& x_in, const Tensor& delta, const Tensor& weight,
                                   const Tensor& bias, double eps) {
-  const Tensor x = plain(x_in);  // (..., C)
+  const Tensor x = contiguous_or_undefined(x_in);  // (..., C)
   const Tensor h = empty(x.shape(), {x.dtype(), x.device()});
   LayerNormOutput norm =
-      norm_rows("add_layer_norm", x, plain(delta), h, plain(weight), plain(bias), eps);
+      norm_rows("add_layer_norm", x, contiguous_or_undefined(delta), h,
+                contiguous_or_undefined(weight), contiguous_or_undefined(bias), eps);
   return {h, std::move(norm)};
 }
 

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/factories.h"
+#include "kernels/checks.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/rows.cuh"
@@ -29,9 +30,6 @@ constexpr int kRowLanes = 8;              // thread rows per block of the column
 constexpr int kRowsInFlight = 4;          // rows a column-sum thread loads at once
 constexpr size_t kDefaultSharedBytes = 48 << 10;  // shared memory per block without opt-in
 constexpr size_t kStaticSharedBytes = 1024;       // bound on a kernel's static shared memory
-
-// t without autograd state and contiguous; undefined stays so.
-Tensor plain(const Tensor& t) { return t.defined() ? t.detach().contiguous() : Tensor(); }
 
 // Note [CUDA layer norm backward]
 // dx per row as on the CPU (Note [Layer norm backward]): with xhat = (x - mean) * rstd and
@@ -413,15 +411,15 @@ LayerNormGrads backward_rows(const char* op, const Tensor& dy, const Tensor& dh,
 
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd) {
-  return backward_rows("layer_norm_backward", plain(dy), Tensor(), plain(x), plain(weight),
-                       plain(mean), plain(rstd));
+  return backward_rows("layer_norm_backward", contiguous_or_undefined(dy), Tensor(), contiguous_or_undefined(x), contiguous_or_undefined(weight),
+                       contiguous_or_undefined(mean), contiguous_or_undefined(rstd));
 }
 
 LayerNormGrads add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
                                        const Tensor& weight, const Tensor& mean,
                                        const Tensor& rstd) {
-  return backward_rows("add_layer_norm_backward", plain(dy), plain(dh), plain(h), plain(weight),
-                       plain(mean), plain(rstd));
+  return backward_rows("add_layer_norm_backward", contiguous_or_undefined(dy), contiguous_or_undefined(dh), contiguous_or_undefined(h), contiguous_or_undefined(weight),
+                       contiguous_or_undefined(mean), contiguous_or_undefined(rstd));
 }
 
 }  // namespace tessera::kernels::cuda

@@ -346,8 +346,12 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
 void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p) {
   if (tensors.empty()) return;
   set_device("adamw_step", tensors.front().param);
-  int driver = 0;
-  check_cuda(cudaDriverGetVersion(&driver), "adamw_step", "cudaDriverGetVersion");
+  // The process's driver, asked once (not on every step).
+  static const int driver = [] {
+    int version = 0;
+    check_cuda(cudaDriverGetVersion(&version), "adamw_step", "cudaDriverGetVersion");
+    return version;
+  }();
   if (driver < 12010) {  // Note [Multi-tensor AdamW]: no 20 KB kernel arguments
     for (const AdamWTensors& t : tensors) {
       cuda::adamw_step(t.param, t.grad, t.exp_avg, t.exp_avg_sq, p);

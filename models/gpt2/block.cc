@@ -5,6 +5,13 @@
 #include "models/moe/expert_mlp.h"
 
 namespace tessera {
+namespace {
+
+// A sub-layer's output divided by progressive layer drop's divisor (DeepSpeed divides by
+// keep_prob; 1: none).
+Tensor scaled(const Tensor& y, double divisor) { return divisor == 1.0 ? y : y / divisor; }
+
+}  // namespace
 
 Block::Block(const GptConfig& cfg, int64_t layer, parallel::DropoutStreams& streams,
              parallel::Communicator& model_group, parallel::AsyncCollectives* async,
@@ -43,18 +50,15 @@ Tensor Block::feed_forward(const Tensor& h, std::vector<moe::MoeOutput>* moe_out
 
 Tensor Block::forward(const Tensor& x, std::vector<moe::MoeOutput>* moe_out, double divisor) const {
   const ModuleScope scope(*this);  // Note [Forward observers]
-  const auto scaled = [divisor](const Tensor& y) {
-    return divisor == 1.0 ? y : y / divisor;  // DeepSpeed divides by keep_prob
-  };
-  const Tensor a = scaled(attn_.forward(ln_1_(x)));
+  const Tensor a = scaled(attn_.forward(ln_1_(x)), divisor);
   if (takes_fused_ops(x)) {
     // The residual add and ln_2 in one pass each way (Note [Residual layer norm] in
     // kernels/cuda/layer_norm.cu).
     const auto [h, y] = ln_2_.add_forward(x, a);
-    return h + scaled(feed_forward(y, moe_out));
+    return h + scaled(feed_forward(y, moe_out), divisor);
   }
   const Tensor h = x + a;
-  return h + scaled(feed_forward(ln_2_(h), moe_out));
+  return h + scaled(feed_forward(ln_2_(h), moe_out), divisor);
 }
 
 parallel::PendingSum Block::start_sublayer(int sublayer, const Tensor& x) const {
@@ -66,8 +70,7 @@ parallel::PendingSum Block::start_sublayer(int sublayer, const Tensor& x) const 
 Tensor Block::finish_sublayer(int sublayer, const Tensor& x, const parallel::PendingSum& pending,
                               double divisor) const {
   const ModuleScope scope(*this);
-  const Tensor y = sublayer == 0 ? attn_.finish(pending) : mlp_->finish(pending);
-  return x + (divisor == 1.0 ? y : y / divisor);
+  return x + scaled(sublayer == 0 ? attn_.finish(pending) : mlp_->finish(pending), divisor);
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,

@@ -125,10 +125,14 @@ Tensor RowParallelLinear::summed(const Tensor& partial) const {
 
 Tensor RowParallelLinear::forward(const Tensor& x) const { return summed(partial(x)); }
 
+Tensor RowParallelLinear::with_bias(const Tensor& sum) const {
+  if (group_.size() == 1 || !bias_.defined()) return sum;  // a group of one's has it
+  const ModuleCall call(*this);                            // the bias is read
+  return call.output(add(sum, bias_));
+}
+
 Tensor RowParallelLinear::reduce(const Tensor& partial) const {
-  if (group_.size() == 1 || !bias_.defined()) return summed(partial);
-  const ModuleCall call(*this);  // the bias is read
-  return call.output(summed(partial));
+  return with_bias(group_.size() == 1 ? partial : reduce_from_model_parallel(partial, group_));
 }
 
 PendingSum RowParallelLinear::start(const Tensor& x) const {
@@ -139,15 +143,12 @@ PendingSum RowParallelLinear::start(const Tensor& x) const {
 PendingSum RowParallelLinear::start_reduce(const Tensor& partial) const {
   TS_CHECK(async_ != nullptr, "[RowParallelLinear] start: expected a layer built with async ",
            "collectives over \"", group_.name(), "\", found none");
-  if (group_.size() == 1) return {partial, CommHandle()};
-  return start_reduce_from_model_parallel(partial, *async_);
+  return start_reduce_from_model_parallel(partial, *async_);  // a group of one: as it is
 }
 
 Tensor RowParallelLinear::finish(const PendingSum& pending) const {
   pending.handle.wait();
-  if (group_.size() == 1 || !bias_.defined()) return pending.sum;
-  const ModuleCall call(*this);
-  return call.output(add(pending.sum, bias_));
+  return with_bias(pending.sum);
 }
 
 VocabParallelEmbedding::VocabParallelEmbedding(int64_t num_embeddings, int64_t embedding_dim,

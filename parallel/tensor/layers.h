@@ -131,6 +131,9 @@ class RowParallelLinear : public Layer {
   Tensor partial(const Tensor& x) const;
   // The partial summed over the group plus the bias, inside a call.
   Tensor summed(const Tensor& partial) const;
+  // A sum over the group plus the bias, read in a call of its own; a group of one's sum as
+  // it is (its partial holds the bias).
+  Tensor with_bias(const Tensor& sum) const;
 
   Communicator& group_;
   bool input_is_parallel_;

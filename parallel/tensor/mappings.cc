@@ -40,6 +40,13 @@ Tensor gathered(const Tensor& x, Communicator& group) {
   return kernels::cat(pieces, -1);
 }
 
+// Records y, the sum of x over the group, as reduce_from_model_parallel's output: its
+// gradient passes to x as it is.
+void record_sum(const Tensor& x, Tensor& y) {
+  record_function("reduce_from_model_parallel", {x}, {&y},
+                  [](const TensorList& g) { return TensorList{g[0]}; });
+}
+
 }  // namespace
 
 Tensor copy_to_model_parallel(const Tensor& x, Communicator& group) {
@@ -53,17 +60,15 @@ Tensor copy_to_model_parallel(const Tensor& x, Communicator& group) {
 Tensor reduce_from_model_parallel(const Tensor& x, Communicator& group) {
   if (group.size() == 1) return x;  // nothing to move, nothing to record
   Tensor y = all_reduced(x, group);
-  record_function("reduce_from_model_parallel", {x}, {&y},
-                  [](const TensorList& g) { return TensorList{g[0]}; });
+  record_sum(x, y);
   return y;
 }
 
 PendingSum start_reduce_from_model_parallel(const Tensor& x, AsyncCollectives& async) {
   if (async.comm().size() == 1) return {x, CommHandle()};  // nothing to move or record
   // The partial product is the caller's to give up: summed where it lies.
-  Tensor y = x.is_contiguous() ? x.detach() : x.detach().contiguous();
-  record_function("reduce_from_model_parallel", {x}, {&y},
-                  [](const TensorList& g) { return TensorList{g[0]}; });
+  Tensor y = x.detach().contiguous();
+  record_sum(x, y);
   return {y, async.all_reduce(y)};
 }
 

@@ -229,22 +229,28 @@ int bench_main(int argc, char** argv) {
   auto d = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
+  // A step's phases, for the timed steps and the profiled one.
+  const auto forward = [&] { return model.loss(model.forward(idx), targets); };
+  const auto backward = [&](const Tensor& loss) { zero.backward(loss, 1.0, /*boundary=*/true); };
+  const auto optimizer = [&] {
+    // With fp16, unscales the gradients and finds overflows (Note [Mixed precision]).
+    if (dtype == DType::f16) zero.clip_grad_norm(0.0);
+    return zero.step();
+  };
   // One step, the device synchronized at its start and after each phase.
   auto run_step = [&] {
     cuda::synchronize(dev);
     const auto t0 = Clock::now();
     zero.zero_grad();
     const double before = static_cast<double>(gpu.stats().allocated);
-    const Tensor loss = model.loss(model.forward(idx), targets);
+    const Tensor loss = forward();
     cuda::synchronize(dev);
     const auto t1 = Clock::now();
     const double after = static_cast<double>(gpu.stats().allocated);
-    zero.backward(loss, 1.0, /*boundary=*/true);
+    backward(loss);
     cuda::synchronize(dev);
     const auto t2 = Clock::now();
-    // With fp16, unscales the gradients and finds overflows (Note [Mixed precision]).
-    if (dtype == DType::f16) zero.clip_grad_norm(0.0);
-    const bool stepped = zero.step();
+    const bool stepped = optimizer();
     cuda::synchronize(dev);
     const auto t3 = Clock::now();
     return StepResult{d(t0, t3), d(t0, t1), d(t1, t2), d(t2, t3), loss, after - before, stepped};
@@ -322,12 +328,9 @@ int bench_main(int argc, char** argv) {
     cuda::synchronize(dev);
     zero.zero_grad();
     Tensor loss;
-    profile.phase("forward", [&] { loss = model.loss(model.forward(idx), targets); });
-    profile.phase("backward", [&] { zero.backward(loss, 1.0, /*boundary=*/true); });
-    profile.phase("optimizer", [&] {
-      if (dtype == DType::f16) zero.clip_grad_norm(0.0);
-      zero.step();
-    });
+    profile.phase("forward", [&] { loss = forward(); });
+    profile.phase("backward", [&] { backward(loss); });
+    profile.phase("optimizer", [&] { optimizer(); });
     print_profile(profile.rows(), 1e3 * step_med);
   }
 

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <functional>
 #include <utility>
 
@@ -12,24 +11,6 @@
 
 namespace tessera::bench {
 namespace {
-
-class HostClock final : public MarkClock {
- public:
-  size_t mark() override {
-    marks_.push_back(std::chrono::steady_clock::now());
-    return marks_.size() - 1;
-  }
-  std::vector<double> read() override {
-    std::vector<double> ms;
-    for (const auto& t : marks_) {
-      ms.push_back(std::chrono::duration<double, std::milli>(t - marks_.front()).count());
-    }
-    return ms;
-  }
-
- private:
-  std::vector<std::chrono::steady_clock::time_point> marks_;
-};
 
 class DeviceClock final : public MarkClock {
  public:
@@ -76,7 +57,6 @@ std::string without_indices(const std::string& name) {
 
 }  // namespace
 
-std::unique_ptr<MarkClock> host_clock() { return std::make_unique<HostClock>(); }
 std::unique_ptr<MarkClock> device_clock(int device) {
   return std::make_unique<DeviceClock>(device);
 }

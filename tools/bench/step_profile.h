@@ -44,8 +44,6 @@ class MarkClock {
   virtual std::vector<double> read() = 0;
 };
 
-// The host's steady clock.
-std::unique_ptr<MarkClock> host_clock();
 // CUDA events on the compute stream of CUDA device `device`.
 std::unique_ptr<MarkClock> device_clock(int device);
 
