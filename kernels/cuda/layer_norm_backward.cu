@@ -411,15 +411,18 @@ LayerNormGrads backward_rows(const char* op, const Tensor& dy, const Tensor& dh,
 
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd) {
-  return backward_rows("layer_norm_backward", contiguous_or_undefined(dy), Tensor(), contiguous_or_undefined(x), contiguous_or_undefined(weight),
+  return backward_rows("layer_norm_backward", contiguous_or_undefined(dy), Tensor(),
+                       contiguous_or_undefined(x), contiguous_or_undefined(weight),
                        contiguous_or_undefined(mean), contiguous_or_undefined(rstd));
 }
 
 LayerNormGrads add_layer_norm_backward(const Tensor& dy, const Tensor& dh, const Tensor& h,
                                        const Tensor& weight, const Tensor& mean,
                                        const Tensor& rstd) {
-  return backward_rows("add_layer_norm_backward", contiguous_or_undefined(dy), contiguous_or_undefined(dh), contiguous_or_undefined(h), contiguous_or_undefined(weight),
-                       contiguous_or_undefined(mean), contiguous_or_undefined(rstd));
+  return backward_rows("add_layer_norm_backward", contiguous_or_undefined(dy),
+                       contiguous_or_undefined(dh), contiguous_or_undefined(h),
+                       contiguous_or_undefined(weight), contiguous_or_undefined(mean),
+                       contiguous_or_undefined(rstd));
 }
 
 }  // namespace tessera::kernels::cuda
