@@ -28,11 +28,24 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
 // One parameter's operands of the multi-tensor step; each entry as adamw_step's arguments.
 struct AdamWTensors {
   Tensor param, grad, exp_avg, exp_avg_sq;
+  // Optional: a contiguous f16 or bf16 tensor of param's shape (param f32) that the updated
+  // parameter is rounded into, as model_copy.copy_(param) would after the step: a
+  // mixed-precision model's weights written by the optimizer's own pass.
+  Tensor model_copy;
 };
 
 // adamw_step on every entry with the same hyperparameters, element for element the same
-// numbers. Every entry on one device with one dtype. On CUDA the whole list takes a few
-// launches instead of one per tensor (Note [Multi-tensor AdamW] in kernels/cuda/optimizers.cu).
-void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p);
+// numbers. Every entry on one device with one dtype, and either every entry or none with
+// a model_copy, all of one dtype. On CUDA the whole list takes a few launches instead of
+// one per tensor (Note [Multi-tensor AdamW] in kernels/cuda/optimizers.cu).
+// `grad_scale`, when defined, is a one-element f64 tensor on the tensors' device (f32 or
+// f64 parameters), read there (Note [Scaled AdamW] in kernels/cuda/optimizers.cu): each
+// gradient is multiplied by it first, as scale_(grad, value) would (the gradients
+// themselves stay as they are), and a value that is not finite leaves every tensor
+// unchanged: a skipped step. It is clip_factor()'s factor (kernels/blas1.h), so that
+// unscaling, clipping, the f16 overflow skip, the update and the rounding into the
+// 16-bit model are one pass, with no host read (the fused mixed-precision step).
+void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p,
+                const Tensor& grad_scale = Tensor());
 
 }  // namespace tessera::kernels

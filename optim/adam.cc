@@ -19,7 +19,13 @@ void Adam::step() {
   advance();
 }
 
-void Adam::update_part(const ParamSelection& selected) {
+void Adam::update_part(const ParamSelection& selected) { update(selected, ScaledStep{}); }
+
+void Adam::scaled_update(const ScaledStep& s) {
+  update([](const NamedParameter&) { return true; }, s);
+}
+
+void Adam::update(const ParamSelection& selected, const ScaledStep& s) {
   const int64_t t = step_count() + 1;
   for (const ParamGroup& g : groups_) {
     const kernels::AdamWParams ap{
@@ -30,9 +36,10 @@ void Adam::update_part(const ParamSelection& selected) {
     for (const NamedParameter& p : g.params) {
       const Tensor grad = p.tensor.grad();
       if (!grad.defined() || !selected(p)) continue;
-      tensors.push_back({p.tensor, grad.contiguous(), state("exp_avg", p), state("exp_avg_sq", p)});
+      tensors.push_back({p.tensor, grad.contiguous(), state("exp_avg", p), state("exp_avg_sq", p),
+                         s.model_copy ? s.model_copy(p) : Tensor()});
     }
-    if (!tensors.empty()) kernels::adamw_step(tensors, ap);
+    if (!tensors.empty()) kernels::adamw_step(tensors, ap, s.grad_scale);
   }
 }
 

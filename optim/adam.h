@@ -21,6 +21,8 @@ class Adam final : public Optimizer {
   void step() override;
   bool supports_parts() const override { return true; }
   void update_part(const ParamSelection& selected) override;
+  bool supports_scaled_step() const override { return true; }
+  void scaled_update(const ScaledStep& s) override;
   std::string name() const override { return options_.adam_w_mode ? "AdamW" : "Adam"; }
   bool set_momentum(double beta1) override;
   const AdamOptions& options() const { return options_; }
@@ -29,6 +31,9 @@ class Adam final : public Optimizer {
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
  private:
+  // The parameters `selected` accepts, updated with s's scale and copies.
+  void update(const ParamSelection& selected, const ScaledStep& s);
+
   AdamOptions options_;
 };
 

@@ -42,6 +42,11 @@ void Optimizer::update_part(const ParamSelection&) {
            " does not step in parts; expected an optimizer that does (Adam, AdamW, SGD)");
 }
 
+void Optimizer::scaled_update(const ScaledStep&) {
+  TS_CHECK(false, "[optimizer] ", name(),
+           " takes no scaled steps; expected an optimizer that does (Adam, AdamW)");
+}
+
 void Optimizer::zero_grad() {
   for (const ParamGroup& g : groups_) {
     for (const NamedParameter& p : g.params) p.tensor.set_grad(Tensor());

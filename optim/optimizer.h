@@ -52,6 +52,26 @@ class Optimizer {
   void finish_step() { advance(); }
   virtual std::string name() const = 0;
 
+  // Note [Scaled steps]
+  // A mixed-precision step (parallel/zero/zero_optimizer.h, Note [One-pass mixed-precision
+  // step]) hands the optimizer the gradients' unscale-and-clip factor as a device scalar,
+  // and where the model's 16-bit weights are, instead of scaling the gradients and rounding
+  // the masters in passes of their own. scaled_update(s) updates every parameter with a
+  // gradient as step() would after scale_(grad, factor), rounds each updated value into
+  // s.model_copy(p) where that is defined, and leaves everything unchanged when the factor
+  // is not finite (the device decides; no host read). The step count does not move:
+  // finish_step() ends the step, which the caller does once it knows it was not skipped.
+  // AdamW and Adam support it (kernels::adamw_step's grad_scale and model copies).
+  struct ScaledStep {
+    Tensor grad_scale;  // one f64 element on the parameters' device; undefined: 1
+    // The 16-bit tensor parameter p is rounded into, for every parameter or for none
+    // (null: none).
+    std::function<Tensor(const NamedParameter&)> model_copy;
+  };
+  virtual bool supports_scaled_step() const { return false; }
+  // Throws unless supports_scaled_step().
+  virtual void scaled_update(const ScaledStep& s);
+
   // Drops every parameter's gradient.
   void zero_grad();
   // Sets the learning rate of every group (what LR schedules drive).

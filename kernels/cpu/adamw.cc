@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/allocator.h"
 #include "core/dispatch.h"
+#include "core/half_convert.h"
 #include "core/parallel.h"
 #include "kernels/cpu/eigen_types.h"
 #include "kernels/cpu/widen.h"
@@ -72,43 +74,70 @@ void update_block(T* pp, const T* pg, T* pm, T* pv, int64_t len, const Coefficie
   }
 }
 
-// Elements [begin, end) of one parameter's tensors.
+// The updated parameters [0, len) rounded into the model copy's elements at `offset`.
 template <class T>
-void update(const AdamWTensors& t, int64_t begin, int64_t end, const Coefficients<T>& c) {
+void round_copy(const T* w, const Tensor& copy, int64_t offset, int64_t len) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (copy.dtype() == DType::bf16) {
+      f32_to_bf16(w, copy.data_ptr<BFloat16>() + offset, len);
+    } else {
+      f32_to_f16(w, copy.data_ptr<Half>() + offset, len);
+    }
+  }
+}
+
+// Elements [begin, end) of one parameter's tensors; each gradient multiplied by `scale`
+// first unless it is 1 (scale_'s product: Note [Scaled AdamW] in
+// kernels/cuda/optimizers.cu).
+template <class T>
+void update(const AdamWTensors& t, int64_t begin, int64_t end, const Coefficients<T>& c, T scale) {
   T* pp = t.param.data_ptr<T>();
   const T* pg = t.grad.data_ptr<T>();
   T* pm = t.exp_avg.data_ptr<T>();
   T* pv = t.exp_avg_sq.data_ptr<T>();
   for (int64_t b = begin; b < end; b += kBlock) {
     const int64_t len = std::min(kBlock, end - b);
+    const T* g = pg + b;
+    alignas(kCpuAlignment) T scaled[kBlock];
+    if (scale != T(1)) {
+      ArrayMap<T>(scaled, len) = ConstArrayMap<T>(g, len) * scale;
+      g = scaled;
+    }
     // Eigen peels to the destination's alignment; the gradient is only read.
     if (aligned(pp + b) && aligned(pm + b) && aligned(pv + b)) {
-      update_block<T>(pp + b, pg + b, pm + b, pv + b, len, c);
-      continue;
+      update_block<T>(pp + b, g, pm + b, pv + b, len, c);
+    } else {
+      alignas(kCpuAlignment) T w[kBlock], m[kBlock], v[kBlock];
+      const auto n = static_cast<size_t>(len);
+      std::copy_n(pp + b, n, w);
+      std::copy_n(pm + b, n, m);
+      std::copy_n(pv + b, n, v);
+      update_block<T>(w, g, m, v, len, c);
+      std::copy_n(w, n, pp + b);
+      std::copy_n(m, n, pm + b);
+      std::copy_n(v, n, pv + b);
     }
-    alignas(kCpuAlignment) T w[kBlock], m[kBlock], v[kBlock];
-    const auto n = static_cast<size_t>(len);
-    std::copy_n(pp + b, n, w);
-    std::copy_n(pm + b, n, m);
-    std::copy_n(pv + b, n, v);
-    update_block<T>(w, pg + b, m, v, len, c);
-    std::copy_n(w, n, pp + b);
-    std::copy_n(m, n, pm + b);
-    std::copy_n(v, n, pv + b);
+    if (t.model_copy.defined()) round_copy<T>(pp + b, t.model_copy, b, len);
   }
 }
 
 }  // namespace
 
-void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p) {
+void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p,
+                const Tensor& grad_scale) {
   if (tensors.empty()) return;
-  if (is_half(tensors.front().param.dtype())) {
+  double scale = 1.0;
+  if (grad_scale.defined()) {
+    scale = grad_scale.data_ptr<double>()[0];
+    if (!std::isfinite(scale)) return;  // a skipped step: nothing changes
+  }
+  if (is_half(tensors.front().param.dtype())) {  // (no grad_scale, no model copies)
     std::vector<AdamWTensors> wide;
     for (const AdamWTensors& t : tensors) {
       wide.push_back(
-          {widened(t.param), widened(t.grad), widened(t.exp_avg), widened(t.exp_avg_sq)});
+          {widened(t.param), widened(t.grad), widened(t.exp_avg), widened(t.exp_avg_sq), Tensor()});
     }
-    cpu::adamw_step(wide, p);
+    cpu::adamw_step(wide, p, Tensor());
     for (size_t i = 0; i < tensors.size(); ++i) {
       tensors[i].param.copy_(wide[i].param);
       tensors[i].exp_avg.copy_(wide[i].exp_avg);
@@ -131,7 +160,8 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p) 
       for (; i < tensors.size() && first[i] < b1; ++i) {
         const int64_t begin = (std::max(b0, first[i]) - first[i]) * kBlock;
         const int64_t end = (std::min(b1, first[i + 1]) - first[i]) * kBlock;
-        update<T>(tensors[i], begin, std::min(end, tensors[i].param.numel()), c);
+        update<T>(tensors[i], begin, std::min(end, tensors[i].param.numel()), c,
+                  static_cast<T>(scale));
       }
     });
   });
@@ -139,7 +169,8 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p) 
 
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                 const Tensor& exp_avg_sq, const AdamWParams& p) {
-  cpu::adamw_step(std::vector<AdamWTensors>{{param, grad, exp_avg, exp_avg_sq}}, p);
+  cpu::adamw_step(std::vector<AdamWTensors>{{param, grad, exp_avg, exp_avg_sq, Tensor()}}, p,
+                  Tensor());
 }
 
 }  // namespace tessera::kernels::cpu

@@ -15,6 +15,7 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
 // the threads split the entries' blocks laid end to end, so a list of many small parameters
 // costs one fork and join and the threads' shares stay even (Note [AdamW in cache-sized
 // blocks]).
-void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p);
+void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p,
+                const Tensor& grad_scale);
 
 }  // namespace tessera::kernels::cpu

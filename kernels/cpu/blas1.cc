@@ -1,11 +1,14 @@
 #include "kernels/cpu/blas1.h"
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
+#include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/clip_factor.h"
 #include "kernels/cpu/eigen_types.h"
 #include "kernels/cpu/widen.h"
 
@@ -50,6 +53,20 @@ double squared_norm(const Tensor& x_in) {
   double total = 0.0;
   for (double p : partial) total += p;
   return total;
+}
+
+void add_squared_norm(const Tensor& x, const Tensor& total) {
+  total.data_ptr<double>()[0] += squared_norm(x);
+}
+
+Tensor clip_factor(const Tensor& squared_norm, double loss_scale, double max_norm,
+                   bool overflow_skips) {
+  const ClipFactor c = clip_factor_of(squared_norm.item<double>(), loss_scale, max_norm,
+                                      overflow_skips, [](double v) { return std::sqrt(v); });
+  const Tensor out = empty({2}, {DType::f64, Device::cpu()});
+  out.data_ptr<double>()[0] = c.factor;
+  out.data_ptr<double>()[1] = c.norm;
+  return out;
 }
 
 void scale_(const Tensor& x, double factor) {

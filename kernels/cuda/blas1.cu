@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/factories.h"
+#include "kernels/clip_factor.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 
@@ -49,14 +50,44 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-// One block: *out = sum of partials[0, count) in a fixed order.
+// One block: *out = sum of partials[0, count) in a fixed order, or *out += it (`add`).
 __global__ void __launch_bounds__(kThreads)
-    sum_partials_kernel(const double* __restrict__ partials, int count, double* __restrict__ out) {
+    sum_partials_kernel(const double* __restrict__ partials, int count, bool add,
+                        double* __restrict__ out) {
   __shared__ double scratch[32];
   double acc = 0;
   for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
   acc = block_sum(acc, scratch);
-  if (threadIdx.x == 0) *out = acc;
+  if (threadIdx.x == 0) *out = add ? *out + acc : acc;
+}
+
+// One thread: out = {factor, norm} of Note [Clip factor] (kernels/clip_factor.h).
+__global__ void clip_factor_kernel(const double* __restrict__ squared_norm, double loss_scale,
+                                   double max_norm, bool overflow_skips, double* __restrict__ out) {
+  const ClipFactor c = clip_factor_of(*squared_norm, loss_scale, max_norm, overflow_skips,
+                                      [](double v) { return sqrt(v); });
+  out[0] = c.factor;
+  out[1] = c.norm;
+}
+
+// Queues sum(x^2) into *out (written, or added to with `add`), as Note [Deterministic device
+// norms] describes; `scratch` holds reduce_blocks(n) doubles.
+void queue_squared_norm(const Tensor& x, double* scratch, bool add, double* out) {
+  const int64_t n = x.numel();
+  const int blocks = reduce_blocks(n);
+  dispatch_cuda_floating(x.dtype(), "squared_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int kVec = vec_of<T>();
+    const T* px = ptr<const T>(x);
+    if (aligned_for<T, kVec>(px)) {
+      squared_norm_partials_kernel<kVec><<<blocks, kThreads, 0, kStream>>>(px, n, scratch);
+    } else {
+      squared_norm_partials_kernel<1><<<blocks, kThreads, 0, kStream>>>(px, n, scratch);
+    }
+  });
+  check_launch("squared_norm");
+  sum_partials_kernel<<<1, kThreads, 0, kStream>>>(scratch, blocks, add, out);
+  check_launch("squared_norm");
 }
 
 template <int VEC, class T>
@@ -107,24 +138,31 @@ double squared_norm(const Tensor& x_in) {  // (*) -> scalar
   // partials[0, blocks), then the total.
   const Tensor scratch = empty({blocks + 1}, {DType::f64, x.device()});
   double* partials = ptr<double>(scratch);
-  dispatch_cuda_floating(x.dtype(), "squared_norm", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    constexpr int kVec = vec_of<T>();
-    const T* px = ptr<const T>(x);
-    if (aligned_for<T, kVec>(px)) {
-      squared_norm_partials_kernel<kVec><<<blocks, kThreads, 0, kStream>>>(px, n, partials);
-    } else {
-      squared_norm_partials_kernel<1><<<blocks, kThreads, 0, kStream>>>(px, n, partials);
-    }
-  });
-  check_launch("squared_norm");
-  sum_partials_kernel<<<1, kThreads, 0, kStream>>>(partials, blocks, partials + blocks);
-  check_launch("squared_norm");
+  queue_squared_norm(x, partials, /*add=*/false, partials + blocks);
   double total = 0;
   // Synchronous on the compute stream: sees both kernels (Note [One compute stream]).
   check_cuda(cudaMemcpy(&total, partials + blocks, sizeof(double), cudaMemcpyDeviceToHost),
              "squared_norm", "cudaMemcpy");
   return total;
+}
+
+void add_squared_norm(const Tensor& x_in, const Tensor& total) {  // (*), () f64
+  const int64_t n = x_in.numel();
+  if (n == 0) return;
+  set_device("add_squared_norm", x_in);
+  const Tensor x = x_in.detach().contiguous();
+  const Tensor scratch = empty({reduce_blocks(n)}, {DType::f64, x.device()});
+  queue_squared_norm(x, ptr<double>(scratch), /*add=*/true, ptr<double>(total));
+}
+
+Tensor clip_factor(const Tensor& squared_norm, double loss_scale, double max_norm,
+                   bool overflow_skips) {  // () f64 -> (2) f64
+  set_device("clip_factor", squared_norm);
+  const Tensor out = empty({2}, {DType::f64, squared_norm.device()});
+  clip_factor_kernel<<<1, 1, 0, kStream>>>(ptr<const double>(squared_norm), loss_scale, max_norm,
+                                           overflow_skips, ptr<double>(out));
+  check_launch("clip_factor");
+  return out;
 }
 
 void scale_(const Tensor& x, double factor) {  // (*) contiguous, in place

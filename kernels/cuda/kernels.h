@@ -108,13 +108,17 @@ Tensor block_sparse_softmax_backward(const Tensor& y, const Tensor& dy, const Bl
 
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                 const Tensor& exp_avg_sq, const AdamWParams& p);
-void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p);
+void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWParams& p,
+                const Tensor& grad_scale);
 double lamb_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                  const Tensor& exp_avg_sq, const LambParams& p);
 void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
               const SgdParams& p);
 
 double squared_norm(const Tensor& x);
+void add_squared_norm(const Tensor& x, const Tensor& total);
+Tensor clip_factor(const Tensor& squared_norm, double loss_scale, double max_norm,
+                   bool overflow_skips);
 
 Tensor pack_signs(const Tensor& x);
 Tensor unpack_signs(const Tensor& bits, int64_t n, DType dtype);

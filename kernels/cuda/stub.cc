@@ -101,7 +101,9 @@ Tensor block_sparse_softmax_backward(const Tensor&, const Tensor&, const BlockLa
 void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWParams&) {
   missing("adamw_step");
 }
-void adamw_step(const std::vector<AdamWTensors>&, const AdamWParams&) { missing("adamw_step"); }
+void adamw_step(const std::vector<AdamWTensors>&, const AdamWParams&, const Tensor&) {
+  missing("adamw_step");
+}
 double lamb_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const LambParams&) {
   missing("lamb_step");
 }
@@ -109,6 +111,8 @@ void sgd_step(const Tensor&, const Tensor&, const Tensor&, const SgdParams&) {
   missing("sgd_step");
 }
 double squared_norm(const Tensor&) { missing("squared_norm"); }
+void add_squared_norm(const Tensor&, const Tensor&) { missing("add_squared_norm"); }
+Tensor clip_factor(const Tensor&, double, double, bool) { missing("clip_factor"); }
 Tensor pack_signs(const Tensor&) { missing("pack_signs"); }
 Tensor unpack_signs(const Tensor&, int64_t, DType) { missing("unpack_signs"); }
 void scale_(const Tensor&, double) { missing("scale_"); }

@@ -58,7 +58,8 @@ void OneBitOptimizer::adam_step(const optim::ParamGroup& g, int64_t t,
                                 g.weight_decay, t,          false,      true};
   std::vector<kernels::AdamWTensors> tensors;
   for (const NamedParameter& p : g.params) {
-    tensors.push_back({p.tensor, grad_of(p), state("exp_avg", p), state("exp_avg_sq", p)});
+    tensors.push_back(
+        {p.tensor, grad_of(p), state("exp_avg", p), state("exp_avg_sq", p), Tensor()});
   }
   kernels::adamw_step(tensors, ap);
 }

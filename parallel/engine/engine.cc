@@ -177,7 +177,6 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
   if (config_.layer_drop.enabled) {
     model_.set_layer_drop(layer_drop_theta_for_step(config_.layer_drop, step_), step_);
   }
-  double loss = 0;
   if (executor_) {
     // The schedule orders DeepSpeed's ReduceTiedGrads, ReduceGrads and OptimizerStep.
     bool stepped = false;
@@ -188,14 +187,13 @@ StepStats Engine::train_batch(const std::vector<pipeline::MicroBatch>& micro_bat
     hooks.reduce_grads = [&] { optimizer_->reduce_gradients(); };
     hooks.optimizer_step = [&] {
       stepped = true;
-      step_optimizer(stats, std::nullopt);
+      step_optimizer(stats, Tensor());
     };
-    loss = executor_->train_batch(to_device(micro_batches, device_), hooks);
+    const double loss = executor_->train_batch(to_device(micro_batches, device_), hooks);
     TS_INTERNAL_ASSERT(stepped, "the training schedule ended without an optimizer step");
     stats.loss = global_mean(loss);
   } else {
-    loss = data_parallel_loss(micro_batches, stats);
-    step_optimizer(stats, loss);
+    step_optimizer(stats, data_parallel_loss(micro_batches, stats));
   }
   stats.comm_bytes = gradient_bytes() - bytes_before;
   return stats;
@@ -207,18 +205,23 @@ double Engine::timer_now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void Engine::step_optimizer(StepStats& stats, std::optional<double> local_loss) {
+void Engine::step_optimizer(StepStats& stats, const Tensor& local_loss) {
   const double start = timer_now();
   model_.wait_for_communication();  // its errors surface here, before the step
-  stats.grad_norm = optimizer_->clip_grad_norm(config_.gradient_clipping);
-  // The loss mean crosses the data group while it is idle: clipping has settled the
+  // Clipping without a host read where the step takes one pass (Note [One-pass
+  // mixed-precision step] in parallel/zero/zero_optimizer.h).
+  optimizer_->prepare_step(config_.gradient_clipping);
+  // The loss sum crosses the data group while it is idle: clipping has settled the
   // gradients' reductions, and the step has not yet started the parameters' gathers,
   // which may travel on into the next forward (Note [Gathers after the step] in
   // parallel/zero/parameter_store.h). The pipeline path's mean comes after its schedule
   // and waits for them instead.
-  if (local_loss) stats.loss = global_mean(*local_loss);
+  const Tensor loss_sum = local_loss.defined() ? sum_over_data(local_loss) : Tensor();
   stats.attempted_loss_scale = optimizer_->loss_scaler() ? optimizer_->loss_scaler()->scale() : 1.0;
   stats.skipped = !optimizer_->step();
+  stats.grad_norm = optimizer_->grad_norm();
+  // Read once the step is queued: the host does not wait for the device before it.
+  if (loss_sum.defined()) stats.loss = mean_of_sum(loss_sum);
   // An overflow's step counts; the schedule does not move (DeepSpeed's behaviour).
   if (!stats.skipped) scheduler_->step();
   stats.next_lr = scheduler_->lr();
@@ -226,7 +229,7 @@ void Engine::step_optimizer(StepStats& stats, std::optional<double> local_loss) 
   stats.step_s = timer_now() - start;
 }
 
-double Engine::data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches,
+Tensor Engine::data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches,
                                   StepStats& stats) {
   const size_t gas = micro_batches.size();
   Tensor loss_sum;  // f64, on the device
@@ -242,7 +245,8 @@ double Engine::data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro
     stats.forward_s += forward_end - start;
     stats.backward_s += timer_now() - forward_end;
   }
-  return loss_sum.item<double>() / static_cast<double>(gas);
+  NoGradGuard no_grad;
+  return div(loss_sum, scalar_tensor(static_cast<double>(gas), {DType::f64, device_}));
 }
 
 void Engine::reset_activation_shapes() {
@@ -270,12 +274,19 @@ double Engine::eval_batch(const std::vector<pipeline::MicroBatch>& micro_batches
 
 double Engine::global_mean(double value) const {
   if (data_.size() == 1) return value;
+  return mean_of_sum(sum_over_data(scalar_tensor(value, {DType::f64, device_})));
+}
+
+Tensor Engine::sum_over_data(const Tensor& value) const {
+  if (data_.size() == 1) return value;
   optimizer_->wait_for_parameters();  // the group must be idle for a direct call
   // On the device, through the group that moves its tensors (`data` may be a CPU group).
-  const Tensor t = scalar_tensor(value, {DType::f64, device_});
+  const Tensor t = value.clone();
   gradient_group_.all_reduce(t);
-  return t.item<double>() / data_.size();
+  return t;
 }
+
+double Engine::mean_of_sum(const Tensor& sum) const { return sum.item<double>() / data_.size(); }
 
 bool Engine::first_rank() const {
   return data_.rank() == 0 && (!groups_ || (groups_->coord.pipe == 0 && groups_->coord.model == 0));

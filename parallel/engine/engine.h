@@ -211,17 +211,22 @@ class Engine {
   Communicator& gradient_group() const { return gradient_group_; }
 
  private:
-  // Forward, loss and backward of every micro-batch without a pipeline; the mean loss. Their
-  // times go to `stats` with wall_clock_breakdown.
-  double data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches,
+  // Forward, loss and backward of every micro-batch without a pipeline; the mean loss, a
+  // 0-dim f64 tensor on the device (not read, so the host does not wait). Their times go
+  // to `stats` with wall_clock_breakdown.
+  Tensor data_parallel_loss(const std::vector<pipeline::MicroBatch>& micro_batches,
                             StepStats& stats);
   // Clips, steps the optimizer and the schedule, and counts the step, into `stats`; with
-  // `local_loss` (this rank's mean loss) also the loss mean over the data group.
-  void step_optimizer(StepStats& stats, std::optional<double> local_loss);
+  // `local_loss` defined (data_parallel_loss()'s) also the loss mean over the data group.
+  void step_optimizer(StepStats& stats, const Tensor& local_loss);
   // Seconds on a steady clock after the device's queued work, with wall_clock_breakdown;
   // 0 without (no synchronization then).
   double timer_now() const;
   double global_mean(double value) const;  // over the data group
+  // A 0-dim f64 device tensor summed over the data group on the device, read by
+  // mean_of_sum(): the sum over the group's ranks divided by their count.
+  Tensor sum_over_data(const Tensor& value) const;
+  double mean_of_sum(const Tensor& sum) const;
   // [pipeline stages, data-parallel ranks, tensor-parallel ranks] of this run.
   nlohmann::json grid_json() const;
   bool first_rank() const;  // rank 0 of the world: logs warnings

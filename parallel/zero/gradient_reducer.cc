@@ -25,17 +25,17 @@ void GradientReducer::each_param_piece(int64_t block, const Tensor& own,
   }
 }
 
-double GradientReducer::chunks_squared_norm(const std::vector<bool>& counted) const {
-  double sq = 0.0;
+Tensor GradientReducer::chunks_squared_norm(const std::vector<bool>& counted) const {
+  const Tensor sq = zeros({}, {DType::f64, device_});
   for (size_t b = 0; b < layout_.blocks.size(); ++b) {
     const Tensor own = own_chunk(static_cast<int64_t>(b));
     if (counted.empty()) {
-      sq += kernels::squared_norm(own);
+      kernels::add_squared_norm(own, sq);
       continue;
     }
     // The counted parameters' elements inside this rank's chunk of the block.
     each_param_piece(static_cast<int64_t>(b), own, [&](int64_t i, const Tensor& piece) {
-      if (counted[i]) sq += kernels::squared_norm(piece);
+      if (counted[i]) kernels::add_squared_norm(piece, sq);
     });
   }
   return sq;
@@ -243,12 +243,15 @@ Tensor AllReduceGradients::param_grad(int64_t i) const {
   return averaged_.narrow(0, p.offset, p.numel).view(p.shape);
 }
 
-double AllReduceGradients::squared_norm(const std::vector<bool>& counted) const {
-  if (counted.empty()) return kernels::squared_norm(averaged_);
-  double sq = 0.0;
+Tensor AllReduceGradients::squared_norm(const std::vector<bool>& counted) const {
+  const Tensor sq = zeros({}, {DType::f64, device_});
+  if (counted.empty()) {
+    kernels::add_squared_norm(averaged_, sq);
+    return sq;
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     const FlatLayout::Param& p = layout_.params[i];
-    if (counted[i]) sq += kernels::squared_norm(averaged_.narrow(0, p.offset, p.numel));
+    if (counted[i]) kernels::add_squared_norm(averaged_.narrow(0, p.offset, p.numel), sq);
   }
   return sq;
 }
@@ -342,7 +345,7 @@ std::function<void()> BucketedGradients::bring_in(const std::vector<int64_t>& bl
   };
 }
 
-double BucketedGradients::squared_norm(const std::vector<bool>& counted) const {
+Tensor BucketedGradients::squared_norm(const std::vector<bool>& counted) const {
   if (swapper_ == nullptr) return chunks_squared_norm(counted);
   // chunks_squared_norm's sum, from the squares taken as each chunk was written.
   double sq = 0.0;
@@ -355,7 +358,7 @@ double BucketedGradients::squared_norm(const std::vector<bool>& counted) const {
       if (counted[i]) sq += squares;
     }
   }
-  return sq;
+  return scalar_tensor(sq, {DType::f64, device_});
 }
 
 void BucketedGradients::scale(double factor) {

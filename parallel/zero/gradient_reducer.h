@@ -72,8 +72,9 @@ class GradientReducer {
   virtual Tensor own_chunk(int64_t block) const = 0;
   // This rank's share of the squared L2 norm of the averaged gradient: its own elements
   // (all of them when not sharded), leaving out parameters i with counted[i] false (empty:
-  // every one counts).
-  virtual double squared_norm(const std::vector<bool>& counted) const = 0;
+  // every one counts). A 0-dim f64 tensor on the gradients' device, summed there in a fixed
+  // order (on a GPU without a host read).
+  virtual Tensor squared_norm(const std::vector<bool>& counted) const = 0;
   // Multiplies this rank's averaged gradient by `factor`.
   virtual void scale(double factor) = 0;
   // Call before the optimizer reads own_chunk(block): a swapped gradient (BucketedGradients
@@ -118,7 +119,7 @@ class GradientReducer {
   // [Overlapped reductions]): call before making a block's buffer of `numel` elements.
   void make_room(int64_t numel);
   // The squared norm over this rank's chunks (the sharded strategies).
-  double chunks_squared_norm(const std::vector<bool>& counted) const;
+  Tensor chunks_squared_norm(const std::vector<bool>& counted) const;
   void scale_chunks(double factor);
   // Calls f(i, piece) for each parameter i of `block` with elements in this rank's chunk
   // `own` of it, `piece` being those elements.
@@ -195,7 +196,7 @@ class AllReduceGradients final : public FlatGradients {
                      DType dtype, DType accumulation, const Averaging& averaging, Device device);
   void reduce_block(int64_t block, bool communicate) override;
   Tensor own_chunk(int64_t block) const override;
-  double squared_norm(const std::vector<bool>& counted) const override;
+  Tensor squared_norm(const std::vector<bool>& counted) const override;
   void scale(double factor) override;
   bool sharded() const override { return false; }
   // Parameter i's averaged f32 gradient (what a stage 0 optimizer steps).
@@ -214,7 +215,7 @@ class ReduceScatterGradients final : public FlatGradients {
                          bool reduce_scatter);
   void reduce_block(int64_t block, bool communicate) override;
   Tensor own_chunk(int64_t block) const override;
-  double squared_norm(const std::vector<bool>& counted) const override {
+  Tensor squared_norm(const std::vector<bool>& counted) const override {
     return chunks_squared_norm(counted);
   }
   void scale(double factor) override { scale_chunks(factor); }
@@ -266,7 +267,7 @@ class BucketedGradients final : public GradientReducer {
   void reduce_collected() override;
   void drop_collected() override;
   Tensor own_chunk(int64_t block) const override;
-  double squared_norm(const std::vector<bool>& counted) const override;
+  Tensor squared_norm(const std::vector<bool>& counted) const override;
   void scale(double factor) override;
   void prepare_chunk(int64_t block) override;
   bool sharded() const override { return true; }

@@ -158,7 +158,28 @@ const std::vector<Tensor>& MasterWeights::masters() const {
   return masters_.empty() ? params_ : masters_;
 }
 
-void MasterWeights::after_step() {
+void MasterWeights::after_step() { finish_step(/*rounded=*/false); }
+
+void MasterWeights::after_rounding_step() { finish_step(/*rounded=*/true); }
+
+std::vector<Tensor> MasterWeights::model_copies() const {
+  std::vector<Tensor> out;
+  if (!flat_model_.defined()) return out;
+  if (master_chunks_.empty()) {
+    for (const FlatLayout::Param& p : layout_.params) {
+      out.push_back(flat_model_.narrow(0, p.offset, p.numel).view(p.shape));
+    }
+    return out;
+  }
+  for (size_t b = 0; b < layout_.blocks.size(); ++b) {
+    const int64_t block = static_cast<int64_t>(b);
+    out.push_back(
+        flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), layout_.blocks[b].chunk));
+  }
+  return out;
+}
+
+void MasterWeights::finish_step(bool rounded) {
   settle();  // the last step's gathers have arrived (settle_communication waited already)
   if (async_ != nullptr && gather_order_.empty()) agree_gather_order();
   if (sharded_ && master_chunks_.empty()) {
@@ -168,7 +189,7 @@ void MasterWeights::after_step() {
       gather_block(b, own_chunk(b).clone(), flat_params_.narrow(0, blk.offset, blk.numel));
     }
   }
-  round_into_model();
+  update_model(rounded);
 }
 
 std::vector<Tensor> MasterWeights::whole() {
@@ -223,16 +244,18 @@ void MasterWeights::round_chunk(int64_t block, const Tensor& staging) {
              own_chunk(block), staging);
 }
 
-void MasterWeights::round_into_model() {
+void MasterWeights::round_into_model() { update_model(/*rounded=*/false); }
+
+void MasterWeights::update_model(bool rounded) {
   if (!flat_model_.defined()) return;
   if (master_chunks_.empty()) {
-    flat_model_.copy_(flat_params_);
+    if (!rounded) flat_model_.copy_(flat_params_);
     return;
   }
   for (const int64_t block : gather_order()) {
     const FlatLayout::Block& blk = layout_.blocks[static_cast<size_t>(block)];
     const Tensor mine = flat_model_.narrow(0, layout_.chunk_offset(block, dp_.rank()), blk.chunk);
-    if (!chunks_rounded_in_step_) round_chunk(block, Tensor());
+    if (!rounded && !chunks_rounded_in_step_) round_chunk(block, Tensor());
     // 16 bits on the wire; the input must not overlap the output.
     gather_block(block, mine.clone(), flat_model_.narrow(0, blk.offset, blk.numel));
   }

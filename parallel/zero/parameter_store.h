@@ -110,6 +110,13 @@ class MasterWeights final : public ParameterStore {
   // Rounds the f32 masters into the 16-bit model buffer (nothing at f32); with sharded
   // masters, this rank's chunks, then all-gathers them (collective).
   void round_into_model();
+  // Where the optimizer's step rounds the masters itself (Note [One-pass mixed-precision
+  // step] in zero_optimizer.h): per f32 tensor it steps, the 16-bit tensor of the model
+  // buffer it is rounded into: each parameter's view at stage 0, this rank's chunk of each
+  // block with sharded masters (block order). Empty at f32.
+  std::vector<Tensor> model_copies() const;
+  // after_step() for a step that rounded the masters into model_copies(): only the gathers.
+  void after_rounding_step();
   // NVMe offload keeps the sharded masters in the swap file and steps them a sub-group at
   // a time (Note [Offloaded optimizer state] in parallel/offload/swapped_optimizer_state.h):
   // from now on the step rounds each chunk with round_chunk() while it is in memory, and
@@ -139,6 +146,10 @@ class MasterWeights final : public ParameterStore {
   // Fixes gather_order_ as rank 0 recorded it, broadcast over the group (idle at the step):
   // every rank gathers in one order whatever forwards only some of them ran.
   void agree_gather_order();
+  // after_step(), the masters rounded into the model here unless `rounded` already.
+  void finish_step(bool rounded);
+  // round_into_model(), the rounding left out where `rounded` already.
+  void update_model(bool rounded);
 
   Communicator& dp_;
   const FlatLayout& layout_;

@@ -1,6 +1,7 @@
 // ZeroOptimizer's expert part (Note [Expert parameters] in zero_optimizer.h).
 #include "core/error.h"
 #include "core/factories.h"
+#include "kernels/elementwise.h"
 #include "parallel/compression/onebit_config.h"
 #include "parallel/zero/zero_optimizer.h"
 
@@ -30,18 +31,20 @@ void ZeroOptimizer::make_expert_part(const ExpertParameters& experts,
                                    precision_, init, {}, dp_.size()));
 }
 
-double ZeroOptimizer::squared_norm_with_experts() {
+Tensor ZeroOptimizer::squared_norm_with_experts() {
   // Each element once: a sharded part's shards add up over its group, whose ranks are
   // spread over the data group; an unsharded part's values are the same on every rank of its
   // group, so only the group's rank 0 adds them.
   const auto share = [](ZeroOptimizer& part) {
-    const double sq = part.gradients_->squared_norm({});
-    return part.gradients_->sharded() || part.dp_.rank() == 0 ? sq : 0.0;
+    const Tensor sq = part.gradients_->squared_norm({});
+    return part.gradients_->sharded() || part.dp_.rank() == 0
+               ? sq
+               : zeros({}, {DType::f64, sq.device()});
   };
   // On the parameters' device: an NCCL group moves device tensors only.
-  const Tensor total = scalar_tensor(share(*this) + share(*experts_), {DType::f64, device_});
+  const Tensor total = kernels::binary(kernels::BinaryOp::add, share(*this), share(*experts_));
   dp_.all_reduce(total);
-  return total.item<double>();
+  return total;
 }
 
 }  // namespace tessera::parallel

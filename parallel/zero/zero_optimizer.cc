@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
+#include "kernels/blas1.h"
 #include "parallel/compression/onebit_config.h"
 #include "parallel/zero/zero_state.h"
 
@@ -233,6 +234,7 @@ ZeroOptimizer::~ZeroOptimizer() {
 
 void ZeroOptimizer::zero_grad() {
   overflow_ = false;
+  pending_factor_ = Tensor();
   gradients_->zero_grad();
   if (experts_) experts_->zero_grad();
 }
@@ -284,23 +286,24 @@ void ZeroOptimizer::settle_communication() const {
   if (first) std::rethrow_exception(first);
 }
 
-double ZeroOptimizer::clip_grad_norm(double max_norm) {
+Tensor ZeroOptimizer::clip_factor(double max_norm) {
   NoGradGuard no_grad;
   settle_communication();
   // This rank's share; gradients that are not sharded are the same on every rank of dp.
-  double sq = experts_ ? squared_norm_with_experts() : gradients_->squared_norm(counted_);
-  const bool sharded_grads = gradients_->sharded() && !experts_;
-  if (sharded_grads || norm_group_ != nullptr) {
-    // On the parameters' device: an NCCL group moves device tensors only.
-    const Tensor total = scalar_tensor(sq, {DType::f64, device_});
-    if (sharded_grads) dp_.all_reduce(total);
-    if (norm_group_ != nullptr) norm_group_->all_reduce(total);
-    sq = total.item<double>();
-  }
+  // On the parameters' device: an NCCL group moves device tensors only.
+  const Tensor sq = experts_ ? squared_norm_with_experts() : gradients_->squared_norm(counted_);
+  if (gradients_->sharded() && !experts_) dp_.all_reduce(sq);
+  if (norm_group_ != nullptr) norm_group_->all_reduce(sq);
   // The gradients carry the loss scale (1 without f16): unscale and clip in one multiply.
-  const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  const double norm = std::sqrt(sq) / loss_scale;
-  overflow_ = scaler_ != nullptr && !std::isfinite(norm);
+  return kernels::clip_factor(sq, scaler_ ? scaler_->scale() : 1.0, max_norm,
+                              /*overflow_skips=*/scaler_ != nullptr);
+}
+
+double ZeroOptimizer::read_clip(const Tensor& factor) {
+  const Tensor host = factor.to(Device::cpu());
+  const double value = host.data_ptr<double>()[0];
+  grad_norm_ = host.data_ptr<double>()[1];
+  overflow_ = scaler_ != nullptr && !std::isfinite(grad_norm_);
   if (scaler_ && !full_precision_reduction()) {
     // Local gradients: every rank must agree on skipping the step, or the ones that step
     // would wait in the 1-bit all-reduce for the ones that do not.
@@ -308,20 +311,31 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
     dp_.all_reduce(any, ReduceOp::max);
     overflow_ = any.item<float>() > 0.0f;
   }
-  if (overflow_) return norm;
-  double factor = 1.0 / loss_scale;
-  const double coef = max_norm / (norm + 1e-6);
-  if (max_norm > 0.0 && std::isfinite(norm) && coef < 1.0) factor *= coef;
-  if (factor != 1.0) {
+  return value;
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  pending_factor_ = Tensor();
+  const double factor = read_clip(clip_factor(max_norm));
+  if (!overflow_ && factor != 1.0) {
     gradients_->scale(factor);
     if (experts_) experts_->gradients_->scale(factor);
   }
-  return norm;
+  return grad_norm_;
+}
+
+void ZeroOptimizer::prepare_step(double max_norm) {
+  if (one_pass_step()) {
+    pending_factor_ = clip_factor(max_norm);
+  } else {
+    clip_grad_norm(max_norm);
+  }
 }
 
 bool ZeroOptimizer::step() {
   settle_communication();
   NoGradGuard no_grad;
+  if (one_pass_step()) return step_in_one_pass();
   if (scaler_) {
     scaler_->update(overflow_);
     if (overflow_) return false;  // DeepSpeed skips the step and keeps the parameters

@@ -99,6 +99,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "autograd/module.h"
@@ -243,6 +244,23 @@ class ZeroOptimizer {
   // scaled by that, as optim::clip_grad_norm does. With f16 it also unscales them, or finds
   // an overflow (the norm is then inf or nan). Call once after the boundary's backward.
   double clip_grad_norm(double max_norm);
+  // Note [One-pass mixed-precision step]
+  // prepare_step(max_norm) + step() is clip_grad_norm(max_norm) + step() with one host read
+  // per step, where the inner optimizer takes scaled steps (Adam, AdamW: Note [Scaled steps]
+  // in optim/optimizer.h) at stages 0-2 without offload or experts (one_pass_step()): the
+  // squared norm is summed and all-reduced on the gradients' device, the unscale-and-clip
+  // factor computed there (Note [Clip factor] in kernels/clip_factor.h), and the step hands
+  // it to the optimizer's pass, which also rounds each updated master into the 16-bit model
+  // (Apex's and DeepSpeed's FusedAdam with a 16-bit output). An f16 overflow's factor is
+  // NaN and the pass changes nothing; step() then reads the norm (the one read, after the
+  // update is queued) and lowers the loss scale. The gradients keep their unscaled values.
+  // The result equals the separate passes (scale, step, rounding) bit for bit. Elsewhere
+  // prepare_step() is clip_grad_norm() and step() the separate passes.
+  void prepare_step(double max_norm);
+  // The norm clip_grad_norm() returned, or the one prepare_step() + step() found.
+  double grad_norm() const { return grad_norm_; }
+  // Whether step() updates in one pass (see the note).
+  bool one_pass_step() const;
   // The optimizer step on this rank's shard; then the parameters are all-gathered. Returns
   // false when an f16 overflow skipped the step (the loss scale was lowered instead). At
   // stages 1-2 with overlap_comm the gathers travel on after it returns (Note [Gathers
@@ -371,9 +389,20 @@ class ZeroOptimizer {
   void abort_backward() noexcept;
   // The squared norm of the averaged gradients with the expert part's added, over the data
   // group (Note [Expert parameters]); collective over it.
-  double squared_norm_with_experts();
+  Tensor squared_norm_with_experts();
   // step() once the loss scale allows it: the inner optimizer's update, then the gathers.
   void apply_step();
+  // Settles the communication and computes the step's {factor, norm} on device_
+  // (kernels::clip_factor) from the squared norm summed over the groups that share the
+  // gradients; nothing is read to the host.
+  Tensor clip_factor(double max_norm);
+  // Reads clip_factor()'s result into grad_norm_ and overflow_ (with local 1-bit gradients,
+  // the ranks agree on an overflow); returns the factor.
+  double read_clip(const Tensor& factor);
+  // step() in one pass (Note [One-pass mixed-precision step], zero_one_pass.cc).
+  bool step_in_one_pass();
+  // Per name of an inner_ parameter, the 16-bit tensor it is rounded into (empty at f32).
+  std::unordered_map<std::string, Tensor> model_copies() const;
   // Finishes whatever async_ still carries (a forward without its backward leaves prefetched
   // gathers; a step leaves its parameters' gathers at stages 1-2) before this object uses
   // the group itself. Const: it changes no value, only waits for those already decided.
@@ -442,6 +471,8 @@ class ZeroOptimizer {
   std::unique_ptr<AsyncCollectives> async_;
   std::unique_ptr<GradientReducer> gradients_;
   bool overflow_ = false;                    // found by clip_grad_norm
+  double grad_norm_ = 0.0;                   // grad_norm()
+  Tensor pending_factor_;                    // prepare_step()'s, for a one-pass step()
   std::unique_ptr<optim::Optimizer> inner_;  // over the parameters (0) or the chunks (1-3)
   OneBitOptimizer* onebit_ = nullptr;        // inner_ when it is a 1-bit optimizer
   std::unique_ptr<ZeroOffload> offload_;     // inner_'s state in NVMe swap files, or null

@@ -3,6 +3,7 @@
 // once from the same state on both sides; the CPU runs in f64 on the same (rounded) values.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -111,9 +112,9 @@ TEST_CASE("the multi-tensor adamw_step equals the one-tensor kernel bit for bit"
           }
         }
         auto part = [&](const Tensor& t) { return t.narrow(0, shift, sizes[i]); };
-        multi.push_back(
-            {part(s.p.dev.clone()), part(s.g.dev), part(s.m.dev.clone()), part(s.v.dev.clone())});
-        single.push_back({part(s.p.dev), part(s.g.dev), part(s.m.dev), part(s.v.dev)});
+        multi.push_back({part(s.p.dev.clone()), part(s.g.dev), part(s.m.dev.clone()),
+                         part(s.v.dev.clone()), Tensor()});
+        single.push_back({part(s.p.dev), part(s.g.dev), part(s.m.dev), part(s.v.dev), Tensor()});
       }
       kernels::adamw_step(multi, hp);
       for (const kernels::AdamWTensors& t : single) {
@@ -124,6 +125,58 @@ TEST_CASE("the multi-tensor adamw_step equals the one-tensor kernel bit for bit"
         testing::check_bitwise(multi[i].param, single[i].param);
         testing::check_bitwise(multi[i].exp_avg, single[i].exp_avg);
         testing::check_bitwise(multi[i].exp_avg_sq, single[i].exp_avg_sq);
+      }
+    }
+  }
+}
+
+// Note [Scaled AdamW] in kernels/cuda/optimizers.cu: the one pass gives the separate
+// passes' bits on the device, with the grad_scale read there; a factor that is not finite
+// changes nothing.
+TEST_CASE("a scaled adamw_step with model copies equals scale_, adamw_step and copy_", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  // Tensors around the 65536-element chunk, one misaligned view among them.
+  const std::vector<int64_t> sizes = {5, 4773, 65536 + 9, 200001, 17};
+  const kernels::AdamWParams hp{.lr = 1e-2, .weight_decay = 0.01, .step = 4};
+  for (const DType copy : {DType::bf16, DType::f16}) {
+    for (const double factor : {1.0, 0.37, std::nan(""), static_cast<double>(INFINITY)}) {
+      DYNAMIC_SECTION(dtype_name(copy) << " copies, factor " << factor) {
+        std::vector<kernels::AdamWTensors> fused, separate;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const int64_t shift = i == 1 ? 1 : 0;
+          State s = make_state({sizes[i] + shift}, 700 + 4 * i, DType::f32);
+          const auto part = [&](const Tensor& t) { return t.narrow(0, shift, sizes[i]); };
+          const Tensor copy_buffer = zeros({sizes[i] + shift}, {copy, testing::kCuda});
+          fused.push_back({part(s.p.dev.clone()), part(s.g.dev.clone()), part(s.m.dev.clone()),
+                           part(s.v.dev.clone()), part(copy_buffer.clone())});
+          separate.push_back(
+              {part(s.p.dev), part(s.g.dev), part(s.m.dev), part(s.v.dev), part(copy_buffer)});
+        }
+        std::vector<kernels::AdamWTensors> before;
+        for (const kernels::AdamWTensors& t : fused) {
+          before.push_back({t.param.clone(), t.grad.clone(), t.exp_avg.clone(),
+                            t.exp_avg_sq.clone(), t.model_copy.clone()});
+        }
+        kernels::adamw_step(fused, hp, scalar_tensor(factor, {DType::f64, testing::kCuda}));
+        const bool skipped = !std::isfinite(factor);
+        if (!skipped) {
+          std::vector<kernels::AdamWTensors> plain;
+          for (const kernels::AdamWTensors& t : separate) {
+            kernels::scale_(t.grad, factor);
+            plain.push_back({t.param, t.grad, t.exp_avg, t.exp_avg_sq, Tensor()});
+          }
+          kernels::adamw_step(plain, hp);
+          for (const kernels::AdamWTensors& t : separate) t.model_copy.copy_(t.param);
+        }
+        const std::vector<kernels::AdamWTensors>& want = skipped ? before : separate;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          INFO("tensor " << i << " of " << sizes[i] << " elements");
+          testing::check_bitwise(fused[i].param, want[i].param);
+          testing::check_bitwise(fused[i].exp_avg, want[i].exp_avg);
+          testing::check_bitwise(fused[i].exp_avg_sq, want[i].exp_avg_sq);
+          testing::check_bitwise(fused[i].model_copy, want[i].model_copy);
+          testing::check_bitwise(fused[i].grad, before[i].grad);  // read, not scaled
+        }
       }
     }
   }
@@ -212,6 +265,45 @@ TEST_CASE("squared_norm matches the CPU and reports non-finite values", "[gpu]")
         Tensor host = random({1000}, 183, dt).ref;
         host.narrow(0, 517, 1).fill_(bad);
         CHECK_FALSE(std::isfinite(kernels::squared_norm(both(host, dt).dev)));
+      }
+    }
+  }
+}
+
+// The clip's norm and factor stay on the device (Note [Clip factor] in
+// kernels/clip_factor.h): the device sum is squared_norm's, and the factor the CPU's formula
+// on the same value, bit for bit (NaN for NaN).
+TEST_CASE("add_squared_norm and clip_factor on the device equal the host's", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  const Input a = random({(int64_t{1} << 20) + 7}, 185, DType::f32);
+  const Input b = random({4773}, 186, DType::bf16);
+  const Tensor total = zeros({}, {DType::f64, testing::kCuda});
+  kernels::add_squared_norm(a.dev, total);
+  kernels::add_squared_norm(b.dev.narrow(0, 1, 4000), total);
+  double host = 0.0;
+  host += kernels::squared_norm(a.dev);
+  host += kernels::squared_norm(b.dev.narrow(0, 1, 4000));
+  CHECK(total.item<double>() == host);
+  for (const double sq : {host, 1e-3, static_cast<double>(INFINITY), std::nan("")}) {
+    for (const double loss_scale : {1.0, 4096.0}) {
+      for (const double max_norm : {0.0, 1.0}) {
+        INFO("squared norm " << sq << ", loss scale " << loss_scale << ", max_norm " << max_norm);
+        const std::vector<double> dev =
+            kernels::clip_factor(scalar_tensor(sq, {DType::f64, testing::kCuda}), loss_scale,
+                                 max_norm, true)
+                .to(Device::cpu())
+                .to_vector<double>();
+        const std::vector<double> cpu =
+            kernels::clip_factor(scalar_tensor(sq, {DType::f64}), loss_scale, max_norm, true)
+                .to_vector<double>();
+        for (int k = 0; k < 2; ++k) {
+          // NaNs alike (their payloads are the platforms'), everything else bit for bit.
+          if (std::isnan(cpu[k])) {
+            CHECK(std::isnan(dev[k]));
+          } else {
+            CHECK(std::memcmp(&dev[k], &cpu[k], sizeof(double)) == 0);
+          }
+        }
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "kernels/blas1.h"
 
 namespace tessera {
 namespace {
@@ -120,9 +121,9 @@ TEST_CASE("the multi-tensor adamw_step equals one step per tensor", "[adamw]") {
   std::vector<kernels::AdamWTensors> before, multi, single;
   for (const Shape& s : shapes) {
     const Tensor p = randn(s, gen), g = randn(s, gen), m = randn(s, gen), v = rand(s, gen);
-    before.push_back({p, g, m, v});
-    multi.push_back({p.clone(), g, m.clone(), v.clone()});
-    single.push_back({p.clone(), g, m.clone(), v.clone()});
+    before.push_back({p, g, m, v, Tensor()});
+    multi.push_back({p.clone(), g, m.clone(), v.clone(), Tensor()});
+    single.push_back({p.clone(), g, m.clone(), v.clone(), Tensor()});
   }
   adamw_step(multi, hp);
   for (const kernels::AdamWTensors& t : single) {
@@ -180,11 +181,123 @@ TEST_CASE("the multi-tensor adamw_step checks every entry", "[adamw]") {
   const Tensor d = zeros({3}, {DType::f64});
   AdamWParams hp;
   REQUIRE_NOTHROW(adamw_step(std::vector<kernels::AdamWTensors>{}, hp));
-  REQUIRE_THROWS_WITH(adamw_step({{z, z, z, z}, {d, d, d, d}}, hp),
+  REQUIRE_THROWS_WITH(adamw_step({{z, z, z, z, Tensor()}, {d, d, d, d, Tensor()}}, hp),
                       Catch::Contains("[adamw_step] expected every tensor on cpu in f32, found "
                                       "tensor 1 on cpu in f64"));
-  REQUIRE_THROWS_WITH(adamw_step({{z, z, z, z}, {z, z, zeros({4}), z}}, hp),
+  REQUIRE_THROWS_WITH(adamw_step({{z, z, z, z, Tensor()}, {z, z, zeros({4}), z, Tensor()}}, hp),
                       Catch::Contains("[adamw_step] shapes differ: param (3) vs exp_avg (4)"));
+}
+
+namespace {
+
+// The operands of one scaled step: f32 parameters and moments at `offset` elements into
+// larger buffers (so Eigen's scalar path and the staging take part), with their copies.
+std::vector<kernels::AdamWTensors> scaled_operands(const std::vector<Shape>& shapes, int64_t offset,
+                                                   DType copy_dtype, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<kernels::AdamWTensors> out;
+  for (const Shape& s : shapes) {
+    const auto placed = [&](const Tensor& t) {
+      const Tensor buffer = zeros({t.numel() + offset});
+      buffer.narrow(0, offset, t.numel()).copy_(t.reshape({t.numel()}));
+      return buffer.narrow(0, offset, t.numel()).view(s);
+    };
+    out.push_back({placed(randn(s, gen)), randn(s, gen), placed(randn(s, gen)),
+                   placed(rand(s, gen)), zeros(s, {copy_dtype})});
+  }
+  return out;
+}
+
+std::vector<kernels::AdamWTensors> cloned(const std::vector<kernels::AdamWTensors>& ts) {
+  std::vector<kernels::AdamWTensors> out;
+  for (const kernels::AdamWTensors& t : ts) {
+    out.push_back({t.param.clone(), t.grad.clone(), t.exp_avg.clone(), t.exp_avg_sq.clone(),
+                   t.model_copy.clone()});
+  }
+  return out;
+}
+
+}  // namespace
+
+// Note [Scaled AdamW]: one pass gives the bits of the separate passes.
+TEST_CASE("a scaled adamw_step with model copies equals scale_, adamw_step and copy_ in turn",
+          "[adamw]") {
+  const std::vector<Shape> shapes = {{5}, {3, 7}, {70001}, {1000}};
+  AdamWParams hp;
+  hp.lr = 1e-2;
+  hp.weight_decay = 0.1;
+  hp.step = 3;
+  for (const DType copy_dtype : {DType::bf16, DType::f16}) {
+    for (const double factor : {1.0, 0.37, 1.0 / 1024}) {
+      for (const int64_t offset : {0, 3}) {
+        INFO(dtype_name(copy_dtype) << " copies, factor " << factor << ", offset " << offset);
+        const std::vector<kernels::AdamWTensors> fused =
+            scaled_operands(shapes, offset, copy_dtype, 5 + static_cast<uint64_t>(offset));
+        const std::vector<kernels::AdamWTensors> separate = cloned(fused);
+        std::vector<kernels::AdamWTensors> plain;  // the separate passes' operands
+        for (const kernels::AdamWTensors& t : separate) {
+          kernels::scale_(t.grad, factor);
+          plain.push_back({t.param, t.grad, t.exp_avg, t.exp_avg_sq, Tensor()});
+        }
+        adamw_step(plain, hp);
+        for (const kernels::AdamWTensors& t : separate) t.model_copy.copy_(t.param);
+        const Tensor grads_before = fused[2].grad.clone();
+        adamw_step(fused, hp, scalar_tensor(factor, {DType::f64}));
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          CAPTURE(i);
+          CHECK(fused[i].param.to_vector<float>() == separate[i].param.to_vector<float>());
+          CHECK(fused[i].exp_avg.to_vector<float>() == separate[i].exp_avg.to_vector<float>());
+          CHECK(fused[i].exp_avg_sq.to_vector<float>() ==
+                separate[i].exp_avg_sq.to_vector<float>());
+          CHECK(fused[i].model_copy.to_vector<float>() ==
+                separate[i].model_copy.to_vector<float>());
+        }
+        CHECK(fused[2].grad.to_vector<float>() == grads_before.to_vector<float>());
+      }
+    }
+  }
+}
+
+TEST_CASE("a grad_scale that is not finite leaves every tensor unchanged", "[adamw]") {
+  AdamWParams hp;
+  for (const double bad :
+       {std::nan(""), static_cast<double>(INFINITY), -static_cast<double>(INFINITY)}) {
+    INFO("grad_scale " << bad);
+    const std::vector<kernels::AdamWTensors> ts =
+        scaled_operands({{17}, {4, 5}}, 1, DType::bf16, 9);
+    const std::vector<kernels::AdamWTensors> before = cloned(ts);
+    // A (2) f64 tensor as clip_factor() makes it: the factor is element 0.
+    const Tensor factor = zeros({2}, {DType::f64});
+    factor.narrow(0, 0, 1).fill_(bad);
+    adamw_step(ts, hp, factor.narrow(0, 0, 1));
+    for (size_t i = 0; i < ts.size(); ++i) {
+      CHECK(ts[i].param.to_vector<float>() == before[i].param.to_vector<float>());
+      CHECK(ts[i].exp_avg.to_vector<float>() == before[i].exp_avg.to_vector<float>());
+      CHECK(ts[i].exp_avg_sq.to_vector<float>() == before[i].exp_avg_sq.to_vector<float>());
+      CHECK(ts[i].model_copy.to_vector<float>() == before[i].model_copy.to_vector<float>());
+    }
+  }
+}
+
+TEST_CASE("adamw_step checks its grad_scale and model copies", "[adamw]") {
+  const Tensor z = zeros({3});
+  const Tensor c = zeros({3}, {DType::bf16});
+  AdamWParams hp;
+  REQUIRE_THROWS_WITH(adamw_step({{z, z, z, z, c}, {z, z, z, z, Tensor()}}, hp),
+                      Catch::Contains("[adamw_step] expected a model copy for every tensor, "
+                                      "found tensor 1 without one"));
+  REQUIRE_THROWS_WITH(adamw_step({{z, z, z, z, c}, {z, z, z, z, zeros({3}, {DType::f16})}}, hp),
+                      Catch::Contains("[adamw_step] expected tensor 1's model copy a contiguous "
+                                      "bf16 tensor of its f32 parameter's shape (3) on cpu"));
+  REQUIRE_THROWS_WITH(adamw_step({{z, z, z, z, zeros({4}, {DType::bf16})}}, hp),
+                      Catch::Contains("tensor 0's model copy a contiguous bf16 tensor"));
+  REQUIRE_THROWS_WITH(
+      adamw_step({{z, z, z, z, Tensor()}}, hp, scalar_tensor(1.0, {DType::f32})),
+      Catch::Contains("[adamw_step] expected grad_scale one f64 element on cpu with f32 or f64 "
+                      "parameters"));
+  const Tensor h = zeros({3}, {DType::bf16});
+  REQUIRE_THROWS_WITH(adamw_step({{h, h, h, h, Tensor()}}, hp, scalar_tensor(1.0, {DType::f64})),
+                      Catch::Contains("with bf16 parameters"));
 }
 
 }  // namespace tessera

@@ -62,6 +62,8 @@ precision) and compares with PyTorch on the same device, eager and through torch
   --batch B, --seq T   tokens per step B x T (default 16 x 1024)
   --steps N            timed steps (default 10)
   --warmup N           untimed steps first (default 3)
+  --clip X             gradient_clipping (default 1.0, as GPT-2 configs; 0: none, the norm
+                       still computed, as the trainer does), in both runs
   --device cuda:N      the device (default cuda:0)
   --peak-tflops X      the MFU denominator (default: the device's dense bf16 peak)
   --torch-script FILE  the PyTorch reference (default: tools/bench/gpt2_gpu_torch.py beside
@@ -158,6 +160,8 @@ int bench_main(int argc, char** argv) {
   const DType dtype = parse_precision(flags.get("dtype", "bf16"));
   const int64_t steps = flags.get_int("steps", 10), warmup = flags.get_int("warmup", 3);
   const int64_t batch = flags.get_int("batch", 16), seq = flags.get_int("seq", 1024);
+  const double clip = flags.get_double("clip", 1.0);
+  if (!(clip >= 0)) throw cli::UsageError("--clip expected a number >= 0");
   double peak = flags.get_double("peak-tflops", 0.0) * 1e12;  // 0: the device's
   const GptConfig cfg = GptConfig::preset("gpt2");
   if (steps < 1 || warmup < 0 || batch < 1 || seq < 1 || seq > cfg.block_size ||
@@ -233,8 +237,9 @@ int bench_main(int argc, char** argv) {
   const auto forward = [&] { return model.loss(model.forward(idx), targets); };
   const auto backward = [&](const Tensor& loss) { zero.backward(loss, 1.0, /*boundary=*/true); };
   const auto optimizer = [&] {
-    // With fp16, unscales the gradients and finds overflows (Note [Mixed precision]).
-    if (dtype == DType::f16) zero.clip_grad_norm(0.0);
+    // As the trainer's engine: the norm, clip factor, unscale (fp16) and overflow check on
+    // the device, folded into AdamW's one pass (Note [One-pass mixed-precision step]).
+    zero.prepare_step(clip);
     return zero.step();
   };
   // One step, the device synchronized at its start and after each phase.
@@ -292,11 +297,11 @@ int bench_main(int argc, char** argv) {
   std::printf("  backward         %8.2f ms  %7.1f TFLOP/s  %5.1f%%\n", 1e3 * b,
               2 * flops_step / 3 / b / 1e12, 100 * b / step_med);
   std::printf("  optimizer        %8.2f ms  %7.1f GB/s     %5.1f%%\n", 1e3 * o,
-              (mixed ? 34.0 : 28.0) * n_params / o / 1e9, 100 * o / step_med);
+              (mixed ? 34.0 : 32.0) * n_params / o / 1e9, 100 * o / step_med);
   std::printf(
-      "  (optimizer traffic: AdamW reads p, g, m, v and writes p, m, v, 28 bytes per "
-      "parameter%s)\n",
-      mixed ? "; rounding the f32 masters into the 16-bit model adds 6, 34 in all" : "");
+      "  (optimizer traffic: the norm reads g, then one pass reads p, g, m, v and writes p, m, "
+      "v%s: %s bytes per parameter)\n",
+      mixed ? " and the 16-bit model" : "", mixed ? "4 + 30 = 34" : "4 + 28 = 32");
 
   // Memory (Note [GPU step benchmark accounting]).
   const double elem = static_cast<double>(itemsize(dtype));
@@ -343,7 +348,8 @@ int bench_main(int argc, char** argv) {
         flags.get("python", "python3"), script,
         "--batch " + std::to_string(batch) + " --seq " + std::to_string(seq) + " --steps " +
             std::to_string(steps) + " --warmup " + std::to_string(warmup) + " --dtype " +
-            torch_dtype(dtype) + " --device " + device.str() + (compiled ? " --compile" : ""),
+            torch_dtype(dtype) + " --device " + device.str() + " --clip " + std::to_string(clip) +
+            (compiled ? " --compile" : ""),
         "tokens_per_s");
     if (!r.json) {
       std::printf("PyTorch reference%s unavailable: %s\n", compiled ? " (torch.compile)" : "",

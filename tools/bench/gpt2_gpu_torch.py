@@ -4,7 +4,8 @@ The model of tools/bench/gpt2_step_torch.py, imported from it (Tessera's Gpt(Gpt
 token and position embeddings, 12 pre-LayerNorm blocks with causal self-attention (here
 F.scaled_dot_product_attention(is_causal=True), PyTorch's flash/efficient kernels), GELU with
 the tanh approximation, no dropout, a final LayerNorm and a head tied to the token embedding,
-vocabulary padded to 50304. AdamW (lr 1e-4, weight decay 0.1 on the 2-D weights only),
+vocabulary padded to 50304. AdamW (lr 1e-4, weight decay 0.1 on the 2-D weights only)
+after clip_grad_norm_ (--clip, default 1.0, as the C++ bench),
 random tokens, eager mode, or with --compile the model through torch.compile (default mode;
 the warm-up steps include the compilation).
 
@@ -53,6 +54,8 @@ def main():
     ap.add_argument("--dtype", choices=["bf16", "fp16", "f32"], default="bf16")
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--compile", action="store_true", help="run the model through torch.compile")
+    ap.add_argument("--clip", type=float, default=1.0,
+                    help="clip_grad_norm_ max_norm (0: none), after unscale_ with fp16")
     args = ap.parse_args()
 
     if not torch.cuda.is_available():
@@ -99,9 +102,14 @@ def main():
         torch.cuda.synchronize(device)
         t2 = time.perf_counter()
         if scaler is not None:
+            if args.clip > 0:
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             scaler.step(opt)
             scaler.update()
         else:
+            if args.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             opt.step()
         torch.cuda.synchronize(device)
         t3 = time.perf_counter()

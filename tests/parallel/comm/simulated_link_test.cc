@@ -25,13 +25,15 @@ struct Seen {
   double simulated = -1;  // CommStats' modeled seconds after it
 };
 
-// Runs `op` once on every one of `size` ranks behind `link`; what each rank saw.
+// Runs `op` once on every one of `size` ranks behind `link`; what each rank saw. Times
+// count from one start before the ranks' threads begin: a rank whose thread starts late
+// (a loaded host) must not see a shorter wait for data another rank sent.
 template <class F>
 std::vector<Seen> timed(int size, const SimulatedLink& link, F&& op) {
   std::vector<Seen> seen(size);
+  const auto start = Clock::now();
   run_thread_ranks(size, [&](Communicator& comm) {
     comm.set_simulated_link(link);
-    const auto start = Clock::now();
     op(comm);
     seen[comm.rank()] = {seconds_since(start), comm.stats().total_simulated_seconds()};
   });
