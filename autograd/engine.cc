@@ -13,7 +13,7 @@ namespace {
 
 // Gradients waiting at one node's outputs, summed as they arrive.
 struct InputBuffer {
-  TensorList grads;
+  std::vector<GradSlot> slots;
   int dependencies = 0;
 };
 
@@ -52,7 +52,14 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    buffers[n].grads.resize(n->outputs().empty() ? 1 : n->outputs().size());
+    InputBuffer& buffer = buffers[n];
+    buffer.slots.resize(n->outputs().empty() ? 1 : n->outputs().size());
+    // Note [Gradients accumulated into leaves] in autograd/node.h.
+    if (const auto* leaf = dynamic_cast<const AccumulateGrad*>(n)) {
+      if (Tensor grad = leaf->gradient_to_sum_into(); grad.defined()) {
+        buffer.slots[0].sum_into_leaf(std::move(grad));
+      }
+    }
     for (const Edge& e : n->next_edges()) {
       if (!e.valid()) continue;
       ++buffers[e.node.get()].dependencies;
@@ -72,7 +79,7 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
     TS_CHECK(seed.shape() == root.shape() && seed.dtype() == root.dtype(),
              "[backward] root gradient ", seed.str(), " does not match root ", root.str());
     Edge e = gradient_edge(root);
-    add_grad(buffers[e.node.get()].grads[e.input_nr], seed.detach());
+    buffers[e.node.get()].slots[e.input_nr].add(seed.detach());
   }
 
   // Deferred nodes run when nothing else is ready (Note [Deferred gradient waits] in
@@ -86,7 +93,8 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
     auto& queue = ready.empty() ? deferred : ready;
     Node* node = queue.top();
     queue.pop();
-    TensorList grads = std::move(buffers[node].grads);
+    TensorList grads;
+    for (GradSlot& slot : buffers[node].slots) grads.push_back(slot.take());
     // Outputs that received no gradient contribute zeros.
     for (size_t i = 0; i < grads.size() && i < node->outputs().size(); ++i) {
       if (!grads[i].defined()) {
@@ -96,9 +104,9 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
     }
     // Each input's gradient sums in the buffer of the node it flows to.
     const std::vector<Edge>& edges = node->next_edges();
-    std::vector<Tensor*> slots(edges.size(), nullptr);
+    std::vector<GradSlot*> slots(edges.size(), nullptr);
     for (size_t i = 0; i < edges.size(); ++i) {
-      if (edges[i].valid()) slots[i] = &buffers[edges[i].node.get()].grads[edges[i].input_nr];
+      if (edges[i].valid()) slots[i] = &buffers[edges[i].node.get()].slots[edges[i].input_nr];
     }
     if (BackwardObserver* observer = backward_observer()) {  // Note [Backward observers]
       observer->begin(*node);

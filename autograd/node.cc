@@ -11,22 +11,46 @@ thread_local uint64_t next_sequence_nr = 0;
 
 Node::Node() : sequence_nr_(next_sequence_nr++) {}
 
-bool summable_in_place(const Tensor& slot, const Shape& shape, DType dtype, Device device) {
-  return slot.defined() && slot.is_unique() && slot.is_contiguous() && slot.shape() == shape &&
-         slot.dtype() == dtype && slot.device() == device;
+void GradSlot::sum_into_leaf(Tensor leaf_grad) {
+  TS_INTERNAL_ASSERT(!received_ && leaf_grad.is_contiguous(),
+                     "a leaf's gradient made the sum of a slot that has one");
+  sum_ = std::move(leaf_grad);
+  into_leaf_ = true;
 }
 
-void add_grad(Tensor& slot, const Tensor& g) {
-  if (!slot.defined()) {
-    slot = g;
-  } else if (summable_in_place(slot, g.shape(), g.dtype(), g.device())) {
-    kernels::axpy_(slot, g);
+bool GradSlot::summable_in_place(const Shape& shape, DType dtype, Device device) const {
+  // A leaf's buffer is meant to be summed into; any other sum only when nothing else sees it.
+  return sum_.defined() && (into_leaf_ || (received_ && sum_.is_unique())) &&
+         sum_.is_contiguous() && sum_.shape() == shape && sum_.dtype() == dtype &&
+         sum_.device() == device;
+}
+
+void GradSlot::add(const Tensor& g) {
+  if (!sum_.defined()) {
+    sum_ = g;
+  } else if (summable_in_place(g.shape(), g.dtype(), g.device())) {
+    kernels::axpy_(sum_, g);
+  } else if (into_leaf_) {  // another dtype: the leaf's buffer takes the sum
+    sum_.copy_(kernels::binary(kernels::BinaryOp::add, sum_, g));
   } else {
-    slot = kernels::binary(kernels::BinaryOp::add, slot, g);
+    sum_ = kernels::binary(kernels::BinaryOp::add, sum_, g);
   }
+  received_ = true;
 }
 
-void Node::apply_into(const TensorList& grad_outputs, const std::vector<Tensor*>& slots) {
+Tensor* GradSlot::in_place(const Shape& shape, DType dtype, Device device) {
+  if (!summable_in_place(shape, dtype, device)) return nullptr;
+  received_ = true;
+  return &sum_;
+}
+
+Tensor GradSlot::take() {
+  Tensor out = received_ ? std::move(sum_) : Tensor();
+  *this = GradSlot();
+  return out;
+}
+
+void Node::apply_into(const TensorList& grad_outputs, const std::vector<GradSlot*>& slots) {
   const TensorList input_grads = apply(grad_outputs);
   TS_INTERNAL_ASSERT(input_grads.empty() || input_grads.size() == slots.size(), name(),
                      " returned ", input_grads.size(), " gradients for ", slots.size(), " inputs");
@@ -38,7 +62,7 @@ void Node::apply_into(const TensorList& grad_outputs, const std::vector<Tensor*>
     TS_INTERNAL_ASSERT(outs.empty() || g.shape() == outs[e.input_nr].shape, name(),
                        " produced a gradient of shape ", shape_str(g.shape()), " for ",
                        e.node->name(), " output of shape ", shape_str(outs[e.input_nr].shape));
-    add_grad(*slots[i], g);
+    slots[i]->add(g);
   }
 }
 
@@ -51,20 +75,31 @@ void FunctionNode::check_not_freed() const {
 TensorList FunctionNode::apply(const TensorList& grad_outputs) {
   check_not_freed();
   if (backward_) return backward_(grad_outputs);
-  TensorList input_grads(next_edges().size());
-  std::vector<Tensor*> slots(input_grads.size());
-  for (size_t i = 0; i < slots.size(); ++i) slots[i] = &input_grads[i];
+  std::vector<GradSlot> sums(next_edges().size());
+  std::vector<GradSlot*> slots(sums.size());
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = &sums[i];
   backward_into_(grad_outputs, slots);
+  TensorList input_grads;
+  for (GradSlot& s : sums) input_grads.push_back(s.take());
   return input_grads;
 }
 
-void FunctionNode::apply_into(const TensorList& grad_outputs, const std::vector<Tensor*>& slots) {
+void FunctionNode::apply_into(const TensorList& grad_outputs, const std::vector<GradSlot*>& slots) {
   check_not_freed();
   if (backward_) {
     Node::apply_into(grad_outputs, slots);
   } else {
     backward_into_(grad_outputs, slots);
   }
+}
+
+Tensor AccumulateGrad::gradient_to_sum_into() const {
+  const AutogradMeta* meta = leaf_.autograd_meta();
+  if (meta == nullptr || !meta->grad) return Tensor();
+  const Tensor& grad = *meta->grad;
+  const bool fits = grad.defined() && grad.is_contiguous() && grad.shape() == leaf_.shape() &&
+                    grad.dtype() == leaf_.dtype() && grad.device() == leaf_.device();
+  return fits ? grad : Tensor();
 }
 
 TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
@@ -74,7 +109,9 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
                      shape_str(incoming.shape()), " for a leaf of shape ",
                      shape_str(leaf_.shape()));
   AutogradMeta& meta = leaf_.ensure_autograd_meta();
-  if (!meta.grad) {
+  if (meta.grad && incoming.is_same(*meta.grad)) {
+    // Summed into in place already (Note [Gradients accumulated into leaves]).
+  } else if (!meta.grad) {
     // Own the gradient: an incoming tensor may be shared with other leaves' gradients.
     meta.grad = std::make_shared<Tensor>(
         incoming.is_contiguous() && incoming.is_unique() ? incoming : incoming.clone());

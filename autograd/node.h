@@ -31,6 +31,38 @@ struct OutputInfo {
 
 using TensorList = std::vector<Tensor>;
 
+// Where the gradients flowing to one input of a node sum during backward (Notes
+// [Gradients added in place] and [Gradients accumulated into leaves] below).
+class GradSlot {
+ public:
+  // The sum so far: undefined until a gradient arrives; with into_leaf(), the leaf's
+  // gradient buffer from the start.
+  const Tensor& sum() const { return sum_; }
+  bool into_leaf() const { return into_leaf_; }
+  // Whether any gradient arrived.
+  bool received() const { return received_; }
+  // Makes the slot sum into a leaf's existing gradient (contiguous, the leaf's shape):
+  // before any gradient arrives.
+  void sum_into_leaf(Tensor leaf_grad);
+  // Adds g: the first one taken as it is (into a leaf's buffer: added), later ones in place
+  // where summable_in_place(), else sum = sum + g.
+  void add(const Tensor& g);
+  // For a node that adds its gradient in place itself: the tensor to add into, where a
+  // gradient of `shape`, dtype and device may be summed into this slot in place (a sum
+  // that nothing else holds, or a leaf's buffer), else null. A non-null result counts as a
+  // gradient received: the caller must add into it.
+  Tensor* in_place(const Shape& shape, DType dtype, Device device);
+  // The sum, moved out; undefined where nothing arrived.
+  Tensor take();
+
+ private:
+  bool summable_in_place(const Shape& shape, DType dtype, Device device) const;
+
+  Tensor sum_;
+  bool into_leaf_ = false;
+  bool received_ = false;
+};
+
 class Node {
  public:
   Node();
@@ -44,11 +76,11 @@ class Node {
   // gradients of the outputs (one per output, all defined).
   virtual TensorList apply(const TensorList& grad_outputs) = 0;
   // Adds the gradients of the inputs into `slots`, one per next edge: where that edge's
-  // gradient sums (undefined until one arrives; null for an invalid edge). The default
-  // sums apply()'s gradients with add_grad; a node whose gradient is a few rows of a large
-  // input (an embedding's) adds those rows in place instead (Note [Gradients added in
-  // place]).
-  virtual void apply_into(const TensorList& grad_outputs, const std::vector<Tensor*>& slots);
+  // gradient sums (null for an invalid edge). The default adds apply()'s gradients; a node
+  // whose gradient is a few rows of a large input (an embedding's), or a product that can
+  // accumulate (a linear layer's weight gradient), adds in place instead (Notes [Gradients
+  // added in place] and [Gradients accumulated into leaves]).
+  virtual void apply_into(const TensorList& grad_outputs, const std::vector<GradSlot*>& slots);
   // Frees saved tensors after a backward without retain_graph.
   virtual void release_saved() = 0;
   // Whether the engine runs this node only when no other node is ready (Note [Deferred
@@ -76,7 +108,7 @@ class FunctionNode final : public Node {
   using Backward = std::function<TensorList(const TensorList& grad_outputs)>;
   // Adds the input gradients into the slots, as Node::apply_into describes.
   using BackwardInto =
-      std::function<void(const TensorList& grad_outputs, const std::vector<Tensor*>& slots)>;
+      std::function<void(const TensorList& grad_outputs, const std::vector<GradSlot*>& slots)>;
   FunctionNode(std::string name, Backward backward)
       : name_(std::move(name)), backward_(std::move(backward)) {}
   FunctionNode(std::string name, BackwardInto backward_into)
@@ -84,7 +116,7 @@ class FunctionNode final : public Node {
 
   std::string name() const override { return name_; }
   TensorList apply(const TensorList& grad_outputs) override;
-  void apply_into(const TensorList& grad_outputs, const std::vector<Tensor*>& slots) override;
+  void apply_into(const TensorList& grad_outputs, const std::vector<GradSlot*>& slots) override;
   void release_saved() override {
     backward_ = nullptr;
     backward_into_ = nullptr;
@@ -105,26 +137,35 @@ class AccumulateGrad final : public Node {
   std::string name() const override { return "AccumulateGrad"; }
   TensorList apply(const TensorList& grad_outputs) override;
   void release_saved() override {}
+  // The leaf's gradient where later gradients may be summed into it in place as they are
+  // computed (Note [Gradients accumulated into leaves]): defined, contiguous, the leaf's
+  // shape, dtype and device; else undefined.
+  Tensor gradient_to_sum_into() const;
 
  private:
   Tensor leaf_;
 };
 
 // Note [Gradients added in place]
-// Gradients flowing to the same place sum in a slot. add_grad takes the first one as it is
-// and adds later ones in place when the slot holds the only handle to its memory (nothing
-// else can see the change): the tied LM head's and the embedding's (Vp, C) gradients of
-// wte then sum in one buffer. A node with a BackwardInto goes further and adds its
-// gradient straight into the slot: the embedding adds B x T rows into wte's (Vp, C)
-// gradient instead of writing a dense (Vp, C) tensor that is then added (GPT-2 124M:
-// 154 MB zeroed, scattered into and summed, about 20 ms of a 1.1 s CPU step).
-
-// True when a gradient of `shape`, dtype and device may be summed into slot in place (see
-// the note): slot is defined, the only handle to its contiguous memory, and matches them.
-bool summable_in_place(const Tensor& slot, const Shape& shape, DType dtype, Device device);
-
-// Sums g into a gradient slot (see the note): slot = g when the slot is undefined, in place
-// when summable_in_place, slot = slot + g otherwise.
-void add_grad(Tensor& slot, const Tensor& g);
+// Gradients flowing to the same place sum in a slot (GradSlot). The slot takes the first
+// one as it is and adds later ones in place when it holds the only handle to their memory
+// (nothing else can see the change): the tied LM head's and the embedding's (Vp, C)
+// gradients of wte then sum in one buffer. A node with a BackwardInto goes further and
+// adds its gradient straight into the slot: the embedding adds B x T rows into wte's
+// (Vp, C) gradient instead of writing a dense (Vp, C) tensor that is then added (GPT-2
+// 124M: 154 MB zeroed, scattered into and summed, about 20 ms of a 1.1 s CPU step).
+//
+// Note [Gradients accumulated into leaves]
+// Where a leaf already holds a gradient that later ones are added to (ZeRO's flat gradient
+// buffers, zeroed each step; a leaf's .grad from an earlier micro-batch), the engine makes
+// that buffer the sum of the slot its AccumulateGrad reads (GradSlot::sum_into_leaf), so
+// each gradient is added into it as it is computed and AccumulateGrad only runs the hooks.
+// A linear layer's weight gradient is then one GEMM with beta = 1 into the buffer
+// (kernels::add_linear_param_grads; Megatron-LM's gradient_accumulation_fusion does the
+// same into its main_grad, megatron/core/tensor_parallel/layers.py), not a GEMM into a new tensor
+// and an add over both, and the embedding's rows go straight in. Contributions are added
+// into the buffer one by one where they used to be summed first and added once: the same
+// values up to rounding, and the same bits where the buffer held zeros and one gradient
+// arrives (a parameter used once, in the first micro-batch).
 
 }  // namespace tessera

@@ -1,5 +1,6 @@
 #include "kernels/matmul.h"
 
+#include "kernels/blas1.h"
 #include "kernels/checks.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/kernels.h"
@@ -70,6 +71,25 @@ LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x) {
   check_operands(g, x, true, false, op);
   if (g.device().is_cuda()) return cuda::linear_param_grads(g, x);
   return {cpu::matmul(g, x, true, false), sum(g, {0}, false)};
+}
+
+Tensor add_linear_param_grads(const Tensor& g, const Tensor& x, const Tensor& dweight,
+                              bool with_bias) {
+  constexpr const char* op = "add_linear_param_grads";
+  check_defined(op, "g", g);
+  check_defined(op, "x", x);
+  check_defined(op, "dweight", dweight);
+  TS_CHECK(g.dim() == 2 && x.dim() == 2 && g.size(0) == x.size(0), "[", op,
+           "] expected g (R, N) and x (R, K) with the same rows, found ", shape_str(g.shape()),
+           " and ", shape_str(x.shape()));
+  check_operands(g, x, true, false, op);
+  TS_CHECK(dweight.shape() == Shape({g.size(1), x.size(1)}) && dweight.dtype() == g.dtype() &&
+               dweight.device() == g.device() && dweight.is_contiguous(),
+           "[", op, "] expected dweight a contiguous ", dtype_name(g.dtype()), " (", g.size(1),
+           ", ", x.size(1), ") tensor on ", g.device().str(), ", found ", dweight.str());
+  if (g.device().is_cuda()) return cuda::add_linear_param_grads(g, x, dweight, with_bias);
+  axpy_(dweight, cpu::matmul(g, x, true, false));
+  return with_bias ? sum(g, {0}, false) : Tensor();
 }
 
 LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {

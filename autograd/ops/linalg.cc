@@ -20,6 +20,23 @@ kernels::LinearParamGrads param_grads(const Tensor& g, const Tensor& x, bool wei
           bias ? kernels::sum(g, {0}, false) : Tensor()};
 }
 
+// Adds those gradients into their slots (null where not wanted): the weight's as a GEMM
+// with beta = 1 into its leaf's buffer where the slot allows (Note [Gradients accumulated
+// into leaves] in autograd/node.h).
+void add_param_grads(const Tensor& g, const Tensor& x, GradSlot* weight, GradSlot* bias) {
+  if (weight != nullptr) {
+    if (Tensor* sum = weight->in_place({g.size(1), x.size(1)}, g.dtype(), g.device())) {
+      const Tensor dbias = kernels::add_linear_param_grads(g, x, *sum, bias != nullptr);
+      if (bias != nullptr) bias->add(dbias);
+      return;
+    }
+  }
+  if (weight == nullptr && bias == nullptr) return;
+  const kernels::LinearParamGrads p = param_grads(g, x, weight != nullptr, bias != nullptr);
+  if (weight != nullptr) weight->add(p.dweight);
+  if (bias != nullptr) bias->add(p.dbias);
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -48,16 +65,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
            "[linear] input features differ: ", shape_str(x.shape()), " vs weight ",
            shape_str(weight.shape()));
   Tensor y = kernels::linear(x, weight, bias);  // the bias fused into the GEMM on CUDA
-  record_function(
-      "linear", {x, weight, bias}, {&y},
-      [x = x.detach(), w = weight.detach(), rx = x.requires_grad(), rw = weight.requires_grad(),
-       has_bias = bias.defined(), reduce_input_grad](const TensorList& g) -> TensorList {
-        Tensor dx = rx ? kernels::matmul(g[0], w) : Tensor();  // (..., in)
-        if (dx.defined() && reduce_input_grad) reduce_input_grad(dx);
-        if (!rw && !has_bias) return {dx, Tensor(), Tensor()};
-        kernels::LinearParamGrads p = param_grads(rows_of(g[0]), rows_of(x), rw, has_bias);
-        return {dx, p.dweight, p.dbias};
-      });
+  record_function("linear", {x, weight, bias}, {&y},
+                  [x = x.detach(), w = weight.detach(), reduce_input_grad](
+                      const TensorList& g, const std::vector<GradSlot*>& slots) {
+                    if (slots[0] != nullptr) {
+                      const Tensor dx = kernels::matmul(g[0], w);  // (..., in)
+                      if (reduce_input_grad) reduce_input_grad(dx);
+                      slots[0]->add(dx);
+                    }
+                    add_param_grads(rows_of(g[0]), rows_of(x), slots[1],
+                                    slots[2]);  // (out, in), (out)
+                  });
   return y;
 }
 
@@ -75,27 +93,27 @@ Tensor dense_gelu_dense(const Tensor& x, const Tensor& w1, const Tensor& b1, con
   out_shape.back() = w2.size(0);
   Tensor z = kernels::linear(first.y, w2.detach(), b2.defined() ? b2.detach() : Tensor())
                  .reshape(out_shape);  // (..., out)
-  record_function(
-      "dense_gelu_dense", {x, w1, b1, w2, b2}, {&z},
-      [x2, w1 = w1.detach(), w2 = w2.detach(), pre = std::move(first.pre), h = std::move(first.y),
-       shape = x.shape(), rx = x.requires_grad(), r1 = w1.requires_grad(),
-       rb1 = b1.defined() && b1.requires_grad(), r2 = w2.requires_grad(),
-       rb2 = b2.defined() && b2.requires_grad(),
-       reduce_input_grad](const TensorList& g) -> TensorList {
-        const Tensor dz = rows_of(g[0]);  // (R, out)
-        // x's gradient first, so that its reduction travels under the weights'
-        // products.
-        kernels::GeluInputGrads d;
-        if (rx || r1 || rb1) d = kernels::gelu_input_grads(dz, w2, pre);  // (R, hidden)
-        Tensor dx;
-        if (rx) {
-          dx = kernels::matmul(d.dpre, w1).reshape(shape);  // (..., in)
-          if (reduce_input_grad) reduce_input_grad(dx);
-        }
-        kernels::LinearParamGrads second = param_grads(dz, h, r2, rb2);  // (out, hidden), (out)
-        Tensor dw1 = r1 ? kernels::matmul(d.dpre, x2, true, false) : Tensor();  // (hidden, in)
-        return {dx, dw1, rb1 ? d.dbias : Tensor(), second.dweight, second.dbias};
-      });
+  record_function("dense_gelu_dense", {x, w1, b1, w2, b2}, {&z},
+                  [x2, w1 = w1.detach(), w2 = w2.detach(), pre = std::move(first.pre),
+                   h = std::move(first.y), shape = x.shape(),
+                   reduce_input_grad](const TensorList& g, const std::vector<GradSlot*>& slots) {
+                    // slots: x, w1, b1, w2, b2 (null where no gradient is wanted).
+                    const Tensor dz = rows_of(g[0]);  // (R, out)
+                    // x's gradient first, so that its reduction travels under the weights'
+                    // products.
+                    kernels::GeluInputGrads d;
+                    if (slots[0] || slots[1] || slots[2]) {
+                      d = kernels::gelu_input_grads(dz, w2, pre);  // (R, hidden)
+                    }
+                    if (slots[0] != nullptr) {
+                      const Tensor dx = kernels::matmul(d.dpre, w1).reshape(shape);  // (..., in)
+                      if (reduce_input_grad) reduce_input_grad(dx);
+                      slots[0]->add(dx);
+                    }
+                    add_param_grads(dz, h, slots[3], slots[4]);       // (out, hidden), (out)
+                    add_param_grads(d.dpre, x2, slots[1], nullptr);   // (hidden, in)
+                    if (slots[2] != nullptr) slots[2]->add(d.dbias);  // (hidden)
+                  });
   return z;
 }
 

@@ -59,17 +59,17 @@ std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& delta, c
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   Tensor out = kernels::embedding(weight, ids);
   // The rows of this lookup are added into the weight's gradient where it already sums
-  // one that nothing else holds (the tied head's); Note [Gradients added in place].
+  // one that nothing else holds (the tied head's), or into the weight's own gradient buffer
+  // (Notes [Gradients added in place] and [Gradients accumulated into leaves]).
   record_function(
       "embedding", {weight}, {&out},
       [ids = ids.detach(), rows = weight.size(0)](const TensorList& g,
-                                                  const std::vector<Tensor*>& slots) {
+                                                  const std::vector<GradSlot*>& slots) {
         if (slots[0] == nullptr) return;
-        Tensor& slot = *slots[0];
-        if (summable_in_place(slot, {rows, g[0].size(-1)}, g[0].dtype(), g[0].device())) {
-          kernels::embedding_backward_add_(slot, g[0], ids);
+        if (Tensor* sum = slots[0]->in_place({rows, g[0].size(-1)}, g[0].dtype(), g[0].device())) {
+          kernels::embedding_backward_add_(*sum, g[0], ids);
         } else {
-          add_grad(slot, kernels::embedding_backward(g[0], ids, rows));
+          slots[0]->add(kernels::embedding_backward(g[0], ids, rows));
         }
       });
   return out;

@@ -41,6 +41,8 @@ MaxResult max(const Tensor& x, int64_t dim, bool keepdim);
 // `bias` (N), when defined, is added to every row of the result (linear's forward).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias);
 LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x);  // (R, N), (R, K)
+Tensor add_linear_param_grads(const Tensor& g, const Tensor& x, const Tensor& dweight,
+                              bool with_bias);
 LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 GeluInputGrads gelu_input_grads(const Tensor& g, const Tensor& weight, const Tensor& pre);
 

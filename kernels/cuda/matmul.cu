@@ -223,10 +223,12 @@ struct OpDesc {
 // bias gradient's (N) output; may be undefined for gelu_aux) and whose auxiliary matrix is
 // `aux` (gelu_aux's output, dgelu_bias_grad's input: contiguous, of the result's shape);
 // nothing when cuBLASLt has no algorithm for an epilogue that may_refuse(), or an aux
-// epilogue would need a batched call. M, N, K and the batch are not 0 (the callers handle
-// empty products).
+// epilogue would need a batched call. With `accumulate` (contiguous, the result's shape,
+// a's dtype) the product is added into it (beta = 1) and it is the result. M, N, K and the
+// batch are not 0 (the callers handle empty products).
 std::optional<Tensor> gemm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
-                           Epilogue epilogue, const Tensor& vector, const Tensor& aux = Tensor()) {
+                           Epilogue epilogue, const Tensor& vector, const Tensor& aux = Tensor(),
+                           const Tensor& accumulate = Tensor()) {
   // a: (..., M, K) or (..., K, M); b: (K, N) / (N, K) or batched like a.
   const int64_t m = trans_a ? a.size(-1) : a.size(-2);
   const int64_t n = trans_b ? b.size(-2) : b.size(-1);
@@ -248,7 +250,7 @@ std::optional<Tensor> gemm(const Tensor& a, const Tensor& b, bool trans_a, bool 
   }
   const bool has_aux = epilogue == Epilogue::gelu_aux || epilogue == Epilogue::dgelu_bias_grad;
   if (has_aux && gemm_batch > 1) return std::nullopt;
-  Tensor out = empty(out_shape, {a.dtype(), a.device()});
+  Tensor out = accumulate.defined() ? accumulate : empty(out_shape, {a.dtype(), a.device()});
 
   // Column-major: C^T (N, rows) = op(B)^T (N, K) x op(A)^T (K, rows); Note [Row-major GEMM
   // through column-major cuBLAS].
@@ -364,7 +366,9 @@ std::optional<Tensor> gemm(const Tensor& a, const Tensor& b, bool trans_a, bool 
   const float one_f = 1.0f, zero_f = 0.0f;
   const double one_d = 1.0, zero_d = 0.0;
   const void* alpha = is_f64 ? static_cast<const void*>(&one_d) : &one_f;
-  const void* beta = is_f64 ? static_cast<const void*>(&zero_d) : &zero_f;
+  const bool add = accumulate.defined();
+  const void* beta = is_f64 ? static_cast<const void*>(add ? &one_d : &zero_d)
+                            : static_cast<const void*>(add ? &one_f : &zero_f);
   check_cublas(
       cublasLtMatmul(ctx.handle, op.desc, alpha, first.t.raw_data(), la.desc, second.t.raw_data(),
                      lb.desc, beta, out.raw_data(), lc.desc, out.raw_data(), lc.desc, &algo,
@@ -406,6 +410,21 @@ LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x) {
     }
   }
   return {cuda::matmul(g, x, true, false, Tensor()), cuda::sum(g, {0}, false)};
+}
+
+Tensor add_linear_param_grads(const Tensor& g, const Tensor& x, const Tensor& dweight,
+                              bool with_bias) {
+  // g: (R, N), x: (R, K); dweight (N, K) += g^T x; dbias (N) from BGRADB where it fits.
+  const int64_t rows = g.size(0), n = g.size(1), k = x.size(1);
+  if (rows == 0 || n == 0 || k == 0) {
+    return with_bias ? cuda::sum(g, {0}, false) : Tensor();  // nothing to add
+  }
+  if (with_bias && (g.dtype() == DType::bf16 || g.dtype() == DType::f16)) {
+    const Tensor dbias = empty({n}, {g.dtype(), g.device()});
+    if (gemm(g, x, true, false, Epilogue::bias_grad, dbias, Tensor(), dweight)) return dbias;
+  }
+  gemm(g, x, true, false, Epilogue::none, Tensor(), Tensor(), dweight);
+  return with_bias ? cuda::sum(g, {0}, false) : Tensor();
 }
 
 namespace {

@@ -21,6 +21,9 @@ Tensor var(const Tensor&, const std::vector<int64_t>&, int64_t, bool) { missing(
 MaxResult max(const Tensor&, int64_t, bool) { missing("max"); }
 Tensor matmul(const Tensor&, const Tensor&, bool, bool, const Tensor&) { missing("matmul"); }
 LinearParamGrads linear_param_grads(const Tensor&, const Tensor&) { missing("linear_param_grads"); }
+Tensor add_linear_param_grads(const Tensor&, const Tensor&, const Tensor&, bool) {
+  missing("add_linear_param_grads");
+}
 LinearGelu linear_gelu(const Tensor&, const Tensor&, const Tensor&) { missing("linear_gelu"); }
 GeluInputGrads gelu_input_grads(const Tensor&, const Tensor&, const Tensor&) {
   missing("gelu_input_grads");

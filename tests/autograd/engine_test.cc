@@ -6,6 +6,7 @@
 
 #include "autograd/ops.h"
 #include "autograd/record.h"
+#include "core/allocator.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
 
@@ -123,6 +124,87 @@ TEST_CASE("an embedding adds its rows into its weight's gradient unless that is 
     check_grad(w.grad(), want);
     check_grad(v.grad(), want_v);
   }
+}
+
+// Note [Gradients accumulated into leaves] in autograd/node.h.
+TEST_CASE("gradients sum into a leaf's existing buffer, and the hook sees the total once",
+          "[engine]") {
+  const int64_t vocab = 5, channels = 3;
+  Generator gen(8);
+  const TensorOptions f64{DType::f64};
+  Tensor w = randn({vocab, channels}, gen, f64);
+  w.set_requires_grad(true);
+  // The gradient a view into a larger flat buffer, as ZeRO's are, holding earlier sums.
+  const Tensor flat = randn({vocab * channels + 4}, gen, f64);
+  const std::vector<double> before = flat.narrow(0, 2, vocab * channels).to_vector<double>();
+  w.set_grad(flat.narrow(0, 2, vocab * channels).view({vocab, channels}));
+  int hooks = 0;
+  std::vector<double> seen;
+  register_post_accumulate_hook(w, [&](Tensor& g) {
+    ++hooks;
+    seen = g.to_vector<double>();
+  });
+  // A tied head and embedding and a third use, summed in the buffer.
+  const Tensor ids = from_vector<int64_t>({1, 4, 1});
+  const Tensor h = randn({2, channels}, gen, f64);
+  const Tensor c_logits = randn({2, vocab}, gen, f64);
+  const Tensor c_rows = randn({3, channels}, gen, f64);
+  const Tensor logits = linear(h, w, Tensor());  // (2, V)
+  const Tensor e = embedding(w, ids);            // (3, C)
+  backward(add(add(sum(mul(logits, c_logits)), sum(mul(e, c_rows))), sum(w)));
+  // Expected: the buffer's earlier values + c_logits^T h + the rows scattered + 1.
+  std::vector<double> want = before;
+  const std::vector<double> hv = h.to_vector<double>(), cl = c_logits.to_vector<double>(),
+                            cr = c_rows.to_vector<double>();
+  const std::vector<int64_t> iv = ids.to_vector<int64_t>();
+  for (int64_t v = 0; v < vocab; ++v) {
+    for (int64_t c = 0; c < channels; ++c) {
+      double& x = want[v * channels + c];
+      x += 1.0;
+      for (int64_t r = 0; r < 2; ++r) x += cl[r * vocab + v] * hv[r * channels + c];
+    }
+  }
+  for (size_t n = 0; n < iv.size(); ++n) {
+    for (int64_t c = 0; c < channels; ++c) want[iv[n] * channels + c] += cr[n * channels + c];
+  }
+  // Still the view of the flat buffer, which holds the total; the hook ran once on it.
+  CHECK(w.grad().raw_data() == flat.narrow(0, 2, 1).raw_data());
+  const std::vector<double> got = flat.narrow(0, 2, vocab * channels).to_vector<double>();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-12));
+  CHECK(hooks == 1);
+  CHECK(seen == got);
+}
+
+TEST_CASE("an embedding's rows go straight into its weight's existing gradient", "[engine]") {
+  // With a gradient buffer in place no dense (V, C) gradient is made: 6.4 MB here.
+  const int64_t vocab = 100000, channels = 8;
+  const TensorOptions f64{DType::f64};
+  Tensor w = zeros({vocab, channels}, f64);
+  w.set_requires_grad(true);
+  w.set_grad(zeros({vocab, channels}, f64));
+  const Tensor ids = from_vector<int64_t>({3, 7, 3});
+  const Tensor loss = sum(embedding(w, ids));
+  Allocator& cpu = allocator_for(Device::cpu());
+  cpu.reset_peak();
+  const int64_t start = cpu.stats().allocated;
+  backward(loss);
+  CHECK(cpu.stats().peak_allocated - start < vocab * channels * 8 / 4);
+  const std::vector<double> g = w.grad().narrow(0, 3, 5).to_vector<double>();
+  CHECK(g == std::vector<double>{2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1});
+}
+
+TEST_CASE("a leaf that no gradient reaches keeps its buffer and runs no hook", "[engine]") {
+  Tensor x = leaf({1.0, 2.0});
+  x.set_grad(from_vector<double>({5.0, 6.0}));
+  int hooks = 0;
+  register_post_accumulate_hook(x, [&](Tensor&) { ++hooks; });
+  Tensor y = mul(x, x).detach().clone();  // a value from x, then a node giving x nothing
+  record_function("no_gradient", {x}, {&y}, [](const TensorList&) { return TensorList{Tensor()}; });
+  backward(sum(y));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{5.0, 6.0});
+  CHECK(hooks == 0);
 }
 
 TEST_CASE("the graph is freed after backward unless retained", "[engine]") {

@@ -8,6 +8,7 @@
 
 #include "core/cuda_runtime.h"
 #include "core/factories.h"
+#include "kernels/blas1.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
@@ -278,7 +279,8 @@ TEST_CASE("linear (bias in the GEMM epilogue) matches the CPU at any operand ali
 }
 
 // 16-bit operands take cuBLASLt's BGRADB epilogue (Note [Bias gradient epilogue] in
-// kernels/cuda/matmul.cu), f32 a matmul and a sum; a g at an odd offset as well.
+// kernels/cuda/matmul.cu), f32 a matmul and a sum; a g at an odd offset as well; the same
+// added into an existing gradient (kernels::add_linear_param_grads).
 TEST_CASE("a linear layer's weight and bias gradients match an f64 CPU reference", "[gpu]") {
   REQUIRE(cuda::device_count() > 0);
   for (DType dt : kFloating) {
@@ -295,6 +297,18 @@ TEST_CASE("a linear layer's weight and bias gradients match an f64 CPU reference
           const kernels::LinearParamGrads want = kernels::linear_param_grads(g.ref, x.ref);
           check_close(got.dweight, want.dweight, dt, tol_for(dt, 5e-3));
           check_close(got.dbias, want.dbias, dt, tol_for(dt, 1e-5));
+          // Added into an existing gradient with beta = 1 (Note [Gradients accumulated into
+          // leaves] in autograd/node.h), with and without the bias's sums.
+          for (bool with_bias : {true, false}) {
+            INFO((with_bias ? "added, with the bias" : "added, without the bias"));
+            const Input acc = random({n, k}, 38, dt);
+            const Tensor acc_want = acc.ref.clone();
+            kernels::axpy_(acc_want, want.dweight);
+            const Tensor dbias = kernels::add_linear_param_grads(g.dev, x.dev, acc.dev, with_bias);
+            check_close(acc.dev, acc_want, dt, tol_for(dt, 5e-3));
+            CHECK(dbias.defined() == with_bias);
+            if (with_bias) check_close(dbias, want.dbias, dt, tol_for(dt, 1e-5));
+          }
         }
       }
     }

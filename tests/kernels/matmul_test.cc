@@ -329,4 +329,27 @@ TEST_CASE("linear_param_grads gives g^T x and g summed over its rows", "[matmul]
                                       "the same rows, found (9, 5) and (8, 7)"));
 }
 
+TEST_CASE("add_linear_param_grads adds g^T x into the weight's gradient", "[matmul]") {
+  Generator gen(43);
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor g = randn({9, 5}, gen, {dt});    // (R, N)
+    const Tensor x = randn({9, 7}, gen, {dt});    // (R, K)
+    const Tensor acc = randn({5, 7}, gen, {dt});  // earlier sums
+    std::vector<double> want = reference(g, x, true, false);
+    const std::vector<double> before = acc.to_vector<double>();
+    for (size_t i = 0; i < want.size(); ++i) want[i] += before[i];
+    const Tensor dbias = kernels::add_linear_param_grads(g, x, acc, true);
+    CHECK(max_abs_diff(acc.to_vector<double>(), want) <= 2 * tolerance(dt));
+    CHECK(dbias.to_vector<double>() == kernels::linear_param_grads(g, x).dbias.to_vector<double>());
+    CHECK_FALSE(kernels::add_linear_param_grads(g, x, acc, false).defined());
+  }
+  REQUIRE_THROWS_WITH(
+      kernels::add_linear_param_grads(zeros({9, 5}), zeros({9, 7}), zeros({7, 5}), false),
+      Catch::Contains("[add_linear_param_grads] expected dweight a contiguous f32 (5, 7) tensor "
+                      "on cpu, found"));
+  REQUIRE_THROWS_WITH(kernels::add_linear_param_grads(zeros({9, 5}), zeros({9, 7}),
+                                                      zeros({7, 5}).transpose(0, 1), false),
+                      Catch::Contains("expected dweight a contiguous f32 (5, 7) tensor"));
+}
+
 }  // namespace tessera
