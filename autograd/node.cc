@@ -75,9 +75,12 @@ void FunctionNode::check_not_freed() const {
 TensorList FunctionNode::apply(const TensorList& grad_outputs) {
   check_not_freed();
   if (backward_) return backward_(grad_outputs);
+  // As the engine gives them: no slot where no gradient is wanted.
   std::vector<GradSlot> sums(next_edges().size());
-  std::vector<GradSlot*> slots(sums.size());
-  for (size_t i = 0; i < slots.size(); ++i) slots[i] = &sums[i];
+  std::vector<GradSlot*> slots(sums.size(), nullptr);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (next_edges()[i].valid()) slots[i] = &sums[i];
+  }
   backward_into_(grad_outputs, slots);
   TensorList input_grads;
   for (GradSlot& s : sums) input_grads.push_back(s.take());

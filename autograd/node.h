@@ -35,12 +35,6 @@ using TensorList = std::vector<Tensor>;
 // [Gradients added in place] and [Gradients accumulated into leaves] below).
 class GradSlot {
  public:
-  // The sum so far: undefined until a gradient arrives; with into_leaf(), the leaf's
-  // gradient buffer from the start.
-  const Tensor& sum() const { return sum_; }
-  bool into_leaf() const { return into_leaf_; }
-  // Whether any gradient arrived.
-  bool received() const { return received_; }
   // Makes the slot sum into a leaf's existing gradient (contiguous, the leaf's shape):
   // before any gradient arrives.
   void sum_into_leaf(Tensor leaf_grad);
@@ -58,9 +52,10 @@ class GradSlot {
  private:
   bool summable_in_place(const Shape& shape, DType dtype, Device device) const;
 
-  Tensor sum_;
+  Tensor sum_;  // undefined until a gradient arrives; a leaf's buffer from the start when
+                // into_leaf_
   bool into_leaf_ = false;
-  bool received_ = false;
+  bool received_ = false;  // whether any gradient arrived
 };
 
 class Node {

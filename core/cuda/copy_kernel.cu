@@ -5,6 +5,7 @@
 
 #include "core/cuda/copy_kernel.h"
 #include "core/error.h"
+#include "core/half_bits.h"
 
 namespace tessera::cuda {
 namespace {
@@ -52,27 +53,6 @@ __device__ float f16_to_float(uint16_t h) {
   return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
-__device__ uint16_t float_to_f16(float f) {
-  const uint32_t u = __float_as_uint(f);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);
-  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);
-  if (abs < 0x38800000u) {
-    const float shifted = __uint_as_float(abs) + 0.5f;
-    return uint16_t(sign | (__float_as_uint(shifted) - 0x3f000000u));
-  }
-  const uint32_t rounded = abs + 0xc8000fffu + ((abs >> 13) & 1u);
-  return uint16_t(sign | (rounded >> 13));
-}
-
-__device__ uint16_t float_to_bf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-
 // core/half.h's round_to_odd_float: double -> float such that rounding on to 16 bits is
 // correct.
 __device__ float round_to_odd_float(double d) {
@@ -113,7 +93,7 @@ __device__ D convert(S s) {
     } else {
       f = float(w);  // float, u8, bool: exact
     }
-    return D{std::is_same_v<D, F16> ? float_to_f16(f) : float_to_bf16(f)};
+    return D{std::is_same_v<D, F16> ? float_to_f16_bits(f) : float_to_bf16_bits(f)};
   } else if constexpr (std::is_same_v<D, bool>) {
     return w != W(0);
   } else if constexpr (std::is_integral_v<D> && kIsFloat<S>) {

@@ -419,6 +419,12 @@ Tensor add_linear_param_grads(const Tensor& g, const Tensor& x, const Tensor& dw
   if (rows == 0 || n == 0 || k == 0) {
     return with_bias ? cuda::sum(g, {0}, false) : Tensor();  // nothing to add
   }
+  if (alignment_of(dweight.raw_data()) < 16) {
+    // A flat buffer's view at an odd offset, which cuBLASLt may have no algorithm for:
+    // the product into a new tensor, then added.
+    cuda::axpy_(dweight, cuda::matmul(g, x, true, false, Tensor()), 1.0);
+    return with_bias ? cuda::sum(g, {0}, false) : Tensor();
+  }
   if (with_bias && (g.dtype() == DType::bf16 || g.dtype() == DType::f16)) {
     const Tensor dbias = empty({n}, {g.dtype(), g.device()});
     if (gemm(g, x, true, false, Epilogue::bias_grad, dbias, Tensor(), dweight)) return dbias;

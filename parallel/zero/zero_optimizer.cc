@@ -326,6 +326,7 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
 
 void ZeroOptimizer::prepare_step(double max_norm) {
   if (one_pass_step()) {
+    overflow_ = false;  // the device finds it, step() reads it
     pending_factor_ = clip_factor(max_norm);
   } else {
     clip_grad_norm(max_norm);

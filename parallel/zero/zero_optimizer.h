@@ -249,17 +249,17 @@ class ZeroOptimizer {
   // per step, where the inner optimizer takes scaled steps (Adam, AdamW: Note [Scaled steps]
   // in optim/optimizer.h) at stages 0-2 without offload or experts (one_pass_step()): the
   // squared norm is summed and all-reduced on the gradients' device, the unscale-and-clip
-  // factor computed there (Note [Clip factor] in kernels/clip_factor.h), and the step hands
-  // it to the optimizer's pass, which also rounds each updated master into the 16-bit model
-  // (Apex's and DeepSpeed's FusedAdam with a 16-bit output). An f16 overflow's factor is
-  // NaN and the pass changes nothing; step() then reads the norm (the one read, after the
-  // update is queued) and lowers the loss scale. The gradients keep their unscaled values.
-  // The result equals the separate passes (scale, step, rounding) bit for bit. Elsewhere
-  // prepare_step() is clip_grad_norm() and step() the separate passes.
+  // factor computed there (Note [Clip factor] in kernels/clip_factor.h), and the optimizer's
+  // pass takes it and rounds each updated master into the 16-bit model (legacy Apex
+  // FusedAdam's `scale` and `output_params`). An f16 overflow's factor is NaN and the pass
+  // changes nothing; step() then reads the norm (the one read, after the update is queued)
+  // and lowers the loss scale. The gradients keep backward's (loss-scaled, unclipped)
+  // values. The result equals the separate passes bit for bit; elsewhere prepare_step()
+  // is clip_grad_norm() and step() the separate passes.
   void prepare_step(double max_norm);
-  // The norm clip_grad_norm() returned, or the one prepare_step() + step() found.
+  // The norm clip_grad_norm() returned, or the one prepare_step() + step() found; whether
+  // step() updates in one pass (see the note).
   double grad_norm() const { return grad_norm_; }
-  // Whether step() updates in one pass (see the note).
   bool one_pass_step() const;
   // The optimizer step on this rank's shard; then the parameters are all-gathered. Returns
   // false when an f16 overflow skipped the step (the loss scale was lowered instead). At
@@ -392,9 +392,8 @@ class ZeroOptimizer {
   Tensor squared_norm_with_experts();
   // step() once the loss scale allows it: the inner optimizer's update, then the gathers.
   void apply_step();
-  // Settles the communication and computes the step's {factor, norm} on device_
-  // (kernels::clip_factor) from the squared norm summed over the groups that share the
-  // gradients; nothing is read to the host.
+  // Settles the groups; the step's {factor, norm} on device_ (kernels::clip_factor) from the
+  // squared norm summed over the groups sharing the gradients, with no host read.
   Tensor clip_factor(double max_norm);
   // Reads clip_factor()'s result into grad_norm_ and overflow_ (with local 1-bit gradients,
   // the ranks agree on an overflow); returns the factor.

@@ -301,7 +301,11 @@ TEST_CASE("a linear layer's weight and bias gradients match an f64 CPU reference
           // leaves] in autograd/node.h), with and without the bias's sums.
           for (bool with_bias : {true, false}) {
             INFO((with_bias ? "added, with the bias" : "added, without the bias"));
-            const Input acc = random({n, k}, 38, dt);
+            // At the g's offset: a misaligned buffer view takes the fallback.
+            const Input acc_flat = random({offset + n * k}, 38, dt);
+            const Input acc = view_of(acc_flat, [&](const Tensor& f) {
+              return f.narrow(0, offset, n * k).view({n, k});
+            });
             const Tensor acc_want = acc.ref.clone();
             kernels::axpy_(acc_want, want.dweight);
             const Tensor dbias = kernels::add_linear_param_grads(g.dev, x.dev, acc.dev, with_bias);

@@ -137,45 +137,51 @@ TEST_CASE("a scaled adamw_step with model copies equals scale_, adamw_step and c
   REQUIRE(cuda::device_count() > 0);
   // Tensors around the 65536-element chunk, one misaligned view among them.
   const std::vector<int64_t> sizes = {5, 4773, 65536 + 9, 200001, 17};
-  const kernels::AdamWParams hp{.lr = 1e-2, .weight_decay = 0.01, .step = 4};
+  // Both modes: L2 adds the decay to the scaled gradient, which must not fuse the product.
+  const kernels::AdamWParams adamw{.lr = 1e-2, .weight_decay = 0.01, .step = 4};
+  kernels::AdamWParams l2 = adamw;
+  l2.adam_w_mode = false;
   for (const DType copy : {DType::bf16, DType::f16}) {
     for (const double factor : {1.0, 0.37, std::nan(""), static_cast<double>(INFINITY)}) {
-      DYNAMIC_SECTION(dtype_name(copy) << " copies, factor " << factor) {
-        std::vector<kernels::AdamWTensors> fused, separate;
-        for (size_t i = 0; i < sizes.size(); ++i) {
-          const int64_t shift = i == 1 ? 1 : 0;
-          State s = make_state({sizes[i] + shift}, 700 + 4 * i, DType::f32);
-          const auto part = [&](const Tensor& t) { return t.narrow(0, shift, sizes[i]); };
-          const Tensor copy_buffer = zeros({sizes[i] + shift}, {copy, testing::kCuda});
-          fused.push_back({part(s.p.dev.clone()), part(s.g.dev.clone()), part(s.m.dev.clone()),
-                           part(s.v.dev.clone()), part(copy_buffer.clone())});
-          separate.push_back(
-              {part(s.p.dev), part(s.g.dev), part(s.m.dev), part(s.v.dev), part(copy_buffer)});
-        }
-        std::vector<kernels::AdamWTensors> before;
-        for (const kernels::AdamWTensors& t : fused) {
-          before.push_back({t.param.clone(), t.grad.clone(), t.exp_avg.clone(),
-                            t.exp_avg_sq.clone(), t.model_copy.clone()});
-        }
-        kernels::adamw_step(fused, hp, scalar_tensor(factor, {DType::f64, testing::kCuda}));
-        const bool skipped = !std::isfinite(factor);
-        if (!skipped) {
-          std::vector<kernels::AdamWTensors> plain;
-          for (const kernels::AdamWTensors& t : separate) {
-            kernels::scale_(t.grad, factor);
-            plain.push_back({t.param, t.grad, t.exp_avg, t.exp_avg_sq, Tensor()});
+      for (const kernels::AdamWParams& hp : {adamw, l2}) {
+        DYNAMIC_SECTION(dtype_name(copy) << " copies, factor " << factor
+                                         << (hp.adam_w_mode ? ", AdamW" : ", Adam with L2")) {
+          std::vector<kernels::AdamWTensors> fused, separate;
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            const int64_t shift = i == 1 ? 1 : 0;
+            State s = make_state({sizes[i] + shift}, 700 + 4 * i, DType::f32);
+            const auto part = [&](const Tensor& t) { return t.narrow(0, shift, sizes[i]); };
+            const Tensor copy_buffer = zeros({sizes[i] + shift}, {copy, testing::kCuda});
+            fused.push_back({part(s.p.dev.clone()), part(s.g.dev.clone()), part(s.m.dev.clone()),
+                             part(s.v.dev.clone()), part(copy_buffer.clone())});
+            separate.push_back(
+                {part(s.p.dev), part(s.g.dev), part(s.m.dev), part(s.v.dev), part(copy_buffer)});
           }
-          kernels::adamw_step(plain, hp);
-          for (const kernels::AdamWTensors& t : separate) t.model_copy.copy_(t.param);
-        }
-        const std::vector<kernels::AdamWTensors>& want = skipped ? before : separate;
-        for (size_t i = 0; i < sizes.size(); ++i) {
-          INFO("tensor " << i << " of " << sizes[i] << " elements");
-          testing::check_bitwise(fused[i].param, want[i].param);
-          testing::check_bitwise(fused[i].exp_avg, want[i].exp_avg);
-          testing::check_bitwise(fused[i].exp_avg_sq, want[i].exp_avg_sq);
-          testing::check_bitwise(fused[i].model_copy, want[i].model_copy);
-          testing::check_bitwise(fused[i].grad, before[i].grad);  // read, not scaled
+          std::vector<kernels::AdamWTensors> before;
+          for (const kernels::AdamWTensors& t : fused) {
+            before.push_back({t.param.clone(), t.grad.clone(), t.exp_avg.clone(),
+                              t.exp_avg_sq.clone(), t.model_copy.clone()});
+          }
+          kernels::adamw_step(fused, hp, scalar_tensor(factor, {DType::f64, testing::kCuda}));
+          const bool skipped = !std::isfinite(factor);
+          if (!skipped) {
+            std::vector<kernels::AdamWTensors> plain;
+            for (const kernels::AdamWTensors& t : separate) {
+              kernels::scale_(t.grad, factor);
+              plain.push_back({t.param, t.grad, t.exp_avg, t.exp_avg_sq, Tensor()});
+            }
+            kernels::adamw_step(plain, hp);
+            for (const kernels::AdamWTensors& t : separate) t.model_copy.copy_(t.param);
+          }
+          const std::vector<kernels::AdamWTensors>& want = skipped ? before : separate;
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            INFO("tensor " << i << " of " << sizes[i] << " elements");
+            testing::check_bitwise(fused[i].param, want[i].param);
+            testing::check_bitwise(fused[i].exp_avg, want[i].exp_avg);
+            testing::check_bitwise(fused[i].exp_avg_sq, want[i].exp_avg_sq);
+            testing::check_bitwise(fused[i].model_copy, want[i].model_copy);
+            testing::check_bitwise(fused[i].grad, before[i].grad);  // read, not scaled
+          }
         }
       }
     }
