@@ -4,7 +4,6 @@
 // summed in f32 over micro-batches.
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <map>
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
@@ -61,17 +60,9 @@ std::vector<Run> train(int world, const ZeroConfig& zero, const MixedPrecision& 
       run.norms.push_back(opt.clip_grad_norm(1.0));
       opt.step();
     }
-    opt.wait_for_parameters();  // the last step's gathers (Note [Gathers after the step])
-    if (zero.stage < 3) {       // stage 3's parameters are partitioned: only the masters are whole
-      for (const Tensor& p : model.parameters()) {
-        for (float v : p.detach().to_vector<float>()) run.model.push_back(v);
-      }
-    }
-    const StateDict whole = opt.whole_parameters();  // collective
-    const std::map<std::string, Tensor> by_name(whole.begin(), whole.end());
-    for (const NamedParameter& p : model.named_parameters()) {
-      for (float v : by_name.at(p.name).to_vector<float>()) run.masters.push_back(v);
-    }
+    testing::FlatValues values = testing::zero_test_values(opt, model, zero.stage < 3);
+    run.model = std::move(values.model);
+    run.masters = std::move(values.masters);
   });
   return runs;
 }

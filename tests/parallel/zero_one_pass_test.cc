@@ -6,7 +6,6 @@
 // (kernels/adamw_test.cc proves the pass itself equal to the separate passes.)
 #include <catch2/catch.hpp>
 #include <cstring>
-#include <map>
 
 #include "core/factories.h"
 #include "models/gpt2/gpt.h"
@@ -66,15 +65,9 @@ std::vector<Run> train(int world, int stage, const MixedPrecision& precision, do
       }
       run.scales.push_back(opt.loss_scaler() ? opt.loss_scaler()->scale() : 1.0);
     }
-    opt.wait_for_parameters();
-    for (const Tensor& p : model.parameters()) {
-      for (float v : p.detach().to_vector<float>()) run.model.push_back(v);
-    }
-    const StateDict whole = opt.whole_parameters();  // collective
-    const std::map<std::string, Tensor> by_name(whole.begin(), whole.end());
-    for (const NamedParameter& p : model.named_parameters()) {
-      for (float v : by_name.at(p.name).to_vector<float>()) run.masters.push_back(v);
-    }
+    testing::FlatValues values = testing::zero_test_values(opt, model, true);
+    run.model = std::move(values.model);
+    run.masters = std::move(values.masters);
   });
   return runs;
 }

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -69,6 +71,29 @@ double zero_test_backward(Optimizer& opt, Gpt& model, const Tensor& rows, int st
     opt.backward(l, 1.0 / static_cast<double>(gas), m == gas - 1);
   }
   return loss;
+}
+
+// The model's parameters and opt's f32 masters (whole_parameters(): collective), each flat
+// in the model's parameter order, as f32. Stage 3's model parameters are partitioned: no
+// model values then (`with_model` false).
+struct FlatValues {
+  std::vector<float> model, masters;
+};
+template <class Optimizer>
+FlatValues zero_test_values(Optimizer& opt, const Gpt& model, bool with_model) {
+  FlatValues out;
+  opt.wait_for_parameters();  // the last step's gathers (Note [Gathers after the step])
+  if (with_model) {
+    for (const Tensor& p : model.parameters()) {
+      for (float v : p.detach().to_vector<float>()) out.model.push_back(v);
+    }
+  }
+  const StateDict whole = opt.whole_parameters();
+  const std::map<std::string, Tensor> by_name(whole.begin(), whole.end());
+  for (const NamedParameter& p : model.named_parameters()) {
+    for (float v : by_name.at(p.name).to_vector<float>()) out.masters.push_back(v);
+  }
+  return out;
 }
 
 }  // namespace tessera::testing
