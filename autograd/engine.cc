@@ -54,9 +54,9 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
     stack.pop_back();
     InputBuffer& buffer = buffers[n];
     buffer.slots.resize(n->outputs().empty() ? 1 : n->outputs().size());
-    // Note [Gradients accumulated into leaves] in autograd/node.h.
-    if (const auto* leaf = dynamic_cast<const AccumulateGrad*>(n)) {
-      if (Tensor grad = leaf->gradient_to_sum_into(); grad.defined()) {
+    // Note [Gradients accumulated into leaves] in autograd/grad_slot.h.
+    if (auto* leaf = dynamic_cast<AccumulateGrad*>(n)) {
+      if (Tensor grad = leaf->start_summing_into_gradient(); grad.defined()) {
         buffer.slots[0].sum_into_leaf(std::move(grad));
       }
     }

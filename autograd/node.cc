@@ -11,45 +11,6 @@ thread_local uint64_t next_sequence_nr = 0;
 
 Node::Node() : sequence_nr_(next_sequence_nr++) {}
 
-void GradSlot::sum_into_leaf(Tensor leaf_grad) {
-  TS_INTERNAL_ASSERT(!received_ && leaf_grad.is_contiguous(),
-                     "a leaf's gradient made the sum of a slot that has one");
-  sum_ = std::move(leaf_grad);
-  into_leaf_ = true;
-}
-
-bool GradSlot::summable_in_place(const Shape& shape, DType dtype, Device device) const {
-  // A leaf's buffer is meant to be summed into; any other sum only when nothing else sees it.
-  return sum_.defined() && (into_leaf_ || (received_ && sum_.is_unique())) &&
-         sum_.is_contiguous() && sum_.shape() == shape && sum_.dtype() == dtype &&
-         sum_.device() == device;
-}
-
-void GradSlot::add(const Tensor& g) {
-  if (!sum_.defined()) {
-    sum_ = g;
-  } else if (summable_in_place(g.shape(), g.dtype(), g.device())) {
-    kernels::axpy_(sum_, g);
-  } else if (into_leaf_) {  // another dtype: the leaf's buffer takes the sum
-    sum_.copy_(kernels::binary(kernels::BinaryOp::add, sum_, g));
-  } else {
-    sum_ = kernels::binary(kernels::BinaryOp::add, sum_, g);
-  }
-  received_ = true;
-}
-
-Tensor* GradSlot::in_place(const Shape& shape, DType dtype, Device device) {
-  if (!summable_in_place(shape, dtype, device)) return nullptr;
-  received_ = true;
-  return &sum_;
-}
-
-Tensor GradSlot::take() {
-  Tensor out = received_ ? std::move(sum_) : Tensor();
-  *this = GradSlot();
-  return out;
-}
-
 void Node::apply_into(const TensorList& grad_outputs, const std::vector<GradSlot*>& slots) {
   const TensorList input_grads = apply(grad_outputs);
   TS_INTERNAL_ASSERT(input_grads.empty() || input_grads.size() == slots.size(), name(),
@@ -96,16 +57,18 @@ void FunctionNode::apply_into(const TensorList& grad_outputs, const std::vector<
   }
 }
 
-Tensor AccumulateGrad::gradient_to_sum_into() const {
+Tensor AccumulateGrad::start_summing_into_gradient() {
   const AutogradMeta* meta = leaf_.autograd_meta();
   if (meta == nullptr || !meta->grad) return Tensor();
   const Tensor& grad = *meta->grad;
   const bool fits = grad.defined() && grad.is_contiguous() && grad.shape() == leaf_.shape() &&
                     grad.dtype() == leaf_.dtype() && grad.device() == leaf_.device();
-  return fits ? grad : Tensor();
+  summed_into_ = fits ? grad : Tensor();
+  return summed_into_;
 }
 
 TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
+  const Tensor summed_into = std::exchange(summed_into_, Tensor());
   const Tensor& incoming = grad_outputs[0];
   if (!incoming.defined()) return {};
   TS_INTERNAL_ASSERT(incoming.shape() == leaf_.shape(), "gradient of shape ",
@@ -114,6 +77,10 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
   AutogradMeta& meta = leaf_.ensure_autograd_meta();
   if (meta.grad && incoming.is_same(*meta.grad)) {
     // Summed into in place already (Note [Gradients accumulated into leaves]).
+  } else if (summed_into.defined() && incoming.is_same(summed_into)) {
+    TS_CHECK(false, "[backward] the gradient of a leaf ", leaf_.str(),
+             " was replaced while backward summed into it; expected it unchanged until the "
+             "leaf's gradients were all added");
   } else if (!meta.grad) {
     // Own the gradient: an incoming tensor may be shared with other leaves' gradients.
     meta.grad = std::make_shared<Tensor>(

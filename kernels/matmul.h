@@ -33,7 +33,7 @@ LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x);
 // linear_param_grads with the weight gradient added into `dweight` (N, K; contiguous, g's
 // dtype and device): dweight += g^T x, one GEMM with beta = 1 on CUDA (a weight gradient
 // accumulated into its buffer: Note [Gradients accumulated into leaves] in
-// autograd/node.h; 16-bit sums rounded once), a matmul and an add on the CPU. Returns
+// autograd/grad_slot.h; 16-bit sums rounded once), a matmul and an add on the CPU. Returns
 // dbias (N) when `with_bias`, as linear_param_grads gives it; undefined otherwise.
 Tensor add_linear_param_grads(const Tensor& g, const Tensor& x, const Tensor& dweight,
                               bool with_bias);

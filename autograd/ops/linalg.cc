@@ -22,7 +22,7 @@ kernels::LinearParamGrads param_grads(const Tensor& g, const Tensor& x, bool wei
 
 // Adds those gradients into their slots (null where not wanted): the weight's as a GEMM
 // with beta = 1 into its leaf's buffer where the slot allows (Note [Gradients accumulated
-// into leaves] in autograd/node.h).
+// into leaves] in autograd/grad_slot.h).
 void add_param_grads(const Tensor& g, const Tensor& x, GradSlot* weight, GradSlot* bias) {
   if (weight != nullptr) {
     if (Tensor* sum = weight->in_place({g.size(1), x.size(1)}, g.dtype(), g.device())) {

@@ -19,7 +19,7 @@ namespace {
 // its thirds. Their concatenation is then that buffer itself, seen whole, and split's
 // backward returns the view instead of copying (on an H200 the copies were 9% of a GPT-2
 // step). A gradient is written in place only once nothing else holds its storage
-// (summable_in_place in autograd/node.cc), and the pieces are released when split's backward
+// (GradSlot in autograd/grad_slot.h), and the pieces are released when split's backward
 // returns, so no other tensor sees such a write.
 
 // The pieces (same dtype, strides and shape but along `dim`) seen as one tensor when each

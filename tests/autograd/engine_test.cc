@@ -126,7 +126,7 @@ TEST_CASE("an embedding adds its rows into its weight's gradient unless that is 
   }
 }
 
-// Note [Gradients accumulated into leaves] in autograd/node.h.
+// Note [Gradients accumulated into leaves] in autograd/grad_slot.h.
 TEST_CASE("gradients sum into a leaf's existing buffer, and the hook sees the total once",
           "[engine]") {
   const int64_t vocab = 5, channels = 3;
@@ -193,6 +193,17 @@ TEST_CASE("an embedding's rows go straight into its weight's existing gradient",
   const std::vector<double> g = w.grad().narrow(0, 3, 5).to_vector<double>();
   CHECK(g == std::vector<double>{2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1});
+}
+
+TEST_CASE("a leaf's gradient replaced while backward sums into it is an error", "[engine]") {
+  Tensor x = leaf({1.0, 2.0});
+  Tensor y = leaf({3.0, 4.0});
+  x.set_grad(from_vector<double>({0.0, 0.0}));  // summed into from the start
+  // y is used last, so its hook runs before x's gradients are all added.
+  register_post_accumulate_hook(y, [&](Tensor&) { x.set_grad(from_vector<double>({9.0, 9.0})); });
+  const Tensor loss = add(sum(mul(x, x)), sum(mul(exp(x), y)));
+  REQUIRE_THROWS_WITH(backward(loss), Catch::Contains("was replaced while backward summed into "
+                                                      "it; expected it unchanged"));
 }
 
 TEST_CASE("a leaf that no gradient reaches keeps its buffer and runs no hook", "[engine]") {

@@ -298,7 +298,7 @@ TEST_CASE("a linear layer's weight and bias gradients match an f64 CPU reference
           check_close(got.dweight, want.dweight, dt, tol_for(dt, 5e-3));
           check_close(got.dbias, want.dbias, dt, tol_for(dt, 1e-5));
           // Added into an existing gradient with beta = 1 (Note [Gradients accumulated into
-          // leaves] in autograd/node.h), with and without the bias's sums.
+          // leaves] in autograd/grad_slot.h), with and without the bias's sums.
           for (bool with_bias : {true, false}) {
             INFO((with_bias ? "added, with the bias" : "added, without the bias"));
             // At the g's offset: a misaligned buffer view takes the fallback.
