@@ -56,17 +56,19 @@ inline std::pair<Tensor, Tensor> zero_test_batch(const Tensor& rows, int64_t fir
 
 // Backward of one step's micro-batches on rank `rank` of `world`, whose micro-batch m is
 // rows [step * global_rows + (m * world + rank) * micro, + micro) of zero_test_rows(), with
-// micro = global_rows / gas / world; each loss is scaled by 1 / gas, the last reduces.
-// `Optimizer` is a ZeroOptimizer. Returns this rank's mean loss over the micro-batches.
+// micro = global_rows / gas / world, moved to the model's device; each loss is scaled by
+// 1 / gas, the last reduces. `Optimizer` is a ZeroOptimizer. Returns this rank's mean loss
+// over the micro-batches.
 template <class Optimizer>
 double zero_test_backward(Optimizer& opt, Gpt& model, const Tensor& rows, int step,
                           int64_t global_rows, int64_t gas, int world, int rank) {
   const int64_t micro = global_rows / gas / world;
+  const Device device = model.parameters().front().device();
   double loss = 0;
   for (int64_t m = 0; m < gas; ++m) {
     const auto [x, y] =
         zero_test_batch(rows, step * global_rows + (m * world + rank) * micro, micro);
-    const Tensor l = model.loss(model.forward(x), y);
+    const Tensor l = model.loss(model.forward(x.to(device)), y.to(device));
     loss += l.item<double>() / static_cast<double>(gas);
     opt.backward(l, 1.0 / static_cast<double>(gas), m == gas - 1);
   }
