@@ -61,14 +61,22 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return cpu::matmul(x, weight, false, true, bias);
 }
 
-LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x) {
-  constexpr const char* op = "linear_param_grads";
+namespace {
+
+// The operands of a linear layer's parameter gradients: g (R, N) and x (R, K).
+void check_param_grad_operands(const char* op, const Tensor& g, const Tensor& x) {
   check_defined(op, "g", g);
   check_defined(op, "x", x);
   TS_CHECK(g.dim() == 2 && x.dim() == 2 && g.size(0) == x.size(0), "[", op,
            "] expected g (R, N) and x (R, K) with the same rows, found ", shape_str(g.shape()),
            " and ", shape_str(x.shape()));
   check_operands(g, x, true, false, op);
+}
+
+}  // namespace
+
+LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x) {
+  check_param_grad_operands("linear_param_grads", g, x);
   if (g.device().is_cuda()) return cuda::linear_param_grads(g, x);
   return {cpu::matmul(g, x, true, false), sum(g, {0}, false)};
 }
@@ -76,13 +84,8 @@ LinearParamGrads linear_param_grads(const Tensor& g, const Tensor& x) {
 Tensor add_linear_param_grads(const Tensor& g, const Tensor& x, const Tensor& dweight,
                               bool with_bias) {
   constexpr const char* op = "add_linear_param_grads";
-  check_defined(op, "g", g);
-  check_defined(op, "x", x);
+  check_param_grad_operands(op, g, x);
   check_defined(op, "dweight", dweight);
-  TS_CHECK(g.dim() == 2 && x.dim() == 2 && g.size(0) == x.size(0), "[", op,
-           "] expected g (R, N) and x (R, K) with the same rows, found ", shape_str(g.shape()),
-           " and ", shape_str(x.shape()));
-  check_operands(g, x, true, false, op);
   TS_CHECK(dweight.shape() == Shape({g.size(1), x.size(1)}) && dweight.dtype() == g.dtype() &&
                dweight.device() == g.device() && dweight.is_contiguous(),
            "[", op, "] expected dweight a contiguous ", dtype_name(g.dtype()), " (", g.size(1),

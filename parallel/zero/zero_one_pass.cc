@@ -30,9 +30,8 @@ bool ZeroOptimizer::step_in_one_pass() {
   if (!overflow_) {
     optim::Optimizer::ScaledStep s;
     if (factor.defined()) s.grad_scale = factor.narrow(0, 0, 1);
-    const std::unordered_map<std::string, Tensor> copies = model_copies();
-    if (!copies.empty()) {
-      s.model_copy = [&copies](const NamedParameter& p) { return copies.at(p.name); };
+    if (!model_copies_.empty()) {
+      s.model_copy = [this](const NamedParameter& p) { return model_copies_.at(p.name); };
     }
     inner_->scaled_update(s);
     // The step's one host read, after its update is queued.

@@ -159,6 +159,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dp, Module& model, std::vector<optim:
                                   [this, i](Tensor&) { on_grad_ready(static_cast<int64_t>(i)); });
   }
   if (experts.group != nullptr) make_expert_part(experts, optimizer, init);
+  if (one_pass_step()) model_copies_ = model_copies();  // views of a buffer made once
   zero_grad();
 }
 

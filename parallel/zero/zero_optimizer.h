@@ -398,8 +398,7 @@ class ZeroOptimizer {
   // Reads clip_factor()'s result into grad_norm_ and overflow_ (with local 1-bit gradients,
   // the ranks agree on an overflow); returns the factor.
   double read_clip(const Tensor& factor);
-  // step() in one pass (Note [One-pass mixed-precision step], zero_one_pass.cc).
-  bool step_in_one_pass();
+  bool step_in_one_pass();  // step() in one pass (the note, zero_one_pass.cc)
   // Per name of an inner_ parameter, the 16-bit tensor it is rounded into (empty at f32).
   std::unordered_map<std::string, Tensor> model_copies() const;
   // Finishes whatever async_ still carries (a forward without its backward leaves prefetched
@@ -469,9 +468,10 @@ class ZeroOptimizer {
   // Runs gradients_' reductions and stage 3's gathers with overlap_comm (null otherwise).
   std::unique_ptr<AsyncCollectives> async_;
   std::unique_ptr<GradientReducer> gradients_;
-  bool overflow_ = false;                    // found by clip_grad_norm
-  double grad_norm_ = 0.0;                   // grad_norm()
-  Tensor pending_factor_;                    // prepare_step()'s, for a one-pass step()
+  bool overflow_ = false;                                 // found by clip_grad_norm
+  double grad_norm_ = 0.0;                                // grad_norm()
+  Tensor pending_factor_;                                 // prepare_step()'s, for a one-pass step()
+  std::unordered_map<std::string, Tensor> model_copies_;  // model_copies(), made once
   std::unique_ptr<optim::Optimizer> inner_;  // over the parameters (0) or the chunks (1-3)
   OneBitOptimizer* onebit_ = nullptr;        // inner_ when it is a 1-bit optimizer
   std::unique_ptr<ZeroOffload> offload_;     // inner_'s state in NVMe swap files, or null
