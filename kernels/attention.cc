@@ -28,27 +28,37 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   TS_CHECK(std::isfinite(scale), "[", op, "] expected a finite scale, found ", scale);
 }
 
+void check_dropout(const char* op, const AttentionDropout& dropout) {
+  TS_CHECK(dropout.p >= 0.0 && dropout.p < 1.0, "[", op,
+           "] expected a dropout probability in [0, 1), found ", dropout.p);
+}
+
 }  // namespace
 
-AttentionOutput causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+AttentionOutput causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                 const AttentionDropout& dropout) {
   check_qkv("causal_attention", q, k, v, scale);
-  if (q.device().is_cuda()) return cuda::causal_attention(q, k, v, scale);
-  return cpu::causal_attention(q, k, v, scale);
+  check_dropout("causal_attention", dropout);
+  if (q.device().is_cuda()) return cuda::causal_attention(q, k, v, scale, dropout);
+  return cpu::causal_attention(q, k, v, scale, dropout);
 }
 
 AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                          const Tensor& v, const Tensor& out, const Tensor& lse,
-                                         double scale) {
+                                         double scale, const AttentionDropout& dropout) {
   constexpr const char* op = "causal_attention_backward";
   check_qkv(op, q, k, v, scale);
+  check_dropout(op, dropout);
   check_like_q(op, q, "dout", dout);
   check_like_q(op, q, "out", out);
   check_defined(op, "lse", lse);
   check_stat_dtype(op, "q", q, "lse", lse);
   check_same_device(op, "q", q, "lse", lse);
   check_shape(op, "lse", lse, {q.size(0), q.size(1), q.size(2)});
-  if (q.device().is_cuda()) return cuda::causal_attention_backward(dout, q, k, v, out, lse, scale);
-  return cpu::causal_attention_backward(dout, q, k, v, out, lse, scale);
+  if (q.device().is_cuda()) {
+    return cuda::causal_attention_backward(dout, q, k, v, out, lse, scale, dropout);
+  }
+  return cpu::causal_attention_backward(dout, q, k, v, out, lse, scale, dropout);
 }
 
 }  // namespace tessera::kernels

@@ -44,7 +44,8 @@ std::string layout_refusal(const char* name, const Tensor& t) {
 }  // namespace
 
 std::string fused_attention_refusal(const std::vector<Tensor>& operands, const Tensor& lse,
-                                    const FusedAttentionMachine& machine) {
+                                    const FusedAttentionMachine& machine,
+                                    const AttentionDropout& dropout) {
   TS_CHECK(operands.size() == 3 || operands.size() == 5,
            "[fused_attention_refusal] expected q, k, v (and out, dout for the backward), found ",
            operands.size(), " operands");
@@ -85,6 +86,11 @@ std::string fused_attention_refusal(const std::vector<Tensor>& operands, const T
   if (backward && !lse.is_contiguous()) return "lse is not contiguous";
   if (backward && reinterpret_cast<uintptr_t>(lse.raw_data()) % kAlignmentBytes != 0) {
     return "lse is not 16-byte aligned";
+  }
+  const int64_t mask_bytes = q.size(0) * q.size(1) * len * len * itemsize(q.dtype());
+  if (dropout.p > 0.0 && mask_bytes > kMaxDropoutMaskBytes) {
+    return "its dropout mask would take " + std::to_string(mask_bytes >> 20) + " MiB, over " +
+           std::to_string(kMaxDropoutMaskBytes >> 20) + " MiB";
   }
   return "";
 }

@@ -17,7 +17,9 @@
 // 128, compute capability 8.0 or newer, the last dim contiguous; cuDNN 9.10.0 and 9.10.1
 // are refused for known bugs; a backward on cuDNN 9.15 or older needs T to be a multiple
 // of 128 (older engines pad otherwise) and any backward needs T > 1. Every operand is
-// declared 16-byte aligned, so its address and its outer strides must be.
+// declared 16-byte aligned, so its address and its outer strides must be. With dropout the
+// graph reads a (B, H, T, T) mask in the operands' dtype (Note [cuDNN attention graphs] in
+// kernels/cuda/cudnn_attention.cu), refused over kMaxDropoutMaskBytes.
 // TESSERA_CUDNN_ATTENTION=0 turns it off (see FusedAttentionMachine::turned_off).
 #pragma once
 
@@ -26,8 +28,13 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/attention.h"
 
 namespace tessera::kernels {
+
+// The largest dropout mask cuDNN's graphs are given; past it the flash kernels, which make
+// their masks in their tiles, take the call.
+constexpr int64_t kMaxDropoutMaskBytes = int64_t{1} << 30;
 
 // What cuDNN's fused attention depends on in the machine.
 struct FusedAttentionMachine {
@@ -43,8 +50,10 @@ struct FusedAttentionMachine {
 
 // Empty when cuDNN's fused attention takes the call, else why not (one line). `operands`
 // holds q, k, v (B, H, T, D) and, for the backward, out and dout of the same shape; `lse`
-// is the backward's (B, H, T) log-sum-exp, undefined for the forward.
+// is the backward's (B, H, T) log-sum-exp, undefined for the forward; `dropout` the
+// probabilities' (kernels/attention.h).
 std::string fused_attention_refusal(const std::vector<Tensor>& operands, const Tensor& lse,
-                                    const FusedAttentionMachine& machine);
+                                    const FusedAttentionMachine& machine,
+                                    const AttentionDropout& dropout = {});
 
 }  // namespace tessera::kernels

@@ -106,19 +106,49 @@ Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
   return y;
 }
 
-Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
-  TS_CHECK(q.dim() == 4, "[causal_attention] expected q of shape (B, H, T, D), found ",
-           shape_str(q.shape()));
+namespace {
+
+// causal_attention with `dropout` (p = 0: none) and its backward.
+Tensor record_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                               const kernels::AttentionDropout& dropout) {
   if (scale <= 0.0) scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  kernels::AttentionOutput r = kernels::causal_attention(q, k, v, scale);
+  kernels::AttentionOutput r = kernels::causal_attention(q, k, v, scale, dropout);
   record_function("causal_attention", {q, k, v}, {&r.out},
                   [q = q.detach(), k = k.detach(), v = v.detach(), out = r.out.detach(),
-                   lse = r.lse, scale](const TensorList& g) {
+                   lse = r.lse, scale, dropout](const TensorList& g) {
                     kernels::AttentionGrads d =
-                        kernels::causal_attention_backward(g[0], q, k, v, out, lse, scale);
+                        kernels::causal_attention_backward(g[0], q, k, v, out, lse, scale, dropout);
                     return TensorList{d.dq, d.dk, d.dv};
                   });
   return r.out;
+}
+
+void check_heads(const Tensor& q) {
+  TS_CHECK(q.dim() == 4, "[causal_attention] expected q of shape (B, H, T, D), found ",
+           shape_str(q.shape()));
+}
+
+}  // namespace
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  check_heads(q);
+  return record_causal_attention(q, k, v, scale, {});
+}
+
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double p, Generator& gen,
+                        bool training, double scale) {
+  check_heads(q);
+  TS_CHECK(p >= 0.0 && p < 1.0,
+           "[causal_attention] expected a dropout probability in [0, 1), "
+           "found ",
+           p);
+  if (!training || p == 0.0) return record_causal_attention(q, k, v, scale, {});
+  // The draw dropout() makes for the (B, H, T, T) probabilities.
+  const uint64_t probabilities =
+      static_cast<uint64_t>(q.size(0) * q.size(1) * q.size(2)) * static_cast<uint64_t>(q.size(2));
+  const uint64_t seed = gen.seed();
+  const uint64_t offset = gen.reserve(probabilities);
+  return record_causal_attention(q, k, v, scale, {p, seed, offset});
 }
 
 }  // namespace tessera

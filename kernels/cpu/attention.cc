@@ -5,10 +5,12 @@
 #include <limits>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/dispatch.h"
 #include "core/factories.h"
 #include "core/parallel.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/eigen_types.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/widen.h"
@@ -105,6 +107,37 @@ void softmax_grad_rows(Block&& ds, const ConstBlock& p, const Delta& delta) {
   }
 }
 
+// Note [Dropout in the CPU attention]
+// With dropout (Note [Attention-probability dropout] in kernels/attention.h) each block
+// pair makes its mask with dropout_keep, the words of its rows' index ranges, and scales
+// the probabilities it multiplies into v (forward) or dout (backward's dV) and the dP it
+// turns into dS. The forward's row sums and lse stay undropped.
+//
+// The mask of the block of query rows [r0, r0 + rows) and key columns [c0, c0 + cols) of
+// head `head` (b H + h): keep[r * kBlock + c], for the keys each row sees (c <= r in a
+// diagonal block, whose later entries are left unset).
+void block_keep(const AttentionDropout& dropout, int64_t head, int64_t len, int64_t r0,
+                int64_t rows, int64_t c0, int64_t cols, bool diagonal, uint8_t* keep) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t first = (static_cast<uint64_t>(head) * len + (r0 + r)) * len + c0;
+    dropout_keep(dropout.seed, dropout.offset, first, diagonal ? std::min(cols, r + 1) : cols,
+                 dropout.p, keep + r * kBlock);
+  }
+}
+
+// block(r, c) = keep ? block(r, c) * scale : 0 over the entries block_keep set.
+template <class Block>
+void apply_keep(Block&& block, const uint8_t* keep, bool diagonal,
+                typename std::decay_t<Block>::Scalar scale) {
+  using T = typename std::decay_t<Block>::Scalar;
+  for (int64_t r = 0; r < block.rows(); ++r) {
+    const int64_t cols = diagonal ? std::min<int64_t>(block.cols(), r + 1) : block.cols();
+    for (int64_t c = 0; c < cols; ++c) {
+      block(r, c) = keep[r * kBlock + c] != 0 ? block(r, c) * scale : T(0);
+    }
+  }
+}
+
 // Whether a head of `dim` values takes the small-block products.
 template <class T>
 bool small_blocks(int64_t dim) {
@@ -188,9 +221,10 @@ void block_product(bool small, const CausalBlock& block, Skip skip, const T* a,
 }  // namespace
 
 AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                                 double scale) {
+                                 double scale, const AttentionDropout& dropout) {
   if (is_half(q_in.dtype())) {  // lse stays f32
-    AttentionOutput o = cpu::causal_attention(widened(q_in), widened(k_in), widened(v_in), scale);
+    AttentionOutput o =
+        cpu::causal_attention(widened(q_in), widened(k_in), widened(v_in), scale, dropout);
     o.out = narrowed(o.out, q_in.dtype());
     return o;
   }
@@ -205,11 +239,14 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
   dispatch_floating(q.dtype(), "causal_attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T s = static_cast<T>(scale);
+    const bool drop = dropout.p > 0.0;
+    const T drop_scale = static_cast<T>(1.0 / (1.0 - dropout.p));  // as kernels::dropout's
     const HeadView<T> Q(q), K(k), V(v), O(result.out);
     const bool small = small_blocks<T>(dim);
     parallel_for(heads, 1, [&](int64_t h0, int64_t h1) {
       Matrix<T> scores(kBlock, kBlock), acc(kBlock, dim), kt(dim, kBlock);
       ArrayX<T> row_max(kBlock), row_sum(kBlock), new_max(kBlock), rescale(kBlock);
+      std::vector<uint8_t> keep(drop ? kBlock * kBlock : 0);
       for (int64_t h = h0; h < h1; ++h) {
         T* lse = result.lse.data_ptr<T>() + h * len;
         for (int64_t r0 = 0; r0 < len; r0 += kBlock) {
@@ -236,6 +273,10 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
             row_sum.head(rows) =
                 row_sum.head(rows) * rescale.head(rows) + S.array().rowwise().sum();
             for (int64_t r = 0; r < rows; ++r) Oi.row(r) *= rescale[r];
+            if (drop) {  // Note [Dropout in the CPU attention]
+              block_keep(dropout, h, len, r0, rows, c0, cols, block.diagonal, keep.data());
+              apply_keep(S, keep.data(), block.diagonal, drop_scale);
+            }
             block_product(small, block, Skip::kKeysUpTo, S.data(), kBlock, 1, rows, cols,
                           V.data(h, c0), V.row_stride(), dim, Oi.data(), dim, T(1), true);
           }
@@ -251,11 +292,12 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
 
 AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_in,
                                          const Tensor& k_in, const Tensor& v_in,
-                                         const Tensor& out_in, const Tensor& lse_in, double scale) {
+                                         const Tensor& out_in, const Tensor& lse_in, double scale,
+                                         const AttentionDropout& dropout) {
   if (is_half(q_in.dtype())) {
     const AttentionGrads g =
         cpu::causal_attention_backward(widened(dout_in), widened(q_in), widened(k_in),
-                                       widened(v_in), widened(out_in), lse_in, scale);
+                                       widened(v_in), widened(out_in), lse_in, scale, dropout);
     const DType d = q_in.dtype();
     return {narrowed(g.dq, d), narrowed(g.dk, d), narrowed(g.dv, d)};
   }
@@ -273,11 +315,15 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
   dispatch_floating(q.dtype(), "causal_attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T s = static_cast<T>(scale);
+    const bool drop = dropout.p > 0.0;
+    const T drop_scale = static_cast<T>(1.0 / (1.0 - dropout.p));
     const HeadView<T> Q(q), K(k), V(v), O(out), dO(dout);
     const HeadView<T> dQ(grads.dq), dK(grads.dk), dV(grads.dv);
     const bool small = small_blocks<T>(dim);
     parallel_for(heads, 1, [&](int64_t h0, int64_t h1) {
       Matrix<T> prob(kBlock, kBlock), dscore(kBlock, kBlock), dk(kBlock, dim), dv(kBlock, dim);
+      Matrix<T> dropped(drop ? kBlock : 0, drop ? kBlock : 0);  // P * M / (1 - p)
+      std::vector<uint8_t> keep(drop ? kBlock * kBlock : 0);
       Matrix<T> kt(dim, kBlock), vt(dim, kBlock);
       ArrayX<T> delta(len);
       for (int64_t h = h0; h < h1; ++h) {
@@ -305,11 +351,20 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
                           kt.data(), kBlock, cols, P.data(), kBlock, s, false);
             exp_shifted_rows(P, lse + r0);
             if (block.diagonal) mask_future(P, T(0));
+            const T* p_used = P.data();  // what multiplied v: P, or P dropped out
+            if (drop) {                  // Note [Dropout in the CPU attention]
+              block_keep(dropout, h, len, r0, rows, c0, cols, block.diagonal, keep.data());
+              auto Pd = dropped.topLeftCorner(rows, cols);
+              Pd = P;
+              apply_keep(Pd, keep.data(), block.diagonal, drop_scale);
+              p_used = Pd.data();
+            }
             // dV_j += P^T dO_i: P^T read through P's strides.
-            block_product(small, block, Skip::kQueriesFrom, P.data(), 1, kBlock, cols, rows, dout_i,
+            block_product(small, block, Skip::kQueriesFrom, p_used, 1, kBlock, cols, rows, dout_i,
                           dO.row_stride(), dim, dVj.data(), dim, T(1), true);
             block_product(small, block, Skip::kKeyColumns, dout_i, dO.row_stride(), 1, rows, dim,
                           vt.data(), kBlock, cols, dS.data(), kBlock, T(1), false);
+            if (drop) apply_keep(dS, keep.data(), block.diagonal, drop_scale);
             softmax_grad_rows(dS, P, delta.data() + r0);
             if (block.diagonal) mask_future(dS, T(0));
             block_product(small, block, Skip::kKeysUpTo, dS.data(), kBlock, 1, rows, cols,

@@ -24,9 +24,9 @@ struct PhiloxLanes {
   uint32_t word[4][kLanes];  // word j of block (first_counter + l) is word[j][l]
 };
 
-// Philox4x32-10 blocks for counters first_counter .. first_counter + kLanes - 1 (high
-// counter word 0) under `key`, as in core/philox.cc.
-void philox_lanes(uint64_t first_counter, uint64_t key, PhiloxLanes& out) {
+// Philox4x32-10 blocks for counters first_counter .. first_counter + lanes - 1 (high
+// counter word 0) under `key`, as in core/philox.cc; lanes <= kLanes.
+void philox_lanes(uint64_t first_counter, uint64_t key, PhiloxLanes& out, int64_t lanes = kLanes) {
   constexpr uint32_t kMul0 = 0xD2511F53u;
   constexpr uint32_t kMul1 = 0xCD9E8D57u;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u;
@@ -35,7 +35,7 @@ void philox_lanes(uint64_t first_counter, uint64_t key, PhiloxLanes& out) {
   uint32_t(&c1)[kLanes] = out.word[1];
   uint32_t(&c2)[kLanes] = out.word[2];
   uint32_t(&c3)[kLanes] = out.word[3];
-  for (int64_t l = 0; l < kLanes; ++l) {
+  for (int64_t l = 0; l < lanes; ++l) {
     const uint64_t counter = first_counter + static_cast<uint64_t>(l);
     c0[l] = static_cast<uint32_t>(counter);
     c1[l] = static_cast<uint32_t>(counter >> 32);
@@ -46,7 +46,7 @@ void philox_lanes(uint64_t first_counter, uint64_t key, PhiloxLanes& out) {
   uint32_t k1 = static_cast<uint32_t>(key >> 32);
   for (int round = 0; round < 10; ++round) {
 #pragma omp simd
-    for (int64_t l = 0; l < kLanes; ++l) {
+    for (int64_t l = 0; l < lanes; ++l) {
       const uint64_t p0 = static_cast<uint64_t>(kMul0) * c0[l];
       const uint64_t p1 = static_cast<uint64_t>(kMul1) * c2[l];
       c0[l] = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0;
@@ -101,6 +101,25 @@ Tensor apply_mask(const char* op, const Tensor& x_in, double p, uint64_t seed,
 }
 
 }  // namespace
+
+void dropout_keep(uint64_t seed, uint64_t offset, uint64_t first, int64_t count, double p,
+                  uint8_t* keep) {
+  const float threshold = static_cast<float>(p);
+  PhiloxLanes lanes;
+  int64_t e = 0;
+  while (e < count) {
+    // The blocks of elements first + e onwards, at most kLanes of them.
+    const uint64_t block0 = (first + static_cast<uint64_t>(e)) / 4;
+    const uint64_t last = (first + static_cast<uint64_t>(count) - 1) / 4;
+    const int64_t blocks = static_cast<int64_t>(std::min<uint64_t>(last - block0 + 1, kLanes));
+    philox_lanes(offset + block0, seed, lanes, blocks);
+    const uint64_t end = std::min<uint64_t>((block0 + static_cast<uint64_t>(blocks)) * 4,
+                                            first + static_cast<uint64_t>(count));
+    for (uint64_t i = first + static_cast<uint64_t>(e); i < end; ++i, ++e) {
+      keep[e] = uniform_from_bits(lanes.word[i % 4][i / 4 - block0]) >= threshold ? 1 : 0;
+    }
+  }
+}
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
   if (is_half(x.dtype())) return narrowed(cpu::dropout(widened(x), p, seed, offset), x.dtype());

@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kThreads)
                           const acc_t<T>* __restrict__ delta,  // (B*H, T)
                           T* __restrict__ dk,                  // (B*H, T, D)
                           T* __restrict__ dv,                  // (B*H, T, D)
-                          int64_t len, int dim, acc_t<T> scale) {
+                          int64_t len, int dim, acc_t<T> scale, FlashDropout<acc_t<T>> drop) {
   // The block owns kBr keys and streams query tiles of kBc rows.
   using Cfg = KeyTiles<T, kD>;
   using A = typename Cfg::A;
@@ -88,9 +88,12 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t c = k0 + ty + 16 * i;
         const int64_t r = q0 + tx + 16 * j;
         const int at = tx + 16 * j;
-        const A p = r < len && c <= r ? exp_acc(s[i][j] * scale - lse_s[at]) : A(0);
-        pt[(ty + 16 * i) * Cfg::kLdS + at] = p;
-        s[i][j] = p * (dp[i][j] - delta_s[at]);  // ds
+        const bool visible = r < len && c <= r;
+        const A p = visible ? exp_acc(s[i][j] * scale - lse_s[at]) : A(0);
+        // Note [Dropout in the flash kernels]: p * f multiplied dout into dv, dp * f is dP.
+        const A f = drop.drops() && visible ? drop.factor(blockIdx.x, r, c, len) : A(1);
+        pt[(ty + 16 * i) * Cfg::kLdS + at] = p * f;
+        s[i][j] = p * (dp[i][j] * f - delta_s[at]);  // ds
       }
     __syncthreads();
     tile_mix<kRK, Cfg::kBc, Cfg::kLdS, Cfg>(dv_acc, pt, dos, ty, tx);
@@ -133,7 +136,7 @@ __global__ void __launch_bounds__(kThreads)
                         const acc_t<T>* __restrict__ lse,    // (B*H, T)
                         const acc_t<T>* __restrict__ delta,  // (B*H, T)
                         T* __restrict__ dq,                  // (B*H, T, D)
-                        int64_t len, int dim, acc_t<T> scale) {
+                        int64_t len, int dim, acc_t<T> scale, FlashDropout<acc_t<T>> drop) {
   using Cfg = QueryTiles<T, kD>;
   using A = typename Cfg::A;
   constexpr int kRQ = Cfg::kBr / 16;
@@ -173,8 +176,10 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t r = q0 + ty + 16 * i;
         const int64_t c = k0 + tx + 16 * j;
         const int at = ty + 16 * i;
-        const A p = r < len && c <= r ? exp_acc(s[i][j] * scale - lse_s[at]) : A(0);
-        s[i][j] = p * (dp[i][j] - delta_s[at]);
+        const bool visible = r < len && c <= r;
+        const A p = visible ? exp_acc(s[i][j] * scale - lse_s[at]) : A(0);
+        const A f = drop.drops() && visible ? drop.factor(blockIdx.x, r, c, len) : A(1);
+        s[i][j] = p * (dp[i][j] * f - delta_s[at]);
       }
     if constexpr (Cfg::kScoresFit) __syncthreads();  // dss overwrites vs
 #pragma unroll
@@ -195,7 +200,7 @@ __global__ void __launch_bounds__(kThreads)
 AttentionGrads flash_causal_attention_backward(const Tensor& dout_in, const Tensor& q_in,
                                                const Tensor& k_in, const Tensor& v_in,
                                                const Tensor& out_in, const Tensor& lse_in,
-                                               double scale) {
+                                               double scale, const AttentionDropout& dropout) {
   constexpr const char* op = "causal_attention_backward";
   const Tensor dout = dout_in.detach().contiguous();  // (B, H, T, D)
   const Tensor q = q_in.detach().contiguous();        // (B, H, T, D)
@@ -230,10 +235,11 @@ AttentionGrads flash_causal_attention_backward(const Tensor& dout_in, const Tens
       launch(op, attention_dkdv_kernel<T, kD>, tile_grid(op, heads, len, KeyCfg::kBr),
              dkdv_smem<KeyCfg>(), ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<T>(dout), ptr<A>(lse),
              ptr<A>(delta), ptr<T>(grads.dk), ptr<T>(grads.dv), len, static_cast<int>(dim),
-             static_cast<A>(scale));
+             static_cast<A>(scale), flash_dropout<A>(dropout));
       launch(op, attention_dq_kernel<T, kD>, tile_grid(op, heads, len, QueryCfg::kBr),
              dq_smem<QueryCfg>(), ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<T>(dout), ptr<A>(lse),
-             ptr<A>(delta), ptr<T>(grads.dq), len, static_cast<int>(dim), static_cast<A>(scale));
+             ptr<A>(delta), ptr<T>(grads.dq), len, static_cast<int>(dim), static_cast<A>(scale),
+             flash_dropout<A>(dropout));
     });
   });
   return grads;

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kThreads)
                              const T* __restrict__ v,     // (B*H, T, D)
                              T* __restrict__ out,         // (B*H, T, D)
                              acc_t<T>* __restrict__ lse,  // (B*H, T)
-                             int64_t len, int dim, acc_t<T> scale) {
+                             int64_t len, int dim, acc_t<T> scale, FlashDropout<acc_t<T>> drop) {
   using Cfg = ForwardTiles<T, kD>;
   using A = typename Cfg::A;
   constexpr int kRQ = Cfg::kBr / 16;
@@ -84,6 +84,13 @@ __global__ void __launch_bounds__(kThreads)
       l[i] = l[i] * alpha + sum;
 #pragma unroll
       for (int c = 0; c < Cfg::kCols; ++c) o[i][c] *= alpha;
+      if (drop.drops() && r < len) {  // Note [Dropout in the flash kernels]
+#pragma unroll
+        for (int j = 0; j < kRK; ++j) {
+          const int64_t c = k0 + tx + 16 * j;
+          if (c <= r) s[i][j] *= drop.factor(blockIdx.x, r, c, len);
+        }
+      }
     }
     if constexpr (Cfg::kScoresFit) __syncthreads();  // ps overwrites ks
 #pragma unroll
@@ -108,7 +115,7 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 AttentionOutput flash_causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                                       double scale) {
+                                       double scale, const AttentionDropout& dropout) {
   constexpr const char* op = "causal_attention";
   const Tensor q = q_in.detach().contiguous();  // (B, H, T, D)
   const Tensor k = k_in.detach().contiguous();  // (B, H, T, D)
@@ -129,7 +136,8 @@ AttentionOutput flash_causal_attention(const Tensor& q_in, const Tensor& k_in, c
       static_assert(forward_smem<Cfg>() <= kMaxSharedBytes);
       launch(op, attention_forward_kernel<T, kD>, tile_grid(op, heads, len, Cfg::kBr),
              forward_smem<Cfg>(), ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<T>(result.out),
-             ptr<A>(result.lse), len, static_cast<int>(dim), static_cast<A>(scale));
+             ptr<A>(result.lse), len, static_cast<int>(dim), static_cast<A>(scale),
+             flash_dropout<A>(dropout));
     });
   });
   return result;

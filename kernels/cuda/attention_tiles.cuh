@@ -34,8 +34,11 @@
 // optimization for the half types; the tiling above is what it would keep.
 #pragma once
 
+#include <cstdint>
 #include <type_traits>
 
+#include "core/philox_block.h"
+#include "kernels/attention.h"
 #include "kernels/cuda/common.cuh"
 
 namespace tessera::kernels::cuda::flash {
@@ -159,6 +162,36 @@ __device__ void store_rows(T* dst, const A (&acc)[kRX][Cfg::kCols], const A (&fa
         if (d < dim) dst[row * dim + d] = from_acc<T>(acc[i][h * kVO + k] * factor[i]);
       }
   }
+}
+
+// Note [Dropout in the flash kernels]
+// With dropout (Note [Attention-probability dropout] in kernels/attention.h) each thread
+// makes the Philox word of every probability it holds: (head, row, col) has the index
+// idx = (head T + row) T + col and word idx % 4 of block offset + idx / 4, as
+// kernels::dropout's element idx of the (B, H, T, T) probabilities. A thread's columns are
+// 16 apart, so it makes one block per probability, four times the words the mask needs,
+// and the tiles keep their layout. The forward scales what enters o += p v, not the row
+// sums (lse stays undropped); the backward scales p for dv and dout . v for ds.
+template <class A>
+struct FlashDropout {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  float threshold = 0.0f;  // p, compared in float as kernels::dropout does; 0: none dropped
+  A scale = A(1);          // 1 / (1 - p) in the accumulation type, as kernels::dropout's
+
+  __host__ __device__ bool drops() const { return threshold > 0.0f; }
+  // scale where the mask keeps probability (head, row, col), else 0.
+  __device__ __forceinline__ A factor(int64_t head, int64_t row, int64_t col, int64_t len) const {
+    const uint64_t idx = (static_cast<uint64_t>(head) * len + row) * len + col;
+    const PhiloxWords r = philox_block(offset + idx / 4, 0, seed);
+    return uniform_from_bits(r.w[idx % 4]) >= threshold ? scale : A(0);
+  }
+};
+
+template <class A>
+FlashDropout<A> flash_dropout(const AttentionDropout& dropout) {
+  return {dropout.seed, dropout.offset, static_cast<float>(dropout.p),
+          static_cast<A>(1.0 / (1.0 - dropout.p))};
 }
 
 // Opt-in shared memory of one block on sm_80 (163 KiB); sm_90 allows more.

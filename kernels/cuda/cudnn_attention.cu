@@ -11,6 +11,18 @@
 //   Di = rowsum(dout * out) (f32, in the workspace); S = scale q k^T - lse, masked;
 //   P = exp(S); dv = P^T dout; dP = dout v^T; dS = P (dP - Di) scale;
 //   dk = dS^T q; dq = dS k.
+// With dropout (Note [Attention-probability dropout] in kernels/attention.h) both graphs read
+// the mask M as a (B, H, T, T) tensor of ones and zeros in the operands' dtype, made by
+// dropout_keep_mask before each call and freed after it, and s = 1 / (1 - p) by value:
+// the forward's P becomes P * s * M before p v; the backward takes P * M * s into dv, and
+//   dS = (dP * M - Di (1 - p)) * P * s * scale,
+// which is P * (dP * M * s - Di) * scale: Di is multiplied by a by-value factor in both
+// graphs (1 without dropout). This is cudnn-frontend's SDPA graph with a custom dropout mask
+// (its set_dropout(mask, scale) and, backward, set_dropout(mask, scale, scale_inv)), so
+// the masks are Tessera's Philox, not cuDNN's RNG, and equal the flash kernels' and the
+// unfused path's. The mask costs 2 B H T T bytes of memory traffic written and read per
+// call.
+//
 // cuDNN takes k (and in the backward's dout v^T, v) as its transpose (B, H, D, T), the same
 // bytes with the last two dims and strides swapped. dq is written by the matmul itself, not
 // accumulated in f32 with atomics (cudnn-frontend's "deterministic algorithm"), so a backward gives
@@ -53,12 +65,14 @@ enum Uid : int64_t {
   kLse,
   kScale,
   kNegInf,
-  kOne,
   kDout,
   kDq,
   kDk,
   kDv,
   kRowDot,  // Di of the backward, in the workspace
+  kMask,    // the dropout mask, (B, H, T, T) of ones and zeros
+  kDropScale,
+  kRowDotScale,  // what Di is multiplied by: 1 - p (1 without dropout)
 };
 
 // A built plan, or why cuDNN could not build one (then Tessera's kernels run).
@@ -136,9 +150,11 @@ cudnn::TensorSpec scalar(int64_t uid) {
   return {uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, /*by_value=*/true};
 }
 
-// The key of a plan: direction, dtype, sizes and every operand's strides.
-PlanCache<CachedPlan>::Key key_of(int64_t direction, const std::vector<Tensor>& operands) {
-  PlanCache<CachedPlan>::Key key{direction, static_cast<int64_t>(operands[0].dtype())};
+// The key of a plan: direction, dropout or not, dtype, sizes and every operand's strides.
+PlanCache<CachedPlan>::Key key_of(int64_t direction, bool dropout,
+                                  const std::vector<Tensor>& operands) {
+  PlanCache<CachedPlan>::Key key{direction, dropout ? 1 : 0,
+                                 static_cast<int64_t>(operands[0].dtype())};
   for (int64_t d = 0; d < 4; ++d) key.push_back(operands[0].size(d));
   for (const Tensor& t : operands) {
     for (int64_t d = 0; d < 4; ++d) key.push_back(t.stride(d));
@@ -162,8 +178,38 @@ const cudnn::Descriptor* causal_mask(cudnn::GraphBuilder& g, const cudnn::Descri
   return masked;
 }
 
+// The mask operand of the graphs with dropout: (B, H, T, T), contiguous, the io type.
+cudnn::TensorSpec mask_spec(const Tensor& q) {
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2);
+  return {kMask, io_type(q.dtype()), {b, h, t, t}, {h * t * t, t * t, t, 1}};
+}
+
+// The dropout operands of one graph, each declared once (null without dropout).
+struct DropoutOperands {
+  const cudnn::Descriptor* mask = nullptr;   // M
+  const cudnn::Descriptor* scale = nullptr;  // s = 1 / (1 - p), by value
+
+  DropoutOperands(cudnn::GraphBuilder& g, const Tensor& q, bool dropout) {
+    if (!dropout) return;
+    mask = g.tensor(mask_spec(q));
+    scale = g.tensor(scalar(kDropScale));
+  }
+};
+
+// probabilities * s * M, of `type` (Note [cuDNN attention graphs]).
+const cudnn::Descriptor* dropped(cudnn::GraphBuilder& g, const DropoutOperands& dropout,
+                                 const cudnn::Descriptor* probabilities,
+                                 const std::vector<int64_t>& sdims,
+                                 const std::vector<int64_t>& sstrides, cudnnDataType_t type) {
+  const cudnn::Descriptor* scaled = g.virtual_tensor(sdims, sstrides);
+  g.pointwise(CUDNN_POINTWISE_MUL, probabilities, dropout.scale, scaled);
+  const cudnn::Descriptor* masked = g.virtual_tensor(sdims, sstrides, type);
+  g.pointwise(CUDNN_POINTWISE_MUL, scaled, dropout.mask, masked);
+  return masked;
+}
+
 CachedPlan build_forward(const char* op, CudnnContext& ctx, const Tensor& q, const Tensor& k,
-                         const Tensor& v, const Tensor& out) {
+                         const Tensor& v, const Tensor& out, bool dropout) {
   const int64_t b = q.size(0), h = q.size(1), t = q.size(2);
   const std::vector<int64_t> sdims{b, h, t, t}, sstrides{h * t * t, t * t, t, 1};
   const std::vector<int64_t> rdims{b, h, t, 1}, rstrides{h * t, t, 1, 1};
@@ -185,8 +231,10 @@ CachedPlan build_forward(const char* op, CudnnContext& ctx, const Tensor& q, con
   g.pointwise(CUDNN_POINTWISE_LOG, z, nullptr, log_z);
   g.pointwise(CUDNN_POINTWISE_ADD, row_max, log_z,
               g.tensor({kLse, CUDNN_DATA_FLOAT, rdims, rstrides}));
-  const cudnn::Descriptor* p = g.virtual_tensor(sdims, sstrides, io_type(q.dtype()));
+  const cudnn::Descriptor* p =
+      g.virtual_tensor(sdims, sstrides, dropout ? CUDNN_DATA_FLOAT : io_type(q.dtype()));
   g.pointwise(CUDNN_POINTWISE_DIV, e, z, p);
+  if (dropout) p = dropped(g, DropoutOperands(g, q, true), p, sdims, sstrides, io_type(q.dtype()));
   g.matmul(p, g.tensor(as_is(kV, v)), g.tensor(as_is(kOut, out)));
   CachedPlan cached;
   cached.plan = g.build(ctx.handle.get, cached.why_not);
@@ -195,7 +243,7 @@ CachedPlan build_forward(const char* op, CudnnContext& ctx, const Tensor& q, con
 
 CachedPlan build_backward(const char* op, CudnnContext& ctx, const Tensor& dout, const Tensor& q,
                           const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv) {
+                          const Tensor& dk, const Tensor& dv, bool dropout) {
   const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
   const cudnnDataType_t io = io_type(q.dtype());
   const std::vector<int64_t> sdims{b, h, t, t}, sstrides{h * t * t, t * t, t, 1};
@@ -206,14 +254,15 @@ CachedPlan build_backward(const char* op, CudnnContext& ctx, const Tensor& dout,
   const cudnn::Descriptor* k_t = g.tensor(transposed(kK, k));
   const cudnn::Descriptor* dout_desc = g.tensor(as_is(kDout, dout));
   const cudnn::Descriptor* scale = g.tensor(scalar(kScale));
+  const DropoutOperands drop(g, q, dropout);
 
-  // Di = rowsum(dout * out), kept in the workspace.
+  // Di = rowsum(dout * out) (times 1 - p with dropout), kept in the workspace.
   const cudnn::Descriptor* products = g.virtual_tensor({b, h, t, d}, {h * t * d, t * d, d, 1});
   g.pointwise(CUDNN_POINTWISE_MUL, dout_desc, g.tensor(as_is(kOut, out)), products);
   const cudnn::Descriptor* sums = g.virtual_tensor(rdims, rstrides);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, products, sums, ctx.machine.cudnn_version);
   const cudnn::Descriptor* row_dot = g.tensor({kRowDot, CUDNN_DATA_FLOAT, rdims, rstrides});
-  g.pointwise(CUDNN_POINTWISE_MUL, sums, g.tensor(scalar(kOne)), row_dot);
+  g.pointwise(CUDNN_POINTWISE_MUL, sums, g.tensor(scalar(kRowDotScale)), row_dot);
 
   // P = exp(scale q k^T - lse), masked.
   const cudnn::Descriptor* s = g.virtual_tensor(sdims, sstrides);
@@ -227,18 +276,30 @@ CachedPlan build_backward(const char* op, CudnnContext& ctx, const Tensor& dout,
   const cudnn::Descriptor* p = g.virtual_tensor(sdims, sstrides);
   g.pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, p);
 
-  // dv = P^T dout.
+  // dv = P^T dout, P dropped out with dropout.
+  const cudnn::Descriptor* p_used =
+      dropout ? dropped(g, drop, p, sdims, sstrides, CUDNN_DATA_FLOAT) : p;
   const cudnn::Descriptor* p_t = g.virtual_tensor(sdims, sstrides_t, io);
-  g.reshape(p, p_t);
+  g.reshape(p_used, p_t);
   g.matmul(p_t, dout_desc, g.tensor(as_is(kDv, dv)));
 
-  // dS = P (dout v^T - Di) scale.
+  // dS = P (dout v^T - Di) scale; with dropout P (dout v^T M - Di (1 - p)) s scale.
   const cudnn::Descriptor* dp = g.virtual_tensor(sdims, sstrides);
   g.matmul(dout_desc, g.tensor(transposed(kV, v)), dp);
+  if (dropout) {
+    const cudnn::Descriptor* dp_masked = g.virtual_tensor(sdims, sstrides);
+    g.pointwise(CUDNN_POINTWISE_MUL, dp, drop.mask, dp_masked);
+    dp = dp_masked;
+  }
   const cudnn::Descriptor* dp_centred = g.virtual_tensor(sdims, sstrides);
   g.pointwise(CUDNN_POINTWISE_SUB, dp, row_dot, dp_centred);
   const cudnn::Descriptor* dp_p = g.virtual_tensor(sdims, sstrides);
   g.pointwise(CUDNN_POINTWISE_MUL, dp_centred, p, dp_p);
+  if (dropout) {
+    const cudnn::Descriptor* dp_p_scaled = g.virtual_tensor(sdims, sstrides);
+    g.pointwise(CUDNN_POINTWISE_MUL, dp_p, drop.scale, dp_p_scaled);
+    dp_p = dp_p_scaled;
+  }
   const cudnn::Descriptor* ds = g.virtual_tensor(sdims, sstrides);
   g.pointwise(CUDNN_POINTWISE_MUL, dp_p, scale, ds);
 
@@ -284,40 +345,57 @@ const CachedPlan& plan_for(const char* op, CudnnContext& ctx, const PlanCache<Ca
 // Bytes rounded up to a multiple of 256 (the workspace's regions).
 int64_t round_up(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// The mask of `dropout` for q's (B, H, T, T) probabilities in q's dtype, or undefined
+// without dropout.
+Tensor keep_mask(const Tensor& q, const AttentionDropout& dropout) {
+  if (dropout.p == 0.0) return Tensor();
+  const int64_t t = q.size(2);
+  return dropout_keep_mask({q.size(0), q.size(1), t, t}, q.dtype(), q.device(), dropout.p,
+                           dropout.seed, dropout.offset);
+}
+
 }  // namespace
 
 std::optional<AttentionOutput> cudnn_causal_attention(const Tensor& q_in, const Tensor& k_in,
-                                                      const Tensor& v_in, double scale) {
+                                                      const Tensor& v_in, double scale,
+                                                      const AttentionDropout& dropout) {
   constexpr const char* op = "causal_attention (cuDNN)";
   const Tensor q = q_in.detach(), k = k_in.detach(), v = v_in.detach();
   if (q.dtype() != DType::bf16 && q.dtype() != DType::f16) return std::nullopt;
   set_device(op, q);
   CudnnContext& ctx = context(op, q.device().index);
   if (!ctx.unavailable.empty() ||
-      !fused_attention_refusal({q, k, v}, Tensor(), ctx.machine).empty()) {
+      !fused_attention_refusal({q, k, v}, Tensor(), ctx.machine, dropout).empty()) {
     return std::nullopt;
   }
+  const bool drops = dropout.p > 0.0;
   const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
   // (B, T, H, D) in memory, seen as (B, H, T, D).
   const Tensor out = empty({b, t, h, d}, {q.dtype(), q.device()}).transpose(1, 2);
   const Tensor lse = empty({b, h, t}, {DType::f32, q.device()});  // (B, H, T)
-  const CachedPlan& cached = plan_for(op, ctx, key_of(0, {q, k, v}), q,
-                                      [&] { return build_forward(op, ctx, q, k, v, out); });
+  const CachedPlan& cached = plan_for(op, ctx, key_of(0, drops, {q, k, v}), q,
+                                      [&] { return build_forward(op, ctx, q, k, v, out, drops); });
   if (!cached.plan) return std::nullopt;
   const Tensor workspace =
       empty({std::max<int64_t>(cached.plan->workspace_bytes(), 1)}, {DType::u8, q.device()});
+  const Tensor mask = keep_mask(q, dropout);  // (B, H, T, T) or undefined
   float scale_value = static_cast<float>(scale);
   float neg_inf = -INFINITY;
-  cached.plan->execute(ctx.handle.get, {kQ, kK, kV, kOut, kLse, kScale, kNegInf},
-                       {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(),
-                        &scale_value, &neg_inf},
-                       workspace.raw_data(), op);
+  float drop_scale = static_cast<float>(1.0 / (1.0 - dropout.p));
+  std::vector<int64_t> uids{kQ, kK, kV, kOut, kLse, kScale, kNegInf};
+  std::vector<void*> pointers{q.raw_data(),   k.raw_data(), v.raw_data(), out.raw_data(),
+                              lse.raw_data(), &scale_value, &neg_inf};
+  if (drops) {
+    uids.insert(uids.end(), {kMask, kDropScale});
+    pointers.insert(pointers.end(), {mask.raw_data(), &drop_scale});
+  }
+  cached.plan->execute(ctx.handle.get, uids, pointers, workspace.raw_data(), op);
   return AttentionOutput{out, lse};
 }
 
 std::optional<AttentionGrads> cudnn_causal_attention_backward(
     const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-    const Tensor& out_in, const Tensor& lse_in, double scale) {
+    const Tensor& out_in, const Tensor& lse_in, double scale, const AttentionDropout& dropout) {
   constexpr const char* op = "causal_attention_backward (cuDNN)";
   const Tensor dout = dout_in.detach(), q = q_in.detach(), k = k_in.detach(), v = v_in.detach(),
                out = out_in.detach(), lse = lse_in.detach();
@@ -325,50 +403,59 @@ std::optional<AttentionGrads> cudnn_causal_attention_backward(
   set_device(op, q);
   CudnnContext& ctx = context(op, q.device().index);
   if (!ctx.unavailable.empty() ||
-      !fused_attention_refusal({q, k, v, out, dout}, lse, ctx.machine).empty()) {
+      !fused_attention_refusal({q, k, v, out, dout}, lse, ctx.machine, dropout).empty()) {
     return std::nullopt;
   }
+  const bool drops = dropout.p > 0.0;
   const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
   // (B, T, 3, H, D) in memory: dq, dk and dv are its three (B, H, T, D) views.
   const Tensor grads = empty({b, t, 3, h, d}, {q.dtype(), q.device()});
   const Tensor dq = grads.select(2, 0).transpose(1, 2);
   const Tensor dk = grads.select(2, 1).transpose(1, 2);
   const Tensor dv = grads.select(2, 2).transpose(1, 2);
-  const CachedPlan& cached = plan_for(op, ctx, key_of(1, {q, k, v, out, dout}), q, [&] {
-    return build_backward(op, ctx, dout, q, k, v, out, dq, dk, dv);
+  const CachedPlan& cached = plan_for(op, ctx, key_of(1, drops, {q, k, v, out, dout}), q, [&] {
+    return build_backward(op, ctx, dout, q, k, v, out, dq, dk, dv, drops);
   });
   if (!cached.plan) return std::nullopt;
   const int64_t row_dot_bytes = round_up(b * h * t * static_cast<int64_t>(sizeof(float)));
   const Tensor workspace =
       empty({row_dot_bytes + cached.plan->workspace_bytes()}, {DType::u8, q.device()});
   char* base = static_cast<char*>(workspace.raw_data());
+  const Tensor mask = keep_mask(q, dropout);  // (B, H, T, T) or undefined
   float scale_value = static_cast<float>(scale);
   float neg_inf = -INFINITY;
-  float one = 1.0f;
-  cached.plan->execute(
-      ctx.handle.get,
-      {kQ, kK, kV, kOut, kLse, kDout, kDq, kDk, kDv, kRowDot, kScale, kNegInf, kOne},
-      {q.raw_data(), k.raw_data(), v.raw_data(), out.raw_data(), lse.raw_data(), dout.raw_data(),
-       dq.raw_data(), dk.raw_data(), dv.raw_data(), base, &scale_value, &neg_inf, &one},
-      base + row_dot_bytes, op);
+  float row_dot_scale = static_cast<float>(1.0 - dropout.p);
+  float drop_scale = static_cast<float>(1.0 / (1.0 - dropout.p));
+  std::vector<int64_t> uids{kQ,  kK,  kV,      kOut,   kLse,    kDout,       kDq,
+                            kDk, kDv, kRowDot, kScale, kNegInf, kRowDotScale};
+  std::vector<void*> pointers{
+      q.raw_data(),    k.raw_data(),  v.raw_data(),  out.raw_data(), lse.raw_data(),
+      dout.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),  base,
+      &scale_value,    &neg_inf,      &row_dot_scale};
+  if (drops) {
+    uids.insert(uids.end(), {kMask, kDropScale});
+    pointers.insert(pointers.end(), {mask.raw_data(), &drop_scale});
+  }
+  cached.plan->execute(ctx.handle.get, uids, pointers, base + row_dot_bytes, op);
   return AttentionGrads{dq, dk, dv};
 }
 
-AttentionOutput causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
-  if (std::optional<AttentionOutput> fused = cudnn_causal_attention(q, k, v, scale)) {
+AttentionOutput causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                 const AttentionDropout& dropout) {
+  if (std::optional<AttentionOutput> fused = cudnn_causal_attention(q, k, v, scale, dropout)) {
     return *std::move(fused);
   }
-  return flash_causal_attention(q, k, v, scale);
+  return flash_causal_attention(q, k, v, scale, dropout);
 }
 
 AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                          const Tensor& v, const Tensor& out, const Tensor& lse,
-                                         double scale) {
+                                         double scale, const AttentionDropout& dropout) {
   if (std::optional<AttentionGrads> fused =
-          cudnn_causal_attention_backward(dout, q, k, v, out, lse, scale)) {
+          cudnn_causal_attention_backward(dout, q, k, v, out, lse, scale, dropout)) {
     return *std::move(fused);
   }
-  return flash_causal_attention_backward(dout, q, k, v, out, lse, scale);
+  return flash_causal_attention_backward(dout, q, k, v, out, lse, scale, dropout);
 }
 
 }  // namespace tessera::kernels::cuda

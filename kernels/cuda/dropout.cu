@@ -85,7 +85,39 @@ Tensor apply_mask(const char* op, const Tensor& x_in, double p, uint64_t seed,
   return y;
 }
 
+// mask[i] = 1 where element i is kept, else 0, one Philox block per thread.
+template <class T>
+__global__ void keep_mask_kernel(T* __restrict__ mask, int64_t n, uint64_t seed, uint64_t offset,
+                                 float threshold) {
+  const int64_t groups = (n + 3) / 4;
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < groups;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    const PhiloxWords r = philox_block(offset + static_cast<uint64_t>(b), 0, seed);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t i = 4 * b + j;
+      if (i < n) mask[i] = from_acc<T>(acc_t<T>(uniform_from_bits(r.w[j]) >= threshold ? 1 : 0));
+    }
+  }
+}
+
 }  // namespace
+
+Tensor dropout_keep_mask(const Shape& shape, DType dtype, Device device, double p, uint64_t seed,
+                         uint64_t offset) {
+  constexpr const char* op = "dropout_keep_mask";
+  Tensor mask = empty(shape, {dtype, device});
+  const int64_t n = mask.numel();
+  if (n == 0) return mask;
+  set_device(op, mask);
+  dispatch_cuda_floating(mask.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    keep_mask_kernel<T><<<grid_for((n + 3) / 4), kThreads, 0, kStream>>>(
+        ptr<T>(mask), n, seed, offset, static_cast<float>(p));
+    check_launch(op);
+  });
+  return mask;
+}
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {  // (*) -> (*)
   return apply_mask("dropout", x, p, seed, offset);

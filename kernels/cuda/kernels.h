@@ -75,29 +75,38 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
 Tensor dropout_backward(const Tensor& dy, double p, uint64_t seed, uint64_t offset);
+// A contiguous tensor of `shape`, floating `dtype`, on `device`, holding 1 where dropout(x,
+// p, seed, offset) keeps element i of a contiguous x of that shape, else 0
+// (kernels/cuda/dropout.cu).
+Tensor dropout_keep_mask(const Shape& shape, DType dtype, Device device, double p, uint64_t seed,
+                         uint64_t offset);
 
 // cuDNN's fused attention where it takes the call (kernels/fused_attention.h), else
-// Tessera's flash kernels.
-AttentionOutput causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+// Tessera's flash kernels. `dropout` as kernels/attention.h says (default: none).
+AttentionOutput causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                 const AttentionDropout& dropout = {});
 AttentionGrads causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                          const Tensor& v, const Tensor& out, const Tensor& lse,
-                                         double scale);
+                                         double scale, const AttentionDropout& dropout = {});
 // Tessera's own flash attention (kernels/cuda/attention_forward.cu, attention_backward.cu).
 AttentionOutput flash_causal_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                       double scale);
+                                       double scale, const AttentionDropout& dropout = {});
 AttentionGrads flash_causal_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                                const Tensor& v, const Tensor& out,
-                                               const Tensor& lse, double scale);
+                                               const Tensor& lse, double scale,
+                                               const AttentionDropout& dropout = {});
 // cuDNN's fused attention (kernels/cuda/cudnn_attention.cu); nothing when cuDNN does not
 // take the call. Operands as kernels/attention.h validates them: q, k, v, out, dout (B, H, T,
 // D) of one dtype and device, lse (B, H, T) f32. out is (B, T, H, D) in memory and dq, dk, dv
 // views of one (B, T, 3, H, D) buffer, each seen as (B, H, T, D).
 std::optional<AttentionOutput> cudnn_causal_attention(const Tensor& q, const Tensor& k,
-                                                      const Tensor& v, double scale);
+                                                      const Tensor& v, double scale,
+                                                      const AttentionDropout& dropout = {});
 std::optional<AttentionGrads> cudnn_causal_attention_backward(const Tensor& dout, const Tensor& q,
                                                               const Tensor& k, const Tensor& v,
                                                               const Tensor& out, const Tensor& lse,
-                                                              double scale);
+                                                              double scale,
+                                                              const AttentionDropout& dropout = {});
 
 // Block-sparse attention (kernels/block_sparse.h); the layout's tables are on the device.
 Tensor block_sparse_sdd(const Tensor& a, const Tensor& b, const BlockLayout& layout);

@@ -64,29 +64,35 @@ Tensor cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, const
 }
 Tensor dropout(const Tensor&, double, uint64_t, uint64_t) { missing("dropout"); }
 Tensor dropout_backward(const Tensor&, double, uint64_t, uint64_t) { missing("dropout_backward"); }
-AttentionOutput causal_attention(const Tensor&, const Tensor&, const Tensor&, double) {
+Tensor dropout_keep_mask(const Shape&, DType, Device, double, uint64_t, uint64_t) {
+  missing("dropout_keep_mask");
+}
+AttentionOutput causal_attention(const Tensor&, const Tensor&, const Tensor&, double,
+                                 const AttentionDropout&) {
   missing("causal_attention");
 }
 AttentionGrads causal_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                         const Tensor&, const Tensor&, double) {
+                                         const Tensor&, const Tensor&, double,
+                                         const AttentionDropout&) {
   missing("causal_attention_backward");
 }
-AttentionOutput flash_causal_attention(const Tensor&, const Tensor&, const Tensor&, double) {
+AttentionOutput flash_causal_attention(const Tensor&, const Tensor&, const Tensor&, double,
+                                       const AttentionDropout&) {
   missing("causal_attention");
 }
 AttentionGrads flash_causal_attention_backward(const Tensor&, const Tensor&, const Tensor&,
-                                               const Tensor&, const Tensor&, const Tensor&,
-                                               double) {
+                                               const Tensor&, const Tensor&, const Tensor&, double,
+                                               const AttentionDropout&) {
   missing("causal_attention_backward");
 }
 std::optional<AttentionOutput> cudnn_causal_attention(const Tensor&, const Tensor&, const Tensor&,
-                                                      double) {
+                                                      double, const AttentionDropout&) {
   missing("causal_attention");
 }
 std::optional<AttentionGrads> cudnn_causal_attention_backward(const Tensor&, const Tensor&,
                                                               const Tensor&, const Tensor&,
-                                                              const Tensor&, const Tensor&,
-                                                              double) {
+                                                              const Tensor&, const Tensor&, double,
+                                                              const AttentionDropout&) {
   missing("causal_attention_backward");
 }
 Tensor block_sparse_sdd(const Tensor&, const Tensor&, const BlockLayout&) {

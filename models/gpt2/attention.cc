@@ -91,15 +91,9 @@ Tensor CausalSelfAttention::finish(const parallel::PendingSum& pending) const {
 Tensor CausalSelfAttention::mixed(const Tensor& x) const {
   const std::vector<Tensor> qkv = heads(x);
   if (sparse_) return merge_heads(sparse_->forward(qkv[0], qkv[1], qkv[2], /*causal=*/true));
-  if (attn_dropout_.drops()) {  // Note [Attention dropout]
-    const int64_t t = x.size(1);
-    if (!causal_visible_.defined() || causal_visible_.size(1) != t ||
-        causal_visible_.device() != x.device()) {
-      causal_visible_ = visible_keys(t, 0, x.device());
-    }
-    return merge_heads(attend(qkv[0], qkv[1], qkv[2], causal_visible_));
-  }
-  return merge_heads(causal_attention(qkv[0], qkv[1], qkv[2]));
+  // Note [Attention dropout]
+  return merge_heads(causal_attention(qkv[0], qkv[1], qkv[2], attn_dropout_.p(),
+                                      attn_dropout_.generator(), attn_dropout_.is_training()));
 }
 
 Tensor CausalSelfAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v,

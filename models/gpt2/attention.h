@@ -21,13 +21,12 @@ namespace tessera {
 // Note [Attention dropout]
 // With cfg.attention_probs_dropout() above 0, training drops attention probabilities, as
 // Hugging Face's GPT2Attention (attn_dropout) and Megatron's CoreAttention do. The fused
-// attention kernels never form the probabilities, so such a forward takes the unfused
-// path, softmax(q k^T / sqrt(D)) over the causal mask, dropped out, times v, with its
-// (B, H, T, T) scores in memory (the path PyTorch's scaled_dot_product_attention takes with
-// dropout when no fused kernel applies). The probabilities are of this rank's heads only,
-// so their masks come from the sliced stream (Note [Model-parallel dropout] in
-// parallel/tensor/dropout_streams.h); the output's dropout, after c_proj's all-reduce, from
-// the replicated one. Evaluation and generation use the fused kernels.
+// attention kernels drop them inside their tiles, with the mask attn_dropout_ would draw
+// for the (B, H, T, T) probabilities (Note [Attention-probability dropout] in
+// kernels/attention.h), so no (B, H, T, T) tensor is made. The probabilities are of this
+// rank's heads only, so their masks come from the sliced stream (Note [Model-parallel
+// dropout] in parallel/tensor/dropout_streams.h); the output's dropout, after c_proj's
+// all-reduce, from the replicated one.
 class CausalSelfAttention : public Module {
  public:
   // Children "c_attn" (C -> 3C: q, k, v in that order), "attn_dropout", "c_proj" (C -> C)
@@ -60,9 +59,9 @@ class CausalSelfAttention : public Module {
   Tensor merge_heads(const Tensor& y) const;  // (B, H, T, D) -> (B, T, H D)
   // The heads' attention over x, merged: what c_proj takes. (B, T, C) -> (B, T, H D)
   Tensor mixed(const Tensor& x) const;
-  // Unfused attention: softmax(q k^T / sqrt(D)) over the keys `visible` marks (undefined:
-  // all; else bool (heads or 1, T, S)), its probabilities through attn_dropout_, times v.
-  // q (B, H, T, D), k and v (B, H, S, D) -> (B, H, T, D).
+  // Unfused attention (generation's, over cached keys): softmax(q k^T / sqrt(D)) over the
+  // keys `visible` marks (undefined: all; else bool (heads or 1, T, S)), its probabilities
+  // through attn_dropout_, times v. q (B, H, T, D), k and v (B, H, S, D) -> (B, H, T, D).
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& visible) const;
   // The keys new rows see, on `device`: row i sits at position start + i and sees keys
   // s <= start + i (and, sparse, those of its layout: Note [Sparse GPT attention]); bool
@@ -75,7 +74,6 @@ class CausalSelfAttention : public Module {
   Dropout attn_dropout_;
   parallel::RowParallelLinear c_proj_;
   Dropout resid_dropout_;
-  mutable Tensor causal_visible_;  // visible_keys(T, 0) of the last training T, unfused path
 };
 
 }  // namespace tessera

@@ -14,6 +14,10 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) const;  // (*) -> (*)
   // Whether forward() drops anything now: training, with p above 0.
   bool drops() const { return p_ > 0.0 && is_training(); }
+  double p() const { return p_; }
+  // The stream masks are drawn from, for ops that drop inside a fused kernel (the attention
+  // probabilities' dropout, autograd/ops/nn.h).
+  Generator& generator() const { return *gen_; }
 
  private:
   double p_;
