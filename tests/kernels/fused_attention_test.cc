@@ -115,5 +115,20 @@ TEST_CASE("cuDNN's fused attention needs 16-byte strides and addresses and a uni
   }
 }
 
+TEST_CASE("cuDNN's fused attention takes dropout up to a 1 GiB mask", "[fused_attention]") {
+  // Note [cuDNN attention graphs]: the graphs read a (B, H, T, T) 16-bit mask.
+  const kernels::AttentionDropout dropout{0.1, 1, 0};
+  CHECK(fused_attention_refusal(fused_qkv(16, 12, 1024, 64, DType::bf16), Tensor(), kH100, dropout)
+            .empty());
+  CHECK(fused_attention_refusal(backward_operands(2, 3, 128, 64, DType::f16), zeros({2, 3, 128}),
+                                kH100, dropout)
+            .empty());
+  // 64 x 16 x 1024 x 1024 bf16 values: 2 GiB.
+  const std::vector<Tensor> big = fused_qkv(64, 16, 1024, 8, DType::bf16);
+  CHECK(fused_attention_refusal(big, Tensor(), kH100).empty());
+  CHECK(mentions(fused_attention_refusal(big, Tensor(), kH100, dropout),
+                 "its dropout mask would take 2048 MiB, over 1024 MiB"));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -1,14 +1,16 @@
 // Dropout on GPT's attention probabilities (Note [Attention dropout] in
 // models/gpt2/attention.h) and the streams its masks come from (Note [Model-parallel
-// dropout] in parallel/tensor/dropout_streams.h): the unfused path against naive f64 loops
-// with the sliced stream's mask, evaluation on the fused kernels, the config's rate, and
-// tensor-parallel ranks drawing replicated masks alike and sliced masks of their own.
+// dropout] in parallel/tensor/dropout_streams.h): the layer against naive f64 loops with the
+// sliced stream's mask, the fused op's values and gradients against the unfused ops with
+// the same draw, evaluation without dropout, the config's rate, and tensor-parallel ranks
+// drawing replicated masks alike and sliced masks of their own.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <mutex>
 #include <vector>
 
 #include "autograd/engine.h"
+#include "autograd/ops.h"
 #include "autograd/ops/nn.h"
 #include "core/factories.h"
 #include "core/grad_mode.h"
@@ -113,7 +115,56 @@ TEST_CASE("attention dropout drops the probabilities with the sliced stream's ma
   CHECK(testing::relative_l2_error(got, want) <= 1e-5);
 }
 
-TEST_CASE("evaluation attends on the fused kernels, whatever the attention dropout",
+TEST_CASE("fused attention dropout has the unfused ops' values and gradients", "[gpt][dropout]") {
+  // causal_attention(q, k, v, p, gen) against matmul(dropout(softmax(masked scores), p, gen),
+  // v) from a copy of gen: the same draw, the same mask (Note [Attention-probability
+  // dropout] in kernels/attention.h), across the CPU kernel's 64-position blocks.
+  constexpr double kP = 0.25;
+  const int64_t b = 2, h = 3, t = 70, d = 8;
+  Generator init(4);
+  std::vector<Tensor> leaves;
+  for (int i = 0; i < 3; ++i) {
+    leaves.push_back(randn({b, h, t, d}, init, {DType::f64}));
+    leaves.back().set_requires_grad(true);
+  }
+  const Tensor dout = randn({b, h, t, d}, init, {DType::f64});
+  std::vector<bool> causal(static_cast<size_t>(t * t));
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t j = 0; j < t; ++j) causal[static_cast<size_t>(i * t + j)] = j <= i;
+  }
+  const Tensor visible = from_vector(causal, {t, t});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Generator fused_gen(77, 3), unfused_gen(77, 3);
+  const auto run = [&](bool fused) {
+    for (const Tensor& leaf : leaves) leaf.set_grad(Tensor());
+    const Tensor &q = leaves[0], &k = leaves[1], &v = leaves[2];
+    Tensor out;
+    if (fused) {
+      out = causal_attention(q, k, v, kP, fused_gen);
+    } else {
+      const Tensor scores = matmul(q, transpose(k, 2, 3)) * scale;
+      const Tensor masked = where(visible, scores, scalar_like(scores, -INFINITY));
+      out = matmul(dropout(softmax(masked), kP, unfused_gen), v);
+    }
+    backward(sum(out * dout));
+    std::vector<std::vector<double>> got{out.to_vector<double>()};
+    for (const Tensor& leaf : leaves) got.push_back(leaf.grad().to_vector<double>());
+    return got;
+  };
+  const std::vector<std::vector<double>> fused = run(true), unfused = run(false);
+  CHECK(fused_gen.offset() == unfused_gen.offset());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    INFO("output, dq, dk, dv: " << i);
+    CHECK(testing::max_abs_diff(fused[i], unfused[i]) <= 1e-12);
+  }
+  // Not the undropped attention's.
+  Generator none(77, 3);
+  const std::vector<double> plain =
+      causal_attention(leaves[0], leaves[1], leaves[2], 0.0, none).to_vector<double>();
+  CHECK(testing::max_abs_diff(plain, fused[0]) > 1e-2);
+}
+
+TEST_CASE("evaluation drops no attention probabilities, whatever the rate",
           "[gpt][dropout]") {
   Gpt with(attention_config(0.5), 7), without(attention_config(0.0), 7);
   with.eval();
