@@ -20,6 +20,7 @@
 #include "core/parallel.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/layer_norm.h"
 #include "kernels/matmul.h"
@@ -87,7 +88,9 @@ void bench_matmul(int reps) {
 // Causal attention forward and backward (kernels/attention.h) against the same products
 // materialized the plain way: (B, H, T, T) scores by matmul, softmax, then matmul with V;
 // its backward as the four matmuls and the softmax gradient. GFLOP/s count the causal half
-// of the products: 2 T^2 D per head forward, 5 T^2 D backward (the scores recomputed).
+// of the products: 2 T^2 D per head forward, 5 T^2 D backward (the scores recomputed). The
+// "+ dropout" rows drop probabilities at p = 0.1 (Note [Attention-probability dropout] in
+// kernels/attention.h) against the materialized probabilities through kernels::dropout.
 void bench_attention(int reps) {
   struct Shape4 {
     int64_t b, h, t, d;
@@ -95,7 +98,7 @@ void bench_attention(int reps) {
   std::printf(
       "\ncausal attention (B, H, T, D), f32: GFLOP/s of the causal products; reference "
       "materializes (T, T)\n");
-  std::printf("%-22s %-9s %8s %12s %12s %8s\n", "B x H x T x D", "pass", "threads", "tessera",
+  std::printf("%-22s %-15s %8s %12s %12s %8s\n", "B x H x T x D", "pass", "threads", "tessera",
               "materialized", "ratio");
   Generator gen(3);
   for (const Shape4 s : {Shape4{4, 12, 64, 64}, Shape4{1, 12, 1024, 64}}) {
@@ -105,6 +108,7 @@ void bench_attention(int reps) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
     const kernels::AttentionOutput fwd = kernels::causal_attention(q, k, v, scale);
     const Tensor probs = kernels::softmax(kernels::matmul(q, k, false, true));  // (B, H, T, T)
+    const kernels::AttentionDropout dropout{0.1, 5, 0};
     const double heads = static_cast<double>(s.b * s.h);
     const double flop_fwd = heads * 2.0 * s.t * s.t * s.d;
     const std::string name = std::to_string(s.b) + "x" + std::to_string(s.h) + "x" +
@@ -123,11 +127,29 @@ void bench_attention(int reps) {
             kernels::matmul(ds, k);               // dQ
             kernels::matmul(ds, q, true, false);  // dK
           });
-      std::printf("%-22s %-9s %8d %12.1f %12.1f %8.3f\n", name.c_str(), "forward", threads,
-                  flop_fwd / t_fwd / 1e9, flop_fwd / t_fwd_ref / 1e9, t_fwd_ref / t_fwd);
-      std::printf("%-22s %-9s %8d %12.1f %12.1f %8.3f\n", name.c_str(), "backward", threads,
-                  2.5 * flop_fwd / t_bwd / 1e9, 2.5 * flop_fwd / t_bwd_ref / 1e9,
-                  t_bwd_ref / t_bwd);
+      const auto [t_drop, t_drop_ref] = time_pair(
+          reps,
+          [&] {
+            const kernels::AttentionOutput o = kernels::causal_attention(q, k, v, scale, dropout);
+            kernels::causal_attention_backward(dout, q, k, v, o.out, o.lse, scale, dropout);
+          },
+          [&] {
+            const Tensor p = kernels::softmax(kernels::matmul(q, k, false, true));
+            kernels::matmul(kernels::dropout(p, dropout.p, dropout.seed, 0), v);
+            kernels::matmul(kernels::dropout(p, dropout.p, dropout.seed, 0), dout, true, false);
+            const Tensor dp = kernels::dropout_backward(kernels::matmul(dout, v, false, true),
+                                                        dropout.p, dropout.seed, 0);
+            const Tensor ds = kernels::softmax_backward(dp, p);
+            kernels::matmul(ds, k);
+            kernels::matmul(ds, q, true, false);
+          });
+      const auto row = [&](const char* pass, double flop, double ours, double ref) {
+        std::printf("%-22s %-15s %8d %12.1f %12.1f %8.3f\n", name.c_str(), pass, threads,
+                    flop / ours / 1e9, flop / ref / 1e9, ref / ours);
+      };
+      row("forward", flop_fwd, t_fwd, t_fwd_ref);
+      row("backward", 2.5 * flop_fwd, t_bwd, t_bwd_ref);
+      row("both + dropout", 3.5 * flop_fwd, t_drop, t_drop_ref);
     }
   }
 }

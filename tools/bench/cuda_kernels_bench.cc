@@ -290,7 +290,7 @@ int bench_main(int argc, char** argv) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     const double fwd_flops = 2.0 * static_cast<double>(batch * H * seq) * seq * D;
     const double bwd_flops = 2.5 * fwd_flops;
-    double fwd_s = 0, bwd_s = 0, flash_fwd_s = 0, flash_bwd_s = 0;
+    double fwd_s = 0, bwd_s = 0, flash_fwd_s = 0, flash_bwd_s = 0, drop_fwd_s = 0, drop_bwd_s = 0;
     std::string error;
     try {
       const Shape shape{batch, H, seq, D};
@@ -308,6 +308,13 @@ int bench_main(int argc, char** argv) {
           time_op(dev, w, n, [&] { kernels::cuda::flash_causal_attention(q, k, v, scale); });
       flash_bwd_s = time_op(dev, w, n, [&] {
         kernels::cuda::flash_causal_attention_backward(dout, q, k, v, o.out, o.lse, scale);
+      });
+      // With dropout at p = 0.1 on the probabilities, as attention_torch.py's --dropout.
+      const kernels::AttentionDropout drop{0.1, 5, 0};
+      const kernels::AttentionOutput od = kernels::causal_attention(q, k, v, scale, drop);
+      drop_fwd_s = time_op(dev, w, n, [&] { kernels::causal_attention(q, k, v, scale, drop); });
+      drop_bwd_s = time_op(dev, w, n, [&] {
+        kernels::causal_attention_backward(dout, q, k, v, od.out, od.lse, scale, drop);
       });
     } catch (const std::exception& e) {
       error = e.what();
@@ -345,6 +352,8 @@ int bench_main(int argc, char** argv) {
       attention_row("backward", bwd_s, bwd_flops, "attention_backward_ms");
       attention_row("flash fwd", flash_fwd_s, fwd_flops, "attention_forward_ms");
       attention_row("flash bwd", flash_bwd_s, bwd_flops, "attention_backward_ms");
+      attention_row("fwd p 0.1", drop_fwd_s, fwd_flops, "attention_dropout_forward_ms");
+      attention_row("bwd p 0.1", drop_bwd_s, bwd_flops, "attention_dropout_backward_ms");
     } else {
       std::printf("  error: %s\n", error.c_str());
     }
