@@ -16,12 +16,13 @@
 // dropout_keep_mask before each call and freed after it, and s = 1 / (1 - p) by value:
 // the forward's P becomes P * s * M before p v; the backward takes P * M * s into dv, and
 //   dS = (dP * M - Di (1 - p)) * P * s * scale,
-// which is P * (dP * M * s - Di) * scale: Di is multiplied by a by-value factor in both
-// graphs (1 without dropout). This is cudnn-frontend's SDPA graph with a custom dropout mask
-// (its set_dropout(mask, scale) and, backward, set_dropout(mask, scale, scale_inv)), so
-// the masks are Tessera's Philox, not cuDNN's RNG, and equal the flash kernels' and the
-// unfused path's. The mask costs 2 B H T T bytes of memory traffic written and read per
-// call.
+// which is P * (dP * M * s - Di) * scale. Di is always multiplied by a by-value factor, 1 - p
+// with dropout and 1 without. These are cudnn-frontend's SDPA graphs with a custom dropout
+// mask (its set_dropout(mask, scale) and, backward, set_dropout(mask, scale, scale_inv)),
+// multiplications in its order, so the masks are Tessera's Philox, not cuDNN's RNG, and
+// equal the flash kernels' and the unfused path's. Each call writes and reads the mask's
+// 2 B H T T bytes (16-bit); cudnn-frontend says Blackwell's deterministic backward refuses
+// dropout, which then falls back to the flash kernels like any graph cuDNN refuses.
 //
 // cuDNN takes k (and in the backward's dout v^T, v) as its transpose (B, H, D, T), the same
 // bytes with the last two dims and strides swapped. dq is written by the matmul itself, not
@@ -196,16 +197,14 @@ struct DropoutOperands {
   }
 };
 
-// probabilities * s * M, of `type` (Note [cuDNN attention graphs]).
-const cudnn::Descriptor* dropped(cudnn::GraphBuilder& g, const DropoutOperands& dropout,
-                                 const cudnn::Descriptor* probabilities,
-                                 const std::vector<int64_t>& sdims,
-                                 const std::vector<int64_t>& sstrides, cudnnDataType_t type) {
-  const cudnn::Descriptor* scaled = g.virtual_tensor(sdims, sstrides);
-  g.pointwise(CUDNN_POINTWISE_MUL, probabilities, dropout.scale, scaled);
-  const cudnn::Descriptor* masked = g.virtual_tensor(sdims, sstrides, type);
-  g.pointwise(CUDNN_POINTWISE_MUL, scaled, dropout.mask, masked);
-  return masked;
+// A virtual (B, H, T, T) tensor of `type` holding x * y.
+const cudnn::Descriptor* product(cudnn::GraphBuilder& g, const cudnn::Descriptor* x,
+                                 const cudnn::Descriptor* y, const std::vector<int64_t>& sdims,
+                                 const std::vector<int64_t>& sstrides,
+                                 cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+  const cudnn::Descriptor* result = g.virtual_tensor(sdims, sstrides, type);
+  g.pointwise(CUDNN_POINTWISE_MUL, x, y, result);
+  return result;
 }
 
 CachedPlan build_forward(const char* op, CudnnContext& ctx, const Tensor& q, const Tensor& k,
@@ -234,7 +233,11 @@ CachedPlan build_forward(const char* op, CudnnContext& ctx, const Tensor& q, con
   const cudnn::Descriptor* p =
       g.virtual_tensor(sdims, sstrides, dropout ? CUDNN_DATA_FLOAT : io_type(q.dtype()));
   g.pointwise(CUDNN_POINTWISE_DIV, e, z, p);
-  if (dropout) p = dropped(g, DropoutOperands(g, q, true), p, sdims, sstrides, io_type(q.dtype()));
+  if (dropout) {  // P * s * M, in cudnn-frontend's order
+    const DropoutOperands drop(g, q, true);
+    p = product(g, product(g, p, drop.scale, sdims, sstrides), drop.mask, sdims, sstrides,
+                io_type(q.dtype()));
+  }
   g.matmul(p, g.tensor(as_is(kV, v)), g.tensor(as_is(kOut, out)));
   CachedPlan cached;
   cached.plan = g.build(ctx.handle.get, cached.why_not);
@@ -277,8 +280,9 @@ CachedPlan build_backward(const char* op, CudnnContext& ctx, const Tensor& dout,
   g.pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, p);
 
   // dv = P^T dout, P dropped out with dropout.
-  const cudnn::Descriptor* p_used =
-      dropout ? dropped(g, drop, p, sdims, sstrides, CUDNN_DATA_FLOAT) : p;
+  const cudnn::Descriptor* p_used =  // P * M * s, in cudnn-frontend's order
+      dropout ? product(g, product(g, p, drop.mask, sdims, sstrides), drop.scale, sdims, sstrides)
+              : p;
   const cudnn::Descriptor* p_t = g.virtual_tensor(sdims, sstrides_t, io);
   g.reshape(p_used, p_t);
   g.matmul(p_t, dout_desc, g.tensor(as_is(kDv, dv)));
@@ -286,20 +290,12 @@ CachedPlan build_backward(const char* op, CudnnContext& ctx, const Tensor& dout,
   // dS = P (dout v^T - Di) scale; with dropout P (dout v^T M - Di (1 - p)) s scale.
   const cudnn::Descriptor* dp = g.virtual_tensor(sdims, sstrides);
   g.matmul(dout_desc, g.tensor(transposed(kV, v)), dp);
-  if (dropout) {
-    const cudnn::Descriptor* dp_masked = g.virtual_tensor(sdims, sstrides);
-    g.pointwise(CUDNN_POINTWISE_MUL, dp, drop.mask, dp_masked);
-    dp = dp_masked;
-  }
+  if (dropout) dp = product(g, dp, drop.mask, sdims, sstrides);
   const cudnn::Descriptor* dp_centred = g.virtual_tensor(sdims, sstrides);
   g.pointwise(CUDNN_POINTWISE_SUB, dp, row_dot, dp_centred);
   const cudnn::Descriptor* dp_p = g.virtual_tensor(sdims, sstrides);
   g.pointwise(CUDNN_POINTWISE_MUL, dp_centred, p, dp_p);
-  if (dropout) {
-    const cudnn::Descriptor* dp_p_scaled = g.virtual_tensor(sdims, sstrides);
-    g.pointwise(CUDNN_POINTWISE_MUL, dp_p, drop.scale, dp_p_scaled);
-    dp_p = dp_p_scaled;
-  }
+  if (dropout) dp_p = product(g, dp_p, drop.scale, sdims, sstrides);
   const cudnn::Descriptor* ds = g.virtual_tensor(sdims, sstrides);
   g.pointwise(CUDNN_POINTWISE_MUL, dp_p, scale, ds);
 

@@ -44,8 +44,7 @@ std::vector<Input> fused_qkv(const Case& c, uint64_t seed, DType dt) {
   const Input qkv = random({c.B, c.T, 3, c.H, c.D}, seed, dt);
   std::vector<Input> parts;
   for (int64_t i = 0; i < 3; ++i) {
-    parts.push_back(
-        view_of(qkv, [i](const Tensor& t) { return t.select(2, i).transpose(1, 2); }));
+    parts.push_back(view_of(qkv, [i](const Tensor& t) { return t.select(2, i).transpose(1, 2); }));
   }
   return parts;
 }
@@ -163,8 +162,7 @@ TEST_CASE("cuDNN's fused attention drops the CPU attention's probabilities", "[g
             [&](const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                 const Tensor& out, const Tensor& lse, double scale) {
               const std::optional<kernels::AttentionGrads> got =
-                  kernels::cuda::cudnn_causal_attention_backward(dout, q, k, v, out, lse, scale,
-                                                                 d);
+                  kernels::cuda::cudnn_causal_attention_backward(dout, q, k, v, out, lse, scale, d);
               REQUIRE(got.has_value());
               return *got;
             });

@@ -164,8 +164,7 @@ TEST_CASE("fused attention dropout has the unfused ops' values and gradients", "
   CHECK(testing::max_abs_diff(plain, fused[0]) > 1e-2);
 }
 
-TEST_CASE("evaluation drops no attention probabilities, whatever the rate",
-          "[gpt][dropout]") {
+TEST_CASE("evaluation drops no attention probabilities, whatever the rate", "[gpt][dropout]") {
   Gpt with(attention_config(0.5), 7), without(attention_config(0.0), 7);
   with.eval();
   without.eval();
