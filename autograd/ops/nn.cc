@@ -139,9 +139,7 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
                         bool training, double scale) {
   check_heads(q);
   TS_CHECK(p >= 0.0 && p < 1.0,
-           "[causal_attention] expected a dropout probability in [0, 1), "
-           "found ",
-           p);
+           "[causal_attention] expected a dropout probability in [0, 1), found ", p);
   if (!training || p == 0.0) return record_causal_attention(q, k, v, scale, {});
   // The draw dropout() makes for the (B, H, T, T) probabilities.
   const uint64_t probabilities =

@@ -42,8 +42,9 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                         double scale = 0.0);  // (B, H, T, D) x3 -> (B, H, T, D)
 // The same with its probabilities P dropped out: equal to
 // matmul(dropout(P, p, gen, training), v) up to rounding, with the same mask from the same
-// draw of `gen` (B H T T values reserved), and no (B, H, T, T) tensor made (Note
-// [Attention-probability dropout] in kernels/attention.h). (B, H, T, D) x3 -> (B, H, T, D)
+// draw of `gen` (B H T T values reserved), and no (B, H, T, T) tensor kept for backward
+// (cuDNN's graphs take a transient 16-bit mask: Note [Attention-probability dropout] in
+// kernels/attention.h). (B, H, T, D) x3 -> (B, H, T, D)
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double p, Generator& gen,
                         bool training = true, double scale = 0.0);
 

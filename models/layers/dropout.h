@@ -12,8 +12,6 @@ class Dropout : public Module {
   // that activation checkpointing can rewind it).
   Dropout(double p, Generator& gen);
   Tensor forward(const Tensor& x) const;  // (*) -> (*)
-  // Whether forward() drops anything now: training, with p above 0.
-  bool drops() const { return p_ > 0.0 && is_training(); }
   double p() const { return p_; }
   // The stream masks are drawn from, for ops that drop inside a fused kernel (the attention
   // probabilities' dropout, autograd/ops/nn.h).

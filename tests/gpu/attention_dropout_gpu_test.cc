@@ -126,7 +126,7 @@ TEST_CASE("the device dropout mask is the CPU dropout's", "[gpu]") {
 TEST_CASE("the flash kernels drop the CPU attention's probabilities", "[gpu]") {
   REQUIRE(cuda::device_count() > 0);
   const kernels::AttentionDropout d{0.2, 31337, 123};
-  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+  for (DType dt : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
     for (const Case& c : {Case{2, 3, 100, 64}, Case{1, 2, 77, 32}}) {
       DYNAMIC_SECTION(dtype_name(dt) << " T " << c.T << " D " << c.D) {
         check_against_cpu(

@@ -206,6 +206,22 @@ TEST_CASE("causal_attention drops the probabilities dropout(softmax) would", "[a
       check(part(0), part(1), part(2), randn({b, h, t, d}, gen, {dtype}), 0.25, tol, dropout);
     }
   }
+  // bf16 and f16 widen to f32 and keep the mask: held to the f64 reference at 16-bit
+  // tolerance, inputs rounded first.
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    const Shape shape{1, 2, 80, 16};
+    const auto rounded = [&] { return randn(shape, gen, {DType::f64}).to(dtype).to(DType::f64); };
+    const Tensor q = rounded(), k = rounded(), v = rounded(), dout = rounded();
+    const kernels::AttentionDropout dropout{0.3, 8, 1};
+    const Reference want = reference(q, k, v, dout, 0.25, dropout_factors(q, dropout));
+    const kernels::AttentionOutput fwd =
+        causal_attention(q.to(dtype), k.to(dtype), v.to(dtype), 0.25, dropout);
+    CHECK(max_abs_diff(fwd.out.to_vector<double>(), want.out) <= 3e-2);
+    const kernels::AttentionGrads g = causal_attention_backward(
+        dout.to(dtype), q.to(dtype), k.to(dtype), v.to(dtype), fwd.out, fwd.lse, 0.25, dropout);
+    CHECK(max_abs_diff(g.dv.to_vector<double>(), want.dv) <= 3e-2);
+    CHECK(max_abs_diff(g.dq.to_vector<double>(), want.dq) <= 3e-2);
+  }
 }
 
 TEST_CASE("causal_attention's dropped probabilities are exactly dropout's zeros", "[attention]") {

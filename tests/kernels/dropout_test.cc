@@ -6,6 +6,7 @@
 
 #include "core/factories.h"
 #include "core/philox.h"
+#include "kernels/cpu/dropout.h"
 
 namespace tessera {
 namespace {
@@ -106,6 +107,30 @@ TEST_CASE("dropout of a non-contiguous tensor masks the row-major elements", "[d
   REQUIRE_FALSE(x.is_contiguous());
   REQUIRE(dropout(x, 0.4, 5, 3).to_vector<double>() ==
           dropout(x.contiguous(), 0.4, 5, 3).to_vector<double>());
+}
+
+TEST_CASE("dropout_keep gives a slice of dropout's mask from any element", "[dropout]") {
+  // The fused attention's mask rows (Note [Attention-probability dropout] in
+  // kernels/attention.h): starts inside a Philox block, slices of one to many lane groups
+  // (64 blocks each), and counters that carry into the high word.
+  for (const uint64_t offset : {uint64_t{0}, uint64_t{0xFFFFFFF0}}) {
+    const int64_t n = 1800;
+    const std::vector<double> mask =
+        kernels::dropout(full({n}, 1.0, {DType::f64}), 0.35, 77, offset).to_vector<double>();
+    for (const int64_t first : {0, 1, 2, 3, 5, 259, 1001}) {
+      for (const int64_t count : {1, 3, 64, 255, 257, 700}) {
+        std::vector<uint8_t> keep(static_cast<size_t>(count), 2);
+        kernels::cpu::dropout_keep(77, offset, static_cast<uint64_t>(first), count, 0.35,
+                                   keep.data());
+        int64_t mismatches = 0;
+        for (int64_t e = 0; e < count; ++e) {
+          mismatches += keep[static_cast<size_t>(e)] != (mask[first + e] != 0.0 ? 1 : 0);
+        }
+        INFO("offset " << offset << ", first " << first << ", count " << count);
+        CHECK(mismatches == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("dropout with p = 0 is a copy", "[dropout]") {

@@ -135,8 +135,9 @@ void bench_attention(int reps) {
           },
           [&] {
             const Tensor p = kernels::softmax(kernels::matmul(q, k, false, true));
-            kernels::matmul(kernels::dropout(p, dropout.p, dropout.seed, 0), v);
-            kernels::matmul(kernels::dropout(p, dropout.p, dropout.seed, 0), dout, true, false);
+            const Tensor dropped = kernels::dropout(p, dropout.p, dropout.seed, 0);
+            kernels::matmul(dropped, v);
+            kernels::matmul(dropped, dout, true, false);  // dV
             const Tensor dp = kernels::dropout_backward(kernels::matmul(dout, v, false, true),
                                                         dropout.p, dropout.seed, 0);
             const Tensor ds = kernels::softmax_backward(dp, p);
