@@ -109,20 +109,17 @@ void softmax_grad_rows(Block&& ds, const ConstBlock& p, const Delta& delta) {
 
 // Note [Dropout in the CPU attention]
 // With dropout (Note [Attention-probability dropout] in kernels/attention.h) each block
-// pair makes its mask with dropout_keep, the words of its rows' index ranges, and scales
+// pair makes its mask with dropout_keep_rows, the words of its rows' index ranges, and scales
 // the probabilities it multiplies into v (forward) or dout (backward's dV) and the dP it
 // turns into dS. The forward's row sums and lse stay undropped.
 //
 // The mask of the block of query rows [r0, r0 + rows) and key columns [c0, c0 + cols) of
-// head `head` (b H + h): keep[r * kBlock + c], for the keys each row sees (c <= r in a
-// diagonal block, whose later entries are left unset).
+// head `head` (b H + h): keep[r * kBlock + c] (a diagonal block's entries past its
+// diagonal are made too, and unused).
 void block_keep(const AttentionDropout& dropout, int64_t head, int64_t len, int64_t r0,
-                int64_t rows, int64_t c0, int64_t cols, bool diagonal, uint8_t* keep) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint64_t first = (static_cast<uint64_t>(head) * len + (r0 + r)) * len + c0;
-    dropout_keep(dropout.seed, dropout.offset, first, diagonal ? std::min(cols, r + 1) : cols,
-                 dropout.p, keep + r * kBlock);
-  }
+                int64_t rows, int64_t c0, int64_t cols, uint8_t* keep) {
+  const uint64_t first = (static_cast<uint64_t>(head) * len + r0) * len + c0;
+  dropout_keep_rows(dropout.seed, dropout.offset, first, len, rows, cols, dropout.p, keep, kBlock);
 }
 
 // block(r, c) = keep ? block(r, c) * scale : 0 over the entries block_keep set.
@@ -130,11 +127,13 @@ template <class Block>
 void apply_keep(Block&& block, const uint8_t* keep, bool diagonal,
                 typename std::decay_t<Block>::Scalar scale) {
   using T = typename std::decay_t<Block>::Scalar;
+  static_assert(std::decay_t<Block>::IsRowMajor);
   for (int64_t r = 0; r < block.rows(); ++r) {
     const int64_t cols = diagonal ? std::min<int64_t>(block.cols(), r + 1) : block.cols();
-    for (int64_t c = 0; c < cols; ++c) {
-      block(r, c) = keep[r * kBlock + c] != 0 ? block(r, c) * scale : T(0);
-    }
+    T* row = block.data() + r * block.outerStride();
+    const uint8_t* row_keep = keep + r * kBlock;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) row[c] = row_keep[c] != 0 ? row[c] * scale : T(0);
   }
 }
 
@@ -274,7 +273,7 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
                 row_sum.head(rows) * rescale.head(rows) + S.array().rowwise().sum();
             for (int64_t r = 0; r < rows; ++r) Oi.row(r) *= rescale[r];
             if (drop) {  // Note [Dropout in the CPU attention]
-              block_keep(dropout, h, len, r0, rows, c0, cols, block.diagonal, keep.data());
+              block_keep(dropout, h, len, r0, rows, c0, cols, keep.data());
               apply_keep(S, keep.data(), block.diagonal, drop_scale);
             }
             block_product(small, block, Skip::kKeysUpTo, S.data(), kBlock, 1, rows, cols,
@@ -353,7 +352,7 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
             if (block.diagonal) mask_future(P, T(0));
             const T* p_used = P.data();  // what multiplied v: P, or P dropped out
             if (drop) {                  // Note [Dropout in the CPU attention]
-              block_keep(dropout, h, len, r0, rows, c0, cols, block.diagonal, keep.data());
+              block_keep(dropout, h, len, r0, rows, c0, cols, keep.data());
               auto Pd = dropped.topLeftCorner(rows, cols);
               Pd = P;
               apply_keep(Pd, keep.data(), block.diagonal, drop_scale);

@@ -21,32 +21,36 @@ namespace {
 constexpr int64_t kLanes = 64;
 
 struct PhiloxLanes {
-  uint32_t word[4][kLanes];  // word j of block (first_counter + l) is word[j][l]
+  uint32_t word[4][kLanes];  // word j of lane l's block is word[j][l]
 };
 
-// Philox4x32-10 blocks for counters first_counter .. first_counter + lanes - 1 (high
-// counter word 0) under `key`, as in core/philox.cc; lanes <= kLanes.
-void philox_lanes(uint64_t first_counter, uint64_t key, PhiloxLanes& out, int64_t lanes = kLanes) {
+// Lane l's counter := counters[l] (high counter word 0), for l < n; the other lanes' are 0.
+void set_counters(const uint64_t* counters, int64_t n, PhiloxLanes& lanes) {
+  for (int64_t l = 0; l < kLanes; ++l) {
+    const uint64_t counter = l < n ? counters[l] : 0;
+    lanes.word[0][l] = static_cast<uint32_t>(counter);
+    lanes.word[1][l] = static_cast<uint32_t>(counter >> 32);
+    lanes.word[2][l] = 0;
+    lanes.word[3][l] = 0;
+  }
+}
+
+// Turns every lane's counter into its Philox4x32-10 block under `key`, in place, as
+// core/philox.cc does one block.
+void philox_rounds(uint64_t key, PhiloxLanes& lanes) {
   constexpr uint32_t kMul0 = 0xD2511F53u;
   constexpr uint32_t kMul1 = 0xCD9E8D57u;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u;
   constexpr uint32_t kWeyl1 = 0xBB67AE85u;
-  uint32_t(&c0)[kLanes] = out.word[0];
-  uint32_t(&c1)[kLanes] = out.word[1];
-  uint32_t(&c2)[kLanes] = out.word[2];
-  uint32_t(&c3)[kLanes] = out.word[3];
-  for (int64_t l = 0; l < lanes; ++l) {
-    const uint64_t counter = first_counter + static_cast<uint64_t>(l);
-    c0[l] = static_cast<uint32_t>(counter);
-    c1[l] = static_cast<uint32_t>(counter >> 32);
-    c2[l] = 0;
-    c3[l] = 0;
-  }
+  uint32_t(&c0)[kLanes] = lanes.word[0];
+  uint32_t(&c1)[kLanes] = lanes.word[1];
+  uint32_t(&c2)[kLanes] = lanes.word[2];
+  uint32_t(&c3)[kLanes] = lanes.word[3];
   uint32_t k0 = static_cast<uint32_t>(key);
   uint32_t k1 = static_cast<uint32_t>(key >> 32);
   for (int round = 0; round < 10; ++round) {
 #pragma omp simd
-    for (int64_t l = 0; l < lanes; ++l) {
+    for (int64_t l = 0; l < kLanes; ++l) {
       const uint64_t p0 = static_cast<uint64_t>(kMul0) * c0[l];
       const uint64_t p1 = static_cast<uint64_t>(kMul1) * c2[l];
       c0[l] = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0;
@@ -57,6 +61,14 @@ void philox_lanes(uint64_t first_counter, uint64_t key, PhiloxLanes& out, int64_
     k0 += kWeyl0;
     k1 += kWeyl1;
   }
+}
+
+// Philox blocks for counters first_counter .. first_counter + kLanes - 1 under `key`.
+void philox_lanes(uint64_t first_counter, uint64_t key, PhiloxLanes& out) {
+  uint64_t counters[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) counters[l] = first_counter + static_cast<uint64_t>(l);
+  set_counters(counters, kLanes, out);
+  philox_rounds(key, out);
 }
 
 // y[e] = x[e] * scale where bits[e] maps to a uniform >= threshold, else 0.
@@ -102,23 +114,42 @@ Tensor apply_mask(const char* op, const Tensor& x_in, double p, uint64_t seed,
 
 }  // namespace
 
-void dropout_keep(uint64_t seed, uint64_t offset, uint64_t first, int64_t count, double p,
-                  uint8_t* keep) {
+void dropout_keep_rows(uint64_t seed, uint64_t offset, uint64_t first, uint64_t row_stride,
+                       int64_t rows, int64_t cols, double p, uint8_t* keep, int64_t ld) {
+  if (rows <= 0 || cols <= 0) return;
   const float threshold = static_cast<float>(p);
+  // The blocks the rows' elements use, kLanes at a time (Note [Philox in lanes]): a row of
+  // 64 elements takes 16 or 17, so one call fills the lanes with several rows' blocks.
   PhiloxLanes lanes;
-  int64_t e = 0;
-  while (e < count) {
-    // The blocks of elements first + e onwards, at most kLanes of them.
-    const uint64_t block0 = (first + static_cast<uint64_t>(e)) / 4;
-    const uint64_t last = (first + static_cast<uint64_t>(count) - 1) / 4;
-    const int64_t blocks = static_cast<int64_t>(std::min<uint64_t>(last - block0 + 1, kLanes));
-    philox_lanes(offset + block0, seed, lanes, blocks);
-    const uint64_t end = std::min<uint64_t>((block0 + static_cast<uint64_t>(blocks)) * 4,
-                                            first + static_cast<uint64_t>(count));
-    for (uint64_t i = first + static_cast<uint64_t>(e); i < end; ++i, ++e) {
-      keep[e] = uniform_from_bits(lanes.word[i % 4][i / 4 - block0]) >= threshold ? 1 : 0;
+  uint64_t counters[kLanes], blocks[kLanes];
+  int64_t row_of[kLanes];
+  int64_t n = 0;
+  const auto flush = [&] {
+    set_counters(counters, n, lanes);
+    philox_rounds(seed, lanes);
+    for (int64_t l = 0; l < n; ++l) {
+      const uint64_t row_first = first + static_cast<uint64_t>(row_of[l]) * row_stride;
+      uint8_t* row_keep = keep + row_of[l] * ld;
+      for (int j = 0; j < 4; ++j) {
+        const uint64_t e = 4 * blocks[l] + static_cast<uint64_t>(j);
+        if (e < row_first || e >= row_first + static_cast<uint64_t>(cols)) continue;
+        row_keep[e - row_first] = uniform_from_bits(lanes.word[j][l]) >= threshold ? 1 : 0;
+      }
+    }
+    n = 0;
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t row_first = first + static_cast<uint64_t>(r) * row_stride;
+    const uint64_t last = (row_first + static_cast<uint64_t>(cols) - 1) / 4;
+    for (uint64_t b = row_first / 4; b <= last; ++b) {
+      if (n == kLanes) flush();
+      counters[n] = offset + b;
+      blocks[n] = b;
+      row_of[n] = r;
+      ++n;
     }
   }
+  flush();
 }
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {

@@ -1,5 +1,6 @@
 #include "kernels/dropout.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
@@ -109,22 +110,35 @@ TEST_CASE("dropout of a non-contiguous tensor masks the row-major elements", "[d
           dropout(x.contiguous(), 0.4, 5, 3).to_vector<double>());
 }
 
-TEST_CASE("dropout_keep gives a slice of dropout's mask from any element", "[dropout]") {
-  // The fused attention's mask rows (Note [Attention-probability dropout] in
-  // kernels/attention.h): starts inside a Philox block, slices of one to many lane groups
-  // (64 blocks each), and counters that carry into the high word.
+TEST_CASE("dropout_keep_rows gives rows of dropout's mask from any element", "[dropout]") {
+  // The fused attention's mask blocks (Note [Attention-probability dropout] in
+  // kernels/attention.h): starts inside a Philox block, rows of one element to many lane
+  // groups (64 blocks each), several rows per lane group, and counters that carry into the
+  // high word.
   for (const uint64_t offset : {uint64_t{0}, uint64_t{0xFFFFFFF0}}) {
     const int64_t n = 1800;
     const std::vector<double> mask =
         kernels::dropout(full({n}, 1.0, {DType::f64}), 0.35, 77, offset).to_vector<double>();
     for (const int64_t first : {0, 1, 2, 3, 5, 259, 1001}) {
       for (const int64_t count : {1, 3, 64, 255, 257, 700}) {
-        std::vector<uint8_t> keep(static_cast<size_t>(count), 2);
-        kernels::cpu::dropout_keep(77, offset, static_cast<uint64_t>(first), count, 0.35,
-                                   keep.data());
+        // One row of `count`, then rows of at most 64 (the attention's) `count` apart.
+        const int64_t cols = std::min<int64_t>(count, 64), ld = 70;
+        const int64_t rows = count == 1 ? 1 : (n - first - cols) / count + 1;
+        std::vector<uint8_t> row(static_cast<size_t>(count), 2);
+        std::vector<uint8_t> block(static_cast<size_t>(rows * ld), 2);
+        kernels::cpu::dropout_keep_rows(77, offset, static_cast<uint64_t>(first), 0, 1, count, 0.35,
+                                        row.data(), count);
+        kernels::cpu::dropout_keep_rows(77, offset, static_cast<uint64_t>(first),
+                                        static_cast<uint64_t>(count), rows, cols, 0.35,
+                                        block.data(), ld);
+        const auto kept = [&](int64_t e) { return mask[static_cast<size_t>(e)] != 0.0 ? 1 : 0; };
         int64_t mismatches = 0;
-        for (int64_t e = 0; e < count; ++e) {
-          mismatches += keep[static_cast<size_t>(e)] != (mask[first + e] != 0.0 ? 1 : 0);
+        for (int64_t e = 0; e < count; ++e)
+          mismatches += row[static_cast<size_t>(e)] != kept(first + e);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            mismatches += block[static_cast<size_t>(r * ld + c)] != kept(first + r * count + c);
+          }
         }
         INFO("offset " << offset << ", first " << first << ", count " << count);
         CHECK(mismatches == 0);
