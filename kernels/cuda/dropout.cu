@@ -85,18 +85,25 @@ Tensor apply_mask(const char* op, const Tensor& x_in, double p, uint64_t seed,
   return y;
 }
 
-// mask[i] = 1 where element i is kept, else 0, one Philox block per thread.
-template <class T>
+// mask[i] = 1 where element i is kept, else 0, one Philox block per thread; with kPacked
+// (a mask aligned to Pack<T, 4>) whole groups of 4 are stored as one pack.
+template <class T, bool kPacked>
 __global__ void keep_mask_kernel(T* __restrict__ mask, int64_t n, uint64_t seed, uint64_t offset,
                                  float threshold) {
   const int64_t groups = (n + 3) / 4;
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < groups;
        b += int64_t{gridDim.x} * blockDim.x) {
     const PhiloxWords r = philox_block(offset + static_cast<uint64_t>(b), 0, seed);
+    Pack<T, 4> pack;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int64_t i = 4 * b + j;
-      if (i < n) mask[i] = from_acc<T>(acc_t<T>(uniform_from_bits(r.w[j]) >= threshold ? 1 : 0));
+      pack.v[j] = from_acc<T>(acc_t<T>(uniform_from_bits(r.w[j]) >= threshold ? 1 : 0));
+    }
+    const int64_t i0 = 4 * b;
+    if (kPacked && i0 + 4 <= n) {
+      *reinterpret_cast<Pack<T, 4>*>(mask + i0) = pack;
+    } else {
+      for (int j = 0; i0 + j < n; ++j) mask[i0 + j] = pack.v[j];
     }
   }
 }
@@ -112,8 +119,12 @@ Tensor dropout_keep_mask(const Shape& shape, DType dtype, Device device, double 
   set_device(op, mask);
   dispatch_cuda_floating(mask.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    keep_mask_kernel<T><<<grid_for((n + 3) / 4), kThreads, 0, kStream>>>(
-        ptr<T>(mask), n, seed, offset, static_cast<float>(p));
+    T* out = ptr<T>(mask);
+    const auto kernel = reinterpret_cast<uintptr_t>(out) % sizeof(Pack<T, 4>) == 0
+                            ? keep_mask_kernel<T, true>
+                            : keep_mask_kernel<T, false>;
+    kernel<<<grid_for((n + 3) / 4), kThreads, 0, kStream>>>(out, n, seed, offset,
+                                                            static_cast<float>(p));
     check_launch(op);
   });
   return mask;
