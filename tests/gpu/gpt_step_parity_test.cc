@@ -2,7 +2,9 @@
 // every parameter's gradient in f32 (TF32 GEMMs on the device), five AdamW steps through
 // ZeroOptimizer in f32 and in bf16 with f32 masters, and run-to-run determinism on the
 // device. The model has odd sizes (3 heads of 16, vocab 101 padded to 128, T = 17) so that
-// no kernel sees only the multiples of 32 it was tuned for.
+// no kernel sees only the multiples of 32 it was tuned for. The first case also runs with
+// dropout everywhere, attention probabilities included: both devices draw the same masks
+// (Note [Attention-probability dropout] in kernels/attention.h).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -39,14 +41,14 @@ constexpr double kLossTrajectoryTol = 1e-2;
 // bf16 parameters, activations and gradients (8-bit mantissa) against the f32 CPU run.
 constexpr double kBf16LossTol = 5e-2;
 
-GptConfig config() {
+GptConfig config(double dropout = 0.0) {
   GptConfig c;
   c.vocab_size = 101;  // padded to 128: the padding logits must stay out of the loss
   c.block_size = kT;
   c.n_layer = 2;
   c.n_head = 3;
   c.n_embd = 48;  // head dim 16, below the attention kernel's compiled width of 32
-  c.dropout = 0.0;
+  c.dropout = dropout;  // the attention probabilities' too (attention_probs_dropout())
   return c;
 }
 
@@ -119,8 +121,12 @@ Run train(Device device, DType dtype) {
 
 TEST_CASE("GPT forward, loss and every gradient on CUDA match the CPU in f32", "[gpu][gpt]") {
   REQUIRE(cuda::device_count() > 0);
-  Gpt cpu(config(), kSeed);
-  Gpt gpu(config(), kSeed);
+  const double dropout = GENERATE(0.0, 0.1);
+  INFO("dropout " << dropout);
+  Gpt cpu(config(dropout), kSeed);
+  Gpt gpu(config(dropout), kSeed);
+  cpu.train();
+  gpu.train();
   gpu.to(kCuda, DType::f32);
   const std::vector<NamedParameter> cp = cpu.named_parameters();
   const std::vector<NamedParameter> gp = gpu.named_parameters();
