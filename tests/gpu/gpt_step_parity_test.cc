@@ -47,7 +47,7 @@ GptConfig config(double dropout = 0.0) {
   c.block_size = kT;
   c.n_layer = 2;
   c.n_head = 3;
-  c.n_embd = 48;  // head dim 16, below the attention kernel's compiled width of 32
+  c.n_embd = 48;        // head dim 16, below the attention kernel's compiled width of 32
   c.dropout = dropout;  // the attention probabilities' too (attention_probs_dropout())
   return c;
 }
