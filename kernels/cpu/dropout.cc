@@ -18,6 +18,8 @@ namespace {
 // counters stored lane by lane, which the compiler turns into SIMD multiplies; 64 lanes
 // give enough independent work to hide the multiply latency (about 1.5 ns per element on
 // the dev box, one thread). dropout_test checks the mask bit for bit against philox4x32.
+// The lanes' counters need not be consecutive: dropout_keep_rows fills them with the blocks
+// of several short rows.
 constexpr int64_t kLanes = 64;
 
 struct PhiloxLanes {
