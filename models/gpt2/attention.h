@@ -23,10 +23,10 @@ namespace tessera {
 // Hugging Face's GPT2Attention (attn_dropout) and Megatron's CoreAttention do. The fused
 // attention kernels drop them inside their tiles, with the mask attn_dropout_ would draw
 // for the (B, H, T, T) probabilities (Note [Attention-probability dropout] in
-// kernels/attention.h), so no (B, H, T, T) tensor is kept for backward. The probabilities are of
-// this rank's heads only, so their masks come from the sliced stream (Note [Model-parallel dropout]
-// in parallel/tensor/dropout_streams.h); the output's dropout, after c_proj's all-reduce, from the
-// replicated one.
+// kernels/attention.h), so no (B, H, T, T) tensor is kept for backward. The
+// probabilities are of this rank's heads only, so their masks come from the sliced stream
+// (Note [Model-parallel dropout] in parallel/tensor/dropout_streams.h); the output's
+// dropout, after c_proj's all-reduce, from the replicated one.
 class CausalSelfAttention : public Module {
  public:
   // Children "c_attn" (C -> 3C: q, k, v in that order), "attn_dropout", "c_proj" (C -> C)
