@@ -14,8 +14,8 @@ namespace tessera::kernels {
 // row-major index idx = ((b H + h) T + i) T + j and is kept when uniform(word idx % 4 of
 // Philox block offset + idx / 4) >= p (p rounded to float). So the fused kernels drop
 // exactly what dropout(softmax(scores)) drops, and a caller reserves B H T T values of its
-// generator, as for that tensor. lse stays the log-sum-exp of the undropped scores. The backward
-// regenerates M (as dropout_backward does):
+// generator, as for that tensor. lse stays the log-sum-exp of the undropped scores. The
+// backward regenerates M (as dropout_backward does):
 //   dv = (P * M / (1 - p))^T dout,  dP = (dout v^T) * M / (1 - p),
 //   dS = P * (dP - rowsum(dout * out)),
 // the row sum of P * dP being dout . out with dropout too. Each kernel makes the words of
