@@ -11,7 +11,8 @@
 #                        tests     every gpu test; a failing one again under CUDA_LAUNCH_BLOCKING=1
 #                                  (not one that timed out)
 #                        bench     cuda_kernels_bench, gpt2_gpu_bench (with PyTorch's reference)
-#                        train     the README's CUDA run (configs/shakespeare_char_cuda.json)
+#                        train     the README's CUDA run (configs/shakespeare_char_cuda.json),
+#                                  the same with dropout 0.2 (shakespeare_char_cuda_dropout.json),
 #                                  its ZeRO-3 twin (shakespeare_char_cuda_zero3.json), its
 #                                  ZeRO-Offload twin (stage 2, the optimizer on the host:
 #                                  shakespeare_char_cuda_offload.json) and its 2-stage
@@ -215,7 +216,7 @@ if wants train; then
     say "train: skipped: $skip_reason"
   else
     bad=0
-    for run in shakespeare_char_cuda shakespeare_char_cuda_zero3 shakespeare_char_cuda_offload shakespeare_char_cuda_3d; do
+    for run in shakespeare_char_cuda shakespeare_char_cuda_dropout shakespeare_char_cuda_zero3 shakespeare_char_cuda_offload shakespeare_char_cuda_3d; do
       before=$bad
       start=$SECONDS
       ranks=()
