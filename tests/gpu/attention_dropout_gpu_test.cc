@@ -60,7 +60,8 @@ void check_against_cpu(const Case& c, DType dt, const kernels::AttentionDropout&
   const kernels::AttentionOutput got = forward(in[0].dev, in[1].dev, in[2].dev, scale);
   const double tol = tol_for(dt, 5e-3);
   check_close(got.out, want.out, dt, tol);
-  check_close(got.lse, want.lse, DType::f32, 5e-3);
+  // lse is f64 for f64 operands, else f32.
+  check_close(got.lse, want.lse, dt == DType::f64 ? DType::f64 : DType::f32, 5e-3);
   const Input dout = random({c.B, c.H, c.T, c.D}, 41 + c.T, dt);
   const kernels::AttentionGrads wg = kernels::causal_attention_backward(
       dout.ref, in[0].ref, in[1].ref, in[2].ref, want.out, want.lse, scale, d);
