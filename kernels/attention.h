@@ -25,6 +25,8 @@ struct AttentionDropout {
   double p = 0.0;  // in [0, 1); 0: nothing is dropped
   uint64_t seed = 0;
   uint64_t offset = 0;  // Philox block of the mask's element 0
+
+  bool drops() const { return p > 0.0; }
 };
 
 struct AttentionOutput {

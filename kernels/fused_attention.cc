@@ -88,7 +88,7 @@ std::string fused_attention_refusal(const std::vector<Tensor>& operands, const T
     return "lse is not 16-byte aligned";
   }
   const int64_t mask_bytes = q.size(0) * q.size(1) * len * len * itemsize(q.dtype());
-  if (dropout.p > 0.0 && mask_bytes > kMaxDropoutMaskBytes) {
+  if (dropout.drops() && mask_bytes > kMaxDropoutMaskBytes) {
     return "its dropout mask would take " + std::to_string(mask_bytes >> 20) + " MiB, over " +
            std::to_string(kMaxDropoutMaskBytes >> 20) + " MiB";
   }

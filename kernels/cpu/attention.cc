@@ -238,7 +238,7 @@ AttentionOutput causal_attention(const Tensor& q_in, const Tensor& k_in, const T
   dispatch_floating(q.dtype(), "causal_attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T s = static_cast<T>(scale);
-    const bool drop = dropout.p > 0.0;
+    const bool drop = dropout.drops();
     const T drop_scale = static_cast<T>(1.0 / (1.0 - dropout.p));  // as kernels::dropout's
     const HeadView<T> Q(q), K(k), V(v), O(result.out);
     const bool small = small_blocks<T>(dim);
@@ -314,7 +314,7 @@ AttentionGrads causal_attention_backward(const Tensor& dout_in, const Tensor& q_
   dispatch_floating(q.dtype(), "causal_attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T s = static_cast<T>(scale);
-    const bool drop = dropout.p > 0.0;
+    const bool drop = dropout.drops();
     const T drop_scale = static_cast<T>(1.0 / (1.0 - dropout.p));
     const HeadView<T> Q(q), K(k), V(v), O(out), dO(dout);
     const HeadView<T> dQ(grads.dq), dK(grads.dk), dV(grads.dv);

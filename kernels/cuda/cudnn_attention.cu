@@ -341,14 +341,28 @@ const CachedPlan& plan_for(const char* op, CudnnContext& ctx, const PlanCache<Ca
 // Bytes rounded up to a multiple of 256 (the workspace's regions).
 int64_t round_up(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// The mask of `dropout` for q's (B, H, T, T) probabilities in q's dtype, or undefined
-// without dropout.
-Tensor keep_mask(const Tensor& q, const AttentionDropout& dropout) {
-  if (dropout.p == 0.0) return Tensor();
-  const int64_t t = q.size(2);
-  return dropout_keep_mask({q.size(0), q.size(1), t, t}, q.dtype(), q.device(), dropout.p,
-                           dropout.seed, dropout.offset);
-}
+// The variant pack's dropout entries, kMask and kDropScale (none without dropout): the
+// mask of q's (B, H, T, T) probabilities in q's dtype, made here, and s = 1 / (1 - p).
+class DropoutValues {
+ public:
+  DropoutValues(const Tensor& q, const AttentionDropout& dropout)
+      : scale_(static_cast<float>(1.0 / (1.0 - dropout.p))) {
+    if (!dropout.drops()) return;
+    const int64_t t = q.size(2);
+    mask_ = dropout_keep_mask({q.size(0), q.size(1), t, t}, q.dtype(), q.device(), dropout.p,
+                              dropout.seed, dropout.offset);
+  }
+  // Appends the entries; they point into this object, which must outlive the execution.
+  void append_to(std::vector<int64_t>& uids, std::vector<void*>& pointers) {
+    if (!mask_.defined()) return;
+    uids.insert(uids.end(), {kMask, kDropScale});
+    pointers.insert(pointers.end(), {mask_.raw_data(), &scale_});
+  }
+
+ private:
+  Tensor mask_;  // (B, H, T, T), undefined without dropout
+  float scale_;
+};
 
 }  // namespace
 
@@ -364,7 +378,7 @@ std::optional<AttentionOutput> cudnn_causal_attention(const Tensor& q_in, const 
       !fused_attention_refusal({q, k, v}, Tensor(), ctx.machine, dropout).empty()) {
     return std::nullopt;
   }
-  const bool drops = dropout.p > 0.0;
+  const bool drops = dropout.drops();
   const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
   // (B, T, H, D) in memory, seen as (B, H, T, D).
   const Tensor out = empty({b, t, h, d}, {q.dtype(), q.device()}).transpose(1, 2);
@@ -374,17 +388,13 @@ std::optional<AttentionOutput> cudnn_causal_attention(const Tensor& q_in, const 
   if (!cached.plan) return std::nullopt;
   const Tensor workspace =
       empty({std::max<int64_t>(cached.plan->workspace_bytes(), 1)}, {DType::u8, q.device()});
-  const Tensor mask = keep_mask(q, dropout);  // (B, H, T, T) or undefined
+  DropoutValues drop(q, dropout);
   float scale_value = static_cast<float>(scale);
   float neg_inf = -INFINITY;
-  float drop_scale = static_cast<float>(1.0 / (1.0 - dropout.p));
   std::vector<int64_t> uids{kQ, kK, kV, kOut, kLse, kScale, kNegInf};
   std::vector<void*> pointers{q.raw_data(),   k.raw_data(), v.raw_data(), out.raw_data(),
                               lse.raw_data(), &scale_value, &neg_inf};
-  if (drops) {
-    uids.insert(uids.end(), {kMask, kDropScale});
-    pointers.insert(pointers.end(), {mask.raw_data(), &drop_scale});
-  }
+  drop.append_to(uids, pointers);
   cached.plan->execute(ctx.handle.get, uids, pointers, workspace.raw_data(), op);
   return AttentionOutput{out, lse};
 }
@@ -402,7 +412,7 @@ std::optional<AttentionGrads> cudnn_causal_attention_backward(
       !fused_attention_refusal({q, k, v, out, dout}, lse, ctx.machine, dropout).empty()) {
     return std::nullopt;
   }
-  const bool drops = dropout.p > 0.0;
+  const bool drops = dropout.drops();
   const int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
   // (B, T, 3, H, D) in memory: dq, dk and dv are its three (B, H, T, D) views.
   const Tensor grads = empty({b, t, 3, h, d}, {q.dtype(), q.device()});
@@ -417,21 +427,17 @@ std::optional<AttentionGrads> cudnn_causal_attention_backward(
   const Tensor workspace =
       empty({row_dot_bytes + cached.plan->workspace_bytes()}, {DType::u8, q.device()});
   char* base = static_cast<char*>(workspace.raw_data());
-  const Tensor mask = keep_mask(q, dropout);  // (B, H, T, T) or undefined
+  DropoutValues drop(q, dropout);
   float scale_value = static_cast<float>(scale);
   float neg_inf = -INFINITY;
   float row_dot_scale = static_cast<float>(1.0 - dropout.p);
-  float drop_scale = static_cast<float>(1.0 / (1.0 - dropout.p));
   std::vector<int64_t> uids{kQ,  kK,  kV,      kOut,   kLse,    kDout,       kDq,
                             kDk, kDv, kRowDot, kScale, kNegInf, kRowDotScale};
   std::vector<void*> pointers{
       q.raw_data(),    k.raw_data(),  v.raw_data(),  out.raw_data(), lse.raw_data(),
       dout.raw_data(), dq.raw_data(), dk.raw_data(), dv.raw_data(),  base,
       &scale_value,    &neg_inf,      &row_dot_scale};
-  if (drops) {
-    uids.insert(uids.end(), {kMask, kDropScale});
-    pointers.insert(pointers.end(), {mask.raw_data(), &drop_scale});
-  }
+  drop.append_to(uids, pointers);
   cached.plan->execute(ctx.handle.get, uids, pointers, base + row_dot_bytes, op);
   return AttentionGrads{dq, dk, dv};
 }

@@ -23,7 +23,7 @@ struct Reference {
 // The factors kernels::dropout applies to a contiguous (B, H, T, T) tensor: 1 / (1 - p)
 // where it keeps an element, else 0 (empty without dropout).
 std::vector<double> dropout_factors(const Tensor& q, const kernels::AttentionDropout& dropout) {
-  if (dropout.p == 0.0) return {};
+  if (!dropout.drops()) return {};
   const Tensor ones = full({q.size(0), q.size(1), q.size(2), q.size(2)}, 1.0, {DType::f64});
   return kernels::dropout(ones, dropout.p, dropout.seed, dropout.offset).to_vector<double>();
 }
