@@ -7,6 +7,14 @@
 
 namespace tessera {
 
+void add_in_place(const Tensor& sum, const Tensor& g) {
+  if (sum.is_contiguous() && sum.dtype() == g.dtype()) {
+    kernels::axpy_(sum, g);
+  } else {
+    sum.copy_(kernels::binary(kernels::BinaryOp::add, sum, g));
+  }
+}
+
 void GradSlot::sum_into_leaf(Tensor leaf_grad) {
   TS_INTERNAL_ASSERT(!received_ && leaf_grad.is_contiguous(),
                      "a leaf's gradient made the sum of a slot that has one");
@@ -24,10 +32,8 @@ bool GradSlot::summable_in_place(const Shape& shape, DType dtype, Device device)
 void GradSlot::add(const Tensor& g) {
   if (!sum_.defined()) {
     sum_ = g;
-  } else if (summable_in_place(g.shape(), g.dtype(), g.device())) {
-    kernels::axpy_(sum_, g);
-  } else if (into_leaf_) {  // another dtype: the leaf's buffer takes the sum
-    sum_.copy_(kernels::binary(kernels::BinaryOp::add, sum_, g));
+  } else if (into_leaf_ || summable_in_place(g.shape(), g.dtype(), g.device())) {
+    add_in_place(sum_, g);  // a leaf's buffer takes the sum whatever g's dtype
   } else {
     sum_ = kernels::binary(kernels::BinaryOp::add, sum_, g);
   }

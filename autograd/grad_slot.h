@@ -27,6 +27,11 @@ namespace tessera {
 // values up to rounding, and the same bits where the buffer held zeros and one gradient
 // arrives (a parameter used once, in the first micro-batch).
 
+// sum += g in place: an axpy where sum is contiguous and of g's dtype, else sum = sum + g
+// written into sum's own memory (so a gradient viewing a larger buffer, ZeRO's flat
+// gradients, stays a view of it, and a leaf's dtype is kept).
+void add_in_place(const Tensor& sum, const Tensor& g);
+
 // Where the gradients flowing to one input of a node sum during backward (Notes
 // [Gradients added in place] and [Gradients accumulated into leaves] below).
 class GradSlot {

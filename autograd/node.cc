@@ -1,8 +1,6 @@
 #include "autograd/node.h"
 
 #include "core/grad_mode.h"
-#include "kernels/blas1.h"
-#include "kernels/elementwise.h"
 
 namespace tessera {
 namespace {
@@ -86,12 +84,7 @@ TensorList AccumulateGrad::apply(const TensorList& grad_outputs) {
     meta.grad = std::make_shared<Tensor>(
         incoming.is_contiguous() && incoming.is_unique() ? incoming : incoming.clone());
   } else {
-    // In place, so a gradient that views a larger buffer (ZeRO's flat gradients) stays one.
-    if (meta.grad->is_contiguous() && meta.grad->dtype() == incoming.dtype()) {
-      kernels::axpy_(*meta.grad, incoming);
-    } else {
-      meta.grad->copy_(kernels::binary(kernels::BinaryOp::add, *meta.grad, incoming));
-    }
+    add_in_place(*meta.grad, incoming);
   }
   // A handle of our own: a hook may drop the leaf's gradient (ZeRO-2 does, once it has
   // reduced it).

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/blas1.h"
+#include "kernels/clip_factor.h"
 
 namespace tessera::optim {
 
@@ -12,17 +13,18 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     const Tensor g = p.grad();
     if (g.defined()) sq += kernels::squared_norm(g);
   }
-  const double norm = std::sqrt(sq);
-  const double coef = max_norm / (norm + 1e-6);
-  if (max_norm > 0.0 && std::isfinite(norm) && coef < 1.0) {
+  // Note [Clip factor] with no loss scale: 1 unless the norm is clipped.
+  const kernels::ClipFactor clip = kernels::clip_factor_of(
+      sq, 1.0, max_norm, /*overflow_skips=*/false, [](double x) { return std::sqrt(x); });
+  if (clip.factor != 1.0) {
     for (const Tensor& p : params) {
       const Tensor g = p.grad();
       if (!g.defined()) continue;
       TS_CHECK(g.is_contiguous(), "[clip_grad_norm] expected contiguous gradients");
-      kernels::scale_(g, coef);
+      kernels::scale_(g, clip.factor);
     }
   }
-  return norm;
+  return clip.norm;
 }
 
 }  // namespace tessera::optim
