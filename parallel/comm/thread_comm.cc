@@ -11,6 +11,7 @@
 
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace tessera::parallel {
 namespace {
@@ -327,9 +328,13 @@ void run_thread_ranks(int size, const std::function<void(Communicator&)>& fn, Co
   std::vector<std::unique_ptr<Communicator>> comms = make_thread_group(size, options);
   std::vector<std::exception_ptr> errors(size);
   std::vector<std::thread> threads;
+  // OpenMP's thread count is per thread, and a new thread starts from the process default
+  // (every core), not from what its creator set: each rank takes the caller's.
+  const int omp_threads = num_threads();
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       try {
+        set_num_threads(omp_threads);
         fn(*comms[r]);
       } catch (...) {
         errors[r] = std::current_exception();

@@ -25,7 +25,8 @@ namespace tessera::parallel {
 std::vector<std::unique_ptr<Communicator>> make_thread_group(int size, CommOptions options = {});
 
 // Runs fn(comm) on `size` threads, one per rank of a new group, and waits for all of them;
-// then rethrows the error of the lowest rank that threw, if any.
+// then rethrows the error of the lowest rank that threw, if any. Each rank's thread starts
+// with the caller's OpenMP thread count (num_threads() in core/parallel.h).
 void run_thread_ranks(int size, const std::function<void(Communicator&)>& fn,
                       CommOptions options = {});
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/factories.h"
+#include "core/parallel.h"
 #include "tests/testing.h"
 
 namespace tessera::parallel {
@@ -208,6 +209,19 @@ TEST_CASE("thread split: groups by color, ranks ordered by key", "[comm]") {
   REQUIRE(new_ranks == std::vector<int>{1, 1, 0, 0, -2});
   REQUIRE(new_sizes == std::vector<int>{2, 2, 2, 2, -2});
   REQUIRE(sums == std::vector<double>{2, 4, 2, 4, -1});
+}
+
+TEST_CASE("thread ranks start with their caller's OpenMP thread count", "[comm]") {
+  // A new thread starts from OpenMP's process default, not from what its creator set: a
+  // bench that sets one thread per rank would otherwise run every rank on all cores.
+  const int before = num_threads();
+  for (const int threads : {1, 3}) {
+    set_num_threads(threads);
+    std::vector<int> seen(3, 0);
+    run_thread_ranks(3, [&](Communicator& comm) { seen[comm.rank()] = num_threads(); });
+    REQUIRE(seen == std::vector<int>(3, threads));
+  }
+  set_num_threads(before);
 }
 
 TEST_CASE("thread stats count calls and ring bytes per rank", "[comm]") {
