@@ -119,9 +119,7 @@ constexpr int64_t kSubGroups = 6;
 // Median step seconds per mode, in alternating rounds of an untimed step and two timed ones.
 std::vector<double> time_steps(const fs::path& dir, int rounds) {
   std::vector<std::vector<double>> times(kModes);
-  const int threads = num_threads();  // OpenMP's count is per thread: take the caller's
   parallel::run_thread_ranks(1, [&](parallel::Communicator& comm) {
-    set_num_threads(threads);
     const GptConfig cfg = model_config();
     std::vector<std::unique_ptr<Gpt>> models;
     std::vector<std::unique_ptr<parallel::ZeroOptimizer>> opts;

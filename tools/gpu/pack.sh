@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs what a GPU machine without Bazel runs into one compressed file (tools/gpu/README.md):
-# every `gpu`-tagged test, the GPU benchmarks, train, generate and the device probe, built
+# every `gpu`-tagged test, the GPU benchmarks, overlap_bench (a CPU bench the GPU machine's
+# cores run without sharing), train, generate and the device probe, built
 # with --config=gpu_bundle (host code for any x86-64-v3 CPU; sm_80 and sm_90 machine code
 # plus compute_90 PTX), the shared libraries they load that are neither the C library nor
 # CUDA's own (rpath $ORIGIN/lib), the small data the runs read, and the recorded compile and
@@ -40,7 +41,7 @@ if ((subset)); then
 else
   mapfile -t tests < <(bazel query --noshow_progress 'attr(tags, "\bgpu\b", tests(//...))')
   binaries=(//tools/gpu:probe //tools/bench:gpt2_gpu_bench //tools/bench:cuda_kernels_bench
-            //tools:train //tools:generate)
+            //tools/bench:overlap_bench //tools:train //tools:generate)
   ((${#tests[@]})) || { echo "pack.sh: expected gpu-tagged tests, bazel query found none" >&2; exit 1; }
 fi
 
