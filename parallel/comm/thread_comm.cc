@@ -329,7 +329,8 @@ void run_thread_ranks(int size, const std::function<void(Communicator&)>& fn, Co
   std::vector<std::exception_ptr> errors(size);
   std::vector<std::thread> threads;
   // OpenMP's thread count is per thread, and a new thread starts from the process default
-  // (every core), not from what its creator set: each rank takes the caller's.
+  // (OMP_NUM_THREADS, or every core), not from what its creator set: each rank takes the
+  // caller's.
   const int omp_threads = num_threads();
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {

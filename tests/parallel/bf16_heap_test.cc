@@ -28,8 +28,8 @@ std::vector<std::vector<float>> train(int steps, bool churn) {
   cfg.n_embd = 128;
   cfg.bias = true;
   std::vector<std::vector<float>> out;
+  const testing::ScopedThreads two(2);  // run_thread_ranks passes the count to the rank
   run_thread_ranks(1, [&](Communicator& comm) {
-    testing::ScopedThreads two(2);  // OpenMP's count is per thread: set in the rank's
     Gpt model(cfg, 5);
     model.to(Device::cpu(), DType::bf16);
     MixedPrecision precision;

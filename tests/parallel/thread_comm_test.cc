@@ -214,14 +214,12 @@ TEST_CASE("thread split: groups by color, ranks ordered by key", "[comm]") {
 TEST_CASE("thread ranks start with their caller's OpenMP thread count", "[comm]") {
   // A new thread starts from OpenMP's process default, not from what its creator set: a
   // bench that sets one thread per rank would otherwise run every rank on all cores.
-  const int before = num_threads();
   for (const int threads : {1, 3}) {
-    set_num_threads(threads);
+    const testing::ScopedThreads scoped(threads);
     std::vector<int> seen(3, 0);
     run_thread_ranks(3, [&](Communicator& comm) { seen[comm.rank()] = num_threads(); });
     REQUIRE(seen == std::vector<int>(3, threads));
   }
-  set_num_threads(before);
 }
 
 TEST_CASE("thread stats count calls and ring bytes per rank", "[comm]") {

@@ -31,11 +31,12 @@
 // input gradients] in parallel/tensor/layers.h and [Deferred gradient waits] in
 // autograd/gradient_wait.h). The model is a 6-layer GPT (n_embd 256, vocabulary 2048, T 64,
 // 4 sequences per rank); each rank is one thread.
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/clock.h"
@@ -284,6 +285,13 @@ std::vector<LayoutTiming> run_layout(const Layout& layout, const parallel::Simul
   return out;
 }
 
+// The cores this process may run on: its affinity mask, which a container or taskset narrows.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
 // One row of the table: what was calibrated (compute time and bytes), the link set from
 // them, both modes' median steps, their ratio, and the ideal ratio (0: not computed).
 void print_row(const std::string& label, double compute_s, int64_t bytes, double gbit,
@@ -318,10 +326,9 @@ int bench_main(int argc, char** argv) {
   // Ranks beyond the cores share them, and so do their communication workers: README's
   // overlap section says what that does to the ratios.
   std::printf(
-      "overlap_bench: GPT %lld parameters, %d thread ranks on %u cores; medians of %d steps per "
+      "overlap_bench: GPT %lld parameters, %d thread ranks on %d cores; medians of %d steps per "
       "mode\n",
-      static_cast<long long>(model_config().num_parameters()), world,
-      std::thread::hardware_concurrency(), 2 * rounds);
+      static_cast<long long>(model_config().num_parameters()), world, usable_cores(), 2 * rounds);
   std::printf("%-5s | %9s %10s %9s | %9s %9s %7s %7s\n", "stage", "compute", "sent", "link",
               "blocking", "overlap", "ratio", "ideal");
   for (const int64_t stage : stages) {
